@@ -1,0 +1,30 @@
+"""``WorkerTierStack``: the state table and the worker queue, wired from the settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack, aws_dynamodb as dynamodb
+from constructs import Construct
+
+from infra import defaults
+from infra.settings import Settings, settings_from_context
+from infra.worker_queue import WorkerQueue, WorkerQueueProps
+
+
+class WorkerTierStack(Stack):
+    """Everything Worker Tier deploys. Public attributes: ``state_table``, ``worker``."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings | None = None, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.settings = settings if settings is not None else settings_from_context(self)
+        # One per stack: task idempotency, the scheduler's lease and watermark, and cron tick dedupe share it.
+        self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
+        self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table))
+        self._outputs()
+
+    def _outputs(self) -> None:
+        CfnOutput(self, "QueueUrl", value=self.worker.queue.queue_url)
+        CfnOutput(self, "DeadLetterQueueUrl", value=self.worker.dead_letter_queue.queue_url)
+        CfnOutput(self, "StateTableName", value=self.state_table.table_name)
+        CfnOutput(self, "WorkerFunctionName", value=self.worker.function.function_name)

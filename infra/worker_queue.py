@@ -1,0 +1,147 @@
+"""``WorkerQueue``: the work queue, its dead-letter queue, the worker function and its alarms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from aws_cdk import Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_sqs as sqs
+from aws_cdk.aws_lambda_event_sources import SqsEventSource
+from constructs import Construct
+
+from infra import defaults
+from infra.function import ServiceFunction, ServiceFunctionProps
+from infra.settings import Settings
+from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+
+WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
+
+
+class WorkerQueuePropsError(ValueError):
+    """WorkerQueueProps combine options that cannot go together."""
+
+
+@dataclass
+class WorkerQueueProps:
+    """Props for WorkerQueue.
+
+    For each queue, pass an existing one *or* props overriding the defaults for a
+    new one, never both. An existing queue keeps its own redrive policy, so it
+    needs its existing dead-letter queue alongside.
+    """
+
+    settings: Settings
+    state_table: dynamodb.ITableV2 | None = None
+    queue: sqs.IQueue | None = None
+    queue_props: Mapping[str, Any] | None = None
+    dead_letter_queue: sqs.IQueue | None = None
+    dead_letter_queue_props: Mapping[str, Any] | None = None
+    alarm_actions: Sequence[cloudwatch.IAlarmAction] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.queue is not None and self.queue_props is not None:
+            raise WorkerQueuePropsError("WorkerQueueProps: pass queue or queue_props, not both")
+        if self.dead_letter_queue is not None and self.dead_letter_queue_props is not None:
+            raise WorkerQueuePropsError("WorkerQueueProps: pass dead_letter_queue or dead_letter_queue_props, not both")
+        if self.queue is not None and self.dead_letter_queue is None:
+            raise WorkerQueuePropsError(
+                "WorkerQueueProps: an existing queue needs its existing dead_letter_queue too "
+                "(its redrive policy is not ours to change)"
+            )
+
+
+class WorkerQueue(Construct):
+    """Queue + DLQ + worker function + event source + alarms.
+
+    Public attributes: ``queue``, ``dead_letter_queue``, ``function``,
+    ``dead_letter_alarm`` and ``oldest_message_alarm``.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: WorkerQueueProps) -> None:
+        super().__init__(scope, construct_id)
+        settings = props.settings
+        self.dead_letter_queue = props.dead_letter_queue or sqs.Queue(
+            self, "DeadLetterQueue", **{**defaults.dead_letter_queue_props(settings), **(props.dead_letter_queue_props or {})}
+        )
+        self.queue = props.queue or self._new_queue(settings, props.queue_props or {})
+        worker = ServiceFunction(
+            self,
+            "Worker",
+            ServiceFunctionProps(
+                handler=WORKER_HANDLER,
+                timeout_seconds=settings.inactivity_timeout,
+                memory_mb=settings.memory_size,
+                environment=self._environment(settings, props.state_table),
+                description="Worker Tier: runs tasks from the work queue",
+            ),
+        )
+        self.function = worker.function
+        self.dead_letter_queue.grant_send_messages(self.function)
+        if props.state_table is not None:
+            props.state_table.grant_read_write_data(self.function)
+        self.function.add_event_source(self._event_source(settings))
+        self._add_alarms(settings, props.alarm_actions)
+
+    def _new_queue(self, settings: Settings, overrides: Mapping[str, Any]) -> sqs.Queue:
+        """The work queue, its redrive policy the backstop behind the worker's own dead-lettering."""
+        return sqs.Queue(
+            self,
+            "Queue",
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue,
+                # Above max_retries on purpose: see Settings.redrive_max_receive_count.
+                max_receive_count=settings.redrive_max_receive_count,
+            ),
+            **{**defaults.queue_props(settings), **overrides},
+        )
+
+    def _environment(self, settings: Settings, state_table: dynamodb.ITableV2 | None) -> dict[str, str]:
+        """Settings and resource names, as DESIGN.md's WORKER_TIER_* variables."""
+        environment = {
+            **settings.to_environment(),
+            "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
+            "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+        }
+        if state_table is not None:
+            environment["WORKER_TIER_STATE_TABLE"] = state_table.table_name
+        return environment
+
+    def _event_source(self, settings: Settings) -> SqsEventSource:
+        """Batches with partial-failure reporting; concurrency capped at http_connections."""
+        window = settings.max_batching_window
+        return SqsEventSource(
+            self.queue,
+            batch_size=settings.batch_size,
+            max_batching_window=Duration.seconds(window) if window else None,
+            report_batch_item_failures=True,
+            max_concurrency=settings.http_connections,
+        )
+
+    def _add_alarms(self, settings: Settings, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
+        """DLQ not empty; oldest message older than the oldest_message_alarm setting."""
+        self.dead_letter_alarm = self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+            period=Duration.minutes(1), statistic="Maximum"
+        ).create_alarm(
+            self,
+            "DeadLetterQueueNotEmpty",
+            threshold=0,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="Messages were dead-lettered; each carries its reason in the worker_tier.failure attribute.",
+        )
+        self.oldest_message_alarm = self.queue.metric_approximate_age_of_oldest_message(
+            period=Duration.minutes(1), statistic="Maximum"
+        ).create_alarm(
+            self,
+            "OldestMessageAge",
+            threshold=settings.oldest_message_alarm,
+            evaluation_periods=5,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"The oldest message has waited over {settings.oldest_message_alarm} s: workers are behind or failing.",
+        )
+        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm):
+            alarm.add_alarm_action(*actions)

@@ -1,0 +1,27 @@
+"""The example tasks that `make run` sends: one succeeds, one fails twice then succeeds, one dead-letters."""
+
+from __future__ import annotations
+
+from worker_tier import NonRetryableError, Task, task
+
+FLAKY_FAILURES = 2
+
+
+@task("/hello")
+def hello(t: Task) -> None:
+    """Succeeds at once."""
+    name = t.json().get("name", "world")
+    print(f"hello, {name}")
+
+
+@task("/flaky")
+def flaky(t: Task) -> None:
+    """Fails on its first two receives, then succeeds: shows backoff and retry."""
+    if t.receive_count <= FLAKY_FAILURES:
+        raise ConnectionError(f"upstream not ready (receive {t.receive_count} of {FLAKY_FAILURES + 1})")
+
+
+@task("/poison")
+def poison(t: Task) -> None:
+    """Refuses its input: goes to the dead-letter queue at once with the reason."""
+    raise NonRetryableError(f"order {t.json().get('order_id')} references a deleted customer")

@@ -1,0 +1,306 @@
+"""The producer: ``Client.send`` and ``Client.send_batch``."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, Mapping
+
+from worker_tier import limits, message
+from worker_tier.aws import LazyClient
+from worker_tier.errors import MessageError, SendError
+
+# Attempts per entry for SendMessageBatch entries that fail on SQS's side (throttling, internal errors).
+MAX_ENTRY_ATTEMPTS = 5
+ENTRY_RETRY_BASE_SECONDS = 0.05
+ENTRY_RETRY_CAP_SECONDS = 2.0
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html (MessageBody)
+_INVALID_BODY_CHARACTER = "[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html
+_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_\-.]+$")
+_RESERVED_ATTRIBUTE_PREFIXES = ("aws.", "amazon.")
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """One message for ``Client.send_batch``; the fields mean what ``Client.send``'s arguments mean."""
+
+    path: str
+    body: Any
+    delay: timedelta | float | None = None
+    at: datetime | None = None
+    attributes: Mapping[str, Any] | None = None
+    dedupe_key: str | None = None
+    group_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What became of one message of ``send_batch``: its SQS message id, or why SQS refused it."""
+
+    index: int
+    message_id: str | None = None
+    error: str | None = None
+    code: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when SQS accepted the message."""
+        return self.message_id is not None
+
+
+class Client:
+    """Sends work to a Worker Tier queue.
+
+    Examples
+    --------
+    >>> client = Client("https://sqs.us-east-1.amazonaws.com/123456789012/work")  # doctest: +SKIP
+    >>> client.send("/resize", '{"key": "cat.jpg"}', delay=timedelta(seconds=30))  # doctest: +SKIP
+    '5fea7756-0ea4-451a-a703-a558b933e274'
+    """
+
+    def __init__(
+        self,
+        queue_url: str | None = None,
+        *,
+        sqs: Any = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not queue_url:
+            raise MessageError("Client needs a queue_url (or use Client.from_env() with WORKER_TIER_QUEUE_URL set)")
+        self.queue_url = queue_url
+        self.fifo = queue_url.endswith(".fifo")
+        self._sqs = LazyClient("sqs", sqs)
+        self._clock = clock or time.time
+        self._sleep = sleep
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
+        """A Client for ``WORKER_TIER_QUEUE_URL``."""
+        return cls(environ.get("WORKER_TIER_QUEUE_URL"), **kwargs)
+
+    def send(
+        self,
+        path: str,
+        body: Any,
+        *,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        dedupe_key: str | None = None,
+        group_id: str | None = None,
+    ) -> str:
+        """Send one message to the task at ``path``; return its SQS message id.
+
+        ``body`` is sent exactly as given when it is a string; anything else is
+        JSON-encoded. ``delay`` (seconds or a timedelta) or ``at`` (an aware
+        datetime; one in the past means now) defers delivery, up to SQS's 15
+        minutes. Raises MessageError for input SQS would refuse and SendError
+        when SQS refuses it anyway.
+        """
+        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
+        result = self.send_batch([outgoing])[0]
+        if not result.ok:
+            raise SendError(f"SQS refused the message for {path}: {result.error}", result.code or "")
+        return result.message_id  # type: ignore[return-value]
+
+    def send_batch(self, messages: Iterable[OutgoingMessage]) -> list[SendResult]:
+        """Send many messages in SendMessageBatch calls; return one SendResult per message, in order.
+
+        Every message is checked before any is sent. Entries SQS fails on its side
+        are retried with backoff; entries that still fail, or that SQS refuses as
+        the sender's fault, come back with ``ok`` False and the reason.
+        """
+        now = self._clock()
+        entries = [self._entry(index, outgoing, now) for index, outgoing in enumerate(messages)]
+        results: dict[int, SendResult] = {}
+        for chunk in _chunks(entries):
+            results.update(self._send_chunk(chunk))
+        return [results[index] for index in range(len(entries))]
+
+    def _entry(self, index: int, outgoing: OutgoingMessage, now: float) -> dict[str, Any]:
+        """The SendMessageBatch entry for one message; MessageError names the message and the rule."""
+        try:
+            return self._build_entry(index, outgoing, now)
+        except MessageError as error:
+            raise MessageError(f"message {index} for {outgoing.path!r}: {error}") from None
+
+    def _build_entry(self, index: int, outgoing: OutgoingMessage, now: float) -> dict[str, Any]:
+        if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
+            raise MessageError(f"path must be a string starting with '/', got {outgoing.path!r}")
+        body = _body_text(outgoing.body)
+        attributes = {message.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
+        attributes.update(_sqs_attributes(outgoing.attributes or {}))
+        size = message.message_bytes(body, attributes)
+        if size > limits.SQS_MAX_MESSAGE_BYTES:
+            raise MessageError(f"message is {size} bytes with its attributes; SQS allows at most {limits.SQS_MAX_MESSAGE_BYTES}")
+        entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
+        delay = delay_seconds(outgoing.delay, outgoing.at, now)
+        entry.update(self._queue_options(outgoing, delay))
+        entry["_size"] = size
+        return entry
+
+    def _queue_options(self, outgoing: OutgoingMessage, delay: int) -> dict[str, Any]:
+        """DelaySeconds, or FIFO's group and deduplication ids."""
+        if not self.fifo:
+            if outgoing.group_id is not None or outgoing.dedupe_key is not None:
+                raise MessageError("group_id and dedupe_key apply to FIFO queues (a queue URL ending in .fifo)")
+            return {"DelaySeconds": delay} if delay else {}
+        if delay:
+            raise MessageError(
+                f"a FIFO queue has no per-message delay (SQS rejects DelaySeconds on FIFO messages), got a delay of {delay} s"
+            )
+        if not outgoing.group_id:
+            raise MessageError("group_id is required for a FIFO queue")
+        options = {"MessageGroupId": outgoing.group_id}
+        if outgoing.dedupe_key is not None:
+            options["MessageDeduplicationId"] = outgoing.dedupe_key
+        return options
+
+    def _send_chunk(self, chunk: list[dict[str, Any]]) -> dict[int, SendResult]:
+        """One batch, retrying entries that failed on SQS's side."""
+        results: dict[int, SendResult] = {}
+        pending = [{k: v for k, v in entry.items() if k != "_size"} for entry in chunk]
+        for attempt in range(1, MAX_ENTRY_ATTEMPTS + 1):
+            try:
+                response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=pending)
+            except Exception as error:  # botocore already retried call-level throttling
+                code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+                return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=str(error), code=code) for e in pending}}
+            for ok in response.get("Successful") or []:
+                results[int(ok["Id"])] = SendResult(int(ok["Id"]), message_id=ok["MessageId"])
+            retry_ids = set()
+            for failed in response.get("Failed") or []:
+                index = int(failed["Id"])
+                results[index] = SendResult(index, error=failed.get("Message") or failed["Code"], code=failed["Code"])
+                if not failed.get("SenderFault"):
+                    retry_ids.add(failed["Id"])
+            pending = [e for e in pending if e["Id"] in retry_ids]
+            if not pending:
+                break
+            if attempt < MAX_ENTRY_ATTEMPTS:
+                self._sleep(min(ENTRY_RETRY_CAP_SECONDS, ENTRY_RETRY_BASE_SECONDS * 2**attempt))
+        return results
+
+
+def delay_seconds(delay: timedelta | float | None, at: datetime | None, now: float) -> int:
+    """Whole seconds to defer a message, from ``delay`` or ``at``, within SQS's 900 s.
+
+    Examples
+    --------
+    >>> delay_seconds(timedelta(seconds=1.2), None, 0.0)
+    2
+    """
+    if delay is not None and at is not None:
+        raise MessageError("give delay or at, not both")
+    if at is not None:
+        if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+            raise MessageError(f"at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got {at!r}")
+        seconds = max(0.0, at.timestamp() - now)
+    elif delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise MessageError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
+    else:
+        return 0
+    whole = math.ceil(seconds)
+    if whole > limits.SQS_MAX_DELAY_SECONDS:
+        raise MessageError(
+            f"a delay of {whole} s is over SQS's {limits.SQS_MAX_DELAY_SECONDS} s maximum; "
+            "longer delays need the delay scheduler, which this Client does not have"
+        )
+    return whole
+
+
+def _body_text(body: Any) -> str:
+    """The body as SQS will carry it; MessageError for an empty body or a character SQS refuses."""
+    if not isinstance(body, str):
+        import json
+
+        try:
+            body = json.dumps(body, separators=(",", ":"))
+        except (TypeError, ValueError) as error:
+            raise MessageError(f"body must be a string or JSON-serializable, got {type(body).__name__}: {error}") from None
+    if not body:
+        raise MessageError("body must not be empty (SQS requires at least one character)")
+    bad = _invalid_body_character().search(body)
+    if bad:
+        raise MessageError(f"body has character {bad.group()!r} at offset {bad.start()}, which SQS does not allow")
+    return body
+
+
+@functools.lru_cache(maxsize=1)
+def _invalid_body_character() -> re.Pattern[str]:
+    """The compiled body-character rule; compiled on first send, as it costs ~10 ms at import."""
+    return re.compile(_INVALID_BODY_CHARACTER)
+
+
+def _sqs_attributes(attributes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """User attributes in the SQS API's shape: str → String, int/float → Number, bytes → Binary."""
+    if len(attributes) + 1 > limits.SQS_MAX_MESSAGE_ATTRIBUTES:
+        raise MessageError(
+            f"{len(attributes)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
+            f"and Worker Tier uses one for the path, so at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1}"
+        )
+    return {_attribute_name(name): _attribute_value(name, value) for name, value in attributes.items()}
+
+
+def _attribute_name(name: Any) -> str:
+    """Check one attribute name against SQS's naming rules."""
+    if name == message.PATH_ATTRIBUTE:
+        raise MessageError(f"attribute {name!r} is set from the path argument; do not pass it")
+    if (
+        not isinstance(name, str)
+        or not _ATTRIBUTE_NAME.match(name)
+        or len(name) > limits.SQS_MAX_ATTRIBUTE_NAME_CHARS
+        or name.lower().startswith(_RESERVED_ATTRIBUTE_PREFIXES)
+        or name.startswith(".")
+        or name.endswith(".")
+        or ".." in name
+    ):
+        raise MessageError(
+            f"attribute name {name!r} is not allowed: SQS takes up to {limits.SQS_MAX_ATTRIBUTE_NAME_CHARS} of "
+            "A-Z a-z 0-9 _ - ., no leading, trailing or double period, and no 'AWS.' or 'Amazon.' prefix"
+        )
+    return name
+
+
+def _attribute_value(name: str, value: Any) -> dict[str, Any]:
+    """One attribute value in the SQS API's shape."""
+    if isinstance(value, bool):
+        raise MessageError(f"attribute {name!r} is a bool; send 'true'/'false' as a string or 1/0 as a number")
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MessageError(f"attribute {name!r} must be a finite number, got {value!r}")
+        return {"DataType": "Number", "StringValue": repr(value) if isinstance(value, float) else str(value)}
+    if isinstance(value, (bytes, bytearray)):
+        if not value:
+            raise MessageError(f"attribute {name!r} must not be empty")
+        return {"DataType": "Binary", "BinaryValue": bytes(value)}
+    if isinstance(value, str):
+        if not value:
+            raise MessageError(f"attribute {name!r} must not be an empty string (SQS refuses empty values)")
+        return {"DataType": "String", "StringValue": value}
+    raise MessageError(f"attribute {name!r} must be str, int, float or bytes, got {type(value).__name__}")
+
+
+def _chunks(entries: list[dict[str, Any]]) -> Iterable[list[dict[str, Any]]]:
+    """Split entries into SendMessageBatch calls: at most 10 entries and 1 MiB each."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for entry in entries:
+        full = len(chunk) == limits.SQS_MAX_BATCH_ENTRIES or size + entry["_size"] > limits.SQS_MAX_MESSAGE_BYTES
+        if chunk and full:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += entry["_size"]
+    if chunk:
+        yield chunk

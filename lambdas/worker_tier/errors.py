@@ -1,0 +1,63 @@
+"""Exceptions raised by and to Worker Tier."""
+
+from __future__ import annotations
+
+import math
+
+
+class WorkerTierError(Exception):
+    """Base class of every error Worker Tier raises."""
+
+
+class SettingsError(WorkerTierError, ValueError):
+    """A setting is missing, of the wrong type or out of range."""
+
+
+class NonRetryableError(WorkerTierError):
+    """Raise from a task to send its message to the dead-letter queue at once, with this reason.
+
+    Examples
+    --------
+    >>> raise NonRetryableError("image is not a JPEG")  # doctest: +SKIP
+    """
+
+
+class RetryLater(WorkerTierError):  # noqa: N818 - the public name DESIGN.md promises
+    """Raise from a task to retry its message after ``delay`` seconds, without backoff.
+
+    Examples
+    --------
+    >>> RetryLater(30).delay_seconds
+    30
+    """
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        seconds = delay.total_seconds() if hasattr(delay, "total_seconds") else delay
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"RetryLater delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
+        self.delay_seconds = math.ceil(seconds)
+        super().__init__(reason or f"retry requested in {self.delay_seconds} s")
+
+
+class UnknownPathError(NonRetryableError):
+    """No task is registered for the message's path."""
+
+
+class MalformedBodyError(NonRetryableError):
+    """The message body could not be parsed as the task declared."""
+
+
+class TaskRegistrationError(WorkerTierError, ValueError):
+    """A ``@task`` registration is invalid (bad path, duplicate, bad option)."""
+
+
+class MessageError(WorkerTierError, ValueError):
+    """A message given to ``Client`` breaks an SQS rule (size, attributes, delay)."""
+
+
+class SendError(WorkerTierError):
+    """SQS refused a message, after retries where the failure was retryable."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,1 @@
+"""Thin Lambda entry points: each adapts its event and calls the library."""

@@ -1,0 +1,47 @@
+"""AWS service quotas that Worker Tier's code depends on, each with its source.
+
+Every limit lives here once; code, tests and docs import it from here.
+"""
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
+SQS_MAX_BATCH_ENTRIES = 10
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html
+SQS_MAX_MESSAGE_ATTRIBUTES = 10
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
+# Applies to one message (body plus attributes) and to the sum of a SendMessageBatch call.
+SQS_MAX_MESSAGE_BYTES = 1024 * 1024
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-delay-queues.html
+SQS_MAX_DELAY_SECONDS = 15 * 60
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html
+SQS_MAX_VISIBILITY_TIMEOUT_SECONDS = 12 * 60 * 60
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SetQueueAttributes.html
+SQS_MIN_RETENTION_SECONDS = 60
+SQS_MAX_RETENTION_SECONDS = 14 * 24 * 60 * 60
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_MessageAttributeValue.html
+SQS_MAX_ATTRIBUTE_NAME_CHARS = 256
+
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html
+DYNAMODB_MAX_BATCH_WRITE_ITEMS = 25
+
+# https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html
+LAMBDA_MAX_TIMEOUT_SECONDS = 15 * 60
+
+# https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html
+LAMBDA_MIN_MEMORY_MB = 128
+LAMBDA_MAX_MEMORY_MB = 10240
+
+# https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html#events-sqs-max-concurrency
+LAMBDA_SQS_MIN_MAXIMUM_CONCURRENCY = 2
+LAMBDA_SQS_MAX_MAXIMUM_CONCURRENCY = 1000
+
+# https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html (batch size and window)
+LAMBDA_SQS_MAX_BATCH_SIZE_STANDARD = 10000
+LAMBDA_SQS_MAX_BATCH_SIZE_FIFO = 10
+LAMBDA_SQS_MAX_BATCH_SIZE_WITHOUT_WINDOW = 10
+LAMBDA_SQS_MAX_BATCHING_WINDOW_SECONDS = 300

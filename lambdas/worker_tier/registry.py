@@ -1,0 +1,142 @@
+"""The task registry: which handler runs for which path, with its options."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from worker_tier.errors import TaskRegistrationError
+from worker_tier.task import Task
+
+TaskHandler = Callable[[Task], None]
+
+DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS = 60 * 60
+
+
+@dataclass(frozen=True)
+class TaskDefinition:
+    """A registered task: its path, handler and options."""
+
+    path: str
+    handler: TaskHandler
+    parser: Callable[[str], Any] | None = None
+    idempotent: bool = False
+    idempotency_key: str | Callable[[Task], str] | None = None
+    idempotency_expiry: int = DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS
+
+
+_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry")
+
+
+class Registry:
+    """Paths to task definitions.
+
+    Examples
+    --------
+    >>> registry = Registry()
+    >>> @registry.task("/hello")
+    ... def hello(task): ...
+    >>> registry.get("/hello").handler is hello
+    True
+    """
+
+    def __init__(self) -> None:
+        self._definitions: dict[str, TaskDefinition] = {}
+
+    def task(self, path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
+        """Decorator registering ``handler`` for ``path`` (see ``worker_tier.task``)."""
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise TaskRegistrationError(
+                f"@task({path!r}) got unknown option {unknown[0]!r}; options are: {', '.join(_OPTIONS)}"
+            )
+
+        def register(handler: TaskHandler) -> TaskHandler:
+            self.register(TaskDefinition(path=path, handler=handler, **options))
+            return handler
+
+        return register
+
+    def register(self, definition: TaskDefinition) -> None:
+        """Add a definition, refusing a bad path or a second handler for the same path."""
+        _check_definition(definition)
+        existing = self._definitions.get(definition.path)
+        if existing is not None and _qualified_name(existing.handler) != _qualified_name(definition.handler):
+            raise TaskRegistrationError(
+                f"path {definition.path!r} is already registered to {_qualified_name(existing.handler)}; "
+                f"cannot register {_qualified_name(definition.handler)} too"
+            )
+        self._definitions[definition.path] = definition
+
+    def get(self, path: str) -> TaskDefinition | None:
+        """The definition for ``path``, or None."""
+        return self._definitions.get(path)
+
+    def paths(self) -> list[str]:
+        """Registered paths, sorted."""
+        return sorted(self._definitions)
+
+    def import_modules(self, modules: Iterable[str]) -> None:
+        """Import task modules so that their ``@task`` decorators run."""
+        for name in modules:
+            name = name.strip()
+            if name:
+                importlib.import_module(name)
+
+
+def _check_definition(definition: TaskDefinition) -> None:
+    """Raise TaskRegistrationError for an invalid path or option value."""
+    if not isinstance(definition.path, str) or not definition.path.startswith("/"):
+        raise TaskRegistrationError(f"task path must be a string starting with '/', got {definition.path!r}")
+    if not callable(definition.handler):
+        raise TaskRegistrationError(f"task handler for {definition.path!r} must be callable, got {definition.handler!r}")
+    if definition.parser is not None and not callable(definition.parser):
+        raise TaskRegistrationError(f"parser for {definition.path!r} must be callable, got {definition.parser!r}")
+    key = definition.idempotency_key
+    if key is not None and not (callable(key) or (isinstance(key, str) and key)):
+        raise TaskRegistrationError(
+            f"idempotency_key for {definition.path!r} must be a JMESPath into the JSON body or a callable, got {key!r}"
+        )
+    if key is not None and not definition.idempotent:
+        raise TaskRegistrationError(f"idempotency_key for {definition.path!r} needs idempotent=True")
+    expiry = definition.idempotency_expiry
+    if isinstance(expiry, bool) or not isinstance(expiry, int) or expiry < 1:
+        raise TaskRegistrationError(
+            f"idempotency_expiry for {definition.path!r} must be a positive number of seconds, got {expiry!r}"
+        )
+
+
+def _qualified_name(handler: Callable[..., Any]) -> str:
+    """module.qualname of a handler, for messages and duplicate checks."""
+    return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', repr(handler))}"
+
+
+DEFAULT_REGISTRY = Registry()
+
+
+def task(path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
+    """Register a task handler for a path in the default registry.
+
+    Parameters
+    ----------
+    path:
+        The route, matched against the ``beanstalk.sqsd.path`` attribute (or the
+        ``http_path`` setting when a message has none).
+    parser:
+        Optional callable turning the body into ``Task.payload``; when it raises,
+        the message goes to the dead-letter queue at once as a malformed body.
+    idempotent:
+        Run at most once per key (Powertools idempotency on the state table).
+    idempotency_key:
+        JMESPath into the JSON body, or a callable of the Task; default: message id.
+    idempotency_expiry:
+        Seconds a completed key is remembered (default one hour).
+
+    Examples
+    --------
+    >>> @task("/resize", parser=__import__("json").loads)
+    ... def resize(t):
+    ...     width = t.payload["width"]
+    """
+    return DEFAULT_REGISTRY.task(path, **options)

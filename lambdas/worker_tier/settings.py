@@ -1,0 +1,207 @@
+"""Worker Tier settings: names, defaults, ranges and validation, in one place.
+
+The same ``Settings`` is read from ``cdk.json`` at synth (``infra``), from
+``WORKER_TIER_*`` environment variables in a function, and by the local
+environment, so every default and range below is stated once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from worker_tier import limits
+from worker_tier.errors import SettingsError
+
+ENVIRONMENT_PREFIX = "WORKER_TIER_"
+
+# Elastic Beanstalk worker defaults:
+# https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/command-options-general.html#command-options-general-elasticbeanstalksqsd
+DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 300
+DEFAULT_ERROR_VISIBILITY_TIMEOUT_SECONDS = 2
+DEFAULT_MAX_RETRIES = 10
+DEFAULT_HTTP_CONNECTIONS = 50
+DEFAULT_INACTIVITY_TIMEOUT_SECONDS = 299
+DEFAULT_RETENTION_PERIOD_SECONDS = 345600
+DEFAULT_HTTP_PATH = "/"
+DEFAULT_MIME_TYPE = "application/json"
+
+# Worker Tier's own defaults.
+DEFAULT_MAX_BACKOFF_SECONDS = 15 * 60
+DEFAULT_BATCH_SIZE = 10
+DEFAULT_MAX_BATCHING_WINDOW_SECONDS = 0
+DEFAULT_MEMORY_MB = 256
+DEFAULT_TIMEOUT_MARGIN_SECONDS = 10
+DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
+DEFAULT_TASK_MODULES = "tasks"
+
+_MIME_TYPE = re.compile(r"^[\w.+-]+/[\w.+-]+$")
+_MODULE_LIST = re.compile(r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$")
+
+
+@dataclass(frozen=True)
+class _Range:
+    low: int
+    high: int
+    eb_option: str | None = None
+
+    def check(self, name: str, value: Any) -> None:
+        """Raise SettingsError unless value is an int within low..high."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SettingsError(f"{name} must be a whole number {self.low}..{self.high}{self._eb()}, got {value!r}")
+        if not self.low <= value <= self.high:
+            raise SettingsError(f"{name} must be {self.low}..{self.high}{self._eb()}, got {value}")
+
+    def _eb(self) -> str:
+        return f" (EB {self.eb_option})" if self.eb_option else ""
+
+
+_RANGES: dict[str, _Range] = {
+    "visibility_timeout": _Range(0, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS, "VisibilityTimeout"),
+    "error_visibility_timeout": _Range(0, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS, "ErrorVisibilityTimeout"),
+    "max_retries": _Range(1, 100, "MaxRetries"),
+    "http_connections": _Range(
+        limits.LAMBDA_SQS_MIN_MAXIMUM_CONCURRENCY, limits.LAMBDA_SQS_MAX_MAXIMUM_CONCURRENCY, "HttpConnections"
+    ),
+    "inactivity_timeout": _Range(1, limits.LAMBDA_MAX_TIMEOUT_SECONDS, "InactivityTimeout"),
+    "retention_period": _Range(
+        limits.SQS_MIN_RETENTION_SECONDS, limits.SQS_MAX_RETENTION_SECONDS, "RetentionPeriod"
+    ),
+    "max_backoff": _Range(1, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS),
+    "batch_size": _Range(1, limits.LAMBDA_SQS_MAX_BATCH_SIZE_STANDARD),
+    "max_batching_window": _Range(0, limits.LAMBDA_SQS_MAX_BATCHING_WINDOW_SECONDS),
+    "memory_size": _Range(limits.LAMBDA_MIN_MEMORY_MB, limits.LAMBDA_MAX_MEMORY_MB),
+    "timeout_margin": _Range(1, limits.LAMBDA_MAX_TIMEOUT_SECONDS),
+    "oldest_message_alarm": _Range(60, limits.SQS_MAX_RETENTION_SECONDS),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated Worker Tier settings; EB option names where EB has one.
+
+    Examples
+    --------
+    >>> Settings.from_mapping({"max_retries": 5}).max_retries
+    5
+    """
+
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT_SECONDS
+    error_visibility_timeout: int = DEFAULT_ERROR_VISIBILITY_TIMEOUT_SECONDS
+    max_retries: int = DEFAULT_MAX_RETRIES
+    http_connections: int = DEFAULT_HTTP_CONNECTIONS
+    inactivity_timeout: int = DEFAULT_INACTIVITY_TIMEOUT_SECONDS
+    retention_period: int = DEFAULT_RETENTION_PERIOD_SECONDS
+    http_path: str = DEFAULT_HTTP_PATH
+    mime_type: str = DEFAULT_MIME_TYPE
+    max_backoff: int = DEFAULT_MAX_BACKOFF_SECONDS
+    fifo: bool = False
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_batching_window: int = DEFAULT_MAX_BATCHING_WINDOW_SECONDS
+    memory_size: int = DEFAULT_MEMORY_MB
+    timeout_margin: int = DEFAULT_TIMEOUT_MARGIN_SECONDS
+    oldest_message_alarm: int = DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS
+    task_modules: str = DEFAULT_TASK_MODULES
+
+    def __post_init__(self) -> None:
+        for name, rule in _RANGES.items():
+            rule.check(name, getattr(self, name))
+        self._check_strings()
+        self._check_combinations()
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Settings:
+        """Build settings from a mapping such as cdk.json's ``worker_tier`` context."""
+        if not isinstance(values, Mapping):
+            raise SettingsError(f"worker_tier settings must be a JSON object, got {values!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise SettingsError(f"unknown setting {unknown[0]!r}; known settings are: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Settings:
+        """Read every ``WORKER_TIER_<SETTING>`` variable that is set; the rest keep their defaults."""
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = environ.get(ENVIRONMENT_PREFIX + field.name.upper())
+            if raw is not None:
+                values[field.name] = _parse_environment_value(field.name, field.type, raw)
+        return cls(**values)
+
+    def to_environment(self) -> dict[str, str]:
+        """The ``WORKER_TIER_*`` variables that carry these settings into a function."""
+        return {
+            ENVIRONMENT_PREFIX + f.name.upper(): _format_environment_value(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+        }
+
+    @property
+    def redrive_max_receive_count(self) -> int:
+        """The queue's redrive maxReceiveCount: the backstop behind the worker's own give-up.
+
+        The worker dead-letters a message itself, with its reason, on the receive
+        whose count reaches ``max_retries``. SQS's redrive moves a message only
+        when a receive would exceed maxReceiveCount, so a margin above
+        ``max_retries`` gives the worker those extra receives to attach the
+        reason even if an invocation crashed or timed out on the way.
+        """
+        return self.max_retries + REDRIVE_MARGIN_RECEIVES
+
+    def _check_strings(self) -> None:
+        if not isinstance(self.http_path, str) or not self.http_path.startswith("/"):
+            raise SettingsError(f"http_path must be a path starting with '/' (EB HttpPath), got {self.http_path!r}")
+        if not isinstance(self.mime_type, str) or not _MIME_TYPE.match(self.mime_type):
+            raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
+        if not isinstance(self.fifo, bool):
+            raise SettingsError(f"fifo must be true or false, got {self.fifo!r}")
+        if not isinstance(self.task_modules, str) or not _MODULE_LIST.match(self.task_modules):
+            raise SettingsError(
+                f"task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got {self.task_modules!r}"
+            )
+
+    def _check_combinations(self) -> None:
+        if self.visibility_timeout < self.inactivity_timeout:
+            raise SettingsError(
+                f"visibility_timeout must be >= inactivity_timeout (the function timeout) so a message is not "
+                f"handed to a second worker while the first still runs it, got {self.visibility_timeout} < {self.inactivity_timeout}"
+            )
+        if self.timeout_margin >= self.inactivity_timeout:
+            raise SettingsError(
+                f"timeout_margin must be below inactivity_timeout ({self.inactivity_timeout}), got {self.timeout_margin}"
+            )
+        if self.fifo and self.batch_size > limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO:
+            raise SettingsError(
+                f"batch_size must be 1..{limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO} for a FIFO queue, got {self.batch_size}"
+            )
+        if self.batch_size > limits.LAMBDA_SQS_MAX_BATCH_SIZE_WITHOUT_WINDOW and self.max_batching_window < 1:
+            raise SettingsError(
+                f"batch_size above {limits.LAMBDA_SQS_MAX_BATCH_SIZE_WITHOUT_WINDOW} needs max_batching_window >= 1, "
+                f"got batch_size {self.batch_size} with max_batching_window {self.max_batching_window}"
+            )
+
+
+# Receives the redrive policy allows beyond max_retries; see Settings.redrive_max_receive_count.
+REDRIVE_MARGIN_RECEIVES = 3
+
+
+def _parse_environment_value(name: str, kind: Any, raw: str) -> Any:
+    """Turn one environment string into the field's type, or say which variable is wrong."""
+    if kind in (int, "int"):
+        try:
+            return int(raw)
+        except ValueError:
+            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be a whole number, got {raw!r}") from None
+    if kind in (bool, "bool"):
+        if raw.lower() not in ("true", "false"):
+            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be 'true' or 'false', got {raw!r}")
+        return raw.lower() == "true"
+    return raw
+
+
+def _format_environment_value(value: Any) -> str:
+    """Format one setting for an environment variable."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

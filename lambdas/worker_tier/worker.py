@@ -1,0 +1,325 @@
+"""The processing core: routes each message of a batch to its task and decides its fate.
+
+Every record ends in exactly one of:
+
+- succeeded: reported done, so the event source deletes it;
+- dead-lettered: copied to the DLQ with ``worker_tier.failure``, then reported done;
+- retrying: reported failed, its visibility set to the backoff (or ``RetryLater``) delay;
+- released: not started (timeout guard, FIFO group stopped), reported failed with visibility 0.
+
+All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random as _random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
+
+from worker_tier import backoff, limits, observability
+from worker_tier.aws import LazyClient
+from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
+from worker_tier.errors import MalformedBodyError, NonRetryableError, RetryLater, UnknownPathError
+from worker_tier.idempotency import IdempotentRunner
+from worker_tier.observability import logger
+from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
+from worker_tier.settings import Settings
+from worker_tier.task import Task
+from worker_tier.visibility import VisibilityChange, change_visibility
+
+OUTCOME_SUCCEEDED = "succeeded"
+OUTCOME_RETRYING = "retrying"
+OUTCOME_DEAD_LETTERED = "dead_lettered"
+OUTCOME_RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one message; passed to outcome listeners (the local environment prints them)."""
+
+    status: str
+    message_id: str
+    path: str
+    receive_count: int
+    detail: str = ""
+    visibility_seconds: int | None = None
+
+
+OutcomeListener = Callable[[Outcome], None]
+_listeners: list[OutcomeListener] = []
+
+
+def add_outcome_listener(listener: OutcomeListener) -> None:
+    """Call ``listener`` with every Outcome any Worker in this process decides."""
+    _listeners.append(listener)
+
+
+def remove_outcome_listener(listener: OutcomeListener) -> None:
+    """Stop calling ``listener``."""
+    _listeners.remove(listener)
+
+
+class InvocationEndingError(Exception):
+    """The invocation's remaining time fell below the safety margin before this record started."""
+
+
+@dataclass
+class _Invocation:
+    """Per-invocation state: the Lambda context and the visibility changes decided so far."""
+
+    context: Any
+    margin_ms: int
+    changes: dict[str, VisibilityChange] = field(default_factory=dict)
+
+    def remaining_ms(self) -> int | None:
+        getter = getattr(self.context, "get_remaining_time_in_millis", None)
+        return None if getter is None else getter()
+
+    def time_is_short(self) -> bool:
+        remaining = self.remaining_ms()
+        return remaining is not None and remaining < self.margin_ms
+
+    def set_visibility(self, record: Mapping[str, Any], seconds: int) -> None:
+        seconds = max(0, min(int(seconds), limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS))
+        self.changes[record["messageId"]] = VisibilityChange(record["messageId"], record["receiptHandle"], seconds)
+
+
+class Worker:
+    """Processes Lambda SQS events against a task registry.
+
+    Examples
+    --------
+    >>> worker = Worker(Settings(), queue_url="https://sqs.example/q", dead_letter_queue_url="https://sqs.example/dlq")
+    >>> worker.handle({"Records": []}, None)
+    {'batchItemFailures': []}
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        queue_url: str | None,
+        dead_letter_queue_url: str | None,
+        state_table: str | None = None,
+        registry: Registry = DEFAULT_REGISTRY,
+        sqs: Any = None,
+        dynamodb: Any = None,
+        clock: Callable[[], float] = time.time,
+        random: Callable[[], float] = _random.random,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self._queue_url = queue_url
+        self._dead_letter_queue_url = dead_letter_queue_url
+        self._sqs = LazyClient("sqs", sqs)
+        self._dynamodb = LazyClient("dynamodb", dynamodb)
+        self._idempotency = IdempotentRunner(state_table, self._dynamodb.get)
+        self._clock = clock
+        self._random = random
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
+        """A Worker configured by ``WORKER_TIER_*`` variables, with its task modules imported."""
+        settings = Settings.from_environment(environ)
+        registry = overrides.pop("registry", DEFAULT_REGISTRY)
+        registry.import_modules(settings.task_modules.split(","))
+        return cls(
+            settings,
+            queue_url=environ.get("WORKER_TIER_QUEUE_URL"),
+            dead_letter_queue_url=environ.get("WORKER_TIER_DLQ_URL"),
+            state_table=environ.get("WORKER_TIER_STATE_TABLE"),
+            registry=registry,
+            **overrides,
+        )
+
+    def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        """Process one Lambda SQS event; return ``{"batchItemFailures": [...]}``."""
+        records = list(event.get("Records") or [])
+        invocation = _Invocation(context, self.settings.timeout_margin * 1000)
+        processor = self._new_processor()
+
+        def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
+            self._process_record(record.raw_event, invocation)
+
+        with processor(records, record_handler, lambda_context=None):
+            processor.process()
+        response = processor.response()
+        self._release_undecided(records, response, invocation)
+        self._flush(records, invocation)
+        return response
+
+    def _new_processor(self) -> BatchProcessor:
+        """Powertools' partial-batch processor; a FIFO queue stops only the failed message group."""
+        if self.settings.fifo:
+            processor: BatchProcessor = SqsFifoPartialProcessor(skip_group_on_error=True)
+        else:
+            processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        # Every failure is reported per item, never as a raised BatchProcessingError.
+        processor.raise_on_entire_batch_failure = False
+        return processor
+
+    def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
+        """Run one record with its message id and path on every log line."""
+        task = Task.from_record(
+            record,
+            default_path=self.settings.http_path,
+            content_type=self.settings.mime_type,
+            remaining_time_ms=invocation.remaining_ms if invocation.remaining_ms() is not None else None,
+        )
+        logger.append_keys(message_id=task.message_id, path=task.path)
+        try:
+            self._run(record, task, invocation)
+        finally:
+            logger.remove_keys(["message_id", "path"])
+
+    def _run(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
+        """Route, run and decide; raising marks the record failed for the processor."""
+        if invocation.time_is_short():
+            invocation.set_visibility(record, 0)
+            detail = "invocation ending"
+            self._emit(Outcome(OUTCOME_RELEASED, task.message_id, task.path, task.receive_count, detail, 0))
+            raise InvocationEndingError(f"{invocation.remaining_ms()} ms left, below the safety margin")
+        self._count_start(task)
+        try:
+            definition = self._definition(task)
+            self._call(definition, self._parsed(definition, task), invocation.context)
+        except RetryLater as retry:
+            self._retry(record, task, invocation, retry.delay_seconds, retry)
+            raise
+        except NonRetryableError as error:
+            self._dead_letter(record, task, invocation, error)
+        except Exception as error:  # a task's failure, whatever its type
+            if task.receive_count >= self.settings.max_retries:
+                self._dead_letter(record, task, invocation, error)
+                return
+            delay = backoff.backoff_seconds(
+                task.receive_count, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
+            )
+            self._retry(record, task, invocation, delay, error)
+            raise
+        else:
+            observability.count(observability.METRIC_SUCCEEDED)
+            self._emit(Outcome(OUTCOME_SUCCEEDED, task.message_id, task.path, task.receive_count))
+
+    def _definition(self, task: Task) -> TaskDefinition:
+        """The task registered for the message's path, or UnknownPathError."""
+        definition = self.registry.get(task.path)
+        if definition is None:
+            raise UnknownPathError(
+                f"no task is registered for path {task.path!r}; registered paths: {', '.join(self.registry.paths()) or 'none'}"
+            )
+        return definition
+
+    @staticmethod
+    def _parsed(definition: TaskDefinition, task: Task) -> Task:
+        """The task with ``payload`` set by the declared parser; MalformedBodyError when it refuses."""
+        if definition.parser is None:
+            return task
+        try:
+            return dataclasses.replace(task, payload=definition.parser(task.body))
+        except Exception as error:
+            name = getattr(definition.parser, "__qualname__", repr(definition.parser))
+            raise MalformedBodyError(
+                f"parser {name} of task {task.path!r} rejected the body of message {task.message_id}: {error}"
+            ) from error
+
+    def _call(self, definition: TaskDefinition, task: Task, context: Any) -> None:
+        """Run the handler, through the idempotency layer when the task asks for it."""
+        started = time.perf_counter()
+        try:
+            if definition.idempotent:
+                self._idempotency.run(definition, task, context)
+            else:
+                definition.handler(task)
+        finally:
+            observability.milliseconds(observability.METRIC_TASK_DURATION, (time.perf_counter() - started) * 1000)
+
+    def _retry(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException
+    ) -> None:
+        """Schedule a retry after ``delay`` seconds."""
+        invocation.set_visibility(record, delay)
+        observability.count(observability.METRIC_FAILED)
+        observability.count(observability.METRIC_RETRIED)
+        logger.warning("task failed; retrying", extra={"error": repr(error), "retry_in_seconds": delay})
+        self._emit(Outcome(OUTCOME_RETRYING, task.message_id, task.path, task.receive_count, _describe(error), delay))
+
+    def _dead_letter(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException
+    ) -> None:
+        """Copy the message to the DLQ with its reason; if that fails, keep it and retry later."""
+        observability.count(observability.METRIC_FAILED)
+        try:
+            send_to_dead_letter_queue(
+                self._sqs.get(),
+                self._require_dead_letter_queue_url(),
+                record,
+                error,
+                attempts=task.receive_count,
+                path=task.path,
+                now=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
+            )
+        except DeadLetterError as failure:
+            logger.error("dead-letter send failed; message kept for retry", extra={"error": str(failure)})
+            delay = backoff.backoff_seconds(
+                task.receive_count, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
+            )
+            self._retry(record, task, invocation, delay, failure)
+            raise
+        observability.count(observability.METRIC_DEAD_LETTERED)
+        logger.error("task dead-lettered", extra={"error": repr(error), "attempts": task.receive_count})
+        self._emit(Outcome(OUTCOME_DEAD_LETTERED, task.message_id, task.path, task.receive_count, _describe(error)))
+
+    def _require_dead_letter_queue_url(self) -> str:
+        if not self._dead_letter_queue_url:
+            raise DeadLetterError("no dead-letter queue is configured (set WORKER_TIER_DLQ_URL)")
+        return self._dead_letter_queue_url
+
+    def _count_start(self, task: Task) -> None:
+        """Processed count and the message's age when work starts."""
+        observability.count(observability.METRIC_PROCESSED)
+        if task.sent_at is not None:
+            age_ms = max(0.0, self._clock() - task.sent_at.timestamp()) * 1000
+            observability.milliseconds(observability.METRIC_MESSAGE_AGE, age_ms)
+
+    def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
+        """Failed records with no decision of ours (a stopped FIFO group) return at once."""
+        failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        for record in records:
+            if record["messageId"] in failed and record["messageId"] not in invocation.changes:
+                invocation.set_visibility(record, 0)
+                task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
+                detail = "an earlier message of its group failed"
+                self._emit(Outcome(OUTCOME_RELEASED, task.message_id, task.path, task.receive_count, detail, 0))
+
+    def _flush(self, records: list[Any], invocation: _Invocation) -> None:
+        """Send every visibility change of the batch, 10 per call."""
+        if not invocation.changes:
+            return
+        released = sum(1 for c in invocation.changes.values() if c.timeout_seconds == 0)
+        if released:
+            observability.count(observability.METRIC_RELEASED, released)
+        change_visibility(self._sqs.get(), self._resolve_queue_url(records), list(invocation.changes.values()))
+
+    def _resolve_queue_url(self, records: list[Any]) -> str:
+        """The source queue's URL: configured, or looked up once from the event source ARN."""
+        if self._queue_url is None:
+            _, _, _, _, account, name = records[0]["eventSourceARN"].split(":", 5)
+            self._queue_url = self._sqs.get().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        return self._queue_url
+
+    def _emit(self, outcome: Outcome) -> None:
+        """Tell the outcome listeners."""
+        for listener in list(_listeners):
+            listener(outcome)
+
+
+def _describe(error: BaseException) -> str:
+    """``Type: message`` for logs and outcomes."""
+    return f"{type(error).__name__}: {error}"
