@@ -23,3 +23,9 @@ def _get_worker() -> Worker:
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Process an SQS event; report failed records in ``batchItemFailures``."""
     return _get_worker().handle(event, context)
+
+
+def reset_worker() -> None:
+    """Rebuild the Worker from the environment on the next invocation (the local environment changes it)."""
+    global _worker
+    _worker = None

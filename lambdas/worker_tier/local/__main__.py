@@ -1,0 +1,101 @@
+"""`make run`: start the local environment, send the example tasks, print each outcome."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from worker_tier.local.environment import LocalEnvironment
+from worker_tier.settings import Settings
+
+if "--verbose" not in sys.argv:
+    # Powertools reads these when the worker's logger and metrics are created, so before that import.
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+
+from worker_tier.worker import (  # noqa: E402
+    OUTCOME_DEAD_LETTERED,
+    OUTCOME_RELEASED,
+    OUTCOME_RETRYING,
+    OUTCOME_SUCCEEDED,
+    Outcome,
+    add_outcome_listener,
+)
+
+DEFAULT_CDK_JSON = Path(__file__).resolve().parents[3] / "cdk.json"
+EXAMPLES: list[tuple[str, Any]] = [
+    ("/hello", {"name": "Ada"}),
+    ("/flaky", {"report": "monthly"}),
+    ("/poison", {"order_id": 42}),
+]
+_MARKS = {OUTCOME_SUCCEEDED: "ok  ", OUTCOME_RETRYING: "retry", OUTCOME_DEAD_LETTERED: "DLQ ", OUTCOME_RELEASED: "back"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run until --duration passes or Ctrl-C."""
+    args = _parse(argv)
+    settings = _settings(args.settings)
+    add_outcome_listener(_print_outcome)
+    with LocalEnvironment(settings) as env:
+        _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
+        _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
+             f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
+        if not args.no_examples:
+            for path, body in EXAMPLES:
+                message_id = env.client.send(path, json.dumps(body))
+                _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}")
+        _loop(env, args.duration)
+        _report_dead_letters(env)
+    return 0
+
+
+def _loop(env: LocalEnvironment, duration: float | None) -> None:
+    """Poll until the duration passes; Ctrl-C ends it early and cleanly."""
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            env.poll_once(wait_seconds=1)
+    except KeyboardInterrupt:
+        _say("stopping (Ctrl-C)")
+
+
+def _report_dead_letters(env: LocalEnvironment) -> None:
+    for dead in env.dead_letters():
+        _say(f"in DLQ: body {dead['body']}  reason {json.dumps(dead['failure'])}")
+
+
+def _print_outcome(outcome: Outcome) -> None:
+    detail = outcome.detail
+    if outcome.status == OUTCOME_RETRYING:
+        detail = f"{detail} -> retry in {outcome.visibility_seconds}s"
+    _say(f"{_MARKS.get(outcome.status, outcome.status)} {outcome.path:<8} {outcome.message_id[:8]}  "
+         f"receive {outcome.receive_count}  {detail}".rstrip())
+
+
+def _say(text: str) -> None:
+    print(f"{datetime.now():%H:%M:%S}  {text}", flush=True)
+
+
+def _settings(cdk_json: Path) -> Settings:
+    """The stack's settings, from cdk.json's worker_tier context."""
+    context = json.loads(Path(cdk_json).read_text()).get("context", {})
+    return Settings.from_mapping(context.get("worker_tier", {}))
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m worker_tier.local", description=__doc__)
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    parser.add_argument("--settings", type=Path, default=DEFAULT_CDK_JSON, help="cdk.json to read settings from")
+    parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
+    parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""An emulator of Lambda's SQS event source mapping: poll, build the real event shape, invoke, delete."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any, Callable
+
+from worker_tier import limits
+from worker_tier.local.context import LocalContext
+
+SYSTEM_ATTRIBUTES = ["All"]
+POLL_WAIT_SECONDS = 1
+
+
+class EventSourceEmulator:
+    """Polls a queue and invokes a handler the way Lambda's SQS event source does.
+
+    It deletes exactly the records the handler's ``batchItemFailures`` does not
+    name; the rest stay in the queue and come back after their visibility timeout.
+    """
+
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        queue_arn: str,
+        handler: Callable[[dict[str, Any], Any], dict[str, Any]],
+        context_factory: Callable[[], LocalContext],
+        batch_size: int,
+        region: str,
+    ) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._queue_arn = queue_arn
+        self._handler = handler
+        self._context_factory = context_factory
+        self._batch_size = min(batch_size, limits.SQS_MAX_BATCH_ENTRIES)
+        self._region = region
+
+    def poll_once(self, wait_seconds: int = POLL_WAIT_SECONDS) -> int:
+        """Receive one batch, invoke the handler, delete what succeeded; return the batch size."""
+        response = self._sqs.receive_message(
+            QueueUrl=self._queue_url,
+            MaxNumberOfMessages=self._batch_size,
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=SYSTEM_ATTRIBUTES,
+            MessageAttributeNames=["All"],
+        )
+        messages = response.get("Messages") or []
+        if not messages:
+            return 0
+        event = {"Records": [self._record(m) for m in messages]}
+        result = self._handler(event, self._context_factory()) or {}
+        self._delete_succeeded(messages, result)
+        return len(messages)
+
+    def _record(self, received: dict[str, Any]) -> dict[str, Any]:
+        """One Lambda SQS event record, as Lambda builds it from a received message."""
+        body = received.get("Body", "")
+        return {
+            "messageId": received["MessageId"],
+            "receiptHandle": received["ReceiptHandle"],
+            "body": body,
+            "attributes": dict(received.get("Attributes") or {}),
+            "messageAttributes": {
+                name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
+            },
+            "md5OfBody": received.get("MD5OfBody") or hashlib.md5(body.encode("utf-8")).hexdigest(),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self._queue_arn,
+            "awsRegion": self._region,
+        }
+
+    def _delete_succeeded(self, messages: list[dict[str, Any]], result: dict[str, Any]) -> None:
+        """DeleteMessageBatch for every record the response did not report failed."""
+        failed = {item["itemIdentifier"] for item in result.get("batchItemFailures", [])}
+        entries = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+            for i, m in enumerate(messages)
+            if m["MessageId"] not in failed
+        ]
+        for start in range(0, len(entries), limits.SQS_MAX_BATCH_ENTRIES):
+            self._sqs.delete_message_batch(
+                QueueUrl=self._queue_url, Entries=entries[start : start + limits.SQS_MAX_BATCH_ENTRIES]
+            )
+
+
+def _event_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    """An SQS API message attribute in the Lambda event's spelling."""
+    attribute: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+    if "BinaryValue" in value:
+        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
+    else:
+        attribute["stringValue"] = value.get("StringValue")
+    return attribute
