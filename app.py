@@ -2,11 +2,11 @@
 """CDK app entry: wires the stack and cdk-nag; makes no AWS calls."""
 
 import aws_cdk as cdk
-from cdk_nag import AwsSolutionsChecks
 
+from infra.nag import add_checks
 from infra.stack import WorkerTierStack
 
 app = cdk.App()
 WorkerTierStack(app, "WorkerTier")
-cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+add_checks(app)
 app.synth()

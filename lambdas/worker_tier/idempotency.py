@@ -33,7 +33,8 @@ class IdempotentRunner:
         """Call the task's handler unless its key already completed."""
         runner = self._runners.get(definition.path) or self._build(definition)
         self._runners[definition.path] = runner
-        runner.config.register_lambda_context(lambda_context)  # type: ignore[attr-defined]
+        if lambda_context is not None:
+            runner.config.register_lambda_context(lambda_context)  # type: ignore[attr-defined]
         runner(data={"path": definition.path, "key": idempotency_key(definition, task)}, task=task, handler=definition.handler)
 
     def _build(self, definition: TaskDefinition) -> Callable[..., Any]:

@@ -50,27 +50,10 @@ class EventSourceEmulator:
         messages = response.get("Messages") or []
         if not messages:
             return 0
-        event = {"Records": [self._record(m) for m in messages]}
+        event = {"Records": [lambda_record(m, self._queue_arn, self._region) for m in messages]}
         result = self._handler(event, self._context_factory()) or {}
         self._delete_succeeded(messages, result)
         return len(messages)
-
-    def _record(self, received: dict[str, Any]) -> dict[str, Any]:
-        """One Lambda SQS event record, as Lambda builds it from a received message."""
-        body = received.get("Body", "")
-        return {
-            "messageId": received["MessageId"],
-            "receiptHandle": received["ReceiptHandle"],
-            "body": body,
-            "attributes": dict(received.get("Attributes") or {}),
-            "messageAttributes": {
-                name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
-            },
-            "md5OfBody": received.get("MD5OfBody") or hashlib.md5(body.encode("utf-8")).hexdigest(),
-            "eventSource": "aws:sqs",
-            "eventSourceARN": self._queue_arn,
-            "awsRegion": self._region,
-        }
 
     def _delete_succeeded(self, messages: list[dict[str, Any]], result: dict[str, Any]) -> None:
         """DeleteMessageBatch for every record the response did not report failed."""
@@ -84,6 +67,24 @@ class EventSourceEmulator:
             self._sqs.delete_message_batch(
                 QueueUrl=self._queue_url, Entries=entries[start : start + limits.SQS_MAX_BATCH_ENTRIES]
             )
+
+
+def lambda_record(received: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
+    """One Lambda SQS event record, as Lambda builds it from a received message."""
+    body = received.get("Body", "")
+    return {
+        "messageId": received["MessageId"],
+        "receiptHandle": received["ReceiptHandle"],
+        "body": body,
+        "attributes": dict(received.get("Attributes") or {}),
+        "messageAttributes": {
+            name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
+        },
+        "md5OfBody": received.get("MD5OfBody") or hashlib.md5(body.encode("utf-8")).hexdigest(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
 
 
 def _event_attribute(value: dict[str, Any]) -> dict[str, Any]:

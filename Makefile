@@ -1,0 +1,37 @@
+# Each target creates .venv from requirements-dev.txt when it is missing or out of date.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+export PYTHONPATH := lambdas:.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+
+.PHONY: venv run test synth bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $(STAMP)
+
+## make run ARGS="--duration 60": the local environment on embedded moto
+run: $(STAMP)
+	$(PY) -m worker_tier.local $(ARGS)
+
+## make test: unit, functional, infra and e2e tests
+test: $(STAMP)
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+## make synth: CloudFormation template in cdk.out/, offline, no Docker, no AWS calls
+synth: $(STAMP)
+	CDK_OUTDIR=cdk.out $(PY) app.py
+
+## make bench: benchmarks; JSON in bench/results/
+bench: $(STAMP)
+	$(PY) -m bench $(ARGS)
+
+clean:
+	rm -rf cdk.out .pytest_cache

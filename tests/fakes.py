@@ -1,0 +1,44 @@
+"""In-memory fakes of the AWS calls Worker Tier makes, for unit tests with no network."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+
+class FakeSQS:
+    """SendMessageBatch and ChangeMessageVisibilityBatch, with programmable per-entry failures.
+
+    ``fail`` is called with (call number, entry) and returns None (accept) or a
+    ``(code, sender_fault)`` pair for a Failed entry.
+    """
+
+    def __init__(self, fail: Callable[[int, dict[str, Any]], tuple[str, bool] | None] | None = None) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.sent: list[dict[str, Any]] = []
+        self._fail = fail or (lambda call, entry: None)
+        self._ids = itertools.count(1)
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        self.calls.append(("SendMessageBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))
+        return self._batch(Entries, accept=lambda e: self.sent.append(e), with_id=True)
+
+    def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        self.calls.append(("ChangeMessageVisibilityBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))
+        return self._batch(Entries, accept=lambda e: None, with_id=False)
+
+    def count(self, operation: str) -> int:
+        return sum(1 for name, _ in self.calls if name == operation)
+
+    def _batch(self, entries: list[dict[str, Any]], accept: Callable[[dict], None], with_id: bool) -> dict[str, Any]:
+        successful, failed = [], []
+        call_number = len(self.calls)
+        for entry in entries:
+            failure = self._fail(call_number, entry)
+            if failure is None:
+                accept(entry)
+                successful.append({"Id": entry["Id"], **({"MessageId": f"m-{next(self._ids)}"} if with_id else {})})
+            else:
+                code, sender_fault = failure
+                failed.append({"Id": entry["Id"], "Code": code, "Message": f"{code} (fake)", "SenderFault": sender_fault})
+        return {"Successful": successful, "Failed": failed}

@@ -1,0 +1,180 @@
+"""WorkerTierStack's template: one behaviour per test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.assertions import Match, Template
+
+from infra.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
+from infra.worker_queue import WorkerQueueProps, WorkerQueuePropsError
+from tests.infra.conftest import synth
+from worker_tier.settings import Settings, SettingsError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_work_queue_is_encrypted_with_redrive_backstop_above_max_retries(template):
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "SqsManagedSseEnabled": True,
+            "VisibilityTimeout": 300,
+            "MessageRetentionPeriod": 345600,
+            "RedrivePolicy": {"maxReceiveCount": Settings().redrive_max_receive_count, "deadLetterTargetArn": Match.any_value()},
+        },
+    )
+
+
+def test_dead_letter_queue_keeps_fourteen_days(template):
+    template.has_resource_properties(
+        "AWS::SQS::Queue", {"SqsManagedSseEnabled": True, "MessageRetentionPeriod": 1209600, "RedrivePolicy": Match.absent()}
+    )
+
+
+def test_both_queues_refuse_plain_http(template):
+    policies = template.find_resources("AWS::SQS::QueuePolicy")
+    assert len(policies) == 2
+    for policy in policies.values():
+        [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert statement["Effect"] == "Deny"
+        assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_worker_function_runtime_layer_and_timeout(template):
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Runtime": "python3.14",
+            "Architectures": ["arm64"],
+            "Handler": "worker_tier.handlers.worker.lambda_handler",
+            "Timeout": 299,
+            "Layers": [{"Fn::Join": ["", ["arn:aws:lambda:", {"Ref": "AWS::Region"}, ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python314-arm64:27"]]}],
+        },
+    )
+
+
+def test_runtime_layer_and_pinned_powertools_agree():
+    # The function's Python, the layer's Python, and the Powertools the tests run are one version each.
+    assert LAMBDA_RUNTIME.name == f"python{PYTHON_VERSION}"
+    assert f"python{PYTHON_VERSION.replace('.', '')}" in powertools_layer_arn("us-east-1")
+    pins = (REPO / "requirements.txt").read_text()
+    assert f"aws-lambda-powertools=={POWERTOOLS_VERSION}" in pins
+
+
+def test_worker_environment_carries_settings_and_resources(template):
+    [function] = template.find_resources("AWS::Lambda::Function").values()
+    variables = function["Properties"]["Environment"]["Variables"]
+    for name, value in Settings().to_environment().items():
+        assert variables[name] == value
+    assert {"WORKER_TIER_QUEUE_URL", "WORKER_TIER_DLQ_URL", "WORKER_TIER_STATE_TABLE"} <= set(variables)
+
+
+def test_event_source_reports_item_failures_with_max_concurrency(template):
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {"BatchSize": 10, "FunctionResponseTypes": ["ReportBatchItemFailures"], "ScalingConfig": {"MaximumConcurrency": 50}},
+    )
+
+
+def test_alarms_on_dead_letters_and_oldest_message(template):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "ApproximateNumberOfMessagesVisible", "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold"},
+    )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm", {"MetricName": "ApproximateAgeOfOldestMessage", "Threshold": 900}
+    )
+
+
+def test_state_table_is_encrypted_with_pitr_and_ttl(template):
+    template.has_resource_properties(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "SSESpecification": {"SSEEnabled": True, "SSEType": "KMS"},
+            "TimeToLiveSpecification": {"AttributeName": "expiration", "Enabled": True},
+            "Replicas": [Match.object_like({"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}})],
+        },
+    )
+
+
+def test_iam_grants_name_actions_and_resources_without_wildcards(template):
+    documents = [p["Properties"]["PolicyDocument"] for p in template.find_resources("AWS::IAM::Policy").values()]
+    for role in template.find_resources("AWS::IAM::Role").values():
+        documents += [p["PolicyDocument"] for p in role["Properties"].get("Policies", [])]
+    statements = [s for d in documents for s in d["Statement"]]
+    assert statements
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert not any("*" in action for action in actions), statement
+        assert statement["Resource"] != "*", statement
+
+
+def test_function_logs_go_to_its_own_group_with_retention(template):
+    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {"Policies": [{"PolicyName": "logs", "PolicyDocument": Match.object_like({"Statement": [Match.object_like({"Action": ["logs:CreateLogStream", "logs:PutLogEvents"]})]})}]},
+    )
+
+
+def test_cfn_lint_finds_nothing_but_w3005(synthesized):
+    # GIVEN the synthesized template
+    _, assembly, _ = synthesized
+    path = Path(assembly.directory) / "WorkerTier.template.json"
+    # WHEN cfn-lint checks it
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)], capture_output=True, text=True
+    )
+    # THEN nothing else is reported
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_nag_fails_synth_on_a_finding(tmp_path):
+    # GIVEN the stack plus an unencrypted, non-TLS queue: the nag plugin must catch it (so the clean run means something)
+    app = cdk.App(outdir=str(tmp_path))
+    from infra.nag import add_checks
+    from infra.stack import WorkerTierStack
+
+    stack = WorkerTierStack(app, "WorkerTier", settings=Settings())
+    sqs.Queue(stack, "Careless", encryption=sqs.QueueEncryption.UNENCRYPTED)
+    add_checks(app)
+    # WHEN synthesized  THEN it fails with AwsSolutions findings
+    with pytest.raises(RuntimeError) as error:
+        app.synth()
+    assert "ERROR The SQS queue does not require requests to use SSL. (AwsSolutions)" in str(error.value)
+    assert "WorkerTier/Careless/Resource" in str(error.value)
+    assert "WorkerTier/Worker/" not in str(error.value)
+
+
+def test_bad_setting_in_context_fails_synth_naming_it():
+    with pytest.raises(SettingsError, match=r"^max_retries must be 1..100 \(EB MaxRetries\), got 0$"):
+        synth(context={"worker_tier": {"max_retries": 0}})
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"queue": "Q", "queue_props": {}, "dead_letter_queue": "D"}, "WorkerQueueProps: pass queue or queue_props, not both"),
+        ({"dead_letter_queue": "D", "dead_letter_queue_props": {}}, "WorkerQueueProps: pass dead_letter_queue or dead_letter_queue_props, not both"),
+        ({"queue": "Q"}, "WorkerQueueProps: an existing queue needs its existing dead_letter_queue too (its redrive policy is not ours to change)"),
+    ],
+)
+def test_worker_queue_props_existing_xor_new(kwargs, message):
+    with pytest.raises(WorkerQueuePropsError) as error:
+        WorkerQueueProps(settings=Settings(), **kwargs)
+    assert str(error.value) == message
+
+
+def test_cdk_json_settings_are_valid_and_app_is_thin():
+    context = json.loads((REPO / "cdk.json").read_text())
+    assert Settings.from_mapping(context["context"]["worker_tier"]) == Settings.from_mapping(context["context"]["worker_tier"])
+    assert context["notices"] is False and context["cli-telemetry"] is False

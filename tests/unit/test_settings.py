@@ -1,0 +1,99 @@
+"""Settings validation: every bad value names the setting, the value and the rule."""
+
+import pytest
+
+from worker_tier.settings import Settings, SettingsError
+
+
+def test_defaults_are_elastic_beanstalks():
+    # GIVEN / WHEN no settings
+    settings = Settings()
+    # THEN the EB worker defaults apply
+    assert (settings.visibility_timeout, settings.error_visibility_timeout, settings.max_retries) == (300, 2, 10)
+    assert (settings.http_connections, settings.inactivity_timeout, settings.retention_period) == (50, 299, 345600)
+    assert (settings.http_path, settings.mime_type) == ("/", "application/json")
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"visibility_timeout": -1}, "visibility_timeout must be 0..43200 (EB VisibilityTimeout), got -1"),
+        ({"visibility_timeout": 43201}, "visibility_timeout must be 0..43200 (EB VisibilityTimeout), got 43201"),
+        ({"error_visibility_timeout": 50000}, "error_visibility_timeout must be 0..43200 (EB ErrorVisibilityTimeout), got 50000"),
+        ({"max_retries": 0}, "max_retries must be 1..100 (EB MaxRetries), got 0"),
+        ({"max_retries": 101}, "max_retries must be 1..100 (EB MaxRetries), got 101"),
+        ({"max_retries": "3"}, "max_retries must be a whole number 1..100 (EB MaxRetries), got '3'"),
+        ({"max_retries": True}, "max_retries must be a whole number 1..100 (EB MaxRetries), got True"),
+        ({"http_connections": 1}, "http_connections must be 2..1000 (EB HttpConnections), got 1"),
+        ({"http_connections": 1001}, "http_connections must be 2..1000 (EB HttpConnections), got 1001"),
+        ({"inactivity_timeout": 0}, "inactivity_timeout must be 1..900 (EB InactivityTimeout), got 0"),
+        ({"inactivity_timeout": 901, "visibility_timeout": 1000}, "inactivity_timeout must be 1..900 (EB InactivityTimeout), got 901"),
+        ({"retention_period": 59}, "retention_period must be 60..1209600 (EB RetentionPeriod), got 59"),
+        ({"retention_period": 1209601}, "retention_period must be 60..1209600 (EB RetentionPeriod), got 1209601"),
+        ({"max_backoff": 0}, "max_backoff must be 1..43200, got 0"),
+        ({"batch_size": 0}, "batch_size must be 1..10000, got 0"),
+        ({"max_batching_window": 301}, "max_batching_window must be 0..300, got 301"),
+        ({"memory_size": 127}, "memory_size must be 128..10240, got 127"),
+        ({"timeout_margin": 0}, "timeout_margin must be 1..900, got 0"),
+        ({"oldest_message_alarm": 59}, "oldest_message_alarm must be 60..1209600, got 59"),
+        ({"http_path": "jobs"}, "http_path must be a path starting with '/' (EB HttpPath), got 'jobs'"),
+        ({"mime_type": "json"}, "mime_type must be a MIME type like 'application/json' (EB MimeType), got 'json'"),
+        ({"fifo": "yes"}, "fifo must be true or false, got 'yes'"),
+        ({"task_modules": "tasks;more"}, "task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got 'tasks;more'"),
+        (
+            {"visibility_timeout": 100},
+            "visibility_timeout must be >= inactivity_timeout (the function timeout) so a message is not handed to a "
+            "second worker while the first still runs it, got 100 < 299",
+        ),
+        ({"timeout_margin": 299}, "timeout_margin must be below inactivity_timeout (299), got 299"),
+        ({"fifo": True, "batch_size": 11, "max_batching_window": 1}, "batch_size must be 1..10 for a FIFO queue, got 11"),
+        (
+            {"batch_size": 100},
+            "batch_size above 10 needs max_batching_window >= 1, got batch_size 100 with max_batching_window 0",
+        ),
+    ],
+)
+def test_every_bad_value_is_refused_with_its_rule(values, message):
+    # GIVEN a bad value  WHEN settings are built  THEN the error names setting, rule and value
+    with pytest.raises(SettingsError) as error:
+        Settings.from_mapping(values)
+    assert str(error.value) == message
+
+
+def test_unknown_setting_is_refused_naming_it():
+    with pytest.raises(SettingsError, match=r"^unknown setting 'max_retry'; known settings are: batch_size, "):
+        Settings.from_mapping({"max_retry": 3})
+
+
+def test_settings_must_be_an_object():
+    with pytest.raises(SettingsError, match=r"^worker_tier settings must be a JSON object, got \[1\]$"):
+        Settings.from_mapping([1])
+
+
+def test_environment_round_trip():
+    # GIVEN settings with non-defaults
+    settings = Settings(max_retries=4, fifo=True, http_path="/jobs", task_modules="a,b.c")
+    # WHEN carried through environment variables
+    environment = settings.to_environment()
+    # THEN they come back equal
+    assert environment["WORKER_TIER_MAX_RETRIES"] == "4"
+    assert environment["WORKER_TIER_FIFO"] == "true"
+    assert Settings.from_environment(environment) == settings
+
+
+@pytest.mark.parametrize(
+    "name, raw, message",
+    [
+        ("WORKER_TIER_MAX_RETRIES", "ten", "WORKER_TIER_MAX_RETRIES must be a whole number, got 'ten'"),
+        ("WORKER_TIER_FIFO", "1", "WORKER_TIER_FIFO must be 'true' or 'false', got '1'"),
+    ],
+)
+def test_bad_environment_values_name_the_variable(name, raw, message):
+    with pytest.raises(SettingsError) as error:
+        Settings.from_environment({name: raw})
+    assert str(error.value) == message
+
+
+def test_redrive_backstop_sits_above_max_retries():
+    # The worker dead-letters on the max_retries-th receive; SQS's redrive only after more.
+    assert Settings(max_retries=5).redrive_max_receive_count == 8

@@ -1,0 +1,104 @@
+"""Task fields from a real-shaped Lambda SQS event, and the dead-letter wire format."""
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from worker_tier import MalformedBodyError, Task
+from worker_tier.errors import TaskRegistrationError
+from worker_tier.message import FAILURE_ATTRIBUTE, dead_letter_attributes, failure_reason
+from worker_tier.registry import Registry
+
+EVENT = json.loads((Path(__file__).parent.parent / "events" / "sqs_eb_scheduled.json").read_text())
+
+
+def test_task_carries_sqsd_header_fields():
+    # GIVEN an EB periodic-task record  WHEN turned into a Task
+    task = Task.from_record(EVENT["Records"][0], default_path="/", content_type="application/json")
+    # THEN every sqsd header has its field
+    assert task.message_id == "059f36b4-87a3-44ab-83d2-661975830a7d"
+    assert task.path == "/backup"
+    assert task.receive_count == 2
+    assert task.sent_at == datetime(2018, 12, 17, 21, 37, 29, 183000, tzinfo=timezone.utc)
+    assert task.first_received_at == datetime(2018, 12, 17, 21, 37, 29, 185000, tzinfo=timezone.utc)
+    assert task.queue == "my-queue"
+    assert task.sender_id == "AIDAIENQZJOLO23YVJ4VO"
+    assert task.task_name == "backup-job"
+    assert task.scheduled_at == datetime(2018, 12, 17, 21, 37, tzinfo=timezone.utc)
+    assert task.content_type == "application/json"
+    # Binary attributes are dropped, as sqsd drops them
+    assert dict(task.attributes) == {
+        "beanstalk.sqsd.path": "/backup",
+        "beanstalk.sqsd.task_name": "backup-job",
+        "beanstalk.sqsd.scheduled_time": "2018-12-17 21:37:00 UTC",
+        "retries": "3",
+    }
+    assert task.remaining_seconds() is None
+
+
+def test_record_without_path_routes_to_default_path():
+    task = Task.from_record(EVENT["Records"][1], default_path="/jobs", content_type="text/plain")
+    assert (task.path, task.task_name, task.scheduled_at, task.content_type) == ("/jobs", None, None, "text/plain")
+    assert task.json() == {"bucket": "photos", "key": "cat.jpg"}
+
+
+def test_json_of_a_non_json_body_says_so():
+    task = Task(message_id="m1", path="/x", body="hello")
+    with pytest.raises(MalformedBodyError) as error:
+        task.json()
+    assert str(error.value) == (
+        "message m1 for /x has a body that is not JSON (Expecting value: line 1 column 1 (char 0)); body starts 'hello'"
+    )
+
+
+def test_failure_reason_fields_and_truncation():
+    reason = failure_reason(
+        RuntimeError("é" * 2000), attempts=4, path="/x", failed_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    )
+    assert reason["error_type"] == "RuntimeError"
+    assert len(reason["error_message"].encode()) <= 1024
+    assert reason["error_message"].endswith("...")
+    assert (reason["attempts"], reason["path"], reason["failed_at"]) == (4, "/x", "2026-01-02T03:04:05.000Z")
+
+
+def test_dead_letter_attributes_keep_routing_and_reason_first_and_name_the_dropped():
+    # GIVEN a message with the three sqsd attributes and eight of its own (11 in all)
+    original = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(8)}
+    for name in ("beanstalk.sqsd.path", "beanstalk.sqsd.task_name", "beanstalk.sqsd.scheduled_time"):
+        original[name] = {"DataType": "String", "StringValue": "v"}
+    # WHEN the reason is added
+    attributes = dead_letter_attributes(original, {"error_type": "E"})
+    # THEN 10 attributes: 3 routing, the reason, 6 own; the 2 dropped are named
+    assert len(attributes) == 10
+    assert {"beanstalk.sqsd.path", "beanstalk.sqsd.task_name", "beanstalk.sqsd.scheduled_time"} <= set(attributes)
+    assert json.loads(attributes[FAILURE_ATTRIBUTE]["StringValue"]) == {"error_type": "E", "dropped_attributes": ["a6", "a7"]}
+
+
+@pytest.mark.parametrize(
+    "path, options, message",
+    [
+        ("x", {}, "task path must be a string starting with '/', got 'x'"),
+        ("/x", {"retries": 3}, "@task('/x') got unknown option 'retries'; options are: parser, idempotent, idempotency_key, idempotency_expiry"),
+        ("/x", {"idempotency_key": "id"}, "idempotency_key for '/x' needs idempotent=True"),
+        ("/x", {"idempotent": True, "idempotency_expiry": 0}, "idempotency_expiry for '/x' must be a positive number of seconds, got 0"),
+        ("/x", {"parser": "json"}, "parser for '/x' must be callable, got 'json'"),
+    ],
+)
+def test_bad_registrations_are_refused(path, options, message):
+    with pytest.raises(TaskRegistrationError) as error:
+        Registry().task(path, **options)(lambda t: None)
+    assert str(error.value) == message
+
+
+def test_a_second_handler_for_a_path_is_refused():
+    registry = Registry()
+
+    def first(task): ...
+
+    def second(task): ...
+
+    registry.task("/x")(first)
+    with pytest.raises(TaskRegistrationError, match=r"path '/x' is already registered to .*first; cannot register .*second too"):
+        registry.task("/x")(second)
