@@ -8,7 +8,8 @@ Examples
 ...     print(t.body)
 """
 
-from worker_tier.client import Client, OutgoingMessage, SendResult
+from typing import TYPE_CHECKING, Any
+
 from worker_tier.errors import (
     MalformedBodyError,
     MessageError,
@@ -21,6 +22,21 @@ from worker_tier.errors import (
 )
 from worker_tier.registry import task
 from worker_tier.task import Task
+
+if TYPE_CHECKING:
+    from worker_tier.client import Client, OutgoingMessage, SendResult
+
+_CLIENT_NAMES = ("Client", "OutgoingMessage", "SendResult")
+
+
+def __getattr__(name: str) -> Any:
+    """Import the producer on first use: a worker function that never sends does not pay for it."""
+    if name in _CLIENT_NAMES:
+        from worker_tier import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'worker_tier' has no attribute {name!r}")
+
 
 __all__ = [
     "Client",

@@ -34,6 +34,13 @@ def event_attribute_value(attribute: Mapping[str, Any]) -> str | None:
     return None
 
 
+def record_path(record: Mapping[str, Any], default_path: str) -> str:
+    """A Lambda SQS record's route: its ``beanstalk.sqsd.path`` attribute, else the default (sqsd's HttpPath)."""
+    attributes = record.get("messageAttributes")
+    routing = attributes.get(PATH_ATTRIBUTE) if attributes else None
+    return (routing.get("stringValue") if routing else None) or default_path
+
+
 def task_attributes(event_attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """String and Number attributes of a Lambda SQS record, by name."""
     values = {name: event_attribute_value(attr) for name, attr in event_attributes.items()}

@@ -18,6 +18,7 @@ METRIC_RETRIED = "Retried"
 METRIC_DEAD_LETTERED = "DeadLettered"
 METRIC_RELEASED = "Released"
 METRIC_TASK_DURATION = "TaskDuration"
+METRIC_TASK_DURATION_MAX = "TaskDurationMax"
 METRIC_MESSAGE_AGE = "MessageAgeAtStart"
 
 logger = Logger(service=os.getenv("POWERTOOLS_SERVICE_NAME", SERVICE_NAME))
@@ -35,3 +36,40 @@ def count(name: str, value: float = 1) -> None:
 def milliseconds(name: str, value: float) -> None:
     """Add a Milliseconds metric to the current EMF blob."""
     metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=value)
+
+
+class BatchMetrics:
+    """One batch's counts and timings, published as one value per metric.
+
+    Powertools' add_metric costs about 25 µs a call, more than the rest of a
+    message's handling, so a batch adds each metric once: counts summed, task
+    duration as mean and max, message age as the batch's oldest.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.durations_ms: list[float] = []
+        self.oldest_age_ms: float | None = None
+
+    def count(self, name: str, value: int = 1) -> None:
+        """Add to a count."""
+        self.counts[name] = self.counts.get(name, 0) + value
+
+    def task_duration(self, value_ms: float) -> None:
+        """Record one task's run time."""
+        self.durations_ms.append(value_ms)
+
+    def message_age(self, value_ms: float) -> None:
+        """Record one message's age when its task started."""
+        if self.oldest_age_ms is None or value_ms > self.oldest_age_ms:
+            self.oldest_age_ms = value_ms
+
+    def publish(self) -> None:
+        """Add the batch's metrics to the EMF blob the handler flushes."""
+        for name, value in self.counts.items():
+            count(name, value)
+        if self.durations_ms:
+            milliseconds(METRIC_TASK_DURATION, sum(self.durations_ms) / len(self.durations_ms))
+            milliseconds(METRIC_TASK_DURATION_MAX, max(self.durations_ms))
+        if self.oldest_age_ms is not None:
+            milliseconds(METRIC_MESSAGE_AGE, self.oldest_age_ms)

@@ -37,8 +37,8 @@ DEFAULT_TIMEOUT_MARGIN_SECONDS = 10
 DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
 DEFAULT_TASK_MODULES = "tasks"
 
-_MIME_TYPE = re.compile(r"^[\w.+-]+/[\w.+-]+$")
-_MODULE_LIST = re.compile(r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$")
+_MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
+_MODULE_LIST = r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$"
 
 
 @dataclass(frozen=True)
@@ -154,11 +154,11 @@ class Settings:
     def _check_strings(self) -> None:
         if not isinstance(self.http_path, str) or not self.http_path.startswith("/"):
             raise SettingsError(f"http_path must be a path starting with '/' (EB HttpPath), got {self.http_path!r}")
-        if not isinstance(self.mime_type, str) or not _MIME_TYPE.match(self.mime_type):
+        if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
             raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
         if not isinstance(self.fifo, bool):
             raise SettingsError(f"fifo must be true or false, got {self.fifo!r}")
-        if not isinstance(self.task_modules, str) or not _MODULE_LIST.match(self.task_modules):
+        if not isinstance(self.task_modules, str) or not re.match(_MODULE_LIST, self.task_modules):
             raise SettingsError(
                 f"task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got {self.task_modules!r}"
             )

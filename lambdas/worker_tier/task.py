@@ -5,13 +5,14 @@ from __future__ import annotations
 import json as _json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
 from worker_tier import message
 from worker_tier.errors import MalformedBodyError
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Task:
     """One message, as a task handler sees it.
 
@@ -20,6 +21,9 @@ class Task:
     ``sent_at``, ``queue`` (the queue's name), ``sender_id``, ``task_name`` and
     ``scheduled_at`` (periodic tasks), and ``attributes`` (``X-Aws-Sqsd-Attr-*``:
     String and Number attributes only, as sqsd drops Binary ones).
+
+    Everything but the id, path and body is read from the Lambda SQS ``record``
+    on first use: the success path of a batch then pays for none of it.
 
     Examples
     --------
@@ -32,17 +36,58 @@ class Task:
     path: str
     body: str
     content_type: str = "application/json"
-    attributes: Mapping[str, str] = field(default_factory=dict)
-    receive_count: int = 1
-    first_received_at: datetime | None = None
-    sent_at: datetime | None = None
-    queue: str = ""
-    sender_id: str | None = None
-    group_id: str | None = None
-    task_name: str | None = None
-    scheduled_at: datetime | None = None
+    record: Mapping[str, Any] = field(default_factory=dict, repr=False)
     payload: Any = None
-    remaining_time_ms: Callable[[], int] | None = field(default=None, repr=False, compare=False)
+    remaining_time_ms: Callable[[], int] | None = field(default=None, repr=False)
+
+    @cached_property
+    def attributes(self) -> Mapping[str, str]:
+        """String and Number message attributes by name."""
+        return message.task_attributes(self.record.get("messageAttributes") or {})
+
+    @cached_property
+    def receive_count(self) -> int:
+        """How many times SQS has handed this message out, this time included."""
+        return int(self._system.get("ApproximateReceiveCount", 1))
+
+    @cached_property
+    def first_received_at(self) -> datetime | None:
+        """When SQS first handed this message out."""
+        return _from_epoch_ms(self._system.get("ApproximateFirstReceiveTimestamp"))
+
+    @cached_property
+    def sent_at(self) -> datetime | None:
+        """When the producer sent this message."""
+        return _from_epoch_ms(self._system.get("SentTimestamp"))
+
+    @cached_property
+    def queue(self) -> str:
+        """The source queue's name."""
+        return str(self.record.get("eventSourceARN", "")).rsplit(":", 1)[-1]
+
+    @cached_property
+    def sender_id(self) -> str | None:
+        """The IAM identity that sent the message."""
+        return self._system.get("SenderId")
+
+    @cached_property
+    def group_id(self) -> str | None:
+        """The FIFO message group, or None on a standard queue."""
+        return self._system.get("MessageGroupId")
+
+    @cached_property
+    def task_name(self) -> str | None:
+        """The periodic task's name (``beanstalk.sqsd.task_name``)."""
+        return self.attributes.get(message.TASK_NAME_ATTRIBUTE)
+
+    @cached_property
+    def scheduled_at(self) -> datetime | None:
+        """The periodic task's tick (``beanstalk.sqsd.scheduled_time``)."""
+        return message.parse_scheduled_time(self.attributes.get(message.SCHEDULED_TIME_ATTRIBUTE))
+
+    @property
+    def _system(self) -> Mapping[str, Any]:
+        return self.record.get("attributes") or {}
 
     def json(self) -> Any:
         """The body parsed as JSON; MalformedBodyError (which dead-letters) when it is not JSON."""
@@ -68,24 +113,14 @@ class Task:
         remaining_time_ms: Callable[[], int] | None = None,
     ) -> Task:
         """Build a Task from one record of a Lambda SQS event."""
-        event_attributes = record.get("messageAttributes") or {}
-        attributes = message.task_attributes(event_attributes)
-        system = record.get("attributes") or {}
         return cls(
-            message_id=record["messageId"],
-            path=attributes.get(message.PATH_ATTRIBUTE) or default_path,
-            body=record.get("body") or "",
-            content_type=content_type,
-            attributes=attributes,
-            receive_count=int(system.get("ApproximateReceiveCount", 1)),
-            first_received_at=_from_epoch_ms(system.get("ApproximateFirstReceiveTimestamp")),
-            sent_at=_from_epoch_ms(system.get("SentTimestamp")),
-            queue=str(record.get("eventSourceARN", "")).rsplit(":", 1)[-1],
-            sender_id=system.get("SenderId"),
-            group_id=system.get("MessageGroupId"),
-            task_name=attributes.get(message.TASK_NAME_ATTRIBUTE),
-            scheduled_at=message.parse_scheduled_time(attributes.get(message.SCHEDULED_TIME_ATTRIBUTE)),
-            remaining_time_ms=remaining_time_ms,
+            record["messageId"],
+            message.record_path(record, default_path),
+            record.get("body") or "",
+            content_type,
+            record,
+            None,
+            remaining_time_ms,
         )
 
 

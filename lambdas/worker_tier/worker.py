@@ -12,7 +12,6 @@ All visibility changes of a batch go out together, 10 per ChangeMessageVisibilit
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random as _random
 import time
@@ -76,14 +75,14 @@ class _Invocation:
     context: Any
     margin_ms: int
     changes: dict[str, VisibilityChange] = field(default_factory=dict)
+    metrics: observability.BatchMetrics = field(default_factory=observability.BatchMetrics)
 
-    def remaining_ms(self) -> int | None:
-        getter = getattr(self.context, "get_remaining_time_in_millis", None)
-        return None if getter is None else getter()
+    def __post_init__(self) -> None:
+        # None outside Lambda (tests, tools): then there is no deadline to guard.
+        self.remaining_ms: Callable[[], int] | None = getattr(self.context, "get_remaining_time_in_millis", None)
 
     def time_is_short(self) -> bool:
-        remaining = self.remaining_ms()
-        return remaining is not None and remaining < self.margin_ms
+        return self.remaining_ms is not None and self.remaining_ms() < self.margin_ms
 
     def set_visibility(self, record: Mapping[str, Any], seconds: int) -> None:
         seconds = max(0, min(int(seconds), limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS))
@@ -142,16 +141,23 @@ class Worker:
         """Process one Lambda SQS event; return ``{"batchItemFailures": [...]}``."""
         records = list(event.get("Records") or [])
         invocation = _Invocation(context, self.settings.timeout_margin * 1000)
+        self._count_batch(records, invocation)
         processor = self._new_processor()
 
         def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
             self._process_record(record.raw_event, invocation)
 
-        with processor(records, record_handler, lambda_context=None):
-            processor.process()
+        try:
+            with processor(records, record_handler, lambda_context=None):
+                processor.process()
+        finally:
+            logger.remove_keys(["message_id", "path"])
         response = processor.response()
+        dead_lettered = invocation.metrics.counts.get(observability.METRIC_DEAD_LETTERED, 0)
+        invocation.metrics.count(observability.METRIC_SUCCEEDED, len(processor.success_messages) - dead_lettered)
         self._release_undecided(records, response, invocation)
         self._flush(records, invocation)
+        invocation.metrics.publish()
         return response
 
     def _new_processor(self) -> BatchProcessor:
@@ -165,30 +171,26 @@ class Worker:
         return processor
 
     def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
-        """Run one record with its message id and path on every log line."""
+        """Run one record with its message id and path on every log line (replaced per record, removed per batch)."""
         task = Task.from_record(
             record,
             default_path=self.settings.http_path,
             content_type=self.settings.mime_type,
-            remaining_time_ms=invocation.remaining_ms if invocation.remaining_ms() is not None else None,
+            remaining_time_ms=invocation.remaining_ms,
         )
         logger.append_keys(message_id=task.message_id, path=task.path)
-        try:
-            self._run(record, task, invocation)
-        finally:
-            logger.remove_keys(["message_id", "path"])
+        self._run(record, task, invocation)
 
     def _run(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
         """Route, run and decide; raising marks the record failed for the processor."""
         if invocation.time_is_short():
-            invocation.set_visibility(record, 0)
-            detail = "invocation ending"
-            self._emit(Outcome(OUTCOME_RELEASED, task.message_id, task.path, task.receive_count, detail, 0))
-            raise InvocationEndingError(f"{invocation.remaining_ms()} ms left, below the safety margin")
-        self._count_start(task)
+            self._release(record, task, invocation, "invocation ending")
+            raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         try:
             definition = self._definition(task)
-            self._call(definition, self._parsed(definition, task), invocation.context)
+            if definition.parser is not None:
+                self._parse(definition, task)
+            self._call(definition, task, invocation)
         except RetryLater as retry:
             self._retry(record, task, invocation, retry.delay_seconds, retry)
             raise
@@ -204,8 +206,8 @@ class Worker:
             self._retry(record, task, invocation, delay, error)
             raise
         else:
-            observability.count(observability.METRIC_SUCCEEDED)
-            self._emit(Outcome(OUTCOME_SUCCEEDED, task.message_id, task.path, task.receive_count))
+            if _listeners:
+                self._emit(OUTCOME_SUCCEEDED, task)
 
     def _definition(self, task: Task) -> TaskDefinition:
         """The task registered for the message's path, or UnknownPathError."""
@@ -217,44 +219,41 @@ class Worker:
         return definition
 
     @staticmethod
-    def _parsed(definition: TaskDefinition, task: Task) -> Task:
-        """The task with ``payload`` set by the declared parser; MalformedBodyError when it refuses."""
-        if definition.parser is None:
-            return task
+    def _parse(definition: TaskDefinition, task: Task) -> None:
+        """Set ``task.payload`` with the declared parser; MalformedBodyError when it refuses."""
         try:
-            return dataclasses.replace(task, payload=definition.parser(task.body))
+            task.payload = definition.parser(task.body)  # type: ignore[misc]
         except Exception as error:
             name = getattr(definition.parser, "__qualname__", repr(definition.parser))
             raise MalformedBodyError(
                 f"parser {name} of task {task.path!r} rejected the body of message {task.message_id}: {error}"
             ) from error
 
-    def _call(self, definition: TaskDefinition, task: Task, context: Any) -> None:
+    def _call(self, definition: TaskDefinition, task: Task, invocation: _Invocation) -> None:
         """Run the handler, through the idempotency layer when the task asks for it."""
         started = time.perf_counter()
         try:
             if definition.idempotent:
-                self._idempotency.run(definition, task, context)
+                self._idempotency.run(definition, task, invocation.context)
             else:
                 definition.handler(task)
         finally:
-            observability.milliseconds(observability.METRIC_TASK_DURATION, (time.perf_counter() - started) * 1000)
+            invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
 
     def _retry(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException
     ) -> None:
         """Schedule a retry after ``delay`` seconds."""
         invocation.set_visibility(record, delay)
-        observability.count(observability.METRIC_FAILED)
-        observability.count(observability.METRIC_RETRIED)
+        invocation.metrics.count(observability.METRIC_FAILED)
+        invocation.metrics.count(observability.METRIC_RETRIED)
         logger.warning("task failed; retrying", extra={"error": repr(error), "retry_in_seconds": delay})
-        self._emit(Outcome(OUTCOME_RETRYING, task.message_id, task.path, task.receive_count, _describe(error), delay))
+        self._emit(OUTCOME_RETRYING, task, _describe(error), delay)
 
     def _dead_letter(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException
     ) -> None:
         """Copy the message to the DLQ with its reason; if that fails, keep it and retry later."""
-        observability.count(observability.METRIC_FAILED)
         try:
             send_to_dead_letter_queue(
                 self._sqs.get(),
@@ -272,39 +271,41 @@ class Worker:
             )
             self._retry(record, task, invocation, delay, failure)
             raise
-        observability.count(observability.METRIC_DEAD_LETTERED)
+        invocation.metrics.count(observability.METRIC_FAILED)
+        invocation.metrics.count(observability.METRIC_DEAD_LETTERED)
         logger.error("task dead-lettered", extra={"error": repr(error), "attempts": task.receive_count})
-        self._emit(Outcome(OUTCOME_DEAD_LETTERED, task.message_id, task.path, task.receive_count, _describe(error)))
+        self._emit(OUTCOME_DEAD_LETTERED, task, _describe(error))
 
     def _require_dead_letter_queue_url(self) -> str:
         if not self._dead_letter_queue_url:
             raise DeadLetterError("no dead-letter queue is configured (set WORKER_TIER_DLQ_URL)")
         return self._dead_letter_queue_url
 
-    def _count_start(self, task: Task) -> None:
-        """Processed count and the message's age when work starts."""
-        observability.count(observability.METRIC_PROCESSED)
-        if task.sent_at is not None:
-            age_ms = max(0.0, self._clock() - task.sent_at.timestamp()) * 1000
-            observability.milliseconds(observability.METRIC_MESSAGE_AGE, age_ms)
+    def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
+        """Processed count, and the age of the batch's oldest message when the batch starts."""
+        invocation.metrics.count(observability.METRIC_PROCESSED, len(records))
+        sent = [int(r["attributes"]["SentTimestamp"]) for r in records if (r.get("attributes") or {}).get("SentTimestamp")]
+        if sent:
+            invocation.metrics.message_age(max(0.0, self._clock() * 1000 - min(sent)))
 
     def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
         """Failed records with no decision of ours (a stopped FIFO group) return at once."""
         failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
         for record in records:
             if record["messageId"] in failed and record["messageId"] not in invocation.changes:
-                invocation.set_visibility(record, 0)
                 task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
-                detail = "an earlier message of its group failed"
-                self._emit(Outcome(OUTCOME_RELEASED, task.message_id, task.path, task.receive_count, detail, 0))
+                self._release(record, task, invocation, "an earlier message of its group failed")
+
+    def _release(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, detail: str) -> None:
+        """Give an unstarted message back at once: visibility 0."""
+        invocation.set_visibility(record, 0)
+        invocation.metrics.count(observability.METRIC_RELEASED)
+        self._emit(OUTCOME_RELEASED, task, detail, 0)
 
     def _flush(self, records: list[Any], invocation: _Invocation) -> None:
         """Send every visibility change of the batch, 10 per call."""
         if not invocation.changes:
             return
-        released = sum(1 for c in invocation.changes.values() if c.timeout_seconds == 0)
-        if released:
-            observability.count(observability.METRIC_RELEASED, released)
         change_visibility(self._sqs.get(), self._resolve_queue_url(records), list(invocation.changes.values()))
 
     def _resolve_queue_url(self, records: list[Any]) -> str:
@@ -314,9 +315,10 @@ class Worker:
             self._queue_url = self._sqs.get().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
         return self._queue_url
 
-    def _emit(self, outcome: Outcome) -> None:
+    def _emit(self, status: str, task: Task, detail: str = "", visibility: int | None = None) -> None:
         """Tell the outcome listeners."""
-        for listener in list(_listeners):
+        outcome = Outcome(status, task.message_id, task.path, task.receive_count, detail, visibility)
+        for listener in tuple(_listeners):
             listener(outcome)
 
 

@@ -283,7 +283,8 @@ def test_idempotent_task_runs_once_for_a_duplicate(aws):
     worker = make_worker(aws, tasks)
     event = aws.receive_event()
     for record in event["Records"]:
-        assert worker.handle({"Records": [record]}, None)["batchItemFailures"] == []
+        context = LocalContext("fn", 300, 128, "us-east-1", "123456789012")
+        assert worker.handle({"Records": [record]}, context)["batchItemFailures"] == []
     # THEN the charge ran once per order
     assert sorted(runs) == ["A-1", "B-2"]
 

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import time
+import urllib.request
 from typing import Any, Callable
 
 from worker_tier import limits
@@ -55,6 +56,8 @@ class LocalEnvironment:
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
+        # moto's state lives in this process: start from empty, whatever ran before.
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")).close()
         self._set_environment(
             {
                 "AWS_ENDPOINT_URL": self.endpoint_url,

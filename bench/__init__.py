@@ -1,0 +1,1 @@
+"""Benchmarks behind `make bench`: our code and its baseline side by side, reported as ratios."""

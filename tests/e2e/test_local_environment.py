@@ -1,0 +1,85 @@
+"""Through the local environment: moto server, event-source emulator, the real lambda_handler."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from worker_tier.local import LocalEnvironment
+from worker_tier.settings import Settings
+from worker_tier.worker import (
+    OUTCOME_DEAD_LETTERED,
+    OUTCOME_RETRYING,
+    OUTCOME_SUCCEEDED,
+    Outcome,
+    add_outcome_listener,
+    remove_outcome_listener,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def outcomes():
+    seen: list[Outcome] = []
+    add_outcome_listener(seen.append)
+    yield seen
+    remove_outcome_listener(seen.append)
+
+
+def test_example_tasks_meet_their_three_fates(outcomes):
+    # GIVEN the local environment with the example tasks and a 1 s backoff base
+    with LocalEnvironment(Settings(error_visibility_timeout=1)) as env:
+        # WHEN the three examples are sent and the event source runs until the queue is empty
+        env.client.send("/hello", json.dumps({"name": "Ada"}))
+        env.client.send("/flaky", "{}")
+        env.client.send("/poison", json.dumps({"order_id": 42}))
+        assert env.poll_until(lambda: env.queue_depth() == 0, timeout_seconds=30)
+        dead = env.dead_letters()
+    # THEN hello succeeded once, flaky failed twice then succeeded, poison was dead-lettered with its reason
+    by_path: dict[str, list[str]] = {}
+    for outcome in outcomes:
+        by_path.setdefault(outcome.path, []).append(outcome.status)
+    assert by_path["/hello"] == [OUTCOME_SUCCEEDED]
+    assert by_path["/flaky"] == [OUTCOME_RETRYING, OUTCOME_RETRYING, OUTCOME_SUCCEEDED]
+    assert by_path["/poison"] == [OUTCOME_DEAD_LETTERED]
+    [poison] = dead
+    assert poison["body"] == '{"order_id": 42}'
+    assert poison["attributes"]["beanstalk.sqsd.path"] == "/poison"
+    assert poison["failure"]["error_type"] == "NonRetryableError"
+    assert poison["failure"]["error_message"] == "order 42 references a deleted customer"
+
+
+def test_unprocessed_failures_stay_in_the_queue(outcomes):
+    # GIVEN a long backoff base so a failed message stays invisible
+    with LocalEnvironment(Settings(error_visibility_timeout=60)) as env:
+        env.client.send("/flaky", "{}")
+        # WHEN polled once
+        env.poll_once()
+        # THEN the event source did not delete it: it is in flight, awaiting its retry
+        assert env.queue_depth() == 1
+    assert [o.status for o in outcomes] == [OUTCOME_RETRYING]
+    assert 0 <= outcomes[0].visibility_seconds <= 60
+
+
+def test_make_run_prints_each_outcome(tmp_path):
+    # GIVEN settings with a quick backoff, as a cdk.json
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": {"error_visibility_timeout": 1}}}))
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}"}
+    # WHEN `make run`'s entry point runs for a while
+    result = subprocess.run(
+        [sys.executable, "-m", "worker_tier.local", "--duration", "12", "--settings", str(tmp_path / "cdk.json")],
+        capture_output=True, text=True, timeout=60, env=environment, cwd=REPO,
+    )
+    # THEN a person sees each of the three outcomes, and the dead letter's reason
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(" ok   /hello " in line for line in lines), result.stdout
+    assert any(" ok   /flaky " in line and "receive 3" in line for line in lines), result.stdout
+    assert any(" DLQ  /poison " in line and "NonRetryableError" in line for line in lines), result.stdout
+    assert any("in DLQ:" in line and "references a deleted customer" in line for line in lines), result.stdout
