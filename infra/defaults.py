@@ -22,7 +22,7 @@ def queue_props(settings: Settings) -> dict[str, Any]:
         "enforce_ssl": True,
         "visibility_timeout": Duration.seconds(settings.visibility_timeout),
         "retention_period": Duration.seconds(settings.retention_period),
-        "fifo": True if settings.fifo else None,
+        **_fifo_props(settings),
     }
 
 
@@ -32,8 +32,13 @@ def dead_letter_queue_props(settings: Settings) -> dict[str, Any]:
         "encryption": sqs.QueueEncryption.SQS_MANAGED,
         "enforce_ssl": True,
         "retention_period": Duration.seconds(DEAD_LETTER_RETENTION_SECONDS),
-        "fifo": True if settings.fifo else None,
+        **_fifo_props(settings),
     }
+
+
+def _fifo_props(settings: Settings) -> dict[str, Any]:
+    """FIFO queues dedupe on content when a producer gives no dedupe_key (a DLQ of a FIFO queue is FIFO too)."""
+    return {"fifo": True, "content_based_deduplication": True} if settings.fifo else {}
 
 
 def state_table_props() -> dict[str, Any]:

@@ -178,3 +178,17 @@ def test_cdk_json_settings_are_valid_and_app_is_thin():
     context = json.loads((REPO / "cdk.json").read_text())
     assert Settings.from_mapping(context["context"]["worker_tier"]) == Settings.from_mapping(context["context"]["worker_tier"])
     assert context["notices"] is False and context["cli-telemetry"] is False
+
+
+def test_fifo_setting_makes_fifo_queue_and_dlq(tmp_path):
+    # GIVEN fifo settings  WHEN synthesized (nag included)
+    stack, _ = synth(settings=Settings(fifo=True), outdir=str(tmp_path))
+    template = Template.from_stack(stack)
+    # THEN both queues are FIFO with content-based deduplication, and the function knows
+    queues = template.find_resources("AWS::SQS::Queue")
+    assert len(queues) == 2
+    for queue in queues.values():
+        assert queue["Properties"]["FifoQueue"] is True
+        assert queue["Properties"]["ContentBasedDeduplication"] is True
+    [function] = template.find_resources("AWS::Lambda::Function").values()
+    assert function["Properties"]["Environment"]["Variables"]["WORKER_TIER_FIFO"] == "true"
