@@ -7,20 +7,46 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack, aws_dynamodb as dynamodb
 from constructs import Construct
 
-from infra import defaults
+from infra import REPO_ROOT, cron_config, defaults
+from infra.cron_config import CronEntry
+from infra.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from infra.settings import Settings, settings_from_context
 from infra.worker_queue import WorkerQueue, WorkerQueueProps
 
+CRON_FILE = REPO_ROOT / "cron.yaml"
+
 
 class WorkerTierStack(Stack):
-    """Everything Worker Tier deploys. Public attributes: ``state_table``, ``worker``."""
+    """Everything Worker Tier deploys.
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings | None = None, **kwargs: Any) -> None:
+    Public attributes: ``state_table``, ``worker``, and ``periodic_tasks`` (None when
+    cron.yaml is absent or empty).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings | None = None,
+        cron_entries: list[CronEntry] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.settings = settings if settings is not None else settings_from_context(self)
         # One per stack: task idempotency, the scheduler's lease and watermark, and cron tick dedupe share it.
         self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
         self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table))
+        entries = cron_entries if cron_entries is not None else cron_config.load(CRON_FILE)
+        self.periodic_tasks = (
+            PeriodicTasks(
+                self,
+                "PeriodicTasks",
+                PeriodicTasksProps(entries=entries, queue=self.worker.queue, state_table=self.state_table),
+            )
+            if entries
+            else None
+        )
         self._outputs()
 
     def _outputs(self) -> None:

@@ -25,3 +25,14 @@ def flaky(t: Task) -> None:
 def poison(t: Task) -> None:
     """Refuses its input: goes to the dead-letter queue at once with the reason."""
     raise NonRetryableError(f"order {t.json().get('order_id')} references a deleted customer")
+
+
+@task("/report")
+def report(t: Task) -> None:
+    """A periodic task (cron.yaml "minutely-report"): knows its name and tick."""
+    print(f"report {t.task_name} for {t.scheduled_at:%H:%M} UTC")
+
+
+@task("/cleanup")
+def cleanup(t: Task) -> None:
+    """A nightly periodic task (cron.yaml "nightly-cleanup", Europe/Berlin time)."""
