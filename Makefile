@@ -8,7 +8,7 @@ export PYTHONPATH := lambdas:.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: venv run test synth bench clean
+.PHONY: venv run test synth bench cron-next clean
 
 venv: $(STAMP)
 
@@ -28,6 +28,10 @@ test: $(STAMP)
 ## make synth: CloudFormation template in cdk.out/, offline, no Docker, no AWS calls
 synth: $(STAMP)
 	CDK_OUTDIR=cdk.out $(PY) app.py
+
+## make cron-next: each cron.yaml entry's next 5 run times, UTC and local
+cron-next: $(STAMP)
+	$(PY) -m infra.cron_preview $(ARGS)
 
 ## make bench: benchmarks; JSON in bench/results/
 bench: $(STAMP)

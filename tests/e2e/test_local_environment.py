@@ -83,3 +83,23 @@ def test_make_run_prints_each_outcome(tmp_path):
     assert any(" ok   /flaky " in line and "receive 3" in line for line in lines), result.stdout
     assert any(" DLQ  /poison " in line and "NonRetryableError" in line for line in lines), result.stdout
     assert any("in DLQ:" in line and "references a deleted customer" in line for line in lines), result.stdout
+
+
+def test_cron_entry_tick_reaches_its_task(outcomes):
+    # GIVEN an every-minute cron.yaml entry and a clock 30 s before a minute boundary
+    from infra.cron_config import parse
+
+    entries = parse('version: 1\ncron:\n - name: "minutely-report"\n   url: "/report"\n   schedule: "* * * * *"\n')
+    now = [1_800_000_030.0]  # 2027-01-15 08:00:30 UTC
+    ticks: list[dict] = []
+    with LocalEnvironment(Settings(), cron_entries=entries, on_tick=ticks.append, cron_clock=lambda: now[0]) as env:
+        env.poll_once()
+        assert ticks == []
+        # WHEN the minute comes
+        now[0] += 30
+        env.poll_once()
+        assert env.poll_until(lambda: env.queue_depth() == 0, timeout_seconds=10)
+    # THEN one message was enqueued and the /report task ran with its name and tick
+    assert [t["enqueued"] for t in ticks] == [True]
+    assert ticks[0]["tick"] == "cron#minutely-report#2027-01-15 08:01:00 UTC"
+    assert [(o.path, o.status) for o in outcomes] == [("/report", OUTCOME_SUCCEEDED)]

@@ -11,10 +11,10 @@ from infra.stack import WorkerTierStack
 from worker_tier.settings import Settings
 
 
-def synth(settings: Settings | None = None, context: dict | None = None, outdir: str | None = None):
+def synth(settings: Settings | None = None, context: dict | None = None, outdir: str | None = None, cron_entries=None):
     """An app with nag, the stack, and its synthesized assembly (synth fails on any nag finding)."""
     app = cdk.App(context=context or {}, outdir=outdir)
-    stack = WorkerTierStack(app, "WorkerTier", settings=settings)
+    stack = WorkerTierStack(app, "WorkerTier", settings=settings, cron_entries=cron_entries)
     add_checks(app)
     assembly = app.synth()
     return stack, assembly

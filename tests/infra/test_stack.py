@@ -40,7 +40,7 @@ def test_dead_letter_queue_keeps_fourteen_days(template):
 
 def test_both_queues_refuse_plain_http(template):
     policies = template.find_resources("AWS::SQS::QueuePolicy")
-    assert len(policies) == 2
+    assert len(policies) == 3  # queue, DLQ, and the periodic ticks' DLQ
     for policy in policies.values():
         [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
         assert statement["Effect"] == "Deny"
@@ -69,7 +69,9 @@ def test_runtime_layer_and_pinned_powertools_agree():
 
 
 def test_worker_environment_carries_settings_and_resources(template):
-    [function] = template.find_resources("AWS::Lambda::Function").values()
+    [function] = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "worker_tier.handlers.worker.lambda_handler"}}
+    ).values()
     variables = function["Properties"]["Environment"]["Variables"]
     for name, value in Settings().to_environment().items():
         assert variables[name] == value
@@ -182,7 +184,7 @@ def test_cdk_json_settings_are_valid_and_app_is_thin():
 
 def test_fifo_setting_makes_fifo_queue_and_dlq(tmp_path):
     # GIVEN fifo settings  WHEN synthesized (nag included)
-    stack, _ = synth(settings=Settings(fifo=True), outdir=str(tmp_path))
+    stack, _ = synth(settings=Settings(fifo=True), outdir=str(tmp_path), cron_entries=[])
     template = Template.from_stack(stack)
     # THEN both queues are FIFO with content-based deduplication, and the function knows
     queues = template.find_resources("AWS::SQS::Queue")

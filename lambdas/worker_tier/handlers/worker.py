@@ -18,7 +18,7 @@ def _get_worker() -> Worker:
     return _worker
 
 
-@metrics.log_metrics(capture_cold_start_metric=True)
+@metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Process an SQS event; report failed records in ``batchItemFailures``."""

@@ -28,7 +28,9 @@ from worker_tier.worker import (  # noqa: E402
     add_outcome_listener,
 )
 
-DEFAULT_CDK_JSON = Path(__file__).resolve().parents[3] / "cdk.json"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_CDK_JSON = REPO_ROOT / "cdk.json"
+DEFAULT_CRON_YAML = REPO_ROOT / "cron.yaml"
 EXAMPLES: list[tuple[str, Any]] = [
     ("/hello", {"name": "Ada"}),
     ("/flaky", {"report": "monthly"}),
@@ -41,11 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     """Run until --duration passes or Ctrl-C."""
     args = _parse(argv)
     settings = _settings(args.settings)
+    entries = _cron_entries(args.cron)
     add_outcome_listener(_print_outcome)
-    with LocalEnvironment(settings) as env:
+    with LocalEnvironment(settings, cron_entries=entries, on_tick=_print_tick) as env:
         _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
         _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
+        for entry in entries:
+            state = "" if entry.enabled else " (disabled)"
+            _say(f"cron  {entry.name}: {entry.schedule} {entry.timezone} -> {entry.url}{state}")
+        if env.cron is not None and env.cron.next_due() is not None:
+            _say(f"next cron tick at {env.cron.next_due():%H:%M:%S %Z}")
         if not args.no_examples:
             for path, body in EXAMPLES:
                 message_id = env.client.send(path, json.dumps(body))
@@ -70,6 +78,17 @@ def _report_dead_letters(env: LocalEnvironment) -> None:
         _say(f"in DLQ: body {dead['body']}  reason {json.dumps(dead['failure'])}")
 
 
+def _print_tick(result: dict) -> None:
+    _say(f"tick  {result['tick']} -> {'enqueued' if result['enqueued'] else 'already enqueued'}")
+
+
+def _cron_entries(path: Path) -> list:
+    """cron.yaml's entries (none when the file is absent), validated as at synth."""
+    from infra.cron_config import load
+
+    return load(path)
+
+
 def _print_outcome(outcome: Outcome) -> None:
     detail = outcome.detail
     if outcome.status == OUTCOME_RETRYING:
@@ -92,6 +111,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m worker_tier.local", description=__doc__)
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     parser.add_argument("--settings", type=Path, default=DEFAULT_CDK_JSON, help="cdk.json to read settings from")
+    parser.add_argument("--cron", type=Path, default=DEFAULT_CRON_YAML, help="cron.yaml to fire (default: the repo's)")
     parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
     parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
     return parser.parse_args(argv)

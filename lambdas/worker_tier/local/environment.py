@@ -7,12 +7,13 @@ import logging
 import os
 import time
 import urllib.request
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from worker_tier import limits
 from worker_tier.client import Client
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.local.context import LocalContext
+from worker_tier.local.cron import CronEmulator
 from worker_tier.local.event_source import EventSourceEmulator
 from worker_tier.settings import Settings
 
@@ -32,10 +33,23 @@ class LocalEnvironment:
     ...     env.poll_until(lambda: env.queue_depth() == 0, timeout_seconds=10)
     """
 
-    def __init__(self, settings: Settings, *, handler: Callable[[dict, Any], dict] | None = None, port: int = 0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        handler: Callable[[dict, Any], dict] | None = None,
+        cron_entries: Sequence[Any] = (),
+        on_tick: Callable[[Any], None] | None = None,
+        cron_clock: Callable[[], float] = time.time,
+        port: int = 0,
+    ) -> None:
         self.settings = settings
         self._handler = handler
+        self._cron_entries = list(cron_entries)
+        self._on_tick = on_tick or (lambda result: None)
+        self._cron_clock = cron_clock
         self._port = port
+        self.cron: CronEmulator | None = None
         self._server: Any = None
         self._saved_environment: dict[str, str | None] = {}
         self.endpoint_url = ""
@@ -84,6 +98,8 @@ class LocalEnvironment:
             self.settings.batch_size,
             LOCAL_REGION,
         )
+        if self._cron_entries:
+            self.cron = CronEmulator(self._cron_entries, _real_cron_handler(), self._new_context, self._cron_clock)
 
     def stop(self) -> None:
         """Stop moto and restore the environment variables this environment set."""
@@ -106,7 +122,10 @@ class LocalEnvironment:
         }
 
     def poll_once(self, wait_seconds: int = 1) -> int:
-        """One event-source poll; returns how many messages the handler was given."""
+        """Fire due cron ticks, then one event-source poll; returns how many messages the handler was given."""
+        if self.cron is not None:
+            for result in self.cron.fire_due():
+                self._on_tick(result)
         return self.event_source.poll_once(wait_seconds)
 
     def poll_until(self, done: Callable[[], bool], timeout_seconds: float, wait_seconds: int = 1) -> bool:
@@ -194,6 +213,14 @@ def _real_lambda_handler() -> Callable[[dict, Any], dict]:
 
     worker.reset_worker()
     return worker.lambda_handler
+
+
+def _real_cron_handler() -> Callable[[dict, Any], dict]:
+    """The deployed cron handler, rebuilt so it reads this environment's variables."""
+    from worker_tier.handlers import cron
+
+    cron.reset_enqueuer()
+    return cron.lambda_handler
 
 
 def _dead_letter_view(received: dict[str, Any]) -> dict[str, Any]:
