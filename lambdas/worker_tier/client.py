@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
@@ -11,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
-from worker_tier import limits, message
+from worker_tier import delay, limits, message
 from worker_tier.aws import LazyClient
+from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
 
 # Attempts per entry for SendMessageBatch entries that fail on SQS's side (throttling, internal errors).
@@ -68,23 +70,33 @@ class Client:
     def __init__(
         self,
         queue_url: str | None = None,
+        delay_table: str | None = None,
         *,
         sqs: Any = None,
+        dynamodb: Any = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        delay_shards: int = delay.DEFAULT_SHARDS,
     ) -> None:
         if not queue_url:
             raise MessageError("Client needs a queue_url (or use Client.from_env() with WORKER_TIER_QUEUE_URL set)")
+        if not 1 <= delay_shards <= delay.MAX_SHARDS:
+            raise MessageError(f"delay_shards must be 1..{delay.MAX_SHARDS}, got {delay_shards}")
         self.queue_url = queue_url
+        self.delay_table = delay_table
         self.fifo = queue_url.endswith(".fifo")
         self._sqs = LazyClient("sqs", sqs)
+        self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._clock = clock or time.time
         self._sleep = sleep
+        self._delay_shards = delay_shards
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
-        """A Client for ``WORKER_TIER_QUEUE_URL``."""
-        return cls(environ.get("WORKER_TIER_QUEUE_URL"), **kwargs)
+        """A Client for ``WORKER_TIER_QUEUE_URL`` and, when set, ``WORKER_TIER_DELAY_TABLE``."""
+        shards = int(environ.get("WORKER_TIER_DELAY_SHARDS", delay.DEFAULT_SHARDS))
+        kwargs.setdefault("delay_shards", shards)
+        return cls(environ.get("WORKER_TIER_QUEUE_URL"), environ.get("WORKER_TIER_DELAY_TABLE"), **kwargs)
 
     def send(
         self,
@@ -101,9 +113,10 @@ class Client:
 
         ``body`` is sent exactly as given when it is a string; anything else is
         JSON-encoded. ``delay`` (seconds or a timedelta) or ``at`` (an aware
-        datetime; one in the past means now) defers delivery, up to SQS's 15
-        minutes. Raises MessageError for input SQS would refuse and SendError
-        when SQS refuses it anyway.
+        datetime; one in the past means now) defers delivery: up to SQS's 15
+        minutes through DelaySeconds, beyond that (up to a year) through the
+        delay table. Raises MessageError for input SQS would refuse and SendError
+        when SQS (or the delay table) refuses it anyway.
         """
         outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
         result = self.send_batch([outgoing])[0]
@@ -120,19 +133,22 @@ class Client:
         """
         now = self._clock()
         entries = [self._entry(index, outgoing, now) for index, outgoing in enumerate(messages)]
+        direct = [e for e in entries if isinstance(e, dict)]
+        delayed = [e for e in entries if isinstance(e, tuple)]
         results: dict[int, SendResult] = {}
-        for chunk in _chunks(entries):
+        for chunk in _chunks(direct):
             results.update(self._send_chunk(chunk))
+        results.update(self._store_delayed(delayed))
         return [results[index] for index in range(len(entries))]
 
-    def _entry(self, index: int, outgoing: OutgoingMessage, now: float) -> dict[str, Any]:
-        """The SendMessageBatch entry for one message; MessageError names the message and the rule."""
+    def _entry(self, index: int, outgoing: OutgoingMessage, now: float) -> dict[str, Any] | tuple[int, DelayedMessage]:
+        """A SendMessageBatch entry, or (index, DelayedMessage) for the delay table; MessageError names the message and the rule."""
         try:
             return self._build_entry(index, outgoing, now)
         except MessageError as error:
             raise MessageError(f"message {index} for {outgoing.path!r}: {error}") from None
 
-    def _build_entry(self, index: int, outgoing: OutgoingMessage, now: float) -> dict[str, Any]:
+    def _build_entry(self, index: int, outgoing: OutgoingMessage, now: float) -> dict[str, Any] | tuple[int, DelayedMessage]:
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
             raise MessageError(f"path must be a string starting with '/', got {outgoing.path!r}")
         body = _body_text(outgoing.body)
@@ -141,11 +157,66 @@ class Client:
         size = message.message_bytes(body, attributes)
         if size > limits.SQS_MAX_MESSAGE_BYTES:
             raise MessageError(f"message is {size} bytes with its attributes; SQS allows at most {limits.SQS_MAX_MESSAGE_BYTES}")
+        seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
+        if math.ceil(seconds) > delay.LONG_DELAY_THRESHOLD_SECONDS:
+            return index, self._delayed(outgoing, body, attributes, now, seconds)
         entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
-        delay = delay_seconds(outgoing.delay, outgoing.at, now)
-        entry.update(self._queue_options(outgoing, delay))
+        entry.update(self._queue_options(outgoing, math.ceil(seconds)))
         entry["_size"] = size
         return entry
+
+    def _delayed(
+        self, outgoing: OutgoingMessage, body: str, attributes: dict[str, Any], now: float, seconds: float
+    ) -> DelayedMessage:
+        """A message for the delay table, checked against what the table and the dispatch can carry."""
+        wait = math.ceil(seconds)
+        if self.fifo:
+            raise MessageError(
+                f"a delay of {wait} s needs the delay table, which does not serve FIFO queues yet "
+                "(SQS has no per-message delay on FIFO); send it without a delay or to a standard queue"
+            )
+        if not self.delay_table:
+            raise MessageError(
+                f"a delay of {wait} s is over SQS's {limits.SQS_MAX_DELAY_SECONDS} s maximum and needs the delay table; "
+                "pass delay_table (or set WORKER_TIER_DELAY_TABLE)"
+            )
+        if wait > delay.MAX_DELAY_SECONDS:
+            raise MessageError(f"a delay of {wait} s is beyond the {delay.MAX_DELAY_SECONDS} s (366 days) maximum")
+        if outgoing.group_id is not None:
+            raise MessageError("group_id applies to FIFO queues (a queue URL ending in .fifo)")
+        if len(attributes) > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
+            raise MessageError(
+                f"a delayed message may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
+                f"(the path and {delay.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), got {len(attributes) - 1}"
+            )
+        message_id = delay.new_message_id(outgoing.dedupe_key)
+        delayed = DelayedMessage(
+            message_id, math.ceil((now + seconds) * 1000), body, attributes, delay.shard_of(message_id, self._delay_shards), outgoing.dedupe_key
+        )
+        item_bytes = len(json.dumps(delayed.to_item()).encode("utf-8"))
+        if item_bytes > limits.DYNAMODB_MAX_ITEM_BYTES:
+            raise MessageError(
+                f"a delayed message is stored as a DynamoDB item of at most {limits.DYNAMODB_MAX_ITEM_BYTES} bytes; "
+                f"this one needs {item_bytes}"
+            )
+        return delayed
+
+    def _store_delayed(self, delayed: list[tuple[int, DelayedMessage]]) -> dict[int, SendResult]:
+        """Write delayed messages, 25 per BatchWriteItem; a failed write is reported, not dropped."""
+        results: dict[int, SendResult] = {}
+        if not delayed:
+            return results
+        store = delay.DelayStore(self.delay_table or "", self._dynamodb.get(), self._delay_shards, self._sleep)
+        for start in range(0, len(delayed), limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
+            chunk = delayed[start : start + limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS]
+            try:
+                store.put_many([m for _, m in chunk])
+            except Exception as error:
+                code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+                results.update({i: SendResult(i, error=str(error), code=code) for i, _ in chunk})
+            else:
+                results.update({i: SendResult(i, message_id=m.message_id) for i, m in chunk})
+        return results
 
     def _queue_options(self, outgoing: OutgoingMessage, delay: int) -> dict[str, Any]:
         """DelaySeconds, or FIFO's group and deduplication ids."""
@@ -190,40 +261,31 @@ class Client:
         return results
 
 
-def delay_seconds(delay: timedelta | float | None, at: datetime | None, now: float) -> int:
-    """Whole seconds to defer a message, from ``delay`` or ``at``, within SQS's 900 s.
+def due_in_seconds(delay: timedelta | float | None, at: datetime | None, now: float) -> float:
+    """Seconds from ``now`` until a message is due, from ``delay`` or ``at`` (0 when neither, or ``at`` is past).
 
     Examples
     --------
-    >>> delay_seconds(timedelta(seconds=1.2), None, 0.0)
-    2
+    >>> due_in_seconds(timedelta(seconds=1.5), None, 0.0)
+    1.5
     """
     if delay is not None and at is not None:
         raise MessageError("give delay or at, not both")
     if at is not None:
         if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
             raise MessageError(f"at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got {at!r}")
-        seconds = max(0.0, at.timestamp() - now)
-    elif delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise MessageError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
-    else:
-        return 0
-    whole = math.ceil(seconds)
-    if whole > limits.SQS_MAX_DELAY_SECONDS:
-        raise MessageError(
-            f"a delay of {whole} s is over SQS's {limits.SQS_MAX_DELAY_SECONDS} s maximum; "
-            "longer delays need the delay scheduler, which this Client does not have"
-        )
-    return whole
+        return max(0.0, at.timestamp() - now)
+    if delay is None:
+        return 0.0
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        raise MessageError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
+    return float(seconds)
 
 
 def _body_text(body: Any) -> str:
     """The body as SQS will carry it; MessageError for an empty body or a character SQS refuses."""
     if not isinstance(body, str):
-        import json
-
         try:
             body = json.dumps(body, separators=(",", ":"))
         except (TypeError, ValueError) as error:

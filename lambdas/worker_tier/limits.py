@@ -29,6 +29,9 @@ SQS_MAX_ATTRIBUTE_NAME_CHARS = 256
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html
 DYNAMODB_MAX_BATCH_WRITE_ITEMS = 25
 
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-items
+DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
+
 # https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html
 LAMBDA_MAX_TIMEOUT_SECONDS = 15 * 60
 

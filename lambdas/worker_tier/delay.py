@@ -1,0 +1,200 @@
+"""Long delays: the delay table's key layout, and the producer's writes into it.
+
+Layout (one item per delayed message)::
+
+    pk = "b#<minute>#<shard>"   the due minute (epoch seconds // 60) and a shard 0..shards-1
+    sk = "<due ms, 13 digits>#<id>"   ordered by due time, then id
+
+A busy minute spreads its writes over ``shards`` partitions; the scheduler reads a
+minute with one paginated Query per shard, in parallel, and gets each shard's
+items already in due order. Items are never deleted after dispatch: the TTL
+attribute removes them ``DISPATCHED_RETENTION_SECONDS`` after they were due, for
+free, and leaves them for troubleshooting until then.
+
+The invariant that makes the watermark safe (see ``worker_tier.scheduler``): the
+producer stores a message only when it is due more than ``LONG_DELAY_THRESHOLD_SECONDS``
+(SQS's 900 s) after the producer's clock, and the scheduler dispatches a minute only
+once that minute has *ended* by ``DISPATCH_HORIZON_SECONDS`` = 900 − ``MAX_CLOCK_SKEW_SECONDS``
+after its own clock. A producer can therefore write into a dispatched minute only
+if the two clocks differ by more than ``MAX_CLOCK_SKEW_SECONDS`` in total.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from worker_tier import limits
+
+BUCKET_SECONDS = 60
+DEFAULT_SHARDS = 8
+MAX_SHARDS = 64
+LONG_DELAY_THRESHOLD_SECONDS = limits.SQS_MAX_DELAY_SECONDS
+MAX_CLOCK_SKEW_SECONDS = 60  # producer and scheduler clocks together; ±30 s each
+DISPATCH_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS - MAX_CLOCK_SKEW_SECONDS
+MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
+DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
+DUE_AT_ATTRIBUTE = "worker_tier.due_at"
+DEDUPE_PREFIX = "dedupe#"
+MAX_WRITE_ATTEMPTS = 8
+WRITE_RETRY_BASE_SECONDS = 0.05
+
+# Item attribute names.
+PK, SK = "pk", "sk"
+TTL_ATTRIBUTE = "expiration"
+
+
+class DelayStoreError(Exception):
+    """The delay table did not take a message after retries."""
+
+
+@dataclass(frozen=True)
+class DelayedMessage:
+    """A message waiting in the delay table."""
+
+    message_id: str
+    due_ms: int
+    body: str
+    attributes: Mapping[str, Mapping[str, Any]]  # SQS API shape, path attribute included
+    shard: int = 0
+    dedupe_key: str | None = None
+
+    @property
+    def bucket(self) -> int:
+        """The due minute (epoch seconds // 60)."""
+        return self.due_ms // 1000 // BUCKET_SECONDS
+
+    @property
+    def key(self) -> dict[str, dict[str, str]]:
+        return {PK: {"S": bucket_key(self.bucket, self.shard)}, SK: {"S": sort_key(self.due_ms, self.message_id)}}
+
+    def to_item(self) -> dict[str, dict[str, Any]]:
+        """The DynamoDB item."""
+        item: dict[str, dict[str, Any]] = {
+            **self.key,
+            "id": {"S": self.message_id},
+            "due_ms": {"N": str(self.due_ms)},
+            "body": {"S": self.body},
+            "attributes": {"S": encode_attributes(self.attributes)},
+            TTL_ATTRIBUTE: {"N": str(self.due_ms // 1000 + DISPATCHED_RETENTION_SECONDS)},
+        }
+        if self.dedupe_key is not None:
+            item["dedupe_key"] = {"S": self.dedupe_key}
+        return item
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Mapping[str, Any]]) -> DelayedMessage:
+        shard = int(item[PK]["S"].rsplit("#", 1)[1])
+        dedupe = item.get("dedupe_key", {}).get("S")
+        return cls(item["id"]["S"], int(item["due_ms"]["N"]), item["body"]["S"], decode_attributes(item["attributes"]["S"]), shard, dedupe)
+
+
+def bucket_key(bucket: int, shard: int) -> str:
+    """Partition key of one shard of one minute."""
+    return f"b#{bucket}#{shard}"
+
+
+def sort_key(due_ms: int, message_id: str) -> str:
+    """Sort key: due time (zero-padded, so text order is time order), then id."""
+    return f"{due_ms:013d}#{message_id}"
+
+
+def shard_of(message_id: str, shards: int) -> int:
+    """A stable shard for an id, spreading a minute's writes evenly."""
+    return int.from_bytes(hashlib.blake2b(message_id.encode(), digest_size=4).digest(), "big") % shards
+
+
+def new_message_id(dedupe_key: str | None) -> str:
+    """A random id, or one derived from the dedupe key so the same key is the same message."""
+    if dedupe_key is None:
+        return str(uuid.uuid4())
+    return str(uuid.UUID(bytes=hashlib.sha256(dedupe_key.encode("utf-8")).digest()[:16]))
+
+
+def encode_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> str:
+    """SQS-shaped attributes as JSON text (binary values base64)."""
+    encoded = {
+        name: {k: base64.b64encode(v).decode("ascii") if k == "BinaryValue" else v for k, v in value.items()}
+        for name, value in attributes.items()
+    }
+    return json.dumps(encoded, separators=(",", ":"), sort_keys=True)
+
+
+def decode_attributes(text: str) -> dict[str, dict[str, Any]]:
+    """The inverse of encode_attributes."""
+    return {
+        name: {k: base64.b64decode(v) if k == "BinaryValue" else v for k, v in value.items()}
+        for name, value in json.loads(text).items()
+    }
+
+
+class DelayStore:
+    """Writes delayed messages into the delay table: BatchWriteItem, or a transaction for a dedupe key."""
+
+    def __init__(
+        self,
+        table: str,
+        dynamodb: Any,
+        shards: int = DEFAULT_SHARDS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.table = table
+        self.shards = shards
+        self._dynamodb = dynamodb
+        self._sleep = sleep
+
+    def put_many(self, messages: Iterable[DelayedMessage]) -> None:
+        """Store messages; plain ones 25 per BatchWriteItem (UnprocessedItems retried), deduped ones one by one."""
+        messages = list(messages)
+        for message in messages:
+            if message.dedupe_key is not None:
+                self.put_deduplicated(message)
+        self.put_items([m.to_item() for m in messages if m.dedupe_key is None])
+
+    def put_items(self, items: list[dict[str, Any]]) -> None:
+        """Write whole items, 25 per BatchWriteItem."""
+        for start in range(0, len(items), limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
+            chunk = items[start : start + limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS]
+            self._batch_write([{"PutRequest": {"Item": item}} for item in chunk])
+
+    def put_deduplicated(self, message: DelayedMessage) -> bool:
+        """Store the message unless its dedupe key is taken; True when stored.
+
+        The key marker and the message go in one transaction, so a crash cannot
+        leave a marker without its message.
+        """
+        marker = {
+            PK: {"S": DEDUPE_PREFIX + str(message.dedupe_key)},
+            SK: {"S": "-"},
+            "id": {"S": message.message_id},
+            TTL_ATTRIBUTE: {"N": str(message.due_ms // 1000 + DISPATCHED_RETENTION_SECONDS)},
+        }
+        try:
+            self._dynamodb.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self.table, "Item": marker, "ConditionExpression": "attribute_not_exists(pk)"}},
+                    {"Put": {"TableName": self.table, "Item": message.to_item()}},
+                ]
+            )
+        except Exception as error:
+            reasons = getattr(error, "response", {}).get("CancellationReasons") or []
+            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                return False
+            raise
+        return True
+
+    def _batch_write(self, requests: list[dict[str, Any]]) -> None:
+        """BatchWriteItem until every request is processed, backing off on UnprocessedItems."""
+        pending = requests
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            response = self._dynamodb.batch_write_item(RequestItems={self.table: pending})
+            pending = (response.get("UnprocessedItems") or {}).get(self.table) or []
+            if not pending:
+                return
+            self._sleep(min(2.0, WRITE_RETRY_BASE_SECONDS * 2**attempt))
+        raise DelayStoreError(f"delay table {self.table} left {len(pending)} items unprocessed after {MAX_WRITE_ATTEMPTS} attempts")
