@@ -13,15 +13,26 @@ class FakeSQS:
     ``(code, sender_fault)`` pair for a Failed entry.
     """
 
-    def __init__(self, fail: Callable[[int, dict[str, Any]], tuple[str, bool] | None] | None = None) -> None:
+    def __init__(
+        self,
+        fail: Callable[[int, dict[str, Any]], tuple[str, bool] | None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.sent: list[dict[str, Any]] = []
         self._fail = fail or (lambda call, entry: None)
+        self._clock = clock
         self._ids = itertools.count(1)
 
     def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
         self.calls.append(("SendMessageBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))
-        return self._batch(Entries, accept=lambda e: self.sent.append(e), with_id=True)
+        return self._batch(Entries, accept=self._accept, with_id=True)
+
+    def _accept(self, entry: dict[str, Any]) -> None:
+        """Keep what was accepted; with a clock, when it becomes visible (sent time + DelaySeconds)."""
+        if self._clock is not None:
+            entry = {**entry, "visible_at": self._clock() + entry.get("DelaySeconds", 0)}
+        self.sent.append(entry)
 
     def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
         self.calls.append(("ChangeMessageVisibilityBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))

@@ -211,6 +211,15 @@ class Client:
             chunk = delayed[start : start + limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS]
             try:
                 store.put_many([m for _, m in chunk])
+            except delay.DelayStoreError as error:  # some items written, some not: report each truly
+                results.update(
+                    {
+                        i: SendResult(i, error=str(error), code="UnprocessedItems")
+                        if m.message_id in error.unstored_ids
+                        else SendResult(i, message_id=m.message_id)
+                        for i, m in chunk
+                    }
+                )
             except Exception as error:
                 code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
                 results.update({i: SendResult(i, error=str(error), code=code) for i, _ in chunk})

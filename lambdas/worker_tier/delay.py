@@ -50,7 +50,11 @@ TTL_ATTRIBUTE = "expiration"
 
 
 class DelayStoreError(Exception):
-    """The delay table did not take a message after retries."""
+    """The delay table did not take some messages after retries; ``unstored_ids`` names them."""
+
+    def __init__(self, message: str, unstored_ids: frozenset[str] = frozenset()) -> None:
+        super().__init__(message)
+        self.unstored_ids = unstored_ids
 
 
 @dataclass(frozen=True)
@@ -197,4 +201,7 @@ class DelayStore:
             if not pending:
                 return
             self._sleep(min(2.0, WRITE_RETRY_BASE_SECONDS * 2**attempt))
-        raise DelayStoreError(f"delay table {self.table} left {len(pending)} items unprocessed after {MAX_WRITE_ATTEMPTS} attempts")
+        raise DelayStoreError(
+            f"delay table {self.table} left {len(pending)} items unprocessed after {MAX_WRITE_ATTEMPTS} attempts",
+            frozenset(request["PutRequest"]["Item"]["id"]["S"] for request in pending),
+        )

@@ -33,7 +33,6 @@ from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_A
 LEASE_KEY = "scheduler#lease"
 WATERMARK_KEY = "scheduler#watermark"
 LEASE_SECONDS = 120
-INITIAL_LOOKBACK_BUCKETS = 60
 RUN_MARGIN_MS = 10_000
 MAX_SEND_ATTEMPTS = 10
 MAX_READ_ATTEMPTS = 8
@@ -247,13 +246,32 @@ class DelayScheduler:
                 raise
 
     def _read_watermark(self) -> int:
-        """The first minute not fully dispatched; a new table starts an hour back."""
+        """The first minute not fully dispatched."""
         item = self._dynamodb.get().get_item(
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
         ).get("Item")
         if item is None:
-            return math.floor(self._clock() / BUCKET_SECONDS) - INITIAL_LOOKBACK_BUCKETS
+            return self._initial_watermark()
         return int(item["bucket"]["N"])
+
+    def _initial_watermark(self) -> int:
+        """The first run ever starts at the earliest minute in the table, or now.
+
+        A one-time Scan (keys only): messages stored before the scheduler first
+        ran may be due in minutes that are already past. A producer writing
+        meanwhile writes only minutes after now (the module invariant).
+        """
+        now_bucket = math.floor(self._clock() / BUCKET_SECONDS)
+        earliest = now_bucket
+        request: dict[str, Any] = {"TableName": self.delay_table, "ProjectionExpression": "pk, sk"}
+        while True:
+            page = self._with_retries(lambda: self._dynamodb.get().scan(**request))
+            for item in page.get("Items") or []:
+                if item["pk"]["S"].startswith("b#"):
+                    earliest = min(earliest, int(item["pk"]["S"].split("#")[1]))
+            if "LastEvaluatedKey" not in page:
+                return earliest
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _advance(self, bucket: int) -> None:
         """Move the watermark past ``bucket``, only from where this run found it."""

@@ -1,0 +1,222 @@
+"""An in-memory DynamoDB for the calls Worker Tier makes, with fault injection.
+
+It evaluates the condition expressions Worker Tier writes (attribute_not_exists,
+=, <, AND, OR, parentheses, #names and :values) and raises botocore's real
+ClientError, so the code under test takes the same paths as against AWS.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Callable
+
+from botocore.exceptions import ClientError
+
+Fault = Callable[[str, dict[str, Any]], "str | None"]
+_TOKENS = re.compile(r"\s*(attribute_not_exists|AND|OR|\(|\)|=|<|[#:]?[A-Za-z_][\w]*)")
+
+
+def client_error(code: str, operation: str, **extra: Any) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": f"{code} (fake)"}, **extra}, operation)
+
+
+class FakeDynamoDB:
+    """Tables keyed by (pk,) or (pk, sk); ``fault(operation, params)`` may return an error code to raise."""
+
+    def __init__(self, fault: Fault | None = None) -> None:
+        self.tables: dict[str, dict[tuple, dict[str, Any]]] = {}
+        self.partitions: dict[str, dict[str, set[tuple]]] = {}
+        self.keys: dict[str, tuple[str, ...]] = {}
+        self.calls: list[str] = []
+        self.fault = fault or (lambda operation, params: None)
+        self.unprocessed: Callable[[list[dict]], list[dict]] = lambda requests: []
+        self.page_size = 100
+
+    def create_table(self, name: str, *key: str) -> None:
+        self.tables[name] = {}
+        self.partitions[name] = {}
+        self.keys[name] = key
+
+    def _store(self, table: str, item: dict) -> None:
+        key = self._key(table, item)
+        self.tables[table][key] = copy.deepcopy(item)
+        self.partitions[table].setdefault(key[0], set()).add(key)
+
+    # -- operations -------------------------------------------------------------------
+
+    def put_item(self, TableName: str, Item: dict, ConditionExpression: str | None = None,  # noqa: N803
+                 ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
+        self._enter("PutItem", locals())
+        key = self._key(TableName, Item)
+        if ConditionExpression and not _Condition(ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues).holds(
+            self.tables[TableName].get(key)
+        ):
+            raise client_error("ConditionalCheckFailedException", "PutItem")
+        self._store(TableName, Item)
+        return {}
+
+    def get_item(self, TableName: str, Key: dict, ConsistentRead: bool = False) -> dict:  # noqa: N803
+        self._enter("GetItem", locals())
+        item = self.tables[TableName].get(self._key(TableName, Key))
+        return {"Item": copy.deepcopy(item)} if item is not None else {}
+
+    def delete_item(self, TableName: str, Key: dict, ConditionExpression: str | None = None,  # noqa: N803
+                    ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
+        self._enter("DeleteItem", locals())
+        key = self._key(TableName, Key)
+        if ConditionExpression and not _Condition(ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues).holds(
+            self.tables[TableName].get(key)
+        ):
+            raise client_error("ConditionalCheckFailedException", "DeleteItem")
+        self.tables[TableName].pop(key, None)
+        self.partitions[TableName].get(key[0], set()).discard(key)
+        return {}
+
+    def update_item(self, TableName: str, Key: dict, UpdateExpression: str,  # noqa: N803
+                    ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
+        self._enter("UpdateItem", locals())
+        match = re.fullmatch(r"SET (#?\w+) = (:\w+)", UpdateExpression)
+        assert match, f"fake supports 'SET #a = :v' only, got {UpdateExpression!r}"
+        name = (ExpressionAttributeNames or {}).get(match.group(1), match.group(1))
+        key = self._key(TableName, Key)
+        if key not in self.tables[TableName]:
+            self._store(TableName, Key)
+        self.tables[TableName][key][name] = copy.deepcopy(ExpressionAttributeValues[match.group(2)])
+        return {}
+
+    def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict,  # noqa: N803
+              ExclusiveStartKey: dict | None = None, Limit: int | None = None, **_: Any) -> dict:
+        self._enter("Query", locals())
+        assert KeyConditionExpression == "pk = :pk", KeyConditionExpression
+        pk = ExpressionAttributeValues[":pk"]["S"]
+        table = self.tables[TableName]
+        rows = sorted((k, table[k]) for k in self.partitions[TableName].get(pk, ()))
+        if ExclusiveStartKey is not None:
+            start = self._key(TableName, ExclusiveStartKey)
+            rows = [(k, v) for k, v in rows if k > start]
+        size = min(Limit or self.page_size, self.page_size)
+        page = rows[:size]
+        response: dict[str, Any] = {"Items": [copy.deepcopy(v) for _, v in page], "Count": len(page)}
+        if len(rows) > size:
+            last = page[-1][1]
+            response["LastEvaluatedKey"] = {name: last[name] for name in self.keys[TableName]}
+        return response
+
+    def batch_write_item(self, RequestItems: dict) -> dict:  # noqa: N803
+        self._enter("BatchWriteItem", locals())
+        unprocessed: dict[str, list] = {}
+        for table, requests in RequestItems.items():
+            held = self.unprocessed(requests)
+            for request in requests:
+                if any(request is h for h in held):
+                    continue
+                self._store(table, request["PutRequest"]["Item"])
+            if held:
+                unprocessed[table] = held
+        return {"UnprocessedItems": unprocessed}
+
+    def transact_write_items(self, TransactItems: list[dict]) -> dict:  # noqa: N803
+        self._enter("TransactWriteItems", locals())
+        reasons = []
+        for entry in TransactItems:
+            put = entry["Put"]
+            existing = self.tables[put["TableName"]].get(self._key(put["TableName"], put["Item"]))
+            condition = put.get("ConditionExpression")
+            ok = not condition or _Condition(condition, put.get("ExpressionAttributeNames"), put.get("ExpressionAttributeValues")).holds(existing)
+            reasons.append({"Code": "None" if ok else "ConditionalCheckFailed"})
+        if any(r["Code"] != "None" for r in reasons):
+            raise client_error("TransactionCanceledException", "TransactWriteItems", CancellationReasons=reasons)
+        for entry in TransactItems:
+            self._store(entry["Put"]["TableName"], entry["Put"]["Item"])
+        return {}
+
+    def scan(self, TableName: str, ProjectionExpression: str | None = None,  # noqa: N803
+             ExclusiveStartKey: dict | None = None, **_: Any) -> dict:
+        self._enter("Scan", locals())
+        keys = sorted(self.tables[TableName])
+        if ExclusiveStartKey is not None:
+            start = self._key(TableName, ExclusiveStartKey)
+            keys = [k for k in keys if k > start]
+        page = keys[: self.page_size]
+        response: dict[str, Any] = {"Items": [copy.deepcopy(self.tables[TableName][k]) for k in page]}
+        if len(keys) > self.page_size:
+            response["LastEvaluatedKey"] = {name: {"S": value} for name, value in zip(self.keys[TableName], page[-1])}
+        return response
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def count(self, operation: str) -> int:
+        return sum(1 for name in self.calls if name == operation)
+
+    def _enter(self, operation: str, params: dict[str, Any]) -> None:
+        self.calls.append(operation)
+        code = self.fault(operation, params)
+        if code is not None:
+            raise client_error(code, operation)
+
+    def _key(self, table: str, item: dict) -> tuple:
+        return tuple(item[name]["S"] for name in self.keys[table])
+
+
+class _Condition:
+    """Parses and evaluates a condition expression against an item (None when absent)."""
+
+    def __init__(self, text: str, names: dict | None, values: dict | None) -> None:
+        self.tokens = _TOKENS.findall(text)
+        self.names = names or {}
+        self.values = values or {}
+
+    def holds(self, item: dict | None) -> bool:
+        self.item = item or {}
+        self.position = 0
+        return self._or()
+
+    def _next(self) -> str:
+        token = self.tokens[self.position]
+        self.position += 1
+        return token
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.position] if self.position < len(self.tokens) else None
+
+    def _or(self) -> bool:
+        result = self._and()
+        while self._peek() == "OR":
+            self._next()
+            result = self._and() or result
+        return result
+
+    def _and(self) -> bool:
+        result = self._atom()
+        while self._peek() == "AND":
+            self._next()
+            result = self._atom() and result
+        return result
+
+    def _atom(self) -> bool:
+        token = self._next()
+        if token == "(":
+            result = self._or()
+            assert self._next() == ")"
+            return result
+        if token == "attribute_not_exists":
+            assert self._next() == "("
+            name = self._name(self._next())
+            assert self._next() == ")"
+            return name not in self.item
+        operator, operand = self._next(), self._next()
+        left, right = self.item.get(self._name(token)), self.values[operand]
+        if left is None:
+            return False
+        return _compare(left, right, operator)
+
+    def _name(self, token: str) -> str:
+        return self.names.get(token, token)
+
+
+def _compare(left: dict, right: dict, operator: str) -> bool:
+    (kind, a), (_, b) = next(iter(left.items())), next(iter(right.items()))
+    if kind == "N":
+        a, b = float(a), float(b)
+    return a == b if operator == "=" else a < b
