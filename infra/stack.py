@@ -9,6 +9,7 @@ from constructs import Construct
 
 from infra import REPO_ROOT, cron_config, defaults
 from infra.cron_config import CronEntry
+from infra.delay_scheduler import DelayScheduler, DelaySchedulerProps
 from infra.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from infra.settings import Settings, settings_from_context
 from infra.worker_queue import WorkerQueue, WorkerQueueProps
@@ -19,8 +20,9 @@ CRON_FILE = REPO_ROOT / "cron.yaml"
 class WorkerTierStack(Stack):
     """Everything Worker Tier deploys.
 
-    Public attributes: ``state_table``, ``worker``, and ``periodic_tasks`` (None when
-    cron.yaml is absent or empty).
+    Public attributes: ``state_table``, ``worker``, ``delay_scheduler`` (None on a FIFO
+    queue, which has no per-message delay), and ``periodic_tasks`` (None when cron.yaml
+    is absent or empty).
     """
 
     def __init__(
@@ -37,6 +39,7 @@ class WorkerTierStack(Stack):
         # One per stack: task idempotency, the scheduler's lease and watermark, and cron tick dedupe share it.
         self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
         self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table))
+        self.delay_scheduler = self._delay_scheduler()
         entries = cron_entries if cron_entries is not None else cron_config.load(CRON_FILE)
         self.periodic_tasks = (
             PeriodicTasks(
@@ -48,6 +51,21 @@ class WorkerTierStack(Stack):
             else None
         )
         self._outputs()
+
+    def _delay_scheduler(self) -> DelayScheduler | None:
+        """The delay table and its scheduler; tasks may send long delays too."""
+        if self.settings.fifo:
+            return None
+        scheduler = DelayScheduler(
+            self,
+            "Delays",
+            DelaySchedulerProps(settings=self.settings, queue=self.worker.queue, state_table=self.state_table),
+        )
+        for name, value in scheduler.producer_environment(self.settings).items():
+            self.worker.function.add_environment(name, value)
+        scheduler.grant_produce(self.worker.function)
+        CfnOutput(self, "DelayTableName", value=scheduler.table.table_name)
+        return scheduler
 
     def _outputs(self) -> None:
         CfnOutput(self, "QueueUrl", value=self.worker.queue.queue_url)

@@ -77,6 +77,7 @@ class Client:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         delay_shards: int = delay.DEFAULT_SHARDS,
+        long_delay_threshold: int = delay.LONG_DELAY_THRESHOLD_SECONDS,
     ) -> None:
         if not queue_url:
             raise MessageError("Client needs a queue_url (or use Client.from_env() with WORKER_TIER_QUEUE_URL set)")
@@ -90,6 +91,8 @@ class Client:
         self._clock = clock or time.time
         self._sleep = sleep
         self._delay_shards = delay_shards
+        # Delays above this go to the delay table; only the local environment lowers it (with the horizon).
+        self._long_delay_threshold = long_delay_threshold
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
@@ -158,7 +161,7 @@ class Client:
         if size > limits.SQS_MAX_MESSAGE_BYTES:
             raise MessageError(f"message is {size} bytes with its attributes; SQS allows at most {limits.SQS_MAX_MESSAGE_BYTES}")
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
-        if math.ceil(seconds) > delay.LONG_DELAY_THRESHOLD_SECONDS:
+        if math.ceil(seconds) > self._long_delay_threshold:
             return index, self._delayed(outgoing, body, attributes, now, seconds)
         entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
         entry.update(self._queue_options(outgoing, math.ceil(seconds)))
@@ -187,7 +190,7 @@ class Client:
         if len(attributes) > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
             raise MessageError(
                 f"a delayed message may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
-                f"(the path and {delay.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), got {len(attributes) - 1}"
+                f"(the path and {message.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), got {len(attributes) - 1}"
             )
         message_id = delay.new_message_id(outgoing.dedupe_key)
         delayed = DelayedMessage(

@@ -30,16 +30,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
+from worker_tier.message import DUE_AT_ATTRIBUTE
+from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
 
 BUCKET_SECONDS = 60
-DEFAULT_SHARDS = 8
-MAX_SHARDS = 64
+DEFAULT_SHARDS = DEFAULT_DELAY_SHARDS
+MAX_SHARDS = MAX_DELAY_SHARDS
 LONG_DELAY_THRESHOLD_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 MAX_CLOCK_SKEW_SECONDS = 60  # producer and scheduler clocks together; ±30 s each
 DISPATCH_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS - MAX_CLOCK_SKEW_SECONDS
 MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
 DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
-DUE_AT_ATTRIBUTE = "worker_tier.due_at"
 DEDUPE_PREFIX = "dedupe#"
 MAX_WRITE_ATTEMPTS = 8
 WRITE_RETRY_BASE_SECONDS = 0.05

@@ -29,6 +29,7 @@ from worker_tier import delay, limits
 from worker_tier.aws import LazyClient
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.message import DUE_AT_ATTRIBUTE
 
 LEASE_KEY = "scheduler#lease"
 WATERMARK_KEY = "scheduler#watermark"
@@ -78,8 +79,10 @@ class DelayScheduler:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         parallel: bool = True,
+        horizon_seconds: int = DISPATCH_HORIZON_SECONDS,
     ) -> None:
         self.delay_table = delay_table
+        self.horizon_seconds = horizon_seconds
         self.state_table = state_table
         self.queue_url = queue_url
         self.shards = shards
@@ -102,7 +105,7 @@ class DelayScheduler:
     def _dispatch(self, remaining_ms: Callable[[], int] | None) -> RunReport:
         report = RunReport()
         watermark = self._read_watermark()
-        last = math.floor((self._clock() + DISPATCH_HORIZON_SECONDS) / BUCKET_SECONDS) - 1
+        last = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
         while watermark <= last:
             if remaining_ms is not None and remaining_ms() < RUN_MARGIN_MS:
                 report.stopped = "invocation time running out"
@@ -116,7 +119,7 @@ class DelayScheduler:
             watermark += 1
             report.buckets += 1
         report.watermark = watermark
-        report.lag_s = max(0.0, self._clock() + DISPATCH_HORIZON_SECONDS - watermark * BUCKET_SECONDS)
+        report.lag_s = max(0.0, self._clock() + self.horizon_seconds - watermark * BUCKET_SECONDS)
         return report
 
     def _dispatch_bucket(self, bucket: int, report: RunReport) -> int:
@@ -293,7 +296,7 @@ class DelayScheduler:
 def _with_due_at(message: DelayedMessage) -> dict[str, Any]:
     """The stored attributes plus when the message was due, for ``Task.due_at``."""
     due = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(message.due_ms // 1000)) + f".{message.due_ms % 1000:03d}Z"
-    return {**message.attributes, delay.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}}
+    return {**message.attributes, DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}}
 
 
 def _is_condition_failure(error: Exception) -> bool:

@@ -36,6 +36,8 @@ DEFAULT_MEMORY_MB = 256
 DEFAULT_TIMEOUT_MARGIN_SECONDS = 10
 DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
 DEFAULT_TASK_MODULES = "tasks"
+DEFAULT_DELAY_SHARDS = 8
+MAX_DELAY_SHARDS = 64
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
 _MODULE_LIST = r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$"
@@ -75,6 +77,7 @@ _RANGES: dict[str, _Range] = {
     "memory_size": _Range(limits.LAMBDA_MIN_MEMORY_MB, limits.LAMBDA_MAX_MEMORY_MB),
     "timeout_margin": _Range(1, limits.LAMBDA_MAX_TIMEOUT_SECONDS),
     "oldest_message_alarm": _Range(60, limits.SQS_MAX_RETENTION_SECONDS),
+    "delay_shards": _Range(1, MAX_DELAY_SHARDS),
 }
 
 
@@ -104,6 +107,7 @@ class Settings:
     timeout_margin: int = DEFAULT_TIMEOUT_MARGIN_SECONDS
     oldest_message_alarm: int = DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS
     task_modules: str = DEFAULT_TASK_MODULES
+    delay_shards: int = DEFAULT_DELAY_SHARDS
 
     def __post_init__(self) -> None:
         for name, rule in _RANGES.items():

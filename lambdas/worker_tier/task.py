@@ -19,7 +19,7 @@ class Task:
     Field by field it mirrors sqsd's ``X-Aws-Sqsd-*`` headers: ``message_id``
     (Msgid), ``receive_count`` (Receive-Count), ``first_received_at``,
     ``sent_at``, ``queue`` (the queue's name), ``sender_id``, ``task_name`` and
-    ``scheduled_at`` (periodic tasks), and ``attributes`` (``X-Aws-Sqsd-Attr-*``:
+    ``scheduled_at`` (periodic tasks), ``due_at`` (delayed messages), and ``attributes`` (``X-Aws-Sqsd-Attr-*``:
     String and Number attributes only, as sqsd drops Binary ones).
 
     Everything but the id, path and body is read from the Lambda SQS ``record``
@@ -84,6 +84,12 @@ class Task:
     def scheduled_at(self) -> datetime | None:
         """The periodic task's tick (``beanstalk.sqsd.scheduled_time``)."""
         return message.parse_scheduled_time(self.attributes.get(message.SCHEDULED_TIME_ATTRIBUTE))
+
+    @cached_property
+    def due_at(self) -> datetime | None:
+        """When a delayed message was due (``worker_tier.due_at``, set by the delay scheduler), else None."""
+        text = self.attributes.get(message.DUE_AT_ATTRIBUTE)
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
     @property
     def _system(self) -> Mapping[str, Any]:

@@ -101,7 +101,7 @@ def test_empty_cron_list_deploys_nothing_periodic(tmp_path):
     stack, _ = synth(settings=Settings(), cron_entries=[], outdir=str(tmp_path))
     assert stack.periodic_tasks is None
     Template.from_stack(stack).resource_count_is("AWS::Scheduler::Schedule", 0)
-    Template.from_stack(stack).resource_count_is("AWS::Lambda::Function", 1)
+    Template.from_stack(stack).resource_count_is("AWS::Lambda::Function", 2)  # worker and delay scheduler
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,103 @@
+"""``DelayScheduler``: the delay table, the scheduler function, its one-minute schedule and its lag alarm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_sqs as sqs
+from constructs import Construct
+
+from infra.function import ServiceFunction, ServiceFunctionProps
+from infra.settings import Settings
+from worker_tier import delay
+from worker_tier.handlers.scheduler import METRIC_LAG
+from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+
+SCHEDULER_HANDLER = "worker_tier.handlers.scheduler.lambda_handler"
+SCHEDULER_TIMEOUT_SECONDS = 60
+SCHEDULER_MEMORY_MB = 256
+# Normal lag is under a minute (one run per minute); three minutes means runs are failing or missing.
+LAG_ALARM_SECONDS = 3 * 60
+
+
+@dataclass
+class DelaySchedulerProps:
+    """The queue the scheduler feeds and the state table its lease and watermark live in."""
+
+    settings: Settings
+    queue: sqs.IQueue
+    state_table: dynamodb.ITableV2
+
+
+class DelayScheduler(Construct):
+    """Public attributes: ``table`` (the delay table), ``function``, ``rule`` and ``lag_alarm``."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: DelaySchedulerProps) -> None:
+        super().__init__(scope, construct_id)
+        self.table = dynamodb.TableV2(
+            self,
+            "DelayTable",
+            partition_key=dynamodb.Attribute(name=delay.PK, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=delay.SK, type=dynamodb.AttributeType.STRING),
+            billing=dynamodb.Billing.on_demand(),
+            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=delay.TTL_ATTRIBUTE,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        scheduler = ServiceFunction(
+            self,
+            "Scheduler",
+            ServiceFunctionProps(
+                handler=SCHEDULER_HANDLER,
+                timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
+                memory_mb=SCHEDULER_MEMORY_MB,
+                environment={
+                    **self.producer_environment(props.settings),
+                    "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
+                    "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
+                    "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+                    "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                },
+                description="Worker Tier: moves due delayed messages from the delay table into SQS",
+            ),
+        )
+        self.function = scheduler.function
+        props.queue.grant_send_messages(self.function)
+        # Query the minutes, Scan once for the first watermark, BatchWrite to mark a half-sent minute.
+        self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan", "dynamodb:BatchWriteItem")
+        props.state_table.grant(self.function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+        self.rule = events.Rule(
+            self,
+            "EveryMinute",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            # A missed run is not retried: the next one catches up from the watermark.
+            targets=[events_targets.LambdaFunction(self.function, retry_attempts=0, max_event_age=Duration.minutes(1))],
+        )
+        self.lag_alarm = cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=METRIC_LAG,
+            dimensions_map={"service": SERVICE_NAME},
+            statistic="Maximum",
+            period=Duration.minutes(1),
+        ).create_alarm(
+            self,
+            "SchedulerLag",
+            threshold=LAG_ALARM_SECONDS,
+            evaluation_periods=3,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            # No data means no runs: that is lag too.
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+            alarm_description="The delay scheduler's watermark trails now + horizon by minutes: runs fail or do not happen.",
+        )
+
+    def producer_environment(self, settings: Settings) -> dict[str, str]:
+        """What a producer (any function using Client.from_env) needs to send long delays."""
+        return {"WORKER_TIER_DELAY_TABLE": self.table.table_name, "WORKER_TIER_DELAY_SHARDS": str(settings.delay_shards)}
+
+    def grant_produce(self, function) -> None:  # type: ignore[no-untyped-def]
+        """Let ``function`` store delayed messages (plain and deduplicated)."""
+        self.table.grant(function, "dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")

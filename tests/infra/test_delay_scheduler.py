@@ -1,0 +1,70 @@
+"""DelayScheduler in the session stack's template."""
+
+from __future__ import annotations
+
+from aws_cdk.assertions import Match
+
+from infra.delay_scheduler import LAG_ALARM_SECONDS
+
+
+def _policy_statements(template, role_prefix: str) -> list[dict]:
+    policies = template.find_resources("AWS::IAM::Policy")
+    return [
+        statement
+        for policy in policies.values()
+        if any(role["Ref"].startswith(role_prefix) for role in policy["Properties"]["Roles"])
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_delay_table_keys_ttl_pitr_and_encryption(template):
+    template.has_resource_properties(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "SSESpecification": {"SSEEnabled": True, "SSEType": "KMS"},
+            "TimeToLiveSpecification": {"AttributeName": "expiration", "Enabled": True},
+            "Replicas": [Match.object_like({"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}})],
+        },
+    )
+
+
+def test_scheduler_runs_every_minute_without_retries(template):
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "ScheduleExpression": "rate(1 minute)",
+            "Targets": [Match.object_like({"RetryPolicy": {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 60}})],
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.scheduler.lambda_handler", "Timeout": 60,
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_SHARDS": "8"})}},
+    )
+
+
+def test_scheduler_grants_are_the_calls_it_makes(template):
+    actions = {tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],) for s in _policy_statements(template, "DelaysScheduler")}
+    assert ("dynamodb:Query", "dynamodb:Scan", "dynamodb:BatchWriteItem") in actions
+    assert ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem") in actions
+    assert ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl") in actions
+
+
+def test_worker_may_store_delayed_messages_and_knows_the_table(template):
+    actions = {tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],) for s in _policy_statements(template, "WorkerRole")}
+    assert ("dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem") in actions
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.worker.lambda_handler",
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": Match.any_value()})}},
+    )
+
+
+def test_lag_alarm_treats_silence_as_lag(template):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "SchedulerLag", "Namespace": "WorkerTier", "Threshold": LAG_ALARM_SECONDS,
+         "TreatMissingData": "breaching", "Dimensions": [{"Name": "service", "Value": "worker-tier"}]},
+    )
