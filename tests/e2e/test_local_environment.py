@@ -103,3 +103,30 @@ def test_cron_entry_tick_reaches_its_task(outcomes):
     assert [t["enqueued"] for t in ticks] == [True]
     assert ticks[0]["tick"] == "cron#minutely-report#2027-01-15 08:01:00 UTC"
     assert [(o.path, o.status) for o in outcomes] == [("/report", OUTCOME_SUCCEEDED)]
+
+
+def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(outcomes):
+    # GIVEN a task that records what it receives, and a producer whose clock is 5 minutes behind
+    import time
+    from datetime import datetime, timezone
+
+    from worker_tier.registry import DEFAULT_REGISTRY
+
+    seen = []
+    DEFAULT_REGISTRY.task("/e2e-delayed")(seen.append)
+    with LocalEnvironment(Settings()) as env:
+        late_clock = lambda: time.time() - 300  # noqa: E731
+        sent_at = late_clock()
+        # WHEN it sends with a delay long enough for the delay table (due 150 s ago, by the real clock)
+        env.new_client(clock=late_clock).send("/e2e-delayed", '{"kind": "reminder"}', delay=150)
+        stored = env.dynamodb.scan(TableName=env.delay_table)["Items"]
+        assert len(stored) == 1 and env.queue_depth() == 0
+        # AND the scheduler runs
+        report = env.run_scheduler()
+        assert env.poll_until(lambda: len(seen) == 1, timeout_seconds=10)
+    # THEN the message arrived once, with its body and when it was due
+    assert report["sent"] == 1 and report["max_lateness_s"] > 140
+    [task] = seen
+    assert task.body == '{"kind": "reminder"}'
+    assert abs(task.due_at.timestamp() - (sent_at + 150)) < 0.01
+    assert task.due_at.tzinfo == timezone.utc and isinstance(task.due_at, datetime)

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_tier.local.environment import LocalEnvironment
+from worker_tier.local.environment import LOCAL_LONG_DELAY_THRESHOLD_SECONDS, LocalEnvironment
 from worker_tier.settings import Settings
 
 if "--verbose" not in sys.argv:
@@ -36,6 +36,7 @@ EXAMPLES: list[tuple[str, Any]] = [
     ("/flaky", {"report": "monthly"}),
     ("/poison", {"order_id": 42}),
 ]
+DELAYED_EXAMPLE = ("/hello", {"name": "Grace, 150 s later"}, 150)
 _MARKS = {OUTCOME_SUCCEEDED: "ok  ", OUTCOME_RETRYING: "retry", OUTCOME_DEAD_LETTERED: "DLQ ", OUTCOME_RELEASED: "back"}
 
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = _settings(args.settings)
     entries = _cron_entries(args.cron)
     add_outcome_listener(_print_outcome)
-    with LocalEnvironment(settings, cron_entries=entries, on_tick=_print_tick) as env:
+    with LocalEnvironment(settings, cron_entries=entries, on_tick=_print_tick, on_scheduler_run=_print_scheduler_run) as env:
         _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
         _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
@@ -58,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             for path, body in EXAMPLES:
                 message_id = env.client.send(path, json.dumps(body))
                 _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}")
+            path, body, seconds = DELAYED_EXAMPLE
+            message_id = env.client.send(path, json.dumps(body), delay=seconds)
+            _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}  delay {seconds} s via the delay table "
+                 f"(locally anything over {LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s goes there, not 900 s, so you can watch it)")
         _loop(env, args.duration)
         _report_dead_letters(env)
     return 0
@@ -80,6 +85,12 @@ def _report_dead_letters(env: LocalEnvironment) -> None:
 
 def _print_tick(result: dict) -> None:
     _say(f"tick  {result['tick']} -> {'enqueued' if result['enqueued'] else 'already enqueued'}")
+
+
+def _print_scheduler_run(result: dict) -> None:
+    if result.get("sent"):
+        _say(f"delay scheduler: {result['sent']} message(s) moved from the delay table to the queue, due within "
+             f"{LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s")
 
 
 def _cron_entries(path: Path) -> list:

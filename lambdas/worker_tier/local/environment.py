@@ -9,7 +9,7 @@ import time
 import urllib.request
 from typing import Any, Callable, Sequence
 
-from worker_tier import limits
+from worker_tier import delay, limits
 from worker_tier.client import Client
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.local.context import LocalContext
@@ -21,6 +21,12 @@ LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PREFIX = "worker-tier-local"
+# Locally the producer and the scheduler share one clock (no skew margin), and a lower threshold lets a
+# person watch a delayed message go through the delay table within a few minutes. The horizon must cover
+# one minute's bucket plus one minute between runs to stay punctual.
+LOCAL_LONG_DELAY_THRESHOLD_SECONDS = 120
+LOCAL_DELAY_HORIZON_SECONDS = 120
+SCHEDULER_PERIOD_SECONDS = 60
 
 
 class LocalEnvironment:
@@ -40,6 +46,7 @@ class LocalEnvironment:
         handler: Callable[[dict, Any], dict] | None = None,
         cron_entries: Sequence[Any] = (),
         on_tick: Callable[[Any], None] | None = None,
+        on_scheduler_run: Callable[[Any], None] | None = None,
         cron_clock: Callable[[], float] = time.time,
         port: int = 0,
     ) -> None:
@@ -47,9 +54,11 @@ class LocalEnvironment:
         self._handler = handler
         self._cron_entries = list(cron_entries)
         self._on_tick = on_tick or (lambda result: None)
+        self._on_scheduler_run = on_scheduler_run or (lambda result: None)
         self._cron_clock = cron_clock
         self._port = port
         self.cron: CronEmulator | None = None
+        self._next_scheduler_run = 0.0
         self._server: Any = None
         self._saved_environment: dict[str, str | None] = {}
         self.endpoint_url = ""
@@ -87,8 +96,15 @@ class LocalEnvironment:
         self.sqs = boto3.client("sqs")
         self.dynamodb = boto3.client("dynamodb")
         self._create_resources()
-        self._set_environment({**self.settings.to_environment(), **self.resource_environment()})
-        self.client = Client(self.queue_url, sqs=self.sqs)
+        self._set_environment(
+            {
+                **self.settings.to_environment(),
+                **self.resource_environment(),
+                "WORKER_TIER_DELAY_HORIZON": str(LOCAL_DELAY_HORIZON_SECONDS),
+            }
+        )
+        self.client = self.new_client()
+        self._scheduler_handler = _real_scheduler_handler()
         self.event_source = EventSourceEmulator(
             self.sqs,
             self.queue_url,
@@ -113,16 +129,39 @@ class LocalEnvironment:
                 os.environ[name] = value
         self._saved_environment.clear()
 
+    def new_client(self, clock: Callable[[], float] | None = None) -> Client:
+        """A producer for this environment (delays over LOCAL_LONG_DELAY_THRESHOLD_SECONDS use the delay table)."""
+        return Client(
+            self.queue_url,
+            self.delay_table,
+            sqs=self.sqs,
+            dynamodb=self.dynamodb,
+            clock=clock,
+            delay_shards=self.settings.delay_shards,
+            long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS,
+        )
+
     def resource_environment(self) -> dict[str, str]:
-        """The WORKER_TIER_* resource variables the stack sets on the function."""
+        """The WORKER_TIER_* resource variables the stack sets on the functions."""
         return {
             "WORKER_TIER_QUEUE_URL": self.queue_url,
             "WORKER_TIER_DLQ_URL": self.dead_letter_queue_url,
             "WORKER_TIER_STATE_TABLE": self.state_table,
+            "WORKER_TIER_DELAY_TABLE": self.delay_table,
         }
 
+    def run_scheduler(self) -> dict[str, Any]:
+        """One delay-scheduler run through its real handler."""
+        return self._scheduler_handler({}, self._new_context())
+
     def poll_once(self, wait_seconds: int = 1) -> int:
-        """Fire due cron ticks, then one event-source poll; returns how many messages the handler was given."""
+        """Run the delay scheduler each minute and fire due cron ticks, then one event-source poll.
+
+        Returns how many messages the worker handler was given.
+        """
+        if time.monotonic() >= self._next_scheduler_run:
+            self._next_scheduler_run = time.monotonic() + SCHEDULER_PERIOD_SECONDS
+            self._on_scheduler_run(self.run_scheduler())
         if self.cron is not None:
             for result in self.cron.fire_due():
                 self._on_tick(result)
@@ -188,6 +227,16 @@ class LocalEnvironment:
             TableName=self.state_table,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": STATE_TABLE_TTL_ATTRIBUTE},
         )
+        self.delay_table = f"{LOCAL_PREFIX}-delays"
+        self.dynamodb.create_table(
+            TableName=self.delay_table,
+            KeySchema=[{"AttributeName": delay.PK, "KeyType": "HASH"}, {"AttributeName": delay.SK, "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": delay.PK, "AttributeType": "S"},
+                {"AttributeName": delay.SK, "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
 
     def _queue_arn(self, queue_url: str) -> str:
         return self.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -213,6 +262,14 @@ def _real_lambda_handler() -> Callable[[dict, Any], dict]:
 
     worker.reset_worker()
     return worker.lambda_handler
+
+
+def _real_scheduler_handler() -> Callable[[dict, Any], dict]:
+    """The deployed delay-scheduler handler, rebuilt so it reads this environment's variables."""
+    from worker_tier.handlers import scheduler
+
+    scheduler.reset_scheduler()
+    return scheduler.lambda_handler
 
 
 def _real_cron_handler() -> Callable[[dict, Any], dict]:
