@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from bench import worker_bench
+from bench import scheduler_bench, worker_bench
 
-BENCHMARKS = {"worker": worker_bench.run}
+BENCHMARKS = {"worker": worker_bench.run, "scheduler": scheduler_bench.run}
 
 
 def main(argv: list[str]) -> int:

@@ -32,6 +32,8 @@ class FakeDynamoDB:
         self.fault = fault or (lambda operation, params: None)
         self.unprocessed: Callable[[list[dict]], list[dict]] = lambda requests: []
         self.page_size = 100
+        # Benchmarks turn copying off, so the fake's own cost does not swamp what is measured.
+        self.copy_items = True
 
     def create_table(self, name: str, *key: str) -> None:
         self.tables[name] = {}
@@ -40,7 +42,7 @@ class FakeDynamoDB:
 
     def _store(self, table: str, item: dict) -> None:
         key = self._key(table, item)
-        self.tables[table][key] = copy.deepcopy(item)
+        self.tables[table][key] = self._copy(item)
         self.partitions[table].setdefault(key[0], set()).add(key)
 
     # -- operations -------------------------------------------------------------------
@@ -59,7 +61,7 @@ class FakeDynamoDB:
     def get_item(self, TableName: str, Key: dict, ConsistentRead: bool = False) -> dict:  # noqa: N803
         self._enter("GetItem", locals())
         item = self.tables[TableName].get(self._key(TableName, Key))
-        return {"Item": copy.deepcopy(item)} if item is not None else {}
+        return {"Item": self._copy(item)} if item is not None else {}
 
     def delete_item(self, TableName: str, Key: dict, ConditionExpression: str | None = None,  # noqa: N803
                     ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
@@ -82,7 +84,7 @@ class FakeDynamoDB:
         key = self._key(TableName, Key)
         if key not in self.tables[TableName]:
             self._store(TableName, Key)
-        self.tables[TableName][key][name] = copy.deepcopy(ExpressionAttributeValues[match.group(2)])
+        self.tables[TableName][key][name] = self._copy(ExpressionAttributeValues[match.group(2)])
         return {}
 
     def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict,  # noqa: N803
@@ -97,7 +99,7 @@ class FakeDynamoDB:
             rows = [(k, v) for k, v in rows if k > start]
         size = min(Limit or self.page_size, self.page_size)
         page = rows[:size]
-        response: dict[str, Any] = {"Items": [copy.deepcopy(v) for _, v in page], "Count": len(page)}
+        response: dict[str, Any] = {"Items": [self._copy(v) for _, v in page], "Count": len(page)}
         if len(rows) > size:
             last = page[-1][1]
             response["LastEvaluatedKey"] = {name: last[name] for name in self.keys[TableName]}
@@ -139,12 +141,15 @@ class FakeDynamoDB:
             start = self._key(TableName, ExclusiveStartKey)
             keys = [k for k in keys if k > start]
         page = keys[: self.page_size]
-        response: dict[str, Any] = {"Items": [copy.deepcopy(self.tables[TableName][k]) for k in page]}
+        response: dict[str, Any] = {"Items": [self._copy(self.tables[TableName][k]) for k in page]}
         if len(keys) > self.page_size:
             response["LastEvaluatedKey"] = {name: {"S": value} for name, value in zip(self.keys[TableName], page[-1])}
         return response
 
     # -- helpers ----------------------------------------------------------------------
+
+    def _copy(self, value: Any) -> Any:
+        return copy.deepcopy(value) if self.copy_items else value
 
     def count(self, operation: str) -> int:
         return sum(1 for name in self.calls if name == operation)
