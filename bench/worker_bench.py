@@ -83,7 +83,7 @@ def per_message_cpu_ratio() -> dict[str, float]:
     from worker_tier.handlers import worker as handler
     from worker_tier.local.context import LocalContext
 
-    handler.reset_worker()
+    handler.worker.reset()
     processor = BatchProcessor(event_type=EventType.SQS)
     event = _event(RECORDS_PER_EVENT)
 

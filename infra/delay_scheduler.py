@@ -59,8 +59,6 @@ class DelayScheduler(Construct):
                     **self.producer_environment(props.settings),
                     "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
                     "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
-                    "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-                    "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 },
                 description="Worker Tier: moves due delayed messages from the delay table into SQS",
             ),

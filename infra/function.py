@@ -11,6 +11,10 @@ from constructs import Construct
 from infra import LAMBDAS_DIR
 from infra.defaults import LOG_RETENTION
 from infra.runtime import LAMBDA_ARCHITECTURE, LAMBDA_RUNTIME, powertools_layer_arn
+from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+
+# Every function logs and publishes metrics under the same service and namespace.
+POWERTOOLS_ENVIRONMENT = {"POWERTOOLS_SERVICE_NAME": SERVICE_NAME, "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE}
 
 # Kept out of the asset: the local environment and caches are not deployed.
 ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "worker_tier/local"]
@@ -62,7 +66,7 @@ class ServiceFunction(Construct):
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", powertools_layer_arn())],
             timeout=Duration.seconds(props.timeout_seconds),
             memory_size=props.memory_mb,
-            environment=dict(props.environment),
+            environment={**POWERTOOLS_ENVIRONMENT, **props.environment},
             description=props.description,
             log_group=self.log_group,
             role=self.role,

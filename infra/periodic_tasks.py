@@ -11,18 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from aws_cdk import Acknowledgment, Duration, TimeZone, Validations, aws_cloudwatch as cloudwatch
+from aws_cdk import Acknowledgment, Duration, TimeZone, Validations
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam, aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets, aws_sqs as sqs
 from constructs import Construct
 
 from infra import defaults
+from infra.alarms import queue_not_empty_alarm
 
 from infra.cron_config import CronEntry
 from infra.cron_expression import parse
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.settings import Settings
-from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
 
 CRON_HANDLER = "worker_tier.handlers.cron.lambda_handler"
 CRON_TIMEOUT_SECONDS = 30
@@ -59,8 +59,6 @@ class PeriodicTasks(Construct):
                 environment={
                     "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
                     "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
-                    "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-                    "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 },
                 description="Worker Tier: enqueues cron.yaml ticks once each",
             ),
@@ -86,16 +84,11 @@ class PeriodicTasks(Construct):
                 reason="This queue is itself a dead-letter queue: EventBridge Scheduler's, for ticks it could not deliver.",
             )
         )
-        self.dead_letter_alarm = self.dead_letter_queue.metric_approximate_number_of_messages_visible(
-            period=Duration.minutes(1), statistic="Maximum"
-        ).create_alarm(
+        self.dead_letter_alarm = queue_not_empty_alarm(
             self,
             "TickDeadLetterQueueNotEmpty",
-            threshold=0,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description="EventBridge Scheduler could not deliver a cron.yaml tick to the cron function.",
+            self.dead_letter_queue,
+            "EventBridge Scheduler could not deliver a cron.yaml tick to the cron function.",
         )
 
     def _scheduler_role(self, dead_letter_queue: sqs.IQueue) -> iam.IRole:

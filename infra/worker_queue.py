@@ -10,9 +10,9 @@ from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
 from infra import defaults
+from infra.alarms import queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.settings import Settings
-from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 
@@ -101,8 +101,6 @@ class WorkerQueue(Construct):
             **settings.to_environment(),
             "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
             "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
-            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
         }
         if state_table is not None:
             environment["WORKER_TIER_STATE_TABLE"] = state_table.table_name
@@ -121,16 +119,11 @@ class WorkerQueue(Construct):
 
     def _add_alarms(self, settings: Settings, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
         """DLQ not empty; oldest message older than the oldest_message_alarm setting."""
-        self.dead_letter_alarm = self.dead_letter_queue.metric_approximate_number_of_messages_visible(
-            period=Duration.minutes(1), statistic="Maximum"
-        ).create_alarm(
+        self.dead_letter_alarm = queue_not_empty_alarm(
             self,
             "DeadLetterQueueNotEmpty",
-            threshold=0,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description="Messages were dead-lettered; each carries its reason in the worker_tier.failure attribute.",
+            self.dead_letter_queue,
+            "Messages were dead-lettered; each carries its reason in the worker_tier.failure attribute.",
         )
         self.oldest_message_alarm = self.queue.metric_approximate_age_of_oldest_message(
             period=Duration.minutes(1), statistic="Maximum"

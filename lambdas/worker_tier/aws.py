@@ -29,3 +29,16 @@ class LazyClient:
         if self._client is None:
             self._client = new_client(self._service)
         return self._client
+
+
+CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+def error_code(error: BaseException) -> str:
+    """The AWS error code of a botocore ClientError, else the exception's type name."""
+    return getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
+
+
+def is_condition_failure(error: BaseException) -> bool:
+    """True when a DynamoDB conditional write was refused by its condition."""
+    return error_code(error) == CONDITION_FAILED

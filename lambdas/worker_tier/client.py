@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier import delay, limits, message
-from worker_tier.aws import LazyClient
+from worker_tier.aws import LazyClient, error_code
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
 
@@ -224,7 +224,7 @@ class Client:
                     }
                 )
             except Exception as error:
-                code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+                code = error_code(error)
                 results.update({i: SendResult(i, error=str(error), code=code) for i, _ in chunk})
             else:
                 results.update({i: SendResult(i, message_id=m.message_id) for i, m in chunk})
@@ -255,7 +255,7 @@ class Client:
             try:
                 response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=pending)
             except Exception as error:  # botocore already retried call-level throttling
-                code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+                code = error_code(error)
                 return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=str(error), code=code) for e in pending}}
             for ok in response.get("Successful") or []:
                 results[int(ok["Id"])] = SendResult(int(ok["Id"]), message_id=ok["MessageId"])

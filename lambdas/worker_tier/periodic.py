@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from worker_tier import message
-from worker_tier.aws import LazyClient
+from worker_tier.aws import LazyClient, is_condition_failure
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 
 TICK_RECORD_TTL_SECONDS = 3 * 24 * 60 * 60
@@ -96,7 +96,7 @@ class TickEnqueuer:
                 ExpressionAttributeValues={":pending": {"S": STATUS_PENDING}, ":now": {"N": str(now)}},
             )
         except Exception as error:
-            if getattr(error, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if is_condition_failure(error):
                 return False
             raise
         return True

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from worker_tier import delay, limits
-from worker_tier.aws import LazyClient
+from worker_tier.aws import LazyClient, is_condition_failure
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.message import DUE_AT_ATTRIBUTE
@@ -231,7 +231,7 @@ class DelayScheduler:
                 ExpressionAttributeValues={":now": {"N": str(now)}},
             )
         except Exception as error:
-            if _is_condition_failure(error):
+            if is_condition_failure(error):
                 return False
             raise
         return True
@@ -245,7 +245,7 @@ class DelayScheduler:
                 ExpressionAttributeValues={":me": {"S": holder}},
             )
         except Exception as error:  # expired and taken over, or a transient error: the lease expires anyway
-            if not _is_condition_failure(error):
+            if not is_condition_failure(error):
                 raise
 
     def _read_watermark(self) -> int:
@@ -288,7 +288,7 @@ class DelayScheduler:
                 ExpressionAttributeValues={":previous": {"N": str(bucket)}},
             )
         except Exception as error:
-            if _is_condition_failure(error):
+            if is_condition_failure(error):
                 raise LeaseLostError(f"watermark moved by another run while dispatching minute {bucket}") from error
             raise
 
@@ -297,7 +297,3 @@ def _with_due_at(message: DelayedMessage) -> dict[str, Any]:
     """The stored attributes plus when the message was due, for ``Task.due_at``."""
     due = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(message.due_ms // 1000)) + f".{message.due_ms % 1000:03d}Z"
     return {**message.attributes, DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}}
-
-
-def _is_condition_failure(error: Exception) -> bool:
-    return getattr(error, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException"

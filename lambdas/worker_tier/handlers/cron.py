@@ -5,25 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
 from worker_tier.periodic import TickEnqueuer, tick_from_event
 
 METRIC_TICKS_ENQUEUED = "TicksEnqueued"
 METRIC_TICKS_DUPLICATE = "TicksDuplicate"
-_enqueuer: TickEnqueuer | None = None
-
-
-def _get_enqueuer() -> TickEnqueuer:
-    global _enqueuer
-    if _enqueuer is None:
-        _enqueuer = TickEnqueuer(os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_STATE_TABLE"])
-    return _enqueuer
-
-
-def reset_enqueuer() -> None:
-    """Rebuild from the environment on the next invocation (the local environment changes it)."""
-    global _enqueuer
-    _enqueuer = None
+enqueuer = PerProcess(lambda: TickEnqueuer(os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_STATE_TABLE"]))
 
 
 @metrics.log_metrics
@@ -31,7 +19,7 @@ def reset_enqueuer() -> None:
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Enqueue the tick in ``event`` ({name, url, body, scheduled_time}) once."""
     tick = tick_from_event(event)
-    sent = _get_enqueuer().enqueue(tick)
+    sent = enqueuer.get().enqueue(tick)
     metrics.add_metric(name=METRIC_TICKS_ENQUEUED if sent else METRIC_TICKS_DUPLICATE, unit="Count", value=1)
     logger.info("tick enqueued" if sent else "tick already enqueued", extra={"tick": tick.key})
     return {"tick": tick.key, "enqueued": sent}

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from worker_tier import delay
+from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
 from worker_tier.scheduler import DelayScheduler
 
@@ -13,34 +14,27 @@ METRIC_DISPATCHED = "DelayedDispatched"
 METRIC_LAG = "SchedulerLag"
 METRIC_LATENESS = "DelayedMaxLateness"
 METRIC_BUCKETS = "DelayBucketsDispatched"
-_scheduler: DelayScheduler | None = None
 
 
-def _get_scheduler() -> DelayScheduler:
-    global _scheduler
-    if _scheduler is None:
-        _scheduler = DelayScheduler(
-            os.environ["WORKER_TIER_DELAY_TABLE"],
-            os.environ["WORKER_TIER_STATE_TABLE"],
-            os.environ["WORKER_TIER_QUEUE_URL"],
-            shards=int(os.environ.get("WORKER_TIER_DELAY_SHARDS", delay.DEFAULT_SHARDS)),
-            # Only the local environment sets this, together with a lower long-delay threshold.
-            horizon_seconds=int(os.environ.get("WORKER_TIER_DELAY_HORIZON", delay.DISPATCH_HORIZON_SECONDS)),
-        )
-    return _scheduler
+def _new_scheduler() -> DelayScheduler:
+    return DelayScheduler(
+        os.environ["WORKER_TIER_DELAY_TABLE"],
+        os.environ["WORKER_TIER_STATE_TABLE"],
+        os.environ["WORKER_TIER_QUEUE_URL"],
+        shards=int(os.environ.get("WORKER_TIER_DELAY_SHARDS", delay.DEFAULT_SHARDS)),
+        # Only the local environment sets this, together with a lower long-delay threshold.
+        horizon_seconds=int(os.environ.get("WORKER_TIER_DELAY_HORIZON", delay.DISPATCH_HORIZON_SECONDS)),
+    )
 
 
-def reset_scheduler() -> None:
-    """Rebuild from the environment on the next invocation (the local environment changes it)."""
-    global _scheduler
-    _scheduler = None
+scheduler = PerProcess(_new_scheduler)
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """One dispatch run; reports what it did and publishes lag and lateness."""
-    report = _get_scheduler().run(context.get_remaining_time_in_millis)
+    report = scheduler.get().run(context.get_remaining_time_in_millis)
     if report.ran:
         metrics.add_metric(name=METRIC_DISPATCHED, unit="Count", value=report.sent)
         metrics.add_metric(name=METRIC_BUCKETS, unit="Count", value=report.buckets)

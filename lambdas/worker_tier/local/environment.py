@@ -260,7 +260,7 @@ def _real_lambda_handler() -> Callable[[dict, Any], dict]:
     """The deployed handler, rebuilt so it reads this environment's variables."""
     from worker_tier.handlers import worker
 
-    worker.reset_worker()
+    worker.worker.reset()
     return worker.lambda_handler
 
 
@@ -268,7 +268,7 @@ def _real_scheduler_handler() -> Callable[[dict, Any], dict]:
     """The deployed delay-scheduler handler, rebuilt so it reads this environment's variables."""
     from worker_tier.handlers import scheduler
 
-    scheduler.reset_scheduler()
+    scheduler.scheduler.reset()
     return scheduler.lambda_handler
 
 
@@ -276,7 +276,7 @@ def _real_cron_handler() -> Callable[[dict, Any], dict]:
     """The deployed cron handler, rebuilt so it reads this environment's variables."""
     from worker_tier.handlers import cron
 
-    cron.reset_enqueuer()
+    cron.enqueuer.reset()
     return cron.lambda_handler
 
 
