@@ -38,6 +38,10 @@ class FakeSQS:
         self.calls.append(("ChangeMessageVisibilityBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))
         return self._batch(Entries, accept=lambda e: None, with_id=False)
 
+    def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int) -> dict[str, Any]:  # noqa: N803
+        self.calls.append(("ChangeMessageVisibility", {"QueueUrl": QueueUrl, "ReceiptHandle": ReceiptHandle}))
+        return {}
+
     def count(self, operation: str) -> int:
         return sum(1 for name, _ in self.calls if name == operation)
 

@@ -24,9 +24,10 @@ class TaskDefinition:
     idempotent: bool = False
     idempotency_key: str | Callable[[Task], str] | None = None
     idempotency_expiry: int = DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS
+    heartbeat: bool = False
 
 
-_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry")
+_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat")
 
 
 class Registry:
@@ -100,6 +101,8 @@ def _check_definition(definition: TaskDefinition) -> None:
         )
     if key is not None and not definition.idempotent:
         raise TaskRegistrationError(f"idempotency_key for {definition.path!r} needs idempotent=True")
+    if not isinstance(definition.heartbeat, bool):
+        raise TaskRegistrationError(f"heartbeat for {definition.path!r} must be true or false, got {definition.heartbeat!r}")
     expiry = definition.idempotency_expiry
     if isinstance(expiry, bool) or not isinstance(expiry, int) or expiry < 1:
         raise TaskRegistrationError(
@@ -132,6 +135,8 @@ def task(path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
         JMESPath into the JSON body, or a callable of the Task; default: message id.
     idempotency_expiry:
         Seconds a completed key is remembered (default one hour).
+    heartbeat:
+        Keep the message invisible while the task runs (see ``worker_tier.heartbeat``).
 
     Examples
     --------

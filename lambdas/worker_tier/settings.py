@@ -38,6 +38,8 @@ DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
 DEFAULT_TASK_MODULES = "tasks"
 DEFAULT_DELAY_SHARDS = 8
 MAX_DELAY_SHARDS = 64
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 30
+HEARTBEAT_MARGIN_SECONDS = 10
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
 _MODULE_LIST = r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$"
@@ -78,6 +80,7 @@ _RANGES: dict[str, _Range] = {
     "timeout_margin": _Range(1, limits.LAMBDA_MAX_TIMEOUT_SECONDS),
     "oldest_message_alarm": _Range(60, limits.SQS_MAX_RETENTION_SECONDS),
     "delay_shards": _Range(1, MAX_DELAY_SHARDS),
+    "heartbeat_interval": _Range(1, 3600),
 }
 
 
@@ -108,6 +111,8 @@ class Settings:
     oldest_message_alarm: int = DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS
     task_modules: str = DEFAULT_TASK_MODULES
     delay_shards: int = DEFAULT_DELAY_SHARDS
+    heartbeat: bool = False
+    heartbeat_interval: int = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
 
     def __post_init__(self) -> None:
         for name, rule in _RANGES.items():
@@ -160,8 +165,9 @@ class Settings:
             raise SettingsError(f"http_path must be a path starting with '/' (EB HttpPath), got {self.http_path!r}")
         if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
             raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
-        if not isinstance(self.fifo, bool):
-            raise SettingsError(f"fifo must be true or false, got {self.fifo!r}")
+        for name in ("fifo", "heartbeat"):
+            if not isinstance(getattr(self, name), bool):
+                raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.task_modules, str) or not re.match(_MODULE_LIST, self.task_modules):
             raise SettingsError(
                 f"task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got {self.task_modules!r}"
@@ -172,6 +178,12 @@ class Settings:
             raise SettingsError(
                 f"visibility_timeout must be >= inactivity_timeout (the function timeout) so a message is not "
                 f"handed to a second worker while the first still runs it, got {self.visibility_timeout} < {self.inactivity_timeout}"
+            )
+        if self.visibility_timeout < self.heartbeat_interval + HEARTBEAT_MARGIN_SECONDS:
+            raise SettingsError(
+                f"visibility_timeout must be >= heartbeat_interval + {HEARTBEAT_MARGIN_SECONDS} s so a held message stays "
+                f"invisible from one beat to the next, got {self.visibility_timeout} < "
+                f"{self.heartbeat_interval + HEARTBEAT_MARGIN_SECONDS}"
             )
         if self.timeout_margin >= self.inactivity_timeout:
             raise SettingsError(

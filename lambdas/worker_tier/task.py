@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json as _json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
@@ -39,6 +40,12 @@ class Task:
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)
     payload: Any = None
     remaining_time_ms: Callable[[], int] | None = field(default=None, repr=False)
+    lease: threading.Event | None = field(default=None, repr=False)
+
+    def lease_expired(self) -> bool:
+        """True once a heartbeat could no longer keep this message invisible (SQS's 12-hour cap) and
+        released it for retry: the task should stop, as another worker may now run it."""
+        return self.lease is not None and self.lease.is_set()
 
     @cached_property
     def attributes(self) -> Mapping[str, str]:
@@ -117,6 +124,7 @@ class Task:
         default_path: str,
         content_type: str,
         remaining_time_ms: Callable[[], int] | None = None,
+        lease: threading.Event | None = None,
     ) -> Task:
         """Build a Task from one record of a Lambda SQS event."""
         return cls(
@@ -127,6 +135,7 @@ class Task:
             record,
             None,
             remaining_time_ms,
+            lease,
         )
 
 

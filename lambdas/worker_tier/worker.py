@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random as _random
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,9 +22,10 @@ from typing import Any, Callable, Mapping
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
 
-from worker_tier import backoff, limits, observability
+from worker_tier import backoff, limits, message, observability
 from worker_tier.aws import LazyClient
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
+from worker_tier.heartbeat import Heartbeat
 from worker_tier.errors import MalformedBodyError, NonRetryableError, RetryLater, UnknownPathError
 from worker_tier.idempotency import IdempotentRunner
 from worker_tier.observability import logger
@@ -76,6 +78,8 @@ class _Invocation:
     margin_ms: int
     changes: dict[str, VisibilityChange] = field(default_factory=dict)
     metrics: observability.BatchMetrics = field(default_factory=observability.BatchMetrics)
+    heartbeat: Heartbeat | None = None
+    leases: dict[str, threading.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
@@ -85,6 +89,8 @@ class _Invocation:
         return self.remaining_ms is not None and self.remaining_ms() < self.margin_ms
 
     def set_visibility(self, record: Mapping[str, Any], seconds: int) -> None:
+        if self.heartbeat is not None:  # its visibility is now set on purpose: stop extending it
+            self.heartbeat.release(record["messageId"])
         seconds = max(0, min(int(seconds), limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS))
         self.changes[record["messageId"]] = VisibilityChange(record["messageId"], record["receiptHandle"], seconds)
 
@@ -147,11 +153,14 @@ class Worker:
         def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
             self._process_record(record.raw_event, invocation)
 
+        self._start_heartbeat(records, invocation)
         try:
             with processor(records, record_handler, lambda_context=None):
                 processor.process()
         finally:
             logger.remove_keys(["message_id", "path"])
+            if invocation.heartbeat is not None:
+                invocation.heartbeat.stop()  # before the batch's own visibility changes go out
         response = processor.response()
         dead_lettered = invocation.metrics.counts.get(observability.METRIC_DEAD_LETTERED, 0)
         invocation.metrics.count(observability.METRIC_SUCCEEDED, len(processor.success_messages) - dead_lettered)
@@ -159,6 +168,25 @@ class Worker:
         self._flush(records, invocation)
         invocation.metrics.publish()
         return response
+
+    def _start_heartbeat(self, records: list[Any], invocation: _Invocation) -> None:
+        """Hold every message of the batch while it runs, when the setting or one of its tasks asks.
+
+        Succeeded messages stay held too: the event source deletes them only after the
+        invocation returns, and until then they must not reach another consumer.
+        """
+        wanted = self.settings.heartbeat or any(
+            getattr(self.registry.get(message.record_path(r, self.settings.http_path)), "heartbeat", False) for r in records
+        )
+        if not wanted or not records:
+            return
+        heartbeat = Heartbeat(self._sqs.get(), self._resolve_queue_url(records), interval_seconds=self.settings.heartbeat_interval)
+        # Received up to a batching window before the invocation started: count the cap from then.
+        received_at = time.monotonic() - self.settings.max_batching_window
+        for record in records:
+            invocation.leases[record["messageId"]] = heartbeat.hold(record["messageId"], record["receiptHandle"], received_at).expired
+        invocation.heartbeat = heartbeat
+        heartbeat.start()
 
     def _new_processor(self) -> BatchProcessor:
         """Powertools' partial-batch processor; a FIFO queue stops only the failed message group."""
@@ -177,6 +205,7 @@ class Worker:
             default_path=self.settings.http_path,
             content_type=self.settings.mime_type,
             remaining_time_ms=invocation.remaining_ms,
+            lease=invocation.leases.get(record["messageId"]),
         )
         logger.append_keys(message_id=task.message_id, path=task.path)
         self._run(record, task, invocation)

@@ -1,0 +1,131 @@
+"""Heartbeats: keep held messages invisible while their work is alive, and only then.
+
+A background thread extends the visibility of every message it holds by
+``interval + margin`` every ``interval``, in ChangeMessageVisibilityBatch calls of
+10. A live task therefore keeps its message; a dead one (its process or thread
+gone, so no more beats) gives it back within ``interval + margin`` of the last beat.
+
+SQS caps a message's visibility at 12 hours from when it was received
+(https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html).
+Near that cap the heartbeat stops extending the message, releases it for retry
+(visibility 0) rather than let it silently overrun, and sets the message's
+``expired`` event so the task can see it (``Task.lease_expired()``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from worker_tier import limits
+from worker_tier.observability import logger
+from worker_tier.settings import DEFAULT_HEARTBEAT_INTERVAL_SECONDS, HEARTBEAT_MARGIN_SECONDS
+from worker_tier.visibility import VisibilityChange, change_visibility
+
+
+@dataclass
+class HeldMessage:
+    """A message a heartbeat keeps invisible."""
+
+    message_id: str
+    receipt_handle: str
+    received_at: float
+    expired: threading.Event = field(default_factory=threading.Event)
+
+
+class Heartbeat:
+    """Extends the visibility of held messages on a background thread.
+
+    Examples
+    --------
+    >>> with Heartbeat(sqs, queue_url, interval_seconds=30) as heartbeat:  # doctest: +SKIP
+    ...     heartbeat.hold("m1", receipt_handle)
+    ...     run_long_task()
+    """
+
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        *,
+        interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
+        margin_seconds: float = HEARTBEAT_MARGIN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        max_visibility_seconds: float = limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS,
+    ) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self.interval_seconds = interval_seconds
+        self.extension_seconds = max(1, round(interval_seconds + margin_seconds))
+        self._clock = clock
+        self._max_visibility_seconds = max_visibility_seconds
+        self._held: dict[str, HeldMessage] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.calls = 0
+
+    def __enter__(self) -> Heartbeat:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def hold(self, message_id: str, receipt_handle: str, received_at: float | None = None) -> HeldMessage:
+        """Start keeping a message invisible; ``received_at`` (this clock) defaults to now."""
+        held = HeldMessage(message_id, receipt_handle, self._clock() if received_at is None else received_at)
+        with self._lock:
+            self._held[message_id] = held
+        return held
+
+    def release(self, message_id: str) -> None:
+        """Stop extending a message (its fate is decided elsewhere: deleted, or given a backoff)."""
+        with self._lock:
+            self._held.pop(message_id, None)
+
+    def held(self) -> list[str]:
+        """Ids of the messages being kept invisible."""
+        with self._lock:
+            return list(self._held)
+
+    def start(self) -> None:
+        """Beat every interval on a daemon thread (it dies with the process, so a dead holder stops beating)."""
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._run, name="worker-tier-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and wait for a beat in progress to finish."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def beat(self) -> None:
+        """One round: extend every held message, 10 per call; release those at SQS's 12-hour cap."""
+        now = self._clock()
+        with self._lock:
+            held = list(self._held.values())
+        extend, expire = [], []
+        for message in held:
+            left = message.received_at + self._max_visibility_seconds - now
+            (extend if left >= self.extension_seconds + self.interval_seconds else expire).append(message)
+        changes = [VisibilityChange(m.message_id, m.receipt_handle, self.extension_seconds) for m in extend]
+        changes += [VisibilityChange(m.message_id, m.receipt_handle, 0) for m in expire]
+        for message in expire:
+            logger.warning("message near SQS's 12-hour visibility cap: released for retry", extra={"message_id": message.message_id})
+            message.expired.set()
+            self.release(message.message_id)
+        if changes:
+            self.calls += -(-len(changes) // limits.SQS_MAX_BATCH_ENTRIES)
+            change_visibility(self._sqs, self._queue_url, changes)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval_seconds):
+            try:
+                self.beat()
+            except Exception as error:  # a failed beat is retried on the next one; the thread must not die
+                logger.warning("heartbeat failed", extra={"error": repr(error)})
