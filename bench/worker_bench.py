@@ -54,7 +54,7 @@ def cold_import_ratio() -> dict[str, float]:
 
 def _event(count: int) -> dict[str, Any]:
     """A Lambda SQS event of ``count`` records for the /noop task."""
-    from worker_tier.local.event_source import lambda_record
+    from worker_tier.message import lambda_record
 
     received = [
         {
@@ -133,7 +133,7 @@ def _count_retry_calls(handler_factory: Callable[[Any, str], Callable[[dict], An
     """Send, receive and handle RETRY_MESSAGES in events of 100; return the SQS calls the handler made."""
     import boto3
 
-    from worker_tier.local.event_source import lambda_record
+    from worker_tier.message import lambda_record
 
     sqs = boto3.client("sqs", region_name="us-east-1")
     url = sqs.create_queue(QueueName=f"bench-{handler_factory.__name__}")["QueueUrl"]

@@ -86,6 +86,12 @@ class Heartbeat:
         with self._lock:
             self._held.pop(message_id, None)
 
+    def lease(self, message_id: str) -> threading.Event | None:
+        """The event set when a held message hits the 12-hour cap (``Task.lease_expired``)."""
+        with self._lock:
+            held = self._held.get(message_id)
+        return held.expired if held is not None else None
+
     def held(self) -> list[str]:
         """Ids of the messages being kept invisible."""
         with self._lock:

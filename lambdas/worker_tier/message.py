@@ -9,6 +9,7 @@ first into the second so a dead-lettered message keeps what it came with.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -124,3 +125,31 @@ def _truncate_utf8(text: str, max_bytes: int) -> str:
     if len(encoded) <= max_bytes:
         return text
     return encoded[: max_bytes - 3].decode("utf-8", errors="ignore") + "..."
+
+
+def lambda_record(received: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
+    """One Lambda SQS event record, as Lambda builds it from a received message (ReceiveMessage shape)."""
+    body = received.get("Body", "")
+    return {
+        "messageId": received["MessageId"],
+        "receiptHandle": received["ReceiptHandle"],
+        "body": body,
+        "attributes": dict(received.get("Attributes") or {}),
+        "messageAttributes": {
+            name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
+        },
+        "md5OfBody": received.get("MD5OfBody") or hashlib.md5(body.encode("utf-8")).hexdigest(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+
+
+def _event_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    """An SQS API message attribute in the Lambda event's spelling."""
+    attribute: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+    if "BinaryValue" in value:
+        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
+    else:
+        attribute["stringValue"] = value.get("StringValue")
+    return attribute

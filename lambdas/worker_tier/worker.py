@@ -143,8 +143,12 @@ class Worker:
             **overrides,
         )
 
-    def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        """Process one Lambda SQS event; return ``{"batchItemFailures": [...]}``."""
+    def handle(self, event: Mapping[str, Any], context: Any, heartbeat: Heartbeat | None = None) -> dict[str, Any]:
+        """Process one Lambda SQS event; return ``{"batchItemFailures": [...]}``.
+
+        ``heartbeat``: one the caller runs and already holds the messages in (the
+        container worker); without it, the batch gets its own when asked for.
+        """
         records = list(event.get("Records") or [])
         invocation = _Invocation(context, self.settings.timeout_margin * 1000)
         self._count_batch(records, invocation)
@@ -153,13 +157,17 @@ class Worker:
         def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
             self._process_record(record.raw_event, invocation)
 
-        self._start_heartbeat(records, invocation)
+        if heartbeat is None:
+            self._start_heartbeat(records, invocation)
+        else:
+            invocation.heartbeat = heartbeat
+            invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
         try:
             with processor(records, record_handler, lambda_context=None):
                 processor.process()
         finally:
             logger.remove_keys(["message_id", "path"])
-            if invocation.heartbeat is not None:
+            if heartbeat is None and invocation.heartbeat is not None:
                 invocation.heartbeat.stop()  # before the batch's own visibility changes go out
         response = processor.response()
         dead_lettered = invocation.metrics.counts.get(observability.METRIC_DEAD_LETTERED, 0)
@@ -168,6 +176,10 @@ class Worker:
         self._flush(records, invocation)
         invocation.metrics.publish()
         return response
+
+    def sqs(self) -> Any:
+        """The SQS client this worker uses (created on first use)."""
+        return self._sqs.get()
 
     def _start_heartbeat(self, records: list[Any], invocation: _Invocation) -> None:
         """Hold every message of the batch while it runs, when the setting or one of its tasks asks.

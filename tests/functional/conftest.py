@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.local.event_source import lambda_record
+from worker_tier.message import lambda_record
 from worker_tier.settings import Settings
 
 REGION = "us-east-1"

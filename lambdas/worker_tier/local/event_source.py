@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Any, Callable
 
 from worker_tier import limits
 from worker_tier.local.context import LocalContext
+from worker_tier.message import lambda_record
 
 SYSTEM_ATTRIBUTES = ["All"]
 POLL_WAIT_SECONDS = 1
@@ -67,31 +66,3 @@ class EventSourceEmulator:
             self._sqs.delete_message_batch(
                 QueueUrl=self._queue_url, Entries=entries[start : start + limits.SQS_MAX_BATCH_ENTRIES]
             )
-
-
-def lambda_record(received: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
-    """One Lambda SQS event record, as Lambda builds it from a received message."""
-    body = received.get("Body", "")
-    return {
-        "messageId": received["MessageId"],
-        "receiptHandle": received["ReceiptHandle"],
-        "body": body,
-        "attributes": dict(received.get("Attributes") or {}),
-        "messageAttributes": {
-            name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
-        },
-        "md5OfBody": received.get("MD5OfBody") or hashlib.md5(body.encode("utf-8")).hexdigest(),
-        "eventSource": "aws:sqs",
-        "eventSourceARN": queue_arn,
-        "awsRegion": region,
-    }
-
-
-def _event_attribute(value: dict[str, Any]) -> dict[str, Any]:
-    """An SQS API message attribute in the Lambda event's spelling."""
-    attribute: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
-    if "BinaryValue" in value:
-        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
-    else:
-        attribute["stringValue"] = value.get("StringValue")
-    return attribute

@@ -1,0 +1,41 @@
+"""``python -m worker_tier worker``: the container worker, for tasks longer than Lambda's 15 minutes.
+
+Configured like the Lambda worker, by WORKER_TIER_* variables, plus
+WORKER_TIER_CONCURRENCY (tasks run at once) and WORKER_TIER_GRACE_SECONDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from worker_tier.consumer import DEFAULT_CONCURRENCY, DEFAULT_GRACE_SECONDS, Consumer
+from worker_tier.observability import logger
+from worker_tier.worker import Worker
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker_tier", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="consume the queue until SIGTERM")
+    worker.add_argument("--concurrency", type=int, default=int(os.environ.get("WORKER_TIER_CONCURRENCY", DEFAULT_CONCURRENCY)))
+    worker.add_argument("--grace", type=float, default=float(os.environ.get("WORKER_TIER_GRACE_SECONDS", DEFAULT_GRACE_SECONDS)))
+    args = parser.parse_args(argv)
+    core = Worker.from_environment()
+    queue_url = os.environ.get("WORKER_TIER_QUEUE_URL")
+    if not queue_url:
+        print("WORKER_TIER_QUEUE_URL must be set to the queue to consume", file=sys.stderr)
+        return 2
+    consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, frame: consumer.stopping.set())
+    logger.info("container worker started", extra={"queue": queue_url, "concurrency": args.concurrency})
+    consumer.run()
+    logger.info("container worker stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

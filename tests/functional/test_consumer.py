@@ -1,0 +1,144 @@
+"""The container worker against moto: same semantics as Lambda, drain on SIGTERM, scale-in protection."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from tests.functional.conftest import AwsWorld
+from worker_tier import Client, NonRetryableError, Task
+from worker_tier.consumer import Consumer, TaskProtection
+from worker_tier.registry import Registry
+from worker_tier.settings import Settings
+from worker_tier.worker import Worker
+
+
+def consumer_for(aws: AwsWorld, tasks: Registry, **kwargs) -> Consumer:
+    worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+                    registry=tasks, sqs=aws.sqs, dynamodb=aws.dynamodb)
+    kwargs.setdefault("protection", TaskProtection(agent_uri=""))
+    return Consumer(worker, aws.sqs, aws.queue_url, poll_wait_seconds=1, heartbeat_interval=1, **kwargs)
+
+
+def run_until(consumer: Consumer, done, timeout: float = 15) -> threading.Thread:
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+    return thread
+
+
+def depth(aws: AwsWorld) -> int:
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attributes = aws.sqs.get_queue_attributes(QueueUrl=aws.queue_url, AttributeNames=names)["Attributes"]
+    return sum(int(attributes[n]) for n in names)
+
+
+def test_runs_tasks_and_dead_letters_with_reason_like_lambda(aws):
+    # GIVEN one good and one refused message
+    tasks = Registry()
+    done: list[str] = []
+    tasks.task("/ok")(lambda t: done.append(t.body))
+
+    @tasks.task("/refuse")
+    def refuse(task: Task) -> None:
+        raise NonRetryableError("customer 7 was deleted")
+
+    client = Client(aws.queue_url, sqs=aws.sqs)
+    client.send("/ok", "a")
+    client.send("/refuse", "b")
+    consumer = consumer_for(aws, tasks)
+    # WHEN the container worker consumes
+    thread = run_until(consumer, lambda: depth(aws) == 0)
+    consumer.stopping.set()
+    thread.join(10)
+    # THEN the good one ran and was deleted; the refused one is in the DLQ with the same reason Lambda gives
+    assert done == ["a"]
+    [dead] = aws.dead_letters()
+    reason = json.loads(dead["MessageAttributes"]["worker_tier.failure"]["StringValue"])
+    assert (reason["error_type"], reason["error_message"], reason["path"]) == ("NonRetryableError", "customer 7 was deleted", "/refuse")
+
+
+def test_sigterm_lets_running_work_finish_and_releases_unstarted_messages(aws):
+    # GIVEN one slot, a task that runs 2 s, and three messages received in one poll
+    tasks = Registry()
+    started, finished = [], []
+
+    @tasks.task("/slow")
+    def slow(task: Task) -> None:
+        started.append(task.body)
+        time.sleep(2)
+        finished.append(task.body)
+
+    Client(aws.queue_url, sqs=aws.sqs).send_batch(
+        [__import__("worker_tier").OutgoingMessage("/slow", str(n)) for n in range(3)]
+    )
+    consumer = consumer_for(aws, tasks, concurrency=1, grace_seconds=10)
+    thread = run_until(consumer, lambda: len(started) == 1)
+    # WHEN SIGTERM arrives mid-task
+    consumer.stopping.set()
+    thread.join(15)
+    # THEN the running task finished and was deleted; the two unstarted ones are visible again at once
+    assert finished == started and len(started) == 1
+    again = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in again) == sorted({"0", "1", "2"} - set(started))
+
+
+def test_work_still_running_after_the_grace_period_is_released(aws):
+    tasks = Registry()
+    release = threading.Event()
+    tasks.task("/stuck")(lambda t: release.wait(10))
+    Client(aws.queue_url, sqs=aws.sqs).send("/stuck", "x")
+    consumer = consumer_for(aws, tasks, grace_seconds=0.5)
+    thread = run_until(consumer, lambda: consumer._in_flight() == 1)
+    consumer.stopping.set()
+    thread.join(10)
+    # the stuck one is back for another worker, without waiting out any visibility timeout
+    assert [m["Body"] for m in aws.sqs.receive_message(QueueUrl=aws.queue_url)["Messages"]] == ["x"]
+    release.set()
+
+
+class _Agent(BaseHTTPRequestHandler):
+    calls: list[dict] = []
+
+    def do_PUT(self) -> None:  # noqa: N802
+        length = int(self.headers["Content-Length"])
+        _Agent.calls.append({"path": self.path, **json.loads(self.rfile.read(length))})
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def agent():
+    _Agent.calls = []
+    server = HTTPServer(("127.0.0.1", 0), _Agent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_scale_in_protection_is_set_while_busy_and_cleared_when_idle(aws, agent):
+    # GIVEN an ECS agent endpoint and a task that takes a moment
+    tasks = Registry()
+    tasks.task("/work")(lambda t: time.sleep(0.5))
+    Client(aws.queue_url, sqs=aws.sqs).send("/work", "x")
+    consumer = consumer_for(aws, tasks, protection=TaskProtection(agent_uri=agent, expires_minutes=30))
+    # WHEN it takes the work, finishes it, and goes idle
+    thread = run_until(consumer, lambda: depth(aws) == 0 and len(_Agent.calls) >= 2)
+    consumer.stopping.set()
+    thread.join(10)
+    # THEN protection went on with an expiry, then off, through the task-protection endpoint
+    assert [(c["path"], c["ProtectionEnabled"], c.get("ExpiresInMinutes")) for c in _Agent.calls[:2]] == [
+        ("/task-protection/v1/state", True, 30),
+        ("/task-protection/v1/state", False, None),
+    ]
