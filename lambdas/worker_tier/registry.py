@@ -25,9 +25,10 @@ class TaskDefinition:
     idempotency_key: str | Callable[[Task], str] | None = None
     idempotency_expiry: int = DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS
     heartbeat: bool = False
+    container: bool = False
 
 
-_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat")
+_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat", "container")
 
 
 class Registry:
@@ -101,8 +102,9 @@ def _check_definition(definition: TaskDefinition) -> None:
         )
     if key is not None and not definition.idempotent:
         raise TaskRegistrationError(f"idempotency_key for {definition.path!r} needs idempotent=True")
-    if not isinstance(definition.heartbeat, bool):
-        raise TaskRegistrationError(f"heartbeat for {definition.path!r} must be true or false, got {definition.heartbeat!r}")
+    for option in ("heartbeat", "container"):
+        if not isinstance(getattr(definition, option), bool):
+            raise TaskRegistrationError(f"{option} for {definition.path!r} must be true or false, got {getattr(definition, option)!r}")
     expiry = definition.idempotency_expiry
     if isinstance(expiry, bool) or not isinstance(expiry, int) or expiry < 1:
         raise TaskRegistrationError(
@@ -137,6 +139,9 @@ def task(path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
         Seconds a completed key is remembered (default one hour).
     heartbeat:
         Keep the message invisible while the task runs (see ``worker_tier.heartbeat``).
+    container:
+        A long task (over Lambda's 15 minutes): the Lambda worker forwards its messages to the
+        container worker's queue (``WORKER_TIER_LONG_QUEUE_URL``), where it runs.
 
     Examples
     --------

@@ -40,6 +40,14 @@ DEFAULT_DELAY_SHARDS = 8
 MAX_DELAY_SHARDS = 64
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 30
 HEARTBEAT_MARGIN_SECONDS = 10
+# Container worker (opt-in): backlog-per-task target = target_latency_seconds / avg_processing_seconds.
+DEFAULT_TARGET_LATENCY_SECONDS = 600
+DEFAULT_AVG_PROCESSING_SECONDS = 60
+DEFAULT_CONTAINER_MIN_TASKS = 1
+DEFAULT_CONTAINER_MAX_TASKS = 10
+DEFAULT_CONTAINER_CONCURRENCY = 4
+DEFAULT_CONTAINER_CPU = 1024
+DEFAULT_CONTAINER_MEMORY_MB = 2048
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
 _MODULE_LIST = r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$"
@@ -81,6 +89,13 @@ _RANGES: dict[str, _Range] = {
     "oldest_message_alarm": _Range(60, limits.SQS_MAX_RETENTION_SECONDS),
     "delay_shards": _Range(1, MAX_DELAY_SHARDS),
     "heartbeat_interval": _Range(1, 3600),
+    "target_latency_seconds": _Range(1, 7 * 24 * 3600),
+    "avg_processing_seconds": _Range(1, 7 * 24 * 3600),
+    "container_min_tasks": _Range(1, 1000),
+    "container_max_tasks": _Range(1, 1000),
+    "container_concurrency": _Range(1, 64),
+    "container_cpu": _Range(256, 16384),
+    "container_memory_mb": _Range(512, 122880),
 }
 
 
@@ -113,6 +128,14 @@ class Settings:
     delay_shards: int = DEFAULT_DELAY_SHARDS
     heartbeat: bool = False
     heartbeat_interval: int = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    container_worker: bool = False
+    target_latency_seconds: int = DEFAULT_TARGET_LATENCY_SECONDS
+    avg_processing_seconds: int = DEFAULT_AVG_PROCESSING_SECONDS
+    container_min_tasks: int = DEFAULT_CONTAINER_MIN_TASKS
+    container_max_tasks: int = DEFAULT_CONTAINER_MAX_TASKS
+    container_concurrency: int = DEFAULT_CONTAINER_CONCURRENCY
+    container_cpu: int = DEFAULT_CONTAINER_CPU
+    container_memory_mb: int = DEFAULT_CONTAINER_MEMORY_MB
 
     def __post_init__(self) -> None:
         for name, rule in _RANGES.items():
@@ -149,6 +172,11 @@ class Settings:
         }
 
     @property
+    def backlog_per_task_target(self) -> float:
+        """Messages a container task may have waiting: acceptable latency ÷ average processing time."""
+        return self.target_latency_seconds / self.avg_processing_seconds
+
+    @property
     def redrive_max_receive_count(self) -> int:
         """The queue's redrive maxReceiveCount: the backstop behind the worker's own give-up.
 
@@ -165,7 +193,7 @@ class Settings:
             raise SettingsError(f"http_path must be a path starting with '/' (EB HttpPath), got {self.http_path!r}")
         if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
             raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
-        for name in ("fifo", "heartbeat"):
+        for name in ("fifo", "heartbeat", "container_worker"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.task_modules, str) or not re.match(_MODULE_LIST, self.task_modules):
@@ -184,6 +212,15 @@ class Settings:
                 f"visibility_timeout must be >= heartbeat_interval + {HEARTBEAT_MARGIN_SECONDS} s so a held message stays "
                 f"invisible from one beat to the next, got {self.visibility_timeout} < "
                 f"{self.heartbeat_interval + HEARTBEAT_MARGIN_SECONDS}"
+            )
+        if self.target_latency_seconds < self.avg_processing_seconds:
+            raise SettingsError(
+                f"target_latency_seconds must be >= avg_processing_seconds (a backlog of at least one task per worker), "
+                f"got {self.target_latency_seconds} < {self.avg_processing_seconds}"
+            )
+        if self.container_max_tasks < self.container_min_tasks:
+            raise SettingsError(
+                f"container_max_tasks must be >= container_min_tasks, got {self.container_max_tasks} < {self.container_min_tasks}"
             )
         if self.timeout_margin >= self.inactivity_timeout:
             raise SettingsError(

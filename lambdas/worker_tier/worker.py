@@ -117,8 +117,10 @@ class Worker:
         dynamodb: Any = None,
         clock: Callable[[], float] = time.time,
         random: Callable[[], float] = _random.random,
+        long_queue_url: str | None = None,
     ) -> None:
         self.settings = settings
+        self._long_queue_url = long_queue_url
         self.registry = registry
         self._queue_url = queue_url
         self._dead_letter_queue_url = dead_letter_queue_url
@@ -139,6 +141,7 @@ class Worker:
             queue_url=environ.get("WORKER_TIER_QUEUE_URL"),
             dead_letter_queue_url=environ.get("WORKER_TIER_DLQ_URL"),
             state_table=environ.get("WORKER_TIER_STATE_TABLE"),
+            long_queue_url=environ.get("WORKER_TIER_LONG_QUEUE_URL"),
             registry=registry,
             **overrides,
         )
@@ -229,6 +232,9 @@ class Worker:
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         try:
             definition = self._definition(task)
+            if definition.container and self._long_queue_url:
+                self._forward(record, task, invocation)
+                return
             if definition.parser is not None:
                 self._parse(definition, task)
             self._call(definition, task, invocation)
@@ -249,6 +255,17 @@ class Worker:
         else:
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
+
+    def _forward(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
+        """Hand a long task to the container worker's queue, as it came; an error retries it here."""
+        self._sqs.get().send_message(
+            QueueUrl=self._long_queue_url,
+            MessageBody=record.get("body") or "",
+            MessageAttributes=message.sqs_attributes(record.get("messageAttributes") or {}),
+        )
+        invocation.metrics.count(observability.METRIC_FORWARDED)
+        if _listeners:
+            self._emit(OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
 
     def _definition(self, task: Task) -> TaskDefinition:
         """The task registered for the message's path, or UnknownPathError."""

@@ -142,3 +142,26 @@ def test_scale_in_protection_is_set_while_busy_and_cleared_when_idle(aws, agent)
         ("/task-protection/v1/state", True, 30),
         ("/task-protection/v1/state", False, None),
     ]
+
+
+def test_lambda_worker_forwards_container_tasks_which_the_container_worker_runs(aws):
+    # GIVEN a long task marked for the container, and a long-task queue
+    long_queue = aws.sqs.create_queue(QueueName="long")["QueueUrl"]
+    tasks = Registry()
+    ran: list[Task] = []
+    tasks.task("/render", container=True)(ran.append)
+    Client(aws.queue_url, sqs=aws.sqs).send("/render", '{"frames": 9000}', attributes={"tenant": "acme"})
+    lambda_worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+                           registry=tasks, sqs=aws.sqs, long_queue_url=long_queue)
+    # WHEN the Lambda worker sees it  THEN it does not run it, but forwards it as it came
+    assert lambda_worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
+    assert ran == []
+    # AND the container worker, consuming the long queue, runs it
+    container_worker = Worker(Settings(), queue_url=long_queue, dead_letter_queue_url=aws.dead_letter_queue_url,
+                              registry=tasks, sqs=aws.sqs)
+    consumer = Consumer(container_worker, aws.sqs, long_queue, poll_wait_seconds=1, heartbeat_interval=1,
+                        protection=TaskProtection(agent_uri=""))
+    thread = run_until(consumer, lambda: len(ran) == 1)
+    consumer.stopping.set()
+    thread.join(10)
+    assert (ran[0].path, ran[0].body, ran[0].attributes["tenant"]) == ("/render", '{"frames": 9000}', "acme")
