@@ -8,6 +8,7 @@ from aws_cdk import CfnOutput, Stack, aws_dynamodb as dynamodb
 from constructs import Construct
 
 from infra import REPO_ROOT, cron_config, defaults
+from infra.container_worker import ContainerWorker, ContainerWorkerProps
 from infra.cron_config import CronEntry
 from infra.delay_scheduler import DelayScheduler, DelaySchedulerProps
 from infra.periodic_tasks import PeriodicTasks, PeriodicTasksProps
@@ -40,6 +41,7 @@ class WorkerTierStack(Stack):
         self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
         self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table))
         self.delay_scheduler = self._delay_scheduler()
+        self.container_worker = self._container_worker()
         entries = cron_entries if cron_entries is not None else cron_config.load(CRON_FILE)
         self.periodic_tasks = (
             PeriodicTasks(
@@ -66,6 +68,26 @@ class WorkerTierStack(Stack):
         scheduler.grant_produce(self.worker.function)
         CfnOutput(self, "DelayTableName", value=scheduler.table.table_name)
         return scheduler
+
+    def _container_worker(self) -> ContainerWorker | None:
+        """Opt-in (container_worker setting): ECS tasks for @task(container=True) work."""
+        if not self.settings.container_worker:
+            return None
+        container = ContainerWorker(
+            self,
+            "LongTasks",
+            ContainerWorkerProps(
+                settings=self.settings, dead_letter_queue=self.worker.dead_letter_queue, state_table=self.state_table
+            ),
+        )
+        self.worker.function.add_environment("WORKER_TIER_LONG_QUEUE_URL", container.queue.queue_url)
+        container.queue.grant_send_messages(self.worker.function)
+        if self.delay_scheduler is not None:
+            self.delay_scheduler.grant_produce(container.service.task_definition.task_role)
+            for name, value in self.delay_scheduler.producer_environment(self.settings).items():
+                container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]
+        CfnOutput(self, "LongTaskQueueUrl", value=container.queue.queue_url)
+        return container
 
     def _outputs(self) -> None:
         CfnOutput(self, "QueueUrl", value=self.worker.queue.queue_url)

@@ -13,6 +13,7 @@ from infra import defaults
 from infra.alarms import queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.settings import Settings
+from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 
@@ -136,5 +137,47 @@ class WorkerQueue(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"The oldest message has waited over {settings.oldest_message_alarm} s: workers are behind or failing.",
         )
-        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm):
+        self.backlog_per_worker = cloudwatch.MathExpression(
+            expression="visible / IF(workers > 0, workers, 1)",
+            using_metrics={
+                "visible": self.queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(1), statistic="Maximum"),
+                "workers": self.function.metric("ConcurrentExecutions", period=Duration.minutes(1), statistic="Maximum"),
+            },
+            label="Backlog per worker (visible messages / concurrent executions)",
+            period=Duration.minutes(1),
+        )
+        self.backlog_alarm = self.backlog_per_worker.create_alarm(
+            self,
+            "BacklogPerWorker",
+            threshold=settings.backlog_per_task_target,
+            evaluation_periods=5,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(
+                f"Each worker has more than {settings.backlog_per_task_target:g} messages waiting "
+                "(target_latency_seconds / avg_processing_seconds): raise http_connections or speed up tasks."
+            ),
+        )
+        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm, self.backlog_alarm):
             alarm.add_alarm_action(*actions)
+        self._add_dashboard()
+
+    def _add_dashboard(self) -> None:
+        """Queue depth, backlog per worker, dead letters, age, and the worker's own counts."""
+        counts = [
+            cloudwatch.Metric(namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map={"service": SERVICE_NAME},
+                              statistic="Sum", period=Duration.minutes(1))
+            for name in ("Succeeded", "Retried", "DeadLettered", "Released")
+        ]
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard")
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Queue", left=[
+                self.queue.metric_approximate_number_of_messages_visible(),
+                self.queue.metric_approximate_number_of_messages_not_visible(),
+            ]),
+            cloudwatch.GraphWidget(title="Backlog per worker", left=[self.backlog_per_worker]),
+            cloudwatch.GraphWidget(title="Outcomes", left=counts),
+            cloudwatch.GraphWidget(title="Dead letters and age", left=[
+                self.dead_letter_queue.metric_approximate_number_of_messages_visible()
+            ], right=[self.queue.metric_approximate_age_of_oldest_message()]),
+        )

@@ -194,3 +194,12 @@ def test_fifo_setting_makes_fifo_queue_and_dlq(tmp_path):
         assert queue["Properties"]["ContentBasedDeduplication"] is True
     [function] = template.find_resources("AWS::Lambda::Function").values()
     assert function["Properties"]["Environment"]["Variables"]["WORKER_TIER_FIFO"] == "true"
+
+
+def test_lambda_path_alarms_on_backlog_per_worker(template):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"Metrics": Match.array_with([Match.object_like({"Expression": "visible / IF(workers > 0, workers, 1)"})]),
+         "Threshold": Settings().backlog_per_task_target},
+    )
+    template.resource_count_is("AWS::CloudWatch::Dashboard", 1)

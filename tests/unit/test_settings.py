@@ -48,6 +48,18 @@ def test_defaults_are_elastic_beanstalks():
         ({"timeout_margin": 299}, "timeout_margin must be below inactivity_timeout (299), got 299"),
         ({"fifo": True, "batch_size": 11, "max_batching_window": 1}, "batch_size must be 1..10 for a FIFO queue, got 11"),
         (
+            {"heartbeat_interval": 295},
+            "visibility_timeout must be >= heartbeat_interval + 10 s so a held message stays invisible from one beat "
+            "to the next, got 300 < 305",
+        ),
+        (
+            {"target_latency_seconds": 30, "avg_processing_seconds": 60},
+            "target_latency_seconds must be >= avg_processing_seconds (a backlog of at least one task per worker), got 30 < 60",
+        ),
+        ({"container_min_tasks": 5, "container_max_tasks": 2}, "container_max_tasks must be >= container_min_tasks, got 2 < 5"),
+        ({"container_concurrency": 0}, "container_concurrency must be 1..64, got 0"),
+        ({"container_worker": "yes"}, "container_worker must be true or false, got 'yes'"),
+        (
             {"batch_size": 100},
             "batch_size above 10 needs max_batching_window >= 1, got batch_size 100 with max_batching_window 0",
         ),
@@ -97,3 +109,8 @@ def test_bad_environment_values_name_the_variable(name, raw, message):
 def test_redrive_backstop_sits_above_max_retries():
     # The worker dead-letters on the max_retries-th receive; SQS's redrive only after more.
     assert Settings(max_retries=5).redrive_max_receive_count == 8
+
+
+def test_backlog_target_is_latency_over_processing_time():
+    # 10 s acceptable latency / 0.1 s... in whole seconds: 600 s / 60 s = 10 messages per worker
+    assert Settings(target_latency_seconds=600, avg_processing_seconds=60).backlog_per_task_target == 10
