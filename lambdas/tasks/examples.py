@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from worker_tier import NonRetryableError, Task, task
+import time
+
+from worker_tier import NonRetryableError, RetryLater, Task, task
 
 FLAKY_FAILURES = 2
 
@@ -36,3 +38,14 @@ def report(t: Task) -> None:
 @task("/cleanup")
 def cleanup(t: Task) -> None:
     """A nightly periodic task (cron.yaml "nightly-cleanup", Europe/Berlin time)."""
+
+
+@task("/render", container=True, heartbeat=True)
+def render(t: Task) -> None:
+    """A long task: runs in the container worker when there is one, its message kept invisible by heartbeats."""
+    frames = t.json().get("frames", 1)
+    for frame in range(frames):
+        if t.lease_expired():
+            raise RetryLater(0, "message released at SQS's 12-hour cap; another worker continues")
+        time.sleep(1)
+    print(f"rendered {frames} frames")

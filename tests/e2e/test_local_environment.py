@@ -130,3 +130,16 @@ def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(ou
     assert task.body == '{"kind": "reminder"}'
     assert abs(task.due_at.timestamp() - (sent_at + 150)) < 0.01
     assert task.due_at.tzinfo == timezone.utc and isinstance(task.due_at, datetime)
+
+
+def test_container_worker_runs_forwarded_long_tasks_beside_the_lambda_emulator(outcomes):
+    # GIVEN the local environment with the container worker, and the example long task
+    with LocalEnvironment(Settings(), container=True) as env:
+        env.client.send("/render", '{"frames": 1}')
+        # WHEN the Lambda emulator polls  THEN it forwards; the container worker runs it
+        assert env.poll_until(lambda: len(outcomes) >= 2, timeout_seconds=20)
+        assert env.queue_depth(env.long_queue_url) == 0 or env.poll_until(lambda: env.queue_depth(env.long_queue_url) == 0, 10)
+    assert [(o.path, o.status, o.detail) for o in outcomes] == [
+        ("/render", OUTCOME_SUCCEEDED, "forwarded to the container worker"),
+        ("/render", OUTCOME_SUCCEEDED, ""),
+    ]

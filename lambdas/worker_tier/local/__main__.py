@@ -46,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = _settings(args.settings)
     entries = _cron_entries(args.cron)
     add_outcome_listener(_print_outcome)
-    with LocalEnvironment(settings, cron_entries=entries, on_tick=_print_tick, on_scheduler_run=_print_scheduler_run) as env:
+    with LocalEnvironment(
+        settings, cron_entries=entries, on_tick=_print_tick, on_scheduler_run=_print_scheduler_run, container=args.container
+    ) as env:
+        if args.container:
+            _say(f"container worker (python -m worker_tier worker) consuming {env.long_queue_url}")
         _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
         _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
@@ -59,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             for path, body in EXAMPLES:
                 message_id = env.client.send(path, json.dumps(body))
                 _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}")
+            if args.container:
+                message_id = env.client.send("/render", json.dumps({"frames": 3}))
+                _say(f"sent  /render  {message_id[:8]}  a long task: the Lambda worker forwards it to the container worker")
             path, body, seconds = DELAYED_EXAMPLE
             message_id = env.client.send(path, json.dumps(body), delay=seconds)
             _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}  delay {seconds} s via the delay table "
@@ -123,6 +130,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     parser.add_argument("--settings", type=Path, default=DEFAULT_CDK_JSON, help="cdk.json to read settings from")
     parser.add_argument("--cron", type=Path, default=DEFAULT_CRON_YAML, help="cron.yaml to fire (default: the repo's)")
+    parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")
     parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
     parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
     return parser.parse_args(argv)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import urllib.request
 from typing import Any, Callable, Sequence
@@ -48,6 +49,7 @@ class LocalEnvironment:
         on_tick: Callable[[Any], None] | None = None,
         on_scheduler_run: Callable[[Any], None] | None = None,
         cron_clock: Callable[[], float] = time.time,
+        container: bool = False,
         port: int = 0,
     ) -> None:
         self.settings = settings
@@ -59,6 +61,9 @@ class LocalEnvironment:
         self._port = port
         self.cron: CronEmulator | None = None
         self._next_scheduler_run = 0.0
+        self._container = container
+        self.consumer: Any = None
+        self._consumer_thread: threading.Thread | None = None
         self._server: Any = None
         self._saved_environment: dict[str, str | None] = {}
         self.endpoint_url = ""
@@ -103,6 +108,12 @@ class LocalEnvironment:
                 "WORKER_TIER_DELAY_HORIZON": str(LOCAL_DELAY_HORIZON_SECONDS),
             }
         )
+        if self._container:
+            self.long_queue_url = self.sqs.create_queue(
+                QueueName=f"{LOCAL_PREFIX}-long-tasks",
+                Attributes={"VisibilityTimeout": str(self.settings.visibility_timeout)},
+            )["QueueUrl"]
+            self._set_environment({"WORKER_TIER_LONG_QUEUE_URL": self.long_queue_url})  # the Lambda worker forwards there
         self.client = self.new_client()
         self._scheduler_handler = _real_scheduler_handler()
         self.event_source = EventSourceEmulator(
@@ -116,9 +127,15 @@ class LocalEnvironment:
         )
         if self._cron_entries:
             self.cron = CronEmulator(self._cron_entries, _real_cron_handler(), self._new_context, self._cron_clock)
+        if self._container:
+            self._start_container_worker()
 
     def stop(self) -> None:
-        """Stop moto and restore the environment variables this environment set."""
+        """Stop the container worker and moto, and restore the environment variables this environment set."""
+        if self.consumer is not None:
+            self.consumer.stopping.set()
+            self._consumer_thread.join()  # type: ignore[union-attr]
+            self.consumer = None
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -149,6 +166,26 @@ class LocalEnvironment:
             "WORKER_TIER_STATE_TABLE": self.state_table,
             "WORKER_TIER_DELAY_TABLE": self.delay_table,
         }
+
+    def _start_container_worker(self) -> None:
+        """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
+        from worker_tier.consumer import Consumer, TaskProtection
+        from worker_tier.worker import Worker
+
+        core = Worker(
+            self.settings,
+            queue_url=self.long_queue_url,
+            dead_letter_queue_url=self.dead_letter_queue_url,
+            state_table=self.state_table,
+            sqs=self.sqs,
+            dynamodb=self.dynamodb,
+        )
+        self.consumer = Consumer(
+            core, self.sqs, self.long_queue_url, concurrency=self.settings.container_concurrency,
+            poll_wait_seconds=1, protection=TaskProtection(agent_uri=""),
+        )
+        self._consumer_thread = threading.Thread(target=self.consumer.run, name="container-worker", daemon=True)
+        self._consumer_thread.start()
 
     def run_scheduler(self) -> dict[str, Any]:
         """One delay-scheduler run through its real handler."""
