@@ -17,8 +17,8 @@ from worker_tier.settings import Settings
 from worker_tier.worker import Worker
 
 
-def consumer_for(aws: AwsWorld, tasks: Registry, **kwargs) -> Consumer:
-    worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+def consumer_for(aws: AwsWorld, tasks: Registry, settings: Settings | None = None, **kwargs) -> Consumer:
+    worker = Worker(settings or Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
                     registry=tasks, sqs=aws.sqs, dynamodb=aws.dynamodb)
     kwargs.setdefault("protection", TaskProtection(agent_uri=""))
     return Consumer(worker, aws.sqs, aws.queue_url, poll_wait_seconds=1, heartbeat_interval=1, **kwargs)
