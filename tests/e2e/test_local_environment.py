@@ -143,3 +143,28 @@ def test_container_worker_runs_forwarded_long_tasks_beside_the_lambda_emulator(o
         ("/render", OUTCOME_SUCCEEDED, "forwarded to the container worker"),
         ("/render", OUTCOME_SUCCEEDED, ""),
     ]
+
+
+def test_container_worker_process_drains_on_sigterm():
+    # GIVEN `python -m worker_tier worker` running against the local environment, busy with a 3 s task
+    import signal
+    import time
+
+    with LocalEnvironment(Settings()) as env:
+        env.client.send("/render", '{"frames": 3}')
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", "WORKER_TIER_CONCURRENCY": "1"}
+        environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
+        process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "20"], env=environment,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while int(env.sqs.get_queue_attributes(QueueUrl=env.queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+                  ["Attributes"]["ApproximateNumberOfMessagesNotVisible"]) == 0:
+            assert time.monotonic() < deadline and process.poll() is None, process.stderr.read() if process.poll() is not None else ""
+            time.sleep(0.1)
+        # WHEN ECS sends SIGTERM mid-task
+        process.send_signal(signal.SIGTERM)
+        output, errors = process.communicate(timeout=30)
+        # THEN the task finished, its message was deleted, and the process exited cleanly
+        assert process.returncode == 0, errors
+        assert "rendered 3 frames" in output
+        assert env.queue_depth() == 0
