@@ -75,6 +75,10 @@ class Registry:
         """The definition for ``path``, or None."""
         return self._definitions.get(path)
 
+    def any_heartbeat(self) -> bool:
+        """True when some registered task asks for heartbeats."""
+        return any(d.heartbeat for d in self._definitions.values())
+
     def paths(self) -> list[str]:
         """Registered paths, sorted."""
         return sorted(self._definitions)

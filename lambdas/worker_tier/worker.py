@@ -18,14 +18,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
 
 from worker_tier import backoff, limits, message, observability
 from worker_tier.aws import LazyClient
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
-from worker_tier.heartbeat import Heartbeat
 from worker_tier.errors import MalformedBodyError, NonRetryableError, RetryLater, UnknownPathError
 from worker_tier.idempotency import IdempotentRunner
 from worker_tier.observability import logger
@@ -33,6 +32,9 @@ from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.settings import Settings
 from worker_tier.task import Task
 from worker_tier.visibility import VisibilityChange, change_visibility
+
+if TYPE_CHECKING:
+    from worker_tier.heartbeat import Heartbeat
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_RETRYING = "retrying"
@@ -190,11 +192,15 @@ class Worker:
         Succeeded messages stay held too: the event source deletes them only after the
         invocation returns, and until then they must not reach another consumer.
         """
+        if not records or not (self.settings.heartbeat or self.registry.any_heartbeat()):
+            return
         wanted = self.settings.heartbeat or any(
             getattr(self.registry.get(message.record_path(r, self.settings.http_path)), "heartbeat", False) for r in records
         )
-        if not wanted or not records:
+        if not wanted:
             return
+        from worker_tier.heartbeat import Heartbeat
+
         heartbeat = Heartbeat(self._sqs.get(), self._resolve_queue_url(records), interval_seconds=self.settings.heartbeat_interval)
         # Received up to a batching window before the invocation started: count the cap from then.
         received_at = time.monotonic() - self.settings.max_batching_window
