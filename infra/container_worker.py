@@ -26,7 +26,7 @@ from infra.function import POWERTOOLS_ENVIRONMENT
 from infra.settings import Settings
 
 DOCKERFILE = "docker/worker.Dockerfile"
-DOCKER_EXCLUDES = [".venv", "cdk.out", "node_modules", ".git", "tests", "bench", "**/__pycache__"]
+DOCKER_EXCLUDES = [".venv", "cdk.out", "node_modules", ".git", ".pytest_cache", ".hypothesis", "tests", "bench", "**/__pycache__"]
 SCALE_OUT_COOLDOWN_SECONDS = 60
 SCALE_IN_COOLDOWN_SECONDS = 600
 METRIC_PERIOD_SECONDS = 60
