@@ -22,7 +22,7 @@ import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from worker_tier import delay, limits
@@ -61,7 +61,6 @@ class RunReport:
     max_lateness_s: float = 0.0
     lag_s: float = 0.0
     stopped: str = ""
-    late: list[float] = field(default_factory=list)
 
 
 class DelayScheduler:
@@ -149,7 +148,6 @@ class DelayScheduler:
         for index, message in enumerate(chunk):
             wait = message.due_ms / 1000 - now
             if wait < 0:
-                report.late.append(-wait)
                 report.max_lateness_s = max(report.max_lateness_s, -wait)
             entry: dict[str, Any] = {
                 "Id": str(index),
