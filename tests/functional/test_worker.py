@@ -298,15 +298,7 @@ def test_fifo_failure_stops_only_its_group(aws_fifo, registry):
     event = aws_fifo.receive_event()
     assert len(event["Records"]) == 3
     # WHEN handled by a FIFO worker
-    worker = Worker(
-        Settings(fifo=True),
-        queue_url=aws_fifo.queue_url,
-        dead_letter_queue_url=aws_fifo.dead_letter_queue_url,
-        registry=registry,
-        sqs=aws_fifo.sqs,
-        random=lambda: 0.999,
-    )
-    response = worker.handle(event, None)
+    response = make_worker(aws_fifo, registry, fifo=True).handle(event, None)
     # THEN g1's both messages are failed (the second never ran), g2's succeeded
     ids = [r["messageId"] for r in event["Records"]]
     assert failure_ids(response) == {ids[0], ids[1]}
@@ -324,13 +316,7 @@ def test_dead_letter_of_fifo_message_keeps_group(aws_fifo):
         raise NonRetryableError("no")
 
     Client(aws_fifo.queue_url, sqs=aws_fifo.sqs).send("/refuse", "x", group_id="g9", dedupe_key="k")
-    worker = Worker(
-        Settings(fifo=True),
-        queue_url=aws_fifo.queue_url,
-        dead_letter_queue_url=aws_fifo.dead_letter_queue_url,
-        registry=tasks,
-        sqs=aws_fifo.sqs,
-    )
+    worker = make_worker(aws_fifo, tasks, fifo=True)
     # WHEN handled
     assert worker.handle(aws_fifo.receive_event(), None)["batchItemFailures"] == []
     # THEN the FIFO DLQ has it, in the same message group
