@@ -1,0 +1,105 @@
+"""sqs_rules: each rule accepts what SQS documents and refuses the rest with the value and the rule named."""
+
+import doctest
+
+import pytest
+
+from worker_tier import sqs_rules
+from worker_tier.sqs_rules import (
+    attribute_name_problem,
+    attribute_value_problem,
+    attributes_problem,
+    body_problem,
+    delay_seconds_problem,
+    format_number,
+    group_id_problem,
+)
+
+
+def test_module_examples_hold():
+    assert doctest.testmod(sqs_rules).failed == 0
+
+
+@pytest.mark.parametrize("body", ["x", "tab\tok", "emoji \U0001f600", "\ue000"])
+def test_bodies_sqs_accepts(body):
+    assert body_problem(body) is None
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ("", "must not be empty"),
+    ("a\x00b", "character '\\x00' (U+0000) at offset 1"),
+    ("\ufffe", "U+FFFE"),
+    (b"bytes", "must be a string, got bytes"),
+])
+def test_bodies_sqs_refuses_are_named(body, fragment):
+    assert fragment in body_problem(body)
+
+
+@pytest.mark.parametrize("name", ["a", "tenant.id", "x-y_z", "A" * 256])
+def test_attribute_names_sqs_accepts(name):
+    assert attribute_name_problem(name) is None
+
+
+@pytest.mark.parametrize("name", ["", "a\n", "trailing.", ".leading", "double..dot", "AWS.x", "amazon.y", "sp ace", "A" * 257, 7])
+def test_attribute_names_sqs_refuses(name):
+    # GIVEN a name SQS refuses (a trailing newline passes a re.match with $; fullmatch refuses it)
+    # WHEN / THEN the problem names it and the rule
+    problem = attribute_name_problem(name)
+    assert problem is not None and "is not allowed" in problem
+
+
+@pytest.mark.parametrize("value", [
+    {"DataType": "String", "StringValue": "v"},
+    {"DataType": "String.json", "StringValue": "{}"},
+    {"DataType": "Number", "StringValue": "-12.5"},
+    {"DataType": "Number", "StringValue": "0"},
+    {"DataType": "Number", "StringValue": "9" * 38},
+    {"DataType": "Number", "StringValue": "1" + "0" * 126},
+    {"DataType": "Number", "StringValue": "0." + "0" * 127 + "1"},
+    {"DataType": "Binary", "BinaryValue": b"\x00"},
+])
+def test_attribute_values_sqs_accepts(value):
+    assert attribute_value_problem("a", value) is None
+
+
+@pytest.mark.parametrize("value,fragment", [
+    ({"DataType": "String", "StringValue": "nul\x00"}, "character '\\x00'"),
+    ({"DataType": "String", "StringValue": ""}, "non-empty StringValue"),
+    ({"DataType": "Number", "StringValue": "9" * 39}, "38 significant digits"),
+    ({"DataType": "Number", "StringValue": "1" + "0" * 127}, "10^126"),
+    ({"DataType": "Number", "StringValue": "0." + "0" * 128 + "1"}, "10^-128"),
+    ({"DataType": "Number", "StringValue": "1e5"}, "no exponent"),
+    ({"DataType": "Number", "StringValue": "NaN"}, "no exponent"),
+    ({"DataType": "Binary", "BinaryValue": b""}, "non-empty bytes"),
+    ({"DataType": "Binary", "StringValue": "x"}, "non-empty bytes"),
+    ({"DataType": "Text", "StringValue": "x"}, "String, Number or Binary"),
+    ({"DataType": "String.", "StringValue": "x"}, "String, Number or Binary"),
+    ("plain", "must be a mapping"),
+])
+def test_attribute_values_sqs_refuses_are_named(value, fragment):
+    assert fragment in attribute_value_problem("a", value)
+
+
+def test_attributes_problem_counts_and_checks_each():
+    eleven = {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(11)}
+    assert "at most 10" in attributes_problem(eleven)
+    assert "a\\n" in attributes_problem({"a\n": {"DataType": "String", "StringValue": "v"}})
+    assert attributes_problem({"ok": {"DataType": "Number", "StringValue": "1"}}) is None
+
+
+@pytest.mark.parametrize("value,ok", [("g-1", True), ("!#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", True), ("a" * 128, True),
+                                       ("a" * 129, False), ("with space", False), ("é", False), ("", False), (None, False)])
+def test_group_ids(value, ok):
+    assert (group_id_problem(value) is None) is ok
+    assert (group_id_problem(value, "MessageDeduplicationId") or "MessageDeduplicationId").startswith("MessageDeduplicationId")
+
+
+@pytest.mark.parametrize("value,ok", [(0, True), (900, True), (901, False), (-1, False), (True, False), (1.5, False)])
+def test_delay_seconds(value, ok):
+    assert (delay_seconds_problem(value) is None) is ok
+
+
+@pytest.mark.parametrize("value,text", [(1e-05, "0.00001"), (1e20, "100000000000000000000"), (2.5, "2.5"), (-3, "-3"), (10.0, "10")])
+def test_format_number_never_uses_exponent_and_passes_the_rule(value, text):
+    assert format_number(value) == text
+    assert attribute_value_problem("n", {"DataType": "Number", "StringValue": format_number(value)}) is None
