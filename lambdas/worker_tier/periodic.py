@@ -3,9 +3,18 @@
 A tick is claimed in the state table before its message is sent, so duplicate
 invocations for the same tick (EventBridge delivers at least once, and a cron line
 whose day fields are both restricted becomes two schedules that may fire together)
-enqueue one message. The claim is a lease: if the invocation dies between the claim
-and the send, a retry after the lease takes over. The one duplicate left is a crash
-after the send and before the claim is marked sent; on a FIFO queue the
+enqueue one message. A tick has three fates:
+
+- **sent**: this invocation held the claim and SQS took the message.
+- **duplicate**: another invocation already sent it.
+- **retry**: the send failed (the claim is given back, ``TickNotEnqueuedError``), or
+  another invocation still holds the claim after a short wait (``TickPendingError``).
+  Either raises, so Lambda's asynchronous retries run the tick again; one that fails
+  every attempt goes to the tick dead-letter queue (``PeriodicTasks``).
+
+The claim is a lease held by one invocation: if the holder dies between the claim
+and the send, a retry after the lease takes over. The one duplicate left is a
+crash after the send and before the claim is marked sent; on a FIFO queue the
 deduplication id derived from the tick removes that one too.
 """
 
@@ -13,18 +22,34 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from worker_tier import message
-from worker_tier.aws import LazyClient, is_condition_failure
+from worker_tier.aws import LazyClient, error_code, is_condition_failure
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 
+# Every state-table key a tick writes starts with this (roles are limited to it).
+TICK_KEY_PREFIX = "cron#"
 TICK_RECORD_TTL_SECONDS = 3 * 24 * 60 * 60
+# Longer than the cron function's timeout, shorter than Lambda's first asynchronous retry delay (1 min).
 TICK_LEASE_SECONDS = 60
+# A duplicate invocation waits this long for the holder to send before asking for a retry.
+TICK_PENDING_POLLS = 10
+TICK_PENDING_POLL_SECONDS = 1
 STATUS_PENDING = "pending"
 STATUS_SENT = "sent"
+_EVENT_FIELDS = ("name", "url", "scheduled_time")
+
+
+class TickNotEnqueuedError(Exception):
+    """SendMessage failed for a tick; its claim was given back so a retry can send it."""
+
+
+class TickPendingError(Exception):
+    """Another invocation holds the tick's claim and has not sent it yet; retry later."""
 
 
 @dataclass(frozen=True)
@@ -38,12 +63,34 @@ class Tick:
 
     @property
     def key(self) -> str:
-        """The state-table key of this tick."""
-        return f"cron#{self.name}#{message.format_scheduled_time(self.scheduled_at)}"
+        """The state-table key of this tick.
+
+        Examples
+        --------
+        >>> Tick("backup-job", "/backup", datetime(2026, 11, 22, 12, tzinfo=timezone.utc)).key
+        'cron#backup-job#2026-11-22 12:00:00 UTC'
+        """
+        return f"{TICK_KEY_PREFIX}{self.name}#{message.format_scheduled_time(self.scheduled_at)}"
+
+    @property
+    def group_id(self) -> str:
+        """The FIFO MessageGroupId: the task name, so one task's ticks stay in order."""
+        return self.name
 
     def deduplication_id(self) -> str:
         """A stable FIFO deduplication id (SQS allows 128 characters)."""
         return hashlib.sha256(self.key.encode("utf-8")).hexdigest()
+
+    def message_attributes(self) -> dict[str, dict[str, str]]:
+        """EB's ``beanstalk.sqsd.*`` attributes in the SQS API shape."""
+        return {
+            message.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": self.url},
+            message.TASK_NAME_ATTRIBUTE: {"DataType": "String", "StringValue": self.name},
+            message.SCHEDULED_TIME_ATTRIBUTE: {
+                "DataType": "String",
+                "StringValue": message.format_scheduled_time(self.scheduled_at),
+            },
+        }
 
 
 class TickEnqueuer:
@@ -57,6 +104,7 @@ class TickEnqueuer:
         sqs: Any = None,
         dynamodb: Any = None,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.queue_url = queue_url
         self.state_table = state_table
@@ -64,23 +112,35 @@ class TickEnqueuer:
         self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._clock = clock
+        self._sleep = sleep
 
     def enqueue(self, tick: Tick) -> bool:
-        """Send the tick's message unless another invocation has; True when this call sent it."""
-        if not self._claim(tick):
-            return False
-        self._sqs.get().send_message(**self._request(tick))
-        self._dynamodb.get().update_item(
-            TableName=self.state_table,
-            Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}},
-            UpdateExpression="SET #status = :sent",
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={":sent": {"S": STATUS_SENT}},
-        )
-        return True
+        """Send the tick's message unless another invocation has; True when this call sent it.
 
-    def _claim(self, tick: Tick) -> bool:
-        """Conditional put: a new tick, or a pending one whose lease has run out."""
+        Raises ``TickNotEnqueuedError`` when the send fails and ``TickPendingError`` when
+        another invocation keeps the claim without sending: both ask for a retry.
+        """
+        holder = uuid.uuid4().hex
+        for poll in range(TICK_PENDING_POLLS):
+            if poll:
+                self._sleep(TICK_PENDING_POLL_SECONDS)
+            status = self._claim(tick, holder)
+            if status is None:
+                self._send(tick, holder)
+                return True
+            if status == STATUS_SENT:
+                return False
+        raise TickPendingError(
+            f"tick {tick.key!r} is claimed by another invocation that has not sent it after "
+            f"{TICK_PENDING_POLLS * TICK_PENDING_POLL_SECONDS} s; a retry finds it sent, or takes over "
+            f"once the {TICK_LEASE_SECONDS} s lease has run out"
+        )
+
+    def _claim(self, tick: Tick, holder: str) -> str | None:
+        """Conditional put of a new tick, or over a pending one whose lease has run out.
+
+        None when ``holder`` now holds the claim, else the status found (pending or sent).
+        """
         now = int(self._clock())
         try:
             self._dynamodb.get().put_item(
@@ -88,48 +148,92 @@ class TickEnqueuer:
                 Item={
                     STATE_TABLE_PARTITION_KEY: {"S": tick.key},
                     "status": {"S": STATUS_PENDING},
+                    "holder": {"S": holder},
                     "lease_until": {"N": str(now + TICK_LEASE_SECONDS)},
                     STATE_TABLE_TTL_ATTRIBUTE: {"N": str(now + TICK_RECORD_TTL_SECONDS)},
                 },
                 ConditionExpression="attribute_not_exists(#pk) OR (#status = :pending AND lease_until < :now)",
                 ExpressionAttributeNames={"#pk": STATE_TABLE_PARTITION_KEY, "#status": "status"},
                 ExpressionAttributeValues={":pending": {"S": STATUS_PENDING}, ":now": {"N": str(now)}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as error:
             if is_condition_failure(error):
-                return False
+                return _found_status(getattr(error, "response", {}))
             raise
-        return True
+        return None
+
+    def _send(self, tick: Tick, holder: str) -> None:
+        """Send the claimed tick and mark it sent; on a failed send, give the claim back and raise."""
+        try:
+            self._sqs.get().send_message(**self._request(tick))
+        except Exception as error:
+            failure = TickNotEnqueuedError(
+                f"tick {tick.key!r} was not enqueued: SendMessage failed with {error_code(error)}: {error}; "
+                "its claim is given back so a retry sends it"
+            )
+            self._release(tick, holder, failure)
+            raise failure from error
+        self._dynamodb.get().update_item(
+            TableName=self.state_table,
+            Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}},
+            UpdateExpression="SET #status = :sent",
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={":sent": {"S": STATUS_SENT}},
+        )
+
+    def _release(self, tick: Tick, holder: str, failure: Exception) -> None:
+        """Delete the claim if ``holder`` still has it; if that fails, the lease runs out instead."""
+        try:
+            self._dynamodb.get().delete_item(
+                TableName=self.state_table,
+                Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}},
+                ConditionExpression="holder = :holder AND #status = :pending",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={":holder": {"S": holder}, ":pending": {"S": STATUS_PENDING}},
+            )
+        except Exception as error:
+            if not is_condition_failure(error):
+                failure.add_note(
+                    f"Giving the claim back failed too ({error_code(error)}): "
+                    f"a retry takes the tick over after the {TICK_LEASE_SECONDS} s lease."
+                )
 
     def _request(self, tick: Tick) -> dict[str, Any]:
         """SendMessage arguments: EB's body and ``beanstalk.sqsd.*`` attributes."""
         request: dict[str, Any] = {
             "QueueUrl": self.queue_url,
             "MessageBody": tick.body,
-            "MessageAttributes": {
-                message.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": tick.url},
-                message.TASK_NAME_ATTRIBUTE: {"DataType": "String", "StringValue": tick.name},
-                message.SCHEDULED_TIME_ATTRIBUTE: {
-                    "DataType": "String",
-                    "StringValue": message.format_scheduled_time(tick.scheduled_at),
-                },
-            },
+            "MessageAttributes": tick.message_attributes(),
         }
         if self.fifo:
-            request["MessageGroupId"] = tick.name
+            request["MessageGroupId"] = tick.group_id
             request["MessageDeduplicationId"] = tick.deduplication_id()
         return request
 
 
-def tick_from_event(event: dict[str, Any]) -> Tick:
+def _found_status(response: Mapping[str, Any]) -> str:
+    """The status of the claim a conditional put ran into (pending when the response does not say)."""
+    return response.get("Item", {}).get("status", {}).get("S", STATUS_PENDING)
+
+
+def tick_from_event(event: Any) -> Tick:
     """The Tick a schedule's input describes; ValueError naming what is missing or malformed."""
-    missing = [key for key in ("name", "url", "scheduled_time") if not isinstance(event.get(key), str)]
+    if not isinstance(event, Mapping):
+        raise ValueError(
+            f"cron event must be a JSON object with string fields name, url and scheduled_time, "
+            f"got {type(event).__name__}: {event!r:.200}"
+        )
+    missing = [key for key in _EVENT_FIELDS if not isinstance(event.get(key), str)]
     if missing:
-        raise ValueError(f"cron event needs string fields name, url and scheduled_time; missing {missing} in {event!r}")
+        raise ValueError(f"cron event needs string fields name, url and scheduled_time; missing {missing} in {event!r:.500}")
     try:
         scheduled = datetime.fromisoformat(event["scheduled_time"].replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"cron event scheduled_time must be ISO-8601, got {event['scheduled_time']!r}") from None
     if scheduled.tzinfo is None:
         scheduled = scheduled.replace(tzinfo=timezone.utc)
-    return Tick(event["name"], event["url"], scheduled, event.get("body") or message.SCHEDULED_JOB_BODY)
+    body = event.get("body") or message.SCHEDULED_JOB_BODY
+    if not isinstance(body, str):
+        raise ValueError(f"cron event body must be a string, got {type(body).__name__}: {body!r:.200}")
+    return Tick(event["name"], event["url"], scheduled, body)

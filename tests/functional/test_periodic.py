@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
+from typing import Any, Callable
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.functional.conftest import AwsWorld
-from worker_tier.periodic import TICK_LEASE_SECONDS, Tick, TickEnqueuer, tick_from_event
+from tests.strict_sqs import StrictSQS
+from worker_tier.periodic import (
+    TICK_LEASE_SECONDS,
+    TICK_PENDING_POLL_SECONDS,
+    TICK_PENDING_POLLS,
+    Tick,
+    TickEnqueuer,
+    TickNotEnqueuedError,
+    TickPendingError,
+    tick_from_event,
+)
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.task import Task
@@ -18,7 +31,7 @@ TICK = Tick("backup-job", "/backup", datetime(2026, 11, 22, 12, 0, tzinfo=timezo
 
 def enqueuer(aws: AwsWorld, now: list[float] | None = None) -> TickEnqueuer:
     clock = (lambda: now[0]) if now else (lambda: 1_800_000_000.0)
-    return TickEnqueuer(aws.queue_url, aws.state_table, sqs=aws.sqs, dynamodb=aws.dynamodb, clock=clock)
+    return TickEnqueuer(aws.queue_url, aws.state_table, sqs=StrictSQS(aws.sqs), dynamodb=aws.dynamodb, clock=clock)
 
 
 def received(aws: AwsWorld) -> list[dict]:
@@ -51,28 +64,104 @@ def test_duplicate_invocations_enqueue_once(aws):
     assert worker.enqueue(Tick("backup-job", "/backup", datetime(2026, 11, 23, 0, 0, tzinfo=timezone.utc)))
 
 
-def test_crash_between_claim_and_send_is_recovered_after_the_lease(aws):
-    # GIVEN an invocation that claimed the tick and died before sending
+class Crash(BaseException):
+    """The process dies (a Lambda timeout): no handler code runs after it."""
+
+
+class FlakySQS:
+    """Wraps the moto client; the first ``failures`` SendMessage calls fail (or crash the process)."""
+
+    def __init__(self, inner: Any, failures: int = 1, error: BaseException | None = None) -> None:
+        self._inner = inner
+        self._failures = failures
+        self._error = error or ClientError({"Error": {"Code": "InternalError", "Message": "try again"}}, "SendMessage")
+        self.on_send: Callable[[], None] = lambda: None
+
+    def send_message(self, **params: Any) -> Any:
+        self.on_send()
+        if self._failures > 0:
+            self._failures -= 1
+            raise self._error
+        return self._inner.send_message(**params)
+
+
+def flaky_enqueuer(aws: AwsWorld, sqs: FlakySQS, now: list[float], sleeps: list[float] | None = None) -> TickEnqueuer:
+    def sleep(seconds: float) -> None:
+        (sleeps if sleeps is not None else []).append(seconds)
+        now[0] += seconds
+
+    return TickEnqueuer(aws.queue_url, aws.state_table, sqs=sqs, dynamodb=aws.dynamodb, clock=lambda: now[0], sleep=sleep)
+
+
+def test_failed_send_gives_the_claim_back_so_an_early_retry_sends(aws):
+    # GIVEN a SendMessage that fails once after the tick is claimed
     now = [1_800_000_000.0]
-    first = enqueuer(aws, now)
-    first._claim(TICK)
-    # WHEN a retry comes within the lease  THEN it leaves the tick to the holder
-    assert enqueuer(aws, now).enqueue(TICK) is False
-    # WHEN a retry comes after the lease  THEN it takes over and sends
-    now[0] += TICK_LEASE_SECONDS + 1
+    first = flaky_enqueuer(aws, FlakySQS(StrictSQS(aws.sqs)), now)
+    # WHEN the invocation runs  THEN it raises, so Lambda retries it, and says why
+    with pytest.raises(TickNotEnqueuedError) as error:
+        first.enqueue(TICK)
+    assert str(error.value) == (
+        "tick 'cron#backup-job#2026-11-22 12:00:00 UTC' was not enqueued: SendMessage failed with InternalError: "
+        "An error occurred (InternalError) when calling the SendMessage operation: try again; "
+        "its claim is given back so a retry sends it"
+    )
+    # WHEN Lambda's retry comes well within the lease  THEN it sends the tick, once
+    assert first.enqueue(TICK) is True
+    assert [r["messageAttributes"]["beanstalk.sqsd.task_name"]["stringValue"] for r in received(aws)] == ["backup-job"]
+
+
+def test_duplicate_finding_a_claim_the_holder_never_sends_raises_for_a_retry(aws):
+    # GIVEN an invocation that claimed the tick and died before sending (a timeout: no cleanup runs)
+    now = [1_800_000_000.0]
+    with pytest.raises(Crash):
+        flaky_enqueuer(aws, FlakySQS(aws.sqs, error=Crash()), now).enqueue(TICK)
+    # WHEN a duplicate invocation runs within the lease
+    sleeps: list[float] = []
+    with pytest.raises(TickPendingError) as error:
+        flaky_enqueuer(aws, FlakySQS(aws.sqs, failures=0), now, sleeps).enqueue(TICK)
+    # THEN it waited for the holder, then failed so that Lambda retries it, rather than reporting it enqueued
+    assert sum(sleeps) == TICK_PENDING_POLLS * TICK_PENDING_POLL_SECONDS - TICK_PENDING_POLL_SECONDS
+    assert str(error.value) == (
+        "tick 'cron#backup-job#2026-11-22 12:00:00 UTC' is claimed by another invocation that has not sent it "
+        f"after {TICK_PENDING_POLLS * TICK_PENDING_POLL_SECONDS} s; a retry finds it sent, or takes over once the "
+        f"{TICK_LEASE_SECONDS} s lease has run out"
+    )
+    assert received(aws) == []
+    # WHEN Lambda retries after the lease  THEN it takes over and sends, once
+    now[0] += TICK_LEASE_SECONDS
     assert enqueuer(aws, now).enqueue(TICK) is True
     assert len(received(aws)) == 1
 
 
-def test_send_failure_leaves_the_tick_claimable(aws):
-    # GIVEN a queue URL that does not exist: the send fails after the claim
+def test_duplicate_waits_for_the_holder_and_reports_the_tick_enqueued(aws):
+    # GIVEN a holder that has claimed the tick and is about to send it
     now = [1_800_000_000.0]
-    broken = TickEnqueuer(aws.queue_url + "-gone", aws.state_table, sqs=aws.sqs, dynamodb=aws.dynamodb, clock=lambda: now[0])
-    with pytest.raises(Exception, match="QueueDoesNotExist|does not exist"):
-        broken.enqueue(TICK)
-    # WHEN retried after the lease  THEN the tick is still delivered: a failure is never a silent loss
+    about_to_send, may_send = threading.Event(), threading.Event()
+    sqs = FlakySQS(aws.sqs, failures=0)
+    sqs.on_send = lambda: (about_to_send.set(), may_send.wait(5))
+    holder = threading.Thread(target=lambda: flaky_enqueuer(aws, sqs, now).enqueue(TICK))
+    holder.start()
+    assert about_to_send.wait(5)
+    # WHEN a duplicate invocation runs meanwhile, and the holder sends while it waits
+    duplicate = TickEnqueuer(
+        aws.queue_url, aws.state_table, sqs=aws.sqs, dynamodb=aws.dynamodb,
+        clock=lambda: now[0], sleep=lambda seconds: (may_send.set(), holder.join(5)),
+    )
+    # THEN the duplicate reports the tick already enqueued, and there is one message
+    assert duplicate.enqueue(TICK) is False
+    assert len(received(aws)) == 1
+
+
+def test_a_tick_sent_after_a_crash_still_becomes_one_message(aws):
+    # GIVEN an invocation that claimed the tick and died before sending
+    now = [1_800_000_000.0]
+    with pytest.raises(Crash):
+        flaky_enqueuer(aws, FlakySQS(aws.sqs, error=Crash()), now).enqueue(TICK)
+    # WHEN a retry comes after the lease  THEN it takes over and sends; later duplicates send nothing
     now[0] += TICK_LEASE_SECONDS + 1
     assert enqueuer(aws, now).enqueue(TICK) is True
+    assert enqueuer(aws, now).enqueue(TICK) is False
+    assert len(received(aws)) == 1
 
 
 def test_fifo_group_is_the_task_and_dedupe_id_is_stable(aws_fifo):
