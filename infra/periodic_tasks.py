@@ -4,6 +4,15 @@ EventBridge Scheduler rather than EventBridge rules: rules run in UTC only, whil
 Scheduler takes an IANA time zone per schedule and handles DST itself, and it puts
 the tick's own time in the target input (``<aws.scheduler.scheduled-time>``), so
 the message carries the scheduled time, not the delivery time.
+
+A tick is retried at two levels, and one that fails them all lands in the tick
+dead-letter queue, whose alarm fires:
+
+- Scheduler retries an invocation it could not deliver (``SCHEDULER_RETRY_ATTEMPTS``,
+  until the next tick is due), then dead-letters it.
+- Lambda retries an invocation that raised (``CRON_ASYNC_RETRY_ATTEMPTS``), then sends
+  it to the same queue through the function's on-failure destination.
+  ``worker_tier.periodic`` raises whenever a tick is not surely enqueued.
 """
 
 from __future__ import annotations
@@ -11,26 +20,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from aws_cdk import Acknowledgment, Duration, TimeZone, Validations
-from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam, aws_scheduler as scheduler
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, TimeZone, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam
+from aws_cdk import aws_lambda_destinations as destinations, aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets, aws_sqs as sqs
 from constructs import Construct
 
 from infra import defaults
 from infra.alarms import queue_not_empty_alarm
-
 from infra.cron_config import CronEntry
 from infra.cron_expression import parse
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.settings import Settings
 
 CRON_HANDLER = "worker_tier.handlers.cron.lambda_handler"
+# Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.
 CRON_TIMEOUT_SECONDS = 30
 CRON_MEMORY_MB = 128
 SCHEDULER_RETRY_ATTEMPTS = 5
 # https://docs.aws.amazon.com/scheduler/latest/APIReference/API_RetryPolicy.html
 SCHEDULER_MIN_EVENT_AGE_SECONDS = 60
 SCHEDULER_MAX_EVENT_AGE_SECONDS = 24 * 60 * 60
+# https://docs.aws.amazon.com/lambda/latest/api/API_PutFunctionEventInvokeConfig.html
+LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS = 2
+LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS = 6 * 60 * 60
+# Every retry Lambda allows (1 min, then 2 min after a failure), and the longest age, so a
+# throttled tick arrives late rather than never; past that it goes to the tick DLQ.
+CRON_ASYNC_RETRY_ATTEMPTS = LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
+CRON_ASYNC_MAX_EVENT_AGE_SECONDS = LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS
+CRON_ERRORS_ALARM_PERIOD_SECONDS = 60
 
 
 @dataclass
@@ -43,8 +61,9 @@ class PeriodicTasksProps:
 
 
 class PeriodicTasks(Construct):
-    """Public attributes: ``function``, ``schedules`` (in cron.yaml order), ``dead_letter_queue``
-    (ticks Scheduler could not deliver) and ``dead_letter_alarm``.
+    """Public attributes: ``function``, ``errors_alarm``, ``schedule_group``, ``schedules`` (in
+    cron.yaml order), ``dead_letter_queue`` (ticks not delivered or not enqueued after every
+    retry) and ``dead_letter_alarm``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: PeriodicTasksProps) -> None:
@@ -65,8 +84,10 @@ class PeriodicTasks(Construct):
         )
         self.function = cron.function
         props.queue.grant_send_messages(self.function)
-        props.state_table.grant(self.function, "dynamodb:PutItem", "dynamodb:UpdateItem")
+        props.state_table.grant(self.function, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
         self._add_dead_letter_queue()
+        self._add_retries()
+        self.schedule_group = scheduler.ScheduleGroup(self, "Group", removal_policy=RemovalPolicy.DESTROY)
         role = self._scheduler_role(self.dead_letter_queue)
         self.schedules = [
             self._schedule(index, position, entry, expression, role, self.dead_letter_queue)
@@ -88,15 +109,47 @@ class PeriodicTasks(Construct):
             self,
             "TickDeadLetterQueueNotEmpty",
             self.dead_letter_queue,
-            "EventBridge Scheduler could not deliver a cron.yaml tick to the cron function.",
+            "A cron.yaml tick was not enqueued: EventBridge Scheduler could not deliver it to the cron "
+            "function, or the function failed it on every attempt.",
+        )
+
+    def _add_retries(self) -> None:
+        """Lambda's asynchronous retries of a failed tick, then the tick DLQ; an alarm on any failure."""
+        self.function.configure_async_invoke(
+            retry_attempts=CRON_ASYNC_RETRY_ATTEMPTS,
+            max_event_age=Duration.seconds(CRON_ASYNC_MAX_EVENT_AGE_SECONDS),
+            on_failure=destinations.SqsDestination(self.dead_letter_queue),
+        )
+        self.errors_alarm = self.function.metric_errors(
+            period=Duration.seconds(CRON_ERRORS_ALARM_PERIOD_SECONDS), statistic="Sum"
+        ).create_alarm(
+            self,
+            "CronErrors",
+            threshold=0,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="The cron function failed a tick; Lambda retries it, then sends it to the tick DLQ.",
         )
 
     def _scheduler_role(self, dead_letter_queue: sqs.IQueue) -> iam.IRole:
         """Scheduler's role: invoke this function, and dead-letter undeliverable ticks.
 
         Built by hand and frozen so the targets do not add ``function:*`` (cdk-nag IAM5).
+        Only this account's schedules in this construct's group may assume it: Scheduler
+        sets ``aws:SourceArn`` to the schedule group's ARN, never a schedule's
+        (https://docs.aws.amazon.com/scheduler/latest/UserGuide/cross-service-confused-deputy-prevention.html).
         """
-        role = iam.Role(self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))
+        principal = iam.ServicePrincipal(
+            "scheduler.amazonaws.com",
+            conditions={
+                "StringEquals": {
+                    "aws:SourceAccount": Stack.of(self).account,
+                    "aws:SourceArn": self.schedule_group.schedule_group_arn,
+                }
+            },
+        )
+        role = iam.Role(self, "SchedulerRole", assumed_by=principal)
         role.add_to_policy(iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[self.function.function_arn]))
         dead_letter_queue.grant_send_messages(role)
         return role.without_policy_updates()
@@ -131,6 +184,7 @@ class PeriodicTasks(Construct):
             f"Entry{index}Schedule{position}",
             schedule=scheduler.ScheduleExpression.expression(expression, TimeZone.of(entry.timezone)),
             target=target,
+            schedule_group=self.schedule_group,
             enabled=entry.enabled,
             description=f"cron.yaml {entry.name}: {entry.schedule} ({entry.timezone}) -> {entry.url}"[:512],
         )

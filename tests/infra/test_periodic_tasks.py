@@ -8,8 +8,14 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from infra.cron_config import parse
-from infra.periodic_tasks import max_event_age_seconds
+from infra.periodic_tasks import (
+    CRON_TIMEOUT_SECONDS,
+    LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS,
+    LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS,
+    max_event_age_seconds,
+)
 from tests.infra.conftest import synth
+from worker_tier.periodic import TICK_LEASE_SECONDS, TICK_PENDING_POLL_SECONDS, TICK_PENDING_POLLS
 from worker_tier.settings import Settings
 
 CRON = """\
@@ -64,14 +70,87 @@ def test_disabled_entry_is_deployed_disabled(template):
     assert states == {"backup-job": "ENABLED", "first-monday-or-first": "ENABLED", "paused": "DISABLED"}
 
 
-def test_cron_function_may_only_send_and_claim(template):
+def _dead_letter_queue_arn(template: Template) -> dict:
+    [queue_id] = [key for key in template.find_resources("AWS::SQS::Queue") if key.startswith("PeriodicTasksTickDeadLetterQueue")]
+    return {"Fn::GetAtt": [queue_id, "Arn"]}
+
+
+def test_cron_function_may_only_send_claim_release_and_dead_letter(template):
+    send = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
     template.has_resource_properties(
         "AWS::IAM::Policy",
         {
             "PolicyDocument": {
                 "Statement": [
-                    Match.object_like({"Action": ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]}),
-                    Match.object_like({"Action": ["dynamodb:PutItem", "dynamodb:UpdateItem"]}),
+                    Match.object_like({"Action": send, "Resource": {"Fn::GetAtt": [Match.string_like_regexp("^WorkerQueue"), "Arn"]}}),
+                    Match.object_like({"Action": ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]}),
+                    Match.object_like({"Action": send, "Resource": _dead_letter_queue_arn(template)}),
+                ]
+            }
+        },
+    )
+
+
+def test_a_tick_the_function_fails_is_retried_then_dead_lettered(template):
+    # GIVEN the cron function's asynchronous invocation settings  WHEN synthesized
+    # THEN every retry Lambda allows, its longest event age, and the tick DLQ on failure
+    template.has_resource_properties(
+        "AWS::Lambda::EventInvokeConfig",
+        {
+            "FunctionName": {"Ref": Match.string_like_regexp("^PeriodicTasksCronFunction")},
+            "MaximumRetryAttempts": LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS,
+            "MaximumEventAgeInSeconds": LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS,
+            "DestinationConfig": {"OnFailure": {"Destination": _dead_letter_queue_arn(template)}},
+        },
+    )
+
+
+def test_a_failed_tick_raises_an_alarm(template):
+    # GIVEN the cron function  WHEN synthesized  THEN any error in a minute alarms
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "Namespace": "AWS/Lambda",
+            "MetricName": "Errors",
+            "Dimensions": [{"Name": "FunctionName", "Value": {"Ref": Match.string_like_regexp("^PeriodicTasksCronFunction")}}],
+            "Statistic": "Sum",
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+        },
+    )
+
+
+def test_claim_lease_outlasts_the_function_and_the_wait_fits_in_it():
+    # GIVEN the lease, the duplicate's wait and the function timeout
+    wait_seconds = TICK_PENDING_POLLS * TICK_PENDING_POLL_SECONDS
+    # THEN a duplicate finishes waiting within one invocation, and a live holder is never overtaken
+    assert wait_seconds < CRON_TIMEOUT_SECONDS < TICK_LEASE_SECONDS
+    # AND the lease is gone by Lambda's first asynchronous retry, 1 minute after a failure
+    assert TICK_LEASE_SECONDS <= 60
+
+
+def test_scheduler_role_trusts_only_this_accounts_schedule_group(template):
+    # GIVEN the schedules' group  WHEN synthesized
+    [(group_id, group)] = template.find_resources("AWS::Scheduler::ScheduleGroup").items()
+    # THEN every schedule is in it
+    assert {s.get("GroupName") for s in schedules(template)} == {group["Properties"]["Name"]}
+    # AND only Scheduler acting for this account's group may assume the role (confused-deputy guard)
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": {
+                "Statement": [
+                    {
+                        "Action": "sts:AssumeRole",
+                        "Effect": "Allow",
+                        "Principal": {"Service": "scheduler.amazonaws.com"},
+                        "Condition": {
+                            "StringEquals": {
+                                "aws:SourceAccount": {"Ref": "AWS::AccountId"},
+                                "aws:SourceArn": {"Fn::GetAtt": [group_id, "Arn"]},
+                            }
+                        },
+                    }
                 ]
             }
         },
