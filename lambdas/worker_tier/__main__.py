@@ -1,7 +1,7 @@
 """``python -m worker_tier worker``: the container worker, for tasks longer than Lambda's 15 minutes.
 
-Configured like the Lambda worker, by WORKER_TIER_* variables, plus
-WORKER_TIER_CONCURRENCY (tasks run at once) and WORKER_TIER_GRACE_SECONDS.
+Configured like the Lambda worker, by WORKER_TIER_* variables; the container_concurrency
+setting (WORKER_TIER_CONTAINER_CONCURRENCY) is how many tasks run at once.
 """
 
 from __future__ import annotations
@@ -11,17 +11,21 @@ import os
 import signal
 import sys
 
-from worker_tier.consumer import DEFAULT_CONCURRENCY, DEFAULT_GRACE_SECONDS, Consumer
+from worker_tier.consumer import Consumer
 from worker_tier.observability import logger
+from worker_tier.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 from worker_tier.worker import Worker
 
 
 def main(argv: list[str] | None = None) -> int:
+    settings = Settings.from_environment(os.environ)
     parser = argparse.ArgumentParser(prog="python -m worker_tier", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="consume the queue until SIGTERM")
-    worker.add_argument("--concurrency", type=int, default=int(os.environ.get("WORKER_TIER_CONCURRENCY", DEFAULT_CONCURRENCY)))
-    worker.add_argument("--grace", type=float, default=float(os.environ.get("WORKER_TIER_GRACE_SECONDS", DEFAULT_GRACE_SECONDS)))
+    worker.add_argument("--concurrency", type=int, default=settings.container_concurrency,
+                        help="tasks run at once (default: the container_concurrency setting)")
+    worker.add_argument("--grace", type=float, default=DEFAULT_CONTAINER_GRACE_SECONDS,
+                        help="seconds running tasks get after SIGTERM before the process exits without them")
     args = parser.parse_args(argv)
     core = Worker.from_environment()
     queue_url = os.environ.get("WORKER_TIER_QUEUE_URL")

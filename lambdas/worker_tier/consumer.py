@@ -3,32 +3,44 @@
 It runs the same registered tasks through the same ``Worker`` core as the Lambda
 handler (routing, Task, backoff, RetryLater, NonRetryableError, DLQ with reason,
 idempotency): each received message becomes a one-record Lambda-shaped event.
-Heartbeats are always on. On SIGTERM it stops receiving, lets running tasks finish
-within a grace period, and releases (visibility 0) what it had not started or could
-not finish. On ECS it keeps task scale-in protection on while it holds work.
+Heartbeats are always on. On SIGTERM it stops receiving, releases (visibility 0) what
+it had not started, and lets running tasks finish within a grace period. A message
+whose task is still running is never released: two workers would run it at once.
+Instead the heartbeat keeps it hidden and the process exits, so the task dies with
+it; the message returns when its last extension lapses (interval + margin). On ECS
+it keeps task scale-in protection on while it holds work.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Callable
 
 from worker_tier import limits
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.message import lambda_record
 from worker_tier.observability import logger
+from worker_tier.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINER_GRACE_SECONDS
 from worker_tier.visibility import VisibilityChange, change_visibility
 from worker_tier.worker import Worker
 
-DEFAULT_CONCURRENCY = 4
-DEFAULT_GRACE_SECONDS = 100  # ECS's stopTimeout is at most 120 s
 POLL_WAIT_SECONDS = 20
 PROTECTION_MINUTES = 60
+# EX_TEMPFAIL (sysexits.h): tasks were cut short by the shutdown; their messages return for a retry.
+EXIT_CODE_TASKS_ABANDONED = 75
+
+
+def exit_now(code: int) -> None:
+    """Flush the logs and end the process now, non-daemon task threads and all (``sys.exit`` would wait for them)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 class TaskProtection:
@@ -78,11 +90,13 @@ class Consumer:
         sqs: Any,
         queue_url: str,
         *,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        concurrency: int = DEFAULT_CONTAINER_CONCURRENCY,
+        grace_seconds: float = DEFAULT_CONTAINER_GRACE_SECONDS,
         poll_wait_seconds: int = POLL_WAIT_SECONDS,
         heartbeat_interval: float | None = None,
+        heartbeat: Heartbeat | None = None,
         protection: TaskProtection | None = None,
+        exit_process: Callable[[int], None] = exit_now,
     ) -> None:
         self.worker = worker
         self.sqs = sqs
@@ -91,8 +105,9 @@ class Consumer:
         self.grace_seconds = grace_seconds
         self.poll_wait_seconds = poll_wait_seconds
         interval = heartbeat_interval if heartbeat_interval is not None else worker.settings.heartbeat_interval
-        self.heartbeat = Heartbeat(sqs, queue_url, interval_seconds=interval)
+        self.heartbeat = heartbeat if heartbeat is not None else Heartbeat(sqs, queue_url, interval_seconds=interval)
         self.protection = protection or TaskProtection()
+        self._exit_process = exit_process
         self.stopping = threading.Event()
         self._queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         self._region = self._queue_arn.split(":")[3]
@@ -100,7 +115,11 @@ class Consumer:
         self._lock = threading.Lock()
 
     def run(self) -> None:
-        """Consume until ``stopping`` is set, then drain within the grace period."""
+        """Consume until ``stopping`` is set, then drain within the grace period.
+
+        If tasks still run after it, their messages stay held and the process exits
+        (``exit_process``) with ``EXIT_CODE_TASKS_ABANDONED``.
+        """
         self.heartbeat.start()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
         try:
@@ -111,9 +130,12 @@ class Consumer:
                 self._receive_into(pool)
                 self.protection.hold(self._in_flight() > 0)
         finally:
-            self._drain(pool)
-            self.heartbeat.stop()
-            self.protection.hold(False)
+            still_running = self._drain(pool)
+            if still_running:
+                self._abandon(still_running)
+            else:
+                self.heartbeat.stop()
+                self.protection.hold(False)
 
     def _receive_into(self, pool: ThreadPoolExecutor) -> None:
         """One long poll; every message is held by the heartbeat from the moment it arrives."""
@@ -149,16 +171,29 @@ class Consumer:
         with self._lock:
             return len(self._pending)
 
-    def _drain(self, pool: ThreadPoolExecutor) -> None:
-        """Release what never started, give running work the grace period, release what is still running."""
+    def _drain(self, pool: ThreadPoolExecutor) -> list[dict[str, Any]]:
+        """Release what never started, give running work the grace period; return the messages still running."""
         with self._lock:
             pending = dict(self._pending)
         unstarted = [message for future, message in pending.items() if future.cancel()]
         running = [future for future in pending if not future.cancelled()]
         self._release(unstarted)
         _, still_running = wait(running, timeout=self.grace_seconds)
-        self._release([pending[f] for f in still_running])
         pool.shutdown(wait=False, cancel_futures=True)
+        return [pending[future] for future in still_running]
+
+    def _abandon(self, messages: list[dict[str, Any]]) -> None:
+        """Exit with the heartbeat still holding ``messages``: they return once its last extension lapses."""
+        logger.warning(
+            "tasks still running after the grace period: exiting without releasing their messages",
+            extra={
+                "count": len(messages),
+                "message_ids": [m["MessageId"] for m in messages],
+                "grace_seconds": self.grace_seconds,
+                "visible_again_within_seconds": self.heartbeat.extension_seconds,
+            },
+        )
+        self._exit_process(EXIT_CODE_TASKS_ABANDONED)
 
     def _release(self, messages: list[dict[str, Any]]) -> None:
         """Visibility 0: another worker takes them at once."""

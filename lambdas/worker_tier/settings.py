@@ -48,9 +48,25 @@ DEFAULT_CONTAINER_MAX_TASKS = 10
 DEFAULT_CONTAINER_CONCURRENCY = 4
 DEFAULT_CONTAINER_CPU = 1024
 DEFAULT_CONTAINER_MEMORY_MB = 2048
+# Fargate's largest stopTimeout, SIGTERM to SIGKILL (a limits.py candidate):
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
+ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
+# Running tasks get this long after SIGTERM; the rest of the stop timeout is for releasing and exiting.
+DEFAULT_CONTAINER_GRACE_SECONDS = 100
+CONTAINER_SUBNETS_PRIVATE = "private"  # private subnets behind one NAT gateway, no public IP
+CONTAINER_SUBNETS_PUBLIC = "public"  # public subnets with public IPs, no NAT gateway to pay for
+CONTAINER_SUBNET_CHOICES = (CONTAINER_SUBNETS_PRIVATE, CONTAINER_SUBNETS_PUBLIC)
+DEFAULT_CONTAINER_SUBNETS = CONTAINER_SUBNETS_PRIVATE
+# A tag, not a digest: a real digest cannot be looked up at synth. Pin yours: "...python:3.13-slim@sha256:<digest>".
+DEFAULT_CONTAINER_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.13-slim"
+# Lambda's advice: a visibility timeout of at least six times the function timeout, so Lambda can retry a
+# throttled invocation before the message shows again. https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html
+ADVISED_VISIBILITY_TIMEOUT_FACTOR = 6
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
 _MODULE_LIST = r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$"
+# registry/repository[:tag][@sha256:digest], as Docker's reference grammar allows (lower-case repository).
+_IMAGE_REFERENCE = r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?"
 
 
 @dataclass(frozen=True)
@@ -136,6 +152,10 @@ class Settings:
     container_concurrency: int = DEFAULT_CONTAINER_CONCURRENCY
     container_cpu: int = DEFAULT_CONTAINER_CPU
     container_memory_mb: int = DEFAULT_CONTAINER_MEMORY_MB
+    # "private" (default: private subnets, one NAT gateway, no public IP) or "public" (public IPs, no NAT cost).
+    container_subnets: str = DEFAULT_CONTAINER_SUBNETS
+    # The container worker's base image, passed to docker/worker.Dockerfile as BASE_IMAGE; pin it by digest.
+    container_base_image: str = DEFAULT_CONTAINER_BASE_IMAGE
 
     def __post_init__(self) -> None:
         for name, rule in _RANGES.items():
@@ -171,6 +191,26 @@ class Settings:
             for f in dataclasses.fields(self)
         }
 
+    def advisories(self) -> list[str]:
+        """What AWS advises against in these settings, though it accepts them (synth shows each as a warning).
+
+        EB's own pair, visibility_timeout 300 with inactivity_timeout 299, is kept for
+        compatibility and not warned about; any other pair below AWS's advice is.
+        """
+        advised = ADVISED_VISIBILITY_TIMEOUT_FACTOR * self.inactivity_timeout
+        eb_pair = (self.visibility_timeout, self.inactivity_timeout) == (
+            DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+            DEFAULT_INACTIVITY_TIMEOUT_SECONDS,
+        )
+        if self.visibility_timeout >= advised or eb_pair:
+            return []
+        return [
+            f"visibility_timeout {self.visibility_timeout} is below the {advised} s AWS advises "
+            f"({ADVISED_VISIBILITY_TIMEOUT_FACTOR} x inactivity_timeout {self.inactivity_timeout}), so a throttled "
+            "batch may show again and count a receive before it runs: "
+            "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html"
+        ]
+
     @property
     def backlog_per_task_target(self) -> float:
         """Messages a container task may have waiting: acceptable latency ÷ average processing time."""
@@ -200,12 +240,26 @@ class Settings:
             raise SettingsError(
                 f"task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got {self.task_modules!r}"
             )
+        self._check_container_strings()
+
+    def _check_container_strings(self) -> None:
+        if self.container_subnets not in CONTAINER_SUBNET_CHOICES:
+            raise SettingsError(
+                f"container_subnets must be one of {', '.join(map(repr, CONTAINER_SUBNET_CHOICES))}, got {self.container_subnets!r}"
+            )
+        if not isinstance(self.container_base_image, str) or not re.fullmatch(_IMAGE_REFERENCE, self.container_base_image):
+            raise SettingsError(
+                "container_base_image must be an image reference like 'registry/repository:tag@sha256:<64 hex digits>', "
+                f"got {self.container_base_image!r}"
+            )
 
     def _check_combinations(self) -> None:
-        if self.visibility_timeout < self.inactivity_timeout:
+        if self.visibility_timeout < self.inactivity_timeout + self.max_batching_window:
             raise SettingsError(
-                f"visibility_timeout must be >= inactivity_timeout (the function timeout) so a message is not "
-                f"handed to a second worker while the first still runs it, got {self.visibility_timeout} < {self.inactivity_timeout}"
+                f"visibility_timeout must be >= inactivity_timeout + max_batching_window (a message stays hidden while "
+                f"its batch gathers and while the function runs) so it is not handed to a second worker while the first "
+                f"still runs it, got visibility_timeout {self.visibility_timeout} < inactivity_timeout "
+                f"{self.inactivity_timeout} + max_batching_window {self.max_batching_window}"
             )
         if self.visibility_timeout < self.heartbeat_interval + HEARTBEAT_MARGIN_SECONDS:
             raise SettingsError(

@@ -152,7 +152,7 @@ def test_container_worker_process_drains_on_sigterm():
 
     with LocalEnvironment(Settings()) as env:
         env.client.send("/render", '{"frames": 3}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", "WORKER_TIER_CONCURRENCY": "1"}
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", "WORKER_TIER_CONTAINER_CONCURRENCY": "1"}
         environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "20"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -11,7 +11,8 @@ import pytest
 
 from tests.functional.conftest import AwsWorld
 from worker_tier import Client, NonRetryableError, Task
-from worker_tier.consumer import Consumer, TaskProtection
+from worker_tier.consumer import EXIT_CODE_TASKS_ABANDONED, Consumer, TaskProtection
+from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.worker import Worker
@@ -90,18 +91,46 @@ def test_sigterm_lets_running_work_finish_and_releases_unstarted_messages(aws):
     assert sorted(m["Body"] for m in again) == sorted({"0", "1", "2"} - set(started))
 
 
-def test_work_still_running_after_the_grace_period_is_released(aws):
+def test_work_still_running_after_the_grace_period_keeps_its_message_and_the_process_exits(aws):
+    # GIVEN a task that outlives the grace period, a short heartbeat (2 s extensions), and a recorded exit
     tasks = Registry()
     release = threading.Event()
-    tasks.task("/stuck")(lambda t: release.wait(10))
+    tasks.task("/stuck")(lambda t: release.wait(30))
     Client(aws.queue_url, sqs=aws.sqs).send("/stuck", "x")
-    consumer = consumer_for(aws, tasks, grace_seconds=0.5)
+    heartbeat = Heartbeat(aws.sqs, aws.queue_url, interval_seconds=0.5, margin_seconds=1.5)
+    exits: list[int] = []
+    consumer = consumer_for(aws, tasks, grace_seconds=0.5, heartbeat=heartbeat, exit_process=exits.append)
     thread = run_until(consumer, lambda: consumer._in_flight() == 1)
+    # WHEN SIGTERM arrives and the grace period passes with the task still running
     consumer.stopping.set()
     thread.join(10)
-    # the stuck one is back for another worker, without waiting out any visibility timeout
-    assert [m["Body"] for m in aws.sqs.receive_message(QueueUrl=aws.queue_url)["Messages"]] == ["x"]
+    # THEN the process is told to exit (so the task dies with it) rather than the message being released
+    assert exits == [EXIT_CODE_TASKS_ABANDONED]
+    # AND while the process lives, the heartbeat keeps the message from a second worker, beyond several extensions
+    time.sleep(3 * heartbeat.extension_seconds)
+    assert aws.sqs.receive_message(QueueUrl=aws.queue_url).get("Messages") is None
+    # AND once the process is gone (no more beats), the message returns when the last extension lapses
+    heartbeat.stop()
+    deadline = time.monotonic() + heartbeat.extension_seconds + 2
+    while not (again := aws.sqs.receive_message(QueueUrl=aws.queue_url).get("Messages")):
+        assert time.monotonic() < deadline, "the message did not return after the last extension"
+        time.sleep(0.2)
+    assert [m["Body"] for m in again] == ["x"]
     release.set()
+
+
+def test_a_drain_with_nothing_left_running_does_not_exit_the_process(aws):
+    # GIVEN a consumer whose task finishes within the grace period
+    tasks = Registry()
+    tasks.task("/quick")(lambda t: None)
+    Client(aws.queue_url, sqs=aws.sqs).send("/quick", "x")
+    exits: list[int] = []
+    consumer = consumer_for(aws, tasks, grace_seconds=5, exit_process=exits.append)
+    thread = run_until(consumer, lambda: depth(aws) == 0)
+    # WHEN it stops  THEN it returns normally, with its heartbeat stopped
+    consumer.stopping.set()
+    thread.join(10)
+    assert not thread.is_alive() and exits == []
 
 
 class _Agent(BaseHTTPRequestHandler):

@@ -42,8 +42,18 @@ def test_defaults_are_elastic_beanstalks():
         ({"task_modules": "tasks;more"}, "task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got 'tasks;more'"),
         (
             {"visibility_timeout": 100},
-            "visibility_timeout must be >= inactivity_timeout (the function timeout) so a message is not handed to a "
-            "second worker while the first still runs it, got 100 < 299",
+            "visibility_timeout must be >= inactivity_timeout + max_batching_window (a message stays hidden while its "
+            "batch gathers and while the function runs) so it is not handed to a second worker while the first still "
+            "runs it, got visibility_timeout 100 < inactivity_timeout 299 + max_batching_window 0",
+        ),
+        (
+            {"container_subnets": "dmz"},
+            "container_subnets must be one of 'private', 'public', got 'dmz'",
+        ),
+        (
+            {"container_base_image": "Python:3.13 slim"},
+            "container_base_image must be an image reference like 'registry/repository:tag@sha256:<64 hex digits>', "
+            "got 'Python:3.13 slim'",
         ),
         ({"timeout_margin": 299}, "timeout_margin must be below inactivity_timeout (299), got 299"),
         ({"fifo": True, "batch_size": 11, "max_batching_window": 1}, "batch_size must be 1..10 for a FIFO queue, got 11"),
@@ -114,3 +124,67 @@ def test_redrive_backstop_sits_above_max_retries():
 def test_backlog_target_is_latency_over_processing_time():
     # 10 s acceptable latency / 0.1 s... in whole seconds: 600 s / 60 s = 10 messages per worker
     assert Settings(target_latency_seconds=600, avg_processing_seconds=60).backlog_per_task_target == 10
+
+
+def test_visibility_must_cover_the_batching_window_and_the_function_timeout():
+    # GIVEN the audit's case: the function may run 299 s after a batch gathered for up to 300 s
+    values = {"visibility_timeout": 300, "inactivity_timeout": 299, "max_batching_window": 300}
+    # WHEN settings are built  THEN they are refused, naming all three values and the reason
+    with pytest.raises(SettingsError) as error:
+        Settings.from_mapping(values)
+    assert str(error.value) == (
+        "visibility_timeout must be >= inactivity_timeout + max_batching_window (a message stays hidden while its "
+        "batch gathers and while the function runs) so it is not handed to a second worker while the first still "
+        "runs it, got visibility_timeout 300 < inactivity_timeout 299 + max_batching_window 300"
+    )
+    # AND exactly enough visibility is accepted
+    assert Settings.from_mapping({**values, "visibility_timeout": 599}).visibility_timeout == 599
+
+
+@pytest.mark.parametrize(
+    "values, advised",
+    [
+        ({"visibility_timeout": 600, "inactivity_timeout": 299}, 1794),
+        ({"visibility_timeout": 300, "inactivity_timeout": 200}, 1200),
+    ],
+)
+def test_visibility_below_six_function_timeouts_is_advised_against(values, advised):
+    # GIVEN a visibility AWS accepts but advises against  WHEN advisories are asked for
+    [advice] = Settings.from_mapping(values).advisories()
+    # THEN the advice names the values and cites AWS's page
+    assert advice == (
+        f"visibility_timeout {values['visibility_timeout']} is below the {advised} s AWS advises (6 x inactivity_timeout "
+        f"{values['inactivity_timeout']}), so a throttled batch may show again and count a receive before it runs: "
+        "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html"
+    )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"visibility_timeout": 1794, "inactivity_timeout": 299}, {"visibility_timeout": 120, "inactivity_timeout": 20}],
+)
+def test_eb_defaults_and_advised_visibility_need_no_advice(values):
+    # GIVEN EB's own pair (kept for compatibility), or a visibility of at least 6 function timeouts
+    # WHEN / THEN nothing is advised
+    assert Settings.from_mapping(values).advisories() == []
+
+
+def test_container_worker_defaults_to_private_subnets_and_a_named_base_image():
+    # GIVEN / WHEN no settings
+    settings = Settings()
+    # THEN tasks get no public IP by default, and the base image is the named default (a tag: pin yours by digest)
+    assert settings.container_subnets == "private"
+    assert settings.container_base_image == "public.ecr.aws/docker/library/python:3.13-slim"
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "public.ecr.aws/docker/library/python:3.13-slim",
+        "python:3.13-slim@sha256:" + "0" * 64,
+        "123456789012.dkr.ecr.eu-west-1.amazonaws.com/base/python:3.13",
+        "localhost:5000/python",
+    ],
+)
+def test_container_base_image_accepts_tags_and_digests(image):
+    assert Settings(container_base_image=image).container_base_image == image
