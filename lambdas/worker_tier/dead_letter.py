@@ -1,11 +1,29 @@
-"""Dead-lettering by the worker: the original message plus the reason it died."""
+"""Dead-lettering by the worker: the original message plus the reason it died.
+
+The body is always kept whole. When body, attributes and reason exceed the DLQ's
+size limit, the worker gives up, in order: the non-routing attributes (named in
+the reason's ``dropped_attributes``), then the length of the reason's
+``error_message``. If even a minimal reason cannot fit, the reason goes to the
+DLQ as a small message of its own (a JSON body with the source message id, the
+reason and ``REASON_RECORD_NOTE``, plus the usual ``worker_tier.failure``) and the original
+follows as it came, without a reason attribute: the reason always goes first, so
+the original never arrives alone.
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Mapping
 
 from worker_tier import limits, message
+
+# The reason record's "note": what a reader of the DLQ finds next to it.
+REASON_RECORD_NOTE = "the message was too large to carry its reason; it follows in this queue as it came, without a reason attribute"
+# Suffix of the reason record's MessageDeduplicationId on a FIFO DLQ (the original's uses the source message id).
+REASON_DEDUPLICATION_SUFFIX = "-reason"
+# Attempts at shortening the error message before giving up on carrying the reason as an attribute.
+_SHORTEN_ROUNDS = 4
 
 
 class DeadLetterError(Exception):
@@ -21,26 +39,75 @@ def send_to_dead_letter_queue(
     attempts: int,
     path: str,
     now: datetime,
+    max_message_bytes: int = limits.SQS_MAX_MESSAGE_BYTES,
 ) -> str:
     """Send a Lambda SQS record to the DLQ with ``worker_tier.failure``; return the new message id.
 
     Raises DeadLetterError when SQS refuses it, so the caller keeps the source copy.
     """
     body = record.get("body") or ""
-    original = message.sqs_attributes(record.get("messageAttributes") or {})
+    original, invalid = message.sqs_attributes(record.get("messageAttributes") or {})
     reason = message.failure_reason(error, attempts=attempts, path=path, failed_at=now)
+    if invalid:
+        reason["dropped_attributes"] = invalid
+    attributes = fit_reason(body, original, reason, max_message_bytes)
+    source = record.get("messageId")
+    if attributes is None:
+        reason_attributes = message.dead_letter_attributes({}, reason)
+        reason_request = _request(queue_url, record, _reason_record(record, reason), reason_attributes, REASON_DEDUPLICATION_SUFFIX)
+        _send(sqs, reason_request, f"{source} (its reason record)")
+        return _send(sqs, _request(queue_url, record, body, original), source)
+    return _send(sqs, _request(queue_url, record, body, attributes), source)
+
+
+def fit_reason(
+    body: str, original: Mapping[str, Mapping[str, Any]], reason: dict[str, Any], max_message_bytes: int
+) -> dict[str, dict[str, Any]] | None:
+    """The DLQ copy's attributes within ``max_message_bytes``, shedding what it must; None if no reason fits."""
     attributes = message.dead_letter_attributes(original, reason)
-    if message.message_bytes(body, attributes) > limits.SQS_MAX_MESSAGE_BYTES:
-        # Keep the body whole: shed the non-routing attributes, and name them in the reason.
-        routing_only = {k: v for k, v in original.items() if k in message.ROUTING_ATTRIBUTES}
-        shed = [k for k in original if k not in routing_only]
-        attributes = message.dead_letter_attributes(routing_only, {**reason, "dropped_attributes": shed})
+    if message.message_bytes(body, attributes) <= max_message_bytes:
+        return attributes
+    # Keep the body whole: shed the non-routing attributes, and name them in the reason.
+    routing_only = {k: v for k, v in original.items() if k in message.ROUTING_ATTRIBUTES}
+    shed = [k for k in original if k not in routing_only]
+    reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *shed]}
+    for _ in range(_SHORTEN_ROUNDS):
+        attributes = message.dead_letter_attributes(routing_only, reason)
+        excess = message.message_bytes(body, attributes) - max_message_bytes
+        if excess <= 0:
+            return attributes
+        text = reason["error_message"].encode("utf-8")
+        if not text:
+            return None
+        # JSON spells each character in at least its UTF-8 bytes, so cutting `excess` bytes of text cuts enough JSON.
+        reason = {**reason, "error_message": message.truncate_utf8(reason["error_message"], max(0, len(text) - excess - 3))}
+    return None
+
+
+def _reason_record(record: Mapping[str, Any], reason: Mapping[str, Any]) -> str:
+    """The body of the small DLQ message that carries a reason its message had no room for."""
+    return json.dumps(
+        {"source_message_id": record.get("messageId"), "reason": reason, "note": REASON_RECORD_NOTE},
+        separators=(",", ":"),
+    )
+
+
+def _request(
+    queue_url: str, record: Mapping[str, Any], body: str, attributes: Mapping[str, Any], dedupe_suffix: str = ""
+) -> dict[str, Any]:
+    """A SendMessage request for the DLQ; a FIFO source keeps its message group."""
     request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body, "MessageAttributes": attributes}
-    group_id = (record.get("attributes") or {}).get("MessageGroupId")
+    system = record.get("attributes")
+    group_id = system.get("MessageGroupId") if isinstance(system, Mapping) else None
     if group_id is not None:
         request["MessageGroupId"] = group_id
-        request["MessageDeduplicationId"] = record["messageId"]
+        request["MessageDeduplicationId"] = f"{record['messageId']}{dedupe_suffix}"
+    return request
+
+
+def _send(sqs: Any, request: dict[str, Any], message_id: Any) -> str:
+    """One SendMessage; DeadLetterError when SQS refuses it."""
     try:
         return sqs.send_message(**request)["MessageId"]
     except Exception as failure:  # any AWS or network error: keep the source copy
-        raise DeadLetterError(f"dead-letter queue refused message {record.get('messageId')}: {failure}") from failure
+        raise DeadLetterError(f"dead-letter queue refused message {message_id}: {failure}") from failure

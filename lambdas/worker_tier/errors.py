@@ -33,8 +33,10 @@ class RetryLater(WorkerTierError):  # noqa: N818 - the public name DESIGN.md pro
 
     def __init__(self, delay: float, reason: str = "") -> None:
         seconds = delay.total_seconds() if hasattr(delay, "total_seconds") else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"RetryLater delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(
+                f"RetryLater delay must be a finite, non-negative number of seconds or a timedelta, got {delay!r}"
+            )
         self.delay_seconds = math.ceil(seconds)
         super().__init__(reason or f"retry requested in {self.delay_seconds} s")
 
@@ -45,6 +47,10 @@ class UnknownPathError(NonRetryableError):
 
 class MalformedBodyError(NonRetryableError):
     """The message body could not be parsed as the task declared."""
+
+
+class MalformedEventError(WorkerTierError, ValueError):
+    """The worker was given something that is not a Lambda SQS event (a mapping with a ``Records`` list)."""
 
 
 class TaskRegistrationError(WorkerTierError, ValueError):

@@ -10,6 +10,12 @@ SQS caps a message's visibility at 12 hours from when it was received
 Near that cap the heartbeat stops extending the message, releases it for retry
 (visibility 0) rather than let it silently overrun, and sets the message's
 ``expired`` event so the task can see it (``Task.lease_expired()``).
+
+The lease is lost the same way when SQS says the message is no longer ours (its
+receipt handle is invalid or the message is not in flight: deleted, or received
+again elsewhere), and when no extension has succeeded for longer than the
+extension window (a run of failed calls: the message may already be visible). A
+failed call is otherwise retried on the next beat.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any, Callable
 from worker_tier import limits
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_HEARTBEAT_INTERVAL_SECONDS, HEARTBEAT_MARGIN_SECONDS
-from worker_tier.visibility import VisibilityChange, change_visibility
+from worker_tier.visibility import VisibilityChange, VisibilityRefusal, change_visibility
 
 
 @dataclass
@@ -33,6 +39,11 @@ class HeldMessage:
     receipt_handle: str
     received_at: float
     expired: threading.Event = field(default_factory=threading.Event)
+    extended_at: float | None = None  # last successful extension (this clock); the hold time until the first
+
+    def __post_init__(self) -> None:
+        if self.extended_at is None:
+            self.extended_at = self.received_at
 
 
 class Heartbeat:
@@ -76,7 +87,8 @@ class Heartbeat:
 
     def hold(self, message_id: str, receipt_handle: str, received_at: float | None = None) -> HeldMessage:
         """Start keeping a message invisible; ``received_at`` (this clock) defaults to now."""
-        held = HeldMessage(message_id, receipt_handle, self._clock() if received_at is None else received_at)
+        now = self._clock()
+        held = HeldMessage(message_id, receipt_handle, now if received_at is None else received_at, extended_at=now)
         with self._lock:
             self._held[message_id] = held
         return held
@@ -87,7 +99,7 @@ class Heartbeat:
             self._held.pop(message_id, None)
 
     def lease(self, message_id: str) -> threading.Event | None:
-        """The event set when a held message hits the 12-hour cap (``Task.lease_expired``)."""
+        """The event set when a held message's lease ends: the 12-hour cap, or lost (``Task.lease_expired``)."""
         with self._lock:
             held = self._held.get(message_id)
         return held.expired if held is not None else None
@@ -111,12 +123,15 @@ class Heartbeat:
             self._thread = None
 
     def beat(self) -> None:
-        """One round: extend every held message, 10 per call; release those at SQS's 12-hour cap."""
+        """One round: extend every held message, 10 per call; release those at SQS's 12-hour cap; drop lost ones."""
         now = self._clock()
         with self._lock:
             held = list(self._held.values())
         extend, expire = [], []
         for message in held:
+            if now - message.extended_at > self.extension_seconds:  # type: ignore[operator]
+                self._lose(message, "no extension succeeded within the extension window")
+                continue
             left = message.received_at + self._max_visibility_seconds - now
             (extend if left >= self.extension_seconds + self.interval_seconds else expire).append(message)
         changes = [VisibilityChange(m.message_id, m.receipt_handle, self.extension_seconds) for m in extend]
@@ -127,7 +142,23 @@ class Heartbeat:
             self.release(message.message_id)
         if changes:
             self.calls += -(-len(changes) // limits.SQS_MAX_BATCH_ENTRIES)
-            change_visibility(self._sqs, self._queue_url, changes)
+            self._settle(extend, change_visibility(self._sqs, self._queue_url, changes), now)
+
+    def _settle(self, extended: list[HeldMessage], refusals: list[VisibilityRefusal], now: float) -> None:
+        """Record successful extensions; a message SQS says is no longer ours loses its lease at once."""
+        refused = {r.message_id: r for r in refusals}
+        for message in extended:
+            refusal = refused.get(message.message_id)
+            if refusal is None:
+                message.extended_at = now
+            elif refusal.lost():
+                self._lose(message, f"SQS refused the extension: {refusal.code}: {refusal.message}")
+
+    def _lose(self, message: HeldMessage, why: str) -> None:
+        """Stop holding a message that may now be with another consumer, and tell its task."""
+        logger.warning("heartbeat lost a message's lease", extra={"message_id": message.message_id, "reason": why})
+        message.expired.set()
+        self.release(message.message_id)
 
     def _run(self) -> None:
         while not self._stopped.wait(self.interval_seconds):

@@ -2,6 +2,17 @@
 
 Powertools (and through it boto3) is imported only when an idempotent task
 runs, so handlers without one pay nothing at cold start.
+
+Every record's key starts with ``IDEMPOTENCY_KEY_PREFIX`` (then the task's path and
+the key's hash), so the worker's role can be limited to those items of the shared
+state table (``dynamodb:LeadingKeys``).
+
+A record stays INPROGRESS while its task runs, until Powertools' in-progress
+expiry: the invocation's remaining time. The container worker has no Lambda
+context, so it passes a ``LeaseContext`` whose remaining time is the message's
+lease (the heartbeat's extension window): when a worker crashes mid-task, the
+record's in-progress expiry has passed by the time its message is visible again,
+and the retry runs.
 """
 
 from __future__ import annotations
@@ -15,10 +26,40 @@ from worker_tier.task import Task
 # The state table's key and TTL attribute; infra creates the table with the same names.
 STATE_TABLE_PARTITION_KEY = "pk"
 STATE_TABLE_TTL_ATTRIBUTE = "expiration"
+# Prefix of every idempotency record's key (the table's other items belong to the scheduler and cron).
+IDEMPOTENCY_KEY_PREFIX = "idempotency#"
 
 
 class IdempotencyConfigurationError(WorkerTierError):
     """An idempotent task ran where no state table is configured."""
+
+
+class LeaseContext:
+    """A stand-in Lambda context whose remaining time is a message's lease, for Powertools' in-progress expiry.
+
+    Examples
+    --------
+    >>> LeaseContext(40).get_remaining_time_in_millis()
+    40000
+    """
+
+    def __init__(self, lease_seconds: float) -> None:
+        self.lease_ms = int(lease_seconds * 1000)
+
+    def get_remaining_time_in_millis(self) -> int:
+        """The lease, in milliseconds: how long a crashed holder keeps the message from others."""
+        return self.lease_ms
+
+
+def key_prefix(path: str) -> str:
+    """The key prefix of a task's idempotency records.
+
+    Examples
+    --------
+    >>> key_prefix("/charge")
+    'idempotency#/charge'
+    """
+    return f"{IDEMPOTENCY_KEY_PREFIX}{path}"
 
 
 class IdempotentRunner:
@@ -58,7 +99,9 @@ class IdempotentRunner:
         )
         config = IdempotencyConfig(expires_after_seconds=definition.idempotency_expiry)
 
-        @idempotent_function(data_keyword_argument="data", persistence_store=persistence, config=config)
+        @idempotent_function(
+            data_keyword_argument="data", persistence_store=persistence, config=config, key_prefix=key_prefix(definition.path)
+        )
         def run_task(data: dict[str, str], task: Task, handler: Callable[[Task], None]) -> None:
             handler(task)
 

@@ -3,7 +3,8 @@
 Attributes travel in two shapes. The Lambda SQS event spells them
 ``{"stringValue": ..., "dataType": ...}``; the SQS API (boto3) spells them
 ``{"StringValue": ..., "DataType": ...}``. ``sqs_attributes`` converts the
-first into the second so a dead-lettered message keeps what it came with.
+first into the second so a dead-lettered message keeps what it came with (every
+value SQS would accept; the rest are named, never raised).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 from worker_tier import limits
 
 # sqsd's attributes: https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-features-managing-env-tiers.html
+SQSD_ATTRIBUTE_PREFIX = "beanstalk.sqsd."
 PATH_ATTRIBUTE = "beanstalk.sqsd.path"
 TASK_NAME_ATTRIBUTE = "beanstalk.sqsd.task_name"
 SCHEDULED_TIME_ATTRIBUTE = "beanstalk.sqsd.scheduled_time"
@@ -24,8 +26,12 @@ SCHEDULED_JOB_BODY = "elasticbeanstalk scheduled job"
 SCHEDULED_TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 ROUTING_ATTRIBUTES = (PATH_ATTRIBUTE, TASK_NAME_ATTRIBUTE, SCHEDULED_TIME_ATTRIBUTE)
 
+# Worker Tier's own attributes: the producer refuses user attributes with this prefix.
+WORKER_TIER_ATTRIBUTE_PREFIX = "worker_tier."
 FAILURE_ATTRIBUTE = "worker_tier.failure"
 DUE_AT_ATTRIBUTE = "worker_tier.due_at"
+# Receives a message's earlier copies used (a retry re-sent through the delay table); Task.receive_count adds it.
+ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 MAX_ERROR_MESSAGE_BYTES = 1024
 
 
@@ -39,27 +45,86 @@ def event_attribute_value(attribute: Mapping[str, Any]) -> str | None:
 def record_path(record: Mapping[str, Any], default_path: str) -> str:
     """A Lambda SQS record's route: its ``beanstalk.sqsd.path`` attribute, else the default (sqsd's HttpPath)."""
     attributes = record.get("messageAttributes")
-    routing = attributes.get(PATH_ATTRIBUTE) if attributes else None
-    return (routing.get("stringValue") if routing else None) or default_path
+    routing = attributes.get(PATH_ATTRIBUTE) if isinstance(attributes, dict) else None  # events are JSON: dicts
+    path = routing.get("stringValue") if isinstance(routing, dict) else None
+    return path if path and isinstance(path, str) else default_path
 
 
 def task_attributes(event_attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """String and Number attributes of a Lambda SQS record, by name."""
-    values = {name: event_attribute_value(attr) for name, attr in event_attributes.items()}
+    if not isinstance(event_attributes, Mapping):
+        return {}
+    values = {name: event_attribute_value(attr) for name, attr in event_attributes.items() if isinstance(attr, Mapping)}
     return {name: value for name, value in values.items() if value is not None}
 
 
-def sqs_attributes(event_attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Convert Lambda-event message attributes into the SQS API's shape, keeping every type."""
+def sqs_attributes(event_attributes: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Convert Lambda-event message attributes into the SQS API's shape, keeping every type.
+
+    Returns the converted attributes and the names of those SQS would refuse (a
+    bad name, an unknown data type, a Binary value that is not base64, a String
+    with no stringValue...): those are left out and named, never raised.
+    """
+    from worker_tier import sqs_rules  # only the dead-letter and forward paths pay for it
+
+    if not isinstance(event_attributes, Mapping):
+        return {}, []
     converted: dict[str, dict[str, Any]] = {}
+    dropped: list[str] = []
     for name, attr in event_attributes.items():
-        value: dict[str, Any] = {"DataType": attr["dataType"]}
-        if attr.get("binaryValue") is not None:
-            value["BinaryValue"] = base64.b64decode(attr["binaryValue"])
+        value = _api_attribute(attr)
+        if value is None or sqs_rules.attribute_name_problem(name) or sqs_rules.attribute_value_problem(name, value):
+            dropped.append(str(name))
         else:
-            value["StringValue"] = attr.get("stringValue", "")
-        converted[name] = value
-    return converted
+            converted[name] = value
+    return converted, dropped
+
+
+def _api_attribute(attr: Any) -> dict[str, Any] | None:
+    """One Lambda-event attribute in the SQS API's shape, or None when it cannot be converted."""
+    if not isinstance(attr, Mapping):
+        return None
+    data_type = attr.get("dataType")
+    if str(data_type).partition(".")[0] != "Binary":
+        return {"DataType": data_type, "StringValue": attr.get("stringValue")}
+    try:
+        return {"DataType": data_type, "BinaryValue": base64.b64decode(attr.get("binaryValue") or "", validate=True)}
+    except (TypeError, ValueError):  # binascii.Error is a ValueError
+        return None
+
+
+def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A record's attributes for ``Client.send`` of a copy: (user attributes, internal attributes).
+
+    User attributes come back as the Python values the Client takes (str, int or
+    float, bytes); custom type labels (``Number.int``) are not kept. The path is
+    left out (the Client sets it from the path) and so are ``worker_tier.*``
+    attributes (the caller sets its own); ``beanstalk.sqsd.*`` ones, which the
+    Client refuses from users, come back as internal attributes, as strings.
+    """
+    converted, _ = sqs_attributes(record.get("messageAttributes") or {})
+    user: dict[str, Any] = {}
+    internal: dict[str, Any] = {}
+    for name, value in converted.items():
+        if name == PATH_ATTRIBUTE or name.startswith(WORKER_TIER_ATTRIBUTE_PREFIX):
+            continue
+        if name.startswith(SQSD_ATTRIBUTE_PREFIX):
+            internal[name] = value.get("StringValue")
+        else:
+            user[name] = _python_value(value)
+    return user, internal
+
+
+def _python_value(value: Mapping[str, Any]) -> Any:
+    """An SQS-API attribute value as the Python value the Client turns back into it."""
+    base = value["DataType"].partition(".")[0]
+    if base == "Binary":
+        return value["BinaryValue"]
+    text = value["StringValue"]
+    if base == "Number":
+        number = float(text)
+        return int(text) if text.lstrip("+-").isdigit() else number
+    return text
 
 
 def attribute_bytes(name: str, value: Mapping[str, Any]) -> int:
@@ -89,11 +154,31 @@ def parse_scheduled_time(text: str | None) -> datetime | None:
         return None
 
 
+def parse_due_at(text: Any, message_id: Any = None) -> datetime | None:
+    """A ``worker_tier.due_at`` value as an aware UTC datetime; None (logged) when absent or unreadable.
+
+    Examples
+    --------
+    >>> parse_due_at("2026-11-22T12:00:00.000Z").isoformat()
+    '2026-11-22T12:00:00+00:00'
+    """
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (AttributeError, TypeError, ValueError):
+        from worker_tier.observability import logger
+
+        logger.warning(f"unreadable {DUE_AT_ATTRIBUTE}; treated as absent", extra={"message_id": message_id, "value": repr(text)[:80]})
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
 def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
     """The ``worker_tier.failure`` fields for an error (DESIGN.md, message contract)."""
     return {
         "error_type": type(error).__name__,
-        "error_message": _truncate_utf8(str(error), MAX_ERROR_MESSAGE_BYTES),
+        "error_message": truncate_utf8(str(error), MAX_ERROR_MESSAGE_BYTES),
         "attempts": attempts,
         "failed_at": failed_at.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "path": path,
@@ -113,17 +198,25 @@ def dead_letter_attributes(
     room = limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1 - len(routing)
     kept, dropped = routing + others[:room], others[room:]
     if dropped:
-        reason = {**reason, "dropped_attributes": dropped}
+        reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *dropped]}
     attributes = {name: dict(original[name]) for name in kept}
     attributes[FAILURE_ATTRIBUTE] = {"DataType": "String", "StringValue": json.dumps(reason, separators=(",", ":"))}
     return attributes
 
 
-def _truncate_utf8(text: str, max_bytes: int) -> str:
-    """Cut text to at most max_bytes of UTF-8 without splitting a character."""
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """Cut text to at most max_bytes of UTF-8 without splitting a character, marking the cut with '...'.
+
+    Examples
+    --------
+    >>> truncate_utf8("abcdef", 5), truncate_utf8("abc", 5), truncate_utf8("abcdef", 2)
+    ('ab...', 'abc', '')
+    """
     encoded = text.encode("utf-8")
     if len(encoded) <= max_bytes:
         return text
+    if max_bytes < 3:
+        return ""
     return encoded[: max_bytes - 3].decode("utf-8", errors="ignore") + "..."
 
 

@@ -21,6 +21,18 @@ METRIC_FORWARDED = "ForwardedToContainer"
 METRIC_TASK_DURATION = "TaskDuration"
 METRIC_TASK_DURATION_MAX = "TaskDurationMax"
 METRIC_MESSAGE_AGE = "MessageAgeAtStart"
+# Not run because it is not due yet (the scheduler's clock ran ahead of the worker's).
+METRIC_HELD_BACK = "HeldBack"
+# A retry longer than SQS's visibility limit allows, re-sent as a delayed copy through the delay table.
+METRIC_RESCHEDULED = "Rescheduled"
+# A retry longer than SQS's visibility limit allows with no delay table to carry it: shortened to the limit.
+METRIC_RETRY_DELAY_SHORTENED = "RetryDelayShortened"
+# Visibility changes SQS refused: those messages keep their current timeout.
+METRIC_VISIBILITY_REFUSED = "VisibilityChangesRefused"
+# A dead-letter attempt that failed (the DLQ refused it, or it raised): the message backs off and retries.
+METRIC_DEAD_LETTER_FAILED = "DeadLetterFailed"
+# Records the worker could not name (no messageId), so could not report; logged and backed off.
+METRIC_MALFORMED_RECORDS = "MalformedRecords"
 
 logger = Logger(service=os.getenv("POWERTOOLS_SERVICE_NAME", SERVICE_NAME))
 metrics = Metrics(

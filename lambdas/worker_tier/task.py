@@ -43,8 +43,9 @@ class Task:
     lease: threading.Event | None = field(default=None, repr=False)
 
     def lease_expired(self) -> bool:
-        """True once a heartbeat could no longer keep this message invisible (SQS's 12-hour cap) and
-        released it for retry: the task should stop, as another worker may now run it."""
+        """True once a heartbeat no longer holds this message: SQS's 12-hour cap released it for retry,
+        SQS said it is no longer ours, or no extension succeeded within the extension window.
+        The task should stop, as another worker may now run it."""
         return self.lease is not None and self.lease.is_set()
 
     @cached_property
@@ -54,8 +55,17 @@ class Task:
 
     @cached_property
     def receive_count(self) -> int:
-        """How many times SQS has handed this message out, this time included."""
-        return int(self._system.get("ApproximateReceiveCount", 1))
+        """How many times this message has been handed out, this time included.
+
+        SQS's ApproximateReceiveCount, plus the receives of the earlier copies it
+        replaces (``worker_tier.attempts``: a retry longer than SQS's visibility
+        limit is re-sent as a delayed copy), so ``max_retries`` bounds the chain.
+        """
+        count = _whole_number(self._system.get("ApproximateReceiveCount"), 1)
+        attributes = self.record.get("messageAttributes")
+        if isinstance(attributes, dict) and message.ATTEMPTS_ATTRIBUTE in attributes:
+            count += _whole_number(self.attributes.get(message.ATTEMPTS_ATTRIBUTE), 0)
+        return count
 
     @cached_property
     def first_received_at(self) -> datetime | None:
@@ -94,13 +104,16 @@ class Task:
 
     @cached_property
     def due_at(self) -> datetime | None:
-        """When a delayed message was due (``worker_tier.due_at``, set by the delay scheduler), else None."""
-        text = self.attributes.get(message.DUE_AT_ATTRIBUTE)
-        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+        """When a delayed message was due (``worker_tier.due_at``, set by the delay scheduler), else None.
+
+        An unreadable value counts as absent (and is logged): it never raises inside a task.
+        """
+        return message.parse_due_at(self.attributes.get(message.DUE_AT_ATTRIBUTE), self.message_id)
 
     @property
     def _system(self) -> Mapping[str, Any]:
-        return self.record.get("attributes") or {}
+        system = self.record.get("attributes")
+        return system if isinstance(system, dict) else {}
 
     def json(self) -> Any:
         """The body parsed as JSON; MalformedBodyError (which dead-letters) when it is not JSON."""
@@ -140,7 +153,19 @@ class Task:
 
 
 def _from_epoch_ms(value: Any) -> datetime | None:
-    """An SQS epoch-milliseconds attribute as an aware UTC datetime."""
-    if value in (None, ""):
+    """An SQS epoch-milliseconds attribute as an aware UTC datetime; None when absent or unreadable."""
+    milliseconds = _whole_number(value, None)
+    if milliseconds is None:
         return None
-    return datetime.fromtimestamp(int(value) / 1000.0, tz=timezone.utc)
+    try:
+        return datetime.fromtimestamp(milliseconds / 1000.0, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):  # out of the platform's range
+        return None
+
+
+def _whole_number(value: Any, default: Any) -> Any:
+    """``int(value)``, or ``default`` when the value is absent or not a whole number."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

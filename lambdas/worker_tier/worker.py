@@ -5,13 +5,29 @@ Every record ends in exactly one of:
 - succeeded: reported done, so the event source deletes it;
 - dead-lettered: copied to the DLQ with ``worker_tier.failure``, then reported done;
 - retrying: reported failed, its visibility set to the backoff (or ``RetryLater``) delay;
+- rescheduled: its retry delay is longer than SQS lets this receive stay invisible, so a
+  delayed copy goes through the delay table (``worker_tier.attempts`` carries its receives)
+  and the original is reported done;
+- held back: not due yet (its ``worker_tier.due_at`` is ahead of this clock, as when the
+  scheduler's clock runs fast); not run, reported failed, visibility set to the time left;
+  not a failure and not a retry;
 - released: not started (timeout guard, FIFO group stopped), reported failed with visibility 0.
 
-All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call.
+All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call;
+those SQS refuses are counted (``VisibilityChangesRefused``) and logged with their message ids.
+
+Anything a task raises is its message's failure, ``BaseException`` included
+(``SystemExit``, ``KeyboardInterrupt``; ``GeneratorExit`` passes through): it is
+never re-raised, since killing the runtime mid-batch would re-run the batch's
+succeeded messages and lose every decision. A record without a usable
+``messageId`` cannot be named in ``batchItemFailures`` (Lambda always names its
+records: only a hand-built event lacks one); it is logged with what it has and,
+when it has a receipt handle, backed off.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random as _random
 import threading
@@ -25,8 +41,15 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, Sqs
 from worker_tier import backoff, limits, message, observability
 from worker_tier.aws import LazyClient
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
-from worker_tier.errors import MalformedBodyError, NonRetryableError, RetryLater, UnknownPathError
-from worker_tier.idempotency import IdempotentRunner
+from worker_tier.errors import (
+    MalformedBodyError,
+    MalformedEventError,
+    NonRetryableError,
+    RetryLater,
+    UnknownPathError,
+    WorkerTierError,
+)
+from worker_tier.idempotency import IdempotentRunner, LeaseContext
 from worker_tier.observability import logger
 from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.settings import Settings
@@ -34,12 +57,18 @@ from worker_tier.task import Task
 from worker_tier.visibility import VisibilityChange, change_visibility
 
 if TYPE_CHECKING:
+    from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_RETRYING = "retrying"
 OUTCOME_DEAD_LETTERED = "dead_lettered"
+OUTCOME_RESCHEDULED = "rescheduled"
+OUTCOME_HELD_BACK = "held_back"
 OUTCOME_RELEASED = "released"
+
+# Kept below SQS's 12-hour visibility limit, which counts from the receive (time to send the change, clock drift).
+VISIBILITY_SAFETY_MARGIN_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -72,16 +101,26 @@ class InvocationEndingError(Exception):
     """The invocation's remaining time fell below the safety margin before this record started."""
 
 
+class HeldBackError(Exception):
+    """The message is not due yet; it goes back until it is (not a failure)."""
+
+
+class TaskInterruptedError(WorkerTierError):
+    """A task raised a BaseException that is not an Exception (SystemExit, KeyboardInterrupt)."""
+
+
 @dataclass
 class _Invocation:
     """Per-invocation state: the Lambda context and the visibility changes decided so far."""
 
     context: Any
     margin_ms: int
+    received_at: float = 0.0  # worker clock: the batch's messages were received no earlier than this
     changes: dict[str, VisibilityChange] = field(default_factory=dict)
     metrics: observability.BatchMetrics = field(default_factory=observability.BatchMetrics)
     heartbeat: Heartbeat | None = None
     leases: dict[str, threading.Event] = field(default_factory=dict)
+    lease_context: LeaseContext | None = None
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
@@ -90,11 +129,16 @@ class _Invocation:
     def time_is_short(self) -> bool:
         return self.remaining_ms is not None and self.remaining_ms() < self.margin_ms
 
-    def set_visibility(self, record: Mapping[str, Any], seconds: int) -> None:
+    def set_visibility(self, record: Mapping[str, Any], seconds: int, key: str | None = None) -> None:
+        key = key or record["messageId"]
         if self.heartbeat is not None:  # its visibility is now set on purpose: stop extending it
-            self.heartbeat.release(record["messageId"])
+            self.heartbeat.release(key)
+        handle = record.get("receiptHandle")
+        if not isinstance(handle, str) or not handle:
+            logger.error("record has no receipt handle: its visibility cannot be set", extra={"message_id": key})
+            return
         seconds = max(0, min(int(seconds), limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS))
-        self.changes[record["messageId"]] = VisibilityChange(record["messageId"], record["receiptHandle"], seconds)
+        self.changes[key] = VisibilityChange(key, handle, seconds)
 
 
 class Worker:
@@ -120,17 +164,20 @@ class Worker:
         clock: Callable[[], float] = time.time,
         random: Callable[[], float] = _random.random,
         long_queue_url: str | None = None,
+        delay_table: str | None = None,
     ) -> None:
         self.settings = settings
         self._long_queue_url = long_queue_url
         self.registry = registry
         self._queue_url = queue_url
         self._dead_letter_queue_url = dead_letter_queue_url
+        self._delay_table = delay_table
         self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._idempotency = IdempotentRunner(state_table, self._dynamodb.get)
         self._clock = clock
         self._random = random
+        self._producer: Client | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
@@ -144,6 +191,7 @@ class Worker:
             dead_letter_queue_url=environ.get("WORKER_TIER_DLQ_URL"),
             state_table=environ.get("WORKER_TIER_STATE_TABLE"),
             long_queue_url=environ.get("WORKER_TIER_LONG_QUEUE_URL"),
+            delay_table=environ.get("WORKER_TIER_DELAY_TABLE"),
             registry=registry,
             **overrides,
         )
@@ -153,20 +201,19 @@ class Worker:
 
         ``heartbeat``: one the caller runs and already holds the messages in (the
         container worker); without it, the batch gets its own when asked for.
+        Raises MalformedEventError for anything that is not an SQS event.
         """
-        records = list(event.get("Records") or [])
-        invocation = _Invocation(context, self.settings.timeout_margin * 1000)
+        records, nameless = _split_records(event)
+        received_at = self._clock() - self.settings.max_batching_window
+        invocation = _Invocation(context, self.settings.timeout_margin * 1000, received_at)
         self._count_batch(records, invocation)
+        self._back_off_nameless(nameless, invocation)
         processor = self._new_processor()
 
         def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
             self._process_record(record.raw_event, invocation)
 
-        if heartbeat is None:
-            self._start_heartbeat(records, invocation)
-        else:
-            invocation.heartbeat = heartbeat
-            invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
+        self._hold(records, invocation, heartbeat)
         try:
             with processor(records, record_handler, lambda_context=None):
                 processor.process()
@@ -175,8 +222,7 @@ class Worker:
             if heartbeat is None and invocation.heartbeat is not None:
                 invocation.heartbeat.stop()  # before the batch's own visibility changes go out
         response = processor.response()
-        dead_lettered = invocation.metrics.counts.get(observability.METRIC_DEAD_LETTERED, 0)
-        invocation.metrics.count(observability.METRIC_SUCCEEDED, len(processor.success_messages) - dead_lettered)
+        self._count_succeeded(len(processor.success_messages), invocation)
         self._release_undecided(records, response, invocation)
         self._flush(records, invocation)
         invocation.metrics.publish()
@@ -185,6 +231,15 @@ class Worker:
     def sqs(self) -> Any:
         """The SQS client this worker uses (created on first use)."""
         return self._sqs.get()
+
+    def _hold(self, records: list[Any], invocation: _Invocation, heartbeat: Heartbeat | None) -> None:
+        """Use the caller's heartbeat (and its lease as the idempotency expiry), or start the batch's own."""
+        if heartbeat is None:
+            self._start_heartbeat(records, invocation)
+            return
+        invocation.heartbeat = heartbeat
+        invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
+        invocation.lease_context = LeaseContext(heartbeat.extension_seconds)
 
     def _start_heartbeat(self, records: list[Any], invocation: _Invocation) -> None:
         """Hold every message of the batch while it runs, when the setting or one of its tasks asks.
@@ -236,39 +291,66 @@ class Worker:
         if invocation.time_is_short():
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
+        if self._held_back(record, task, invocation):
+            raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
-            definition = self._definition(task)
-            if definition.container and self._long_queue_url:
-                self._forward(record, task, invocation)
-                return
-            if definition.parser is not None:
-                self._parse(definition, task)
-            self._call(definition, task, invocation)
-        except RetryLater as retry:
-            self._retry(record, task, invocation, retry.delay_seconds, retry)
+            self._execute(record, task, invocation)
+        except GeneratorExit:
             raise
-        except NonRetryableError as error:
-            self._dead_letter(record, task, invocation, error)
-        except Exception as error:  # a task's failure, whatever its type
-            if task.receive_count >= self.settings.max_retries:
-                self._dead_letter(record, task, invocation, error)
-                return
-            delay = backoff.backoff_seconds(
-                task.receive_count, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
-            )
-            self._retry(record, task, invocation, delay, error)
-            raise
+        except BaseException as error:  # a task's failure, whatever its type (SystemExit included)
+            if self._fail(record, task, invocation, error):
+                if isinstance(error, Exception):
+                    raise
+                raise TaskInterruptedError(f"task raised {_describe(error)}") from error
         else:
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
 
+    def _execute(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
+        """Forward a long task, or parse and run it here."""
+        definition = self._definition(task)
+        if definition.container and self._long_queue_url:
+            self._forward(record, task, invocation)
+            return
+        if definition.parser is not None:
+            self._parse(definition, task)
+        self._call(definition, task, invocation)
+
+    def _fail(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
+        """Decide a failed task's fate; True when its message stays in the queue (reported failed)."""
+        if not isinstance(error, Exception):
+            logger.error("task raised a BaseException; handled as its message's failure", extra={"error": repr(error)})
+        if isinstance(error, NonRetryableError) or task.receive_count >= self.settings.max_retries:
+            return self._dead_letter(record, task, invocation, error)
+        delay = error.delay_seconds if isinstance(error, RetryLater) else self._backoff(task)
+        return self._retry(record, task, invocation, delay, error)
+
+    def _held_back(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> bool:
+        """True (and its visibility set to the time left) when a delayed message is not due by this clock."""
+        attributes = record.get("messageAttributes")
+        if not isinstance(attributes, dict) or message.DUE_AT_ATTRIBUTE not in attributes:
+            return False  # the common case pays one lookup
+        due_at = task.due_at
+        wait = math.ceil(due_at.timestamp() - self._clock()) if due_at is not None else 0
+        if wait <= 0:
+            return False
+        wait = min(wait, self._longest_visibility(invocation))
+        invocation.set_visibility(record, wait)
+        invocation.metrics.count(observability.METRIC_HELD_BACK)
+        logger.info("message not due yet: held back", extra={"due_at": str(due_at), "back_in_seconds": wait})
+        self._emit(OUTCOME_HELD_BACK, task, f"due at {due_at}", wait)
+        return True
+
     def _forward(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
         """Hand a long task to the container worker's queue, as it came; an error retries it here."""
-        self._sqs.get().send_message(
-            QueueUrl=self._long_queue_url,
-            MessageBody=record.get("body") or "",
-            MessageAttributes=message.sqs_attributes(record.get("messageAttributes") or {}),
-        )
+        attributes, dropped = message.sqs_attributes(record.get("messageAttributes") or {})
+        if dropped:
+            logger.warning("attributes SQS would refuse were left out of the forward", extra={"dropped_attributes": dropped})
+        request: dict[str, Any] = {"QueueUrl": self._long_queue_url, "MessageBody": task.body, "MessageAttributes": attributes}
+        if task.group_id is not None:  # a FIFO queue: keep the group, and deduplicate on the source message
+            request["MessageGroupId"] = task.group_id
+            request["MessageDeduplicationId"] = task.message_id
+        self._sqs.get().send_message(**request)
         invocation.metrics.count(observability.METRIC_FORWARDED)
         if _listeners:
             self._emit(OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
@@ -298,26 +380,77 @@ class Worker:
         started = time.perf_counter()
         try:
             if definition.idempotent:
-                self._idempotency.run(definition, task, invocation.context)
+                context = invocation.context if invocation.context is not None else invocation.lease_context
+                self._idempotency.run(definition, task, context)
             else:
                 definition.handler(task)
         finally:
             invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
 
+    def _backoff(self, task: Task) -> int:
+        """The full-jitter backoff after this receive."""
+        return backoff.backoff_seconds(
+            task.receive_count, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
+        )
+
+    def _longest_visibility(self, invocation: _Invocation) -> int:
+        """The longest visibility SQS still allows this receive: 12 hours from the receive, less a margin."""
+        elapsed = self._clock() - invocation.received_at
+        return max(0, int(limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS - elapsed - VISIBILITY_SAFETY_MARGIN_SECONDS))
+
     def _retry(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException
-    ) -> None:
-        """Schedule a retry after ``delay`` seconds."""
+    ) -> bool:
+        """Schedule a retry after ``delay`` seconds; False when a delayed copy replaced the message."""
+        longest = self._longest_visibility(invocation)
+        if delay > longest:
+            if self._reschedule(record, task, invocation, delay, error):
+                return False
+            invocation.metrics.count(observability.METRIC_RETRY_DELAY_SHORTENED)
+            logger.warning("retry delay beyond SQS's visibility limit: shortened to it", extra={"wanted_seconds": delay, "retry_in_seconds": longest})
+            delay = longest
         invocation.set_visibility(record, delay)
         invocation.metrics.count(observability.METRIC_FAILED)
         invocation.metrics.count(observability.METRIC_RETRIED)
         logger.warning("task failed; retrying", extra={"error": repr(error), "retry_in_seconds": delay})
         self._emit(OUTCOME_RETRYING, task, _describe(error), delay)
+        return True
 
-    def _dead_letter(
-        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException
-    ) -> None:
-        """Copy the message to the DLQ with its reason; if that fails, keep it and retry later."""
+    def _reschedule(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException) -> bool:
+        """Re-send the message through the delay table, due in ``delay`` seconds; False when that is not possible."""
+        if self.settings.fifo or not self._delay_table:
+            return False
+        from worker_tier.client import OutgoingMessage
+
+        attributes, internal = message.copy_attributes(record)
+        internal[message.ATTEMPTS_ATTRIBUTE] = str(task.receive_count)
+        copy = OutgoingMessage(task.path, task.body, delay=delay, attributes=attributes)
+        try:
+            [result] = self._client(record).send_batch([copy], _internal_attributes={0: internal})
+            problem = result.error
+        except Exception as failure:  # MessageError (it cannot be stored), or the table refused it
+            problem = f"{type(failure).__name__}: {failure}"
+        if problem is not None:
+            logger.warning("retry could not be re-sent through the delay table", extra={"error": problem})
+            return False
+        invocation.metrics.count(observability.METRIC_RESCHEDULED)
+        logger.info("retry re-sent through the delay table", extra={"error": repr(error), "retry_in_seconds": delay})
+        self._emit(OUTCOME_RESCHEDULED, task, _describe(error), delay)
+        return True
+
+    def _client(self, record: Mapping[str, Any]) -> Client:
+        """The producer the worker re-sends long retries with (built on first use)."""
+        if self._producer is None:
+            from worker_tier.client import Client
+
+            self._producer = Client(
+                self._resolve_queue_url([record]), self._delay_table, sqs=self._sqs.get(), dynamodb=self._dynamodb.get(),
+                clock=self._clock, delay_shards=self.settings.delay_shards,
+            )
+        return self._producer
+
+    def _dead_letter(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
+        """Copy the message to the DLQ with its reason; if anything fails, keep it and back off (True)."""
         try:
             send_to_dead_letter_queue(
                 self._sqs.get(),
@@ -328,17 +461,18 @@ class Worker:
                 path=task.path,
                 now=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
             )
-        except DeadLetterError as failure:
-            logger.error("dead-letter send failed; message kept for retry", extra={"error": str(failure)})
-            delay = backoff.backoff_seconds(
-                task.receive_count, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
+        except Exception as failure:  # the DLQ refused it, or building the copy raised: never let it escape
+            logger.error(
+                "dead-letter failed; message kept for retry",
+                extra={"message_id": task.message_id, "error": f"{type(failure).__name__}: {failure}"},
             )
-            self._retry(record, task, invocation, delay, failure)
-            raise
+            invocation.metrics.count(observability.METRIC_DEAD_LETTER_FAILED)
+            return self._retry(record, task, invocation, self._backoff(task), failure)
         invocation.metrics.count(observability.METRIC_FAILED)
         invocation.metrics.count(observability.METRIC_DEAD_LETTERED)
         logger.error("task dead-lettered", extra={"error": repr(error), "attempts": task.receive_count})
         self._emit(OUTCOME_DEAD_LETTERED, task, _describe(error))
+        return False
 
     def _require_dead_letter_queue_url(self) -> str:
         if not self._dead_letter_queue_url:
@@ -348,9 +482,25 @@ class Worker:
     def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
         """Processed count, and the age of the batch's oldest message when the batch starts."""
         invocation.metrics.count(observability.METRIC_PROCESSED, len(records))
-        sent = [int(r["attributes"]["SentTimestamp"]) for r in records if (r.get("attributes") or {}).get("SentTimestamp")]
+        sent = [ms for r in records if (ms := _sent_timestamp_ms(r)) is not None]
         if sent:
             invocation.metrics.message_age(max(0.0, self._clock() * 1000 - min(sent)))
+
+    def _count_succeeded(self, reported_done: int, invocation: _Invocation) -> None:
+        """Succeeded: reported done, less those reported done because they were dead-lettered or replaced."""
+        counts = invocation.metrics.counts
+        replaced = counts.get(observability.METRIC_DEAD_LETTERED, 0) + counts.get(observability.METRIC_RESCHEDULED, 0)
+        invocation.metrics.count(observability.METRIC_SUCCEEDED, reported_done - replaced)
+
+    def _back_off_nameless(self, nameless: list[tuple[int, Any]], invocation: _Invocation) -> None:
+        """Log records with no usable messageId and back off those with a receipt handle (they cannot be reported)."""
+        for index, record in nameless:
+            shown = {k: str(v)[:80] for k, v in record.items()} if isinstance(record, Mapping) else repr(record)[:200]
+            logger.error("record without a usable messageId: logged and backed off", extra={"index": index, "record": shown})
+            invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
+            if isinstance(record, Mapping):
+                delay = backoff.backoff_seconds(1, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random)
+                invocation.set_visibility(record, delay, key=f"record #{index} (no messageId)")
 
     def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
         """Failed records with no decision of ours (a stopped FIFO group) return at once."""
@@ -367,10 +517,16 @@ class Worker:
         self._emit(OUTCOME_RELEASED, task, detail, 0)
 
     def _flush(self, records: list[Any], invocation: _Invocation) -> None:
-        """Send every visibility change of the batch, 10 per call."""
+        """Send every visibility change of the batch, 10 per call; count and log those SQS refuses."""
         if not invocation.changes:
             return
-        change_visibility(self._sqs.get(), self._resolve_queue_url(records), list(invocation.changes.values()))
+        refused = change_visibility(self._sqs.get(), self._resolve_queue_url(records), list(invocation.changes.values()))
+        if refused:
+            invocation.metrics.count(observability.METRIC_VISIBILITY_REFUSED, len(refused))
+            logger.warning(
+                "visibility changes refused: those messages keep their current timeout",
+                extra={"refused": [{"message_id": r.message_id, "seconds": r.change.timeout_seconds, "code": r.code} for r in refused]},
+            )
 
     def _resolve_queue_url(self, records: list[Any]) -> str:
         """The source queue's URL: configured, or looked up once from the event source ARN."""
@@ -384,6 +540,36 @@ class Worker:
         outcome = Outcome(status, task.message_id, task.path, task.receive_count, detail, visibility)
         for listener in tuple(_listeners):
             listener(outcome)
+
+
+def _split_records(event: Any) -> tuple[list[Any], list[tuple[int, Any]]]:
+    """The records the worker can name (a non-empty messageId), and (index, record) for the others."""
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    if not isinstance(records, list):
+        shown = repr(event) if len(repr(event)) <= 80 else repr(event)[:77] + "..."
+        raise MalformedEventError(
+            f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {type(event).__name__} {shown}"
+        )
+    named, nameless = [], []
+    for index, record in enumerate(records):
+        message_id = record.get("messageId") if isinstance(record, dict) else None
+        if isinstance(message_id, str) and message_id:
+            named.append(record)
+        else:
+            nameless.append((index, record))
+    return named, nameless
+
+
+def _sent_timestamp_ms(record: Mapping[str, Any]) -> int | None:
+    """A record's SentTimestamp, or None when absent or not a number."""
+    system = record.get("attributes")
+    value = system.get("SentTimestamp") if isinstance(system, dict) else None
+    if not value:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _describe(error: BaseException) -> str:
