@@ -23,10 +23,11 @@ LAG_ALARM_SECONDS = 3 * 60
 
 @dataclass
 class DelaySchedulerProps:
-    """The queue the scheduler feeds and the state table its lease and watermark live in."""
+    """The queue the scheduler feeds, the DLQ for what that queue refuses, and the state table of its lease and watermark."""
 
     settings: Settings
     queue: sqs.IQueue
+    dead_letter_queue: sqs.IQueue
     state_table: dynamodb.ITableV2
 
 
@@ -56,8 +57,10 @@ class DelayScheduler(Construct):
                 timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
                 memory_mb=SCHEDULER_MEMORY_MB,
                 environment={
-                    **self.producer_environment(props.settings),
+                    # The scheduler reads every shard, so it needs the table but not the producers' shard count.
+                    "WORKER_TIER_DELAY_TABLE": self.table.table_name,
                     "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
+                    "WORKER_TIER_DLQ_URL": props.dead_letter_queue.queue_url,
                     "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
                 },
                 description="Worker Tier: moves due delayed messages from the delay table into SQS",
@@ -65,8 +68,10 @@ class DelayScheduler(Construct):
         )
         self.function = scheduler.function
         props.queue.grant_send_messages(self.function)
-        # Query the minutes, Scan once for the first watermark, BatchWrite to mark a half-sent minute.
-        self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan", "dynamodb:BatchWriteItem")
+        # A message the work queue refuses goes to the DLQ with its reason.
+        props.dead_letter_queue.grant_send_messages(self.function)
+        # Query the minutes, Scan once for the first watermark.
+        self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan")
         props.state_table.grant(self.function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
         self.rule = events.Rule(
             self,

@@ -61,7 +61,12 @@ class WorkerTierStack(Stack):
         scheduler = DelayScheduler(
             self,
             "Delays",
-            DelaySchedulerProps(settings=self.settings, queue=self.worker.queue, state_table=self.state_table),
+            DelaySchedulerProps(
+                settings=self.settings,
+                queue=self.worker.queue,
+                dead_letter_queue=self.worker.dead_letter_queue,
+                state_table=self.state_table,
+            ),
         )
         for name, value in scheduler.producer_environment(self.settings).items():
             self.worker.function.add_environment(name, value)

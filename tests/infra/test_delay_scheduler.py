@@ -41,15 +41,29 @@ def test_scheduler_runs_every_minute_without_retries(template):
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.scheduler.lambda_handler", "Timeout": 60,
-         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_SHARDS": "8"})}},
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": Match.any_value()})}},
     )
 
 
 def test_scheduler_grants_are_the_calls_it_makes(template):
     actions = {tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],) for s in _policy_statements(template, "DelaysScheduler")}
-    assert ("dynamodb:Query", "dynamodb:Scan", "dynamodb:BatchWriteItem") in actions
+    assert ("dynamodb:Query", "dynamodb:Scan") in actions
     assert ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem") in actions
     assert ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl") in actions
+    assert not any("dynamodb:BatchWriteItem" in action for action in actions)
+
+
+def test_scheduler_may_dead_letter_what_the_work_queue_refuses(stack, template):
+    # GIVEN the stack's scheduler function and the worker's dead-letter queue
+    dlq_id = stack.get_logical_id(stack.worker.dead_letter_queue.node.default_child)
+    # WHEN its environment and policy are read  THEN it knows the DLQ's URL and may send to it
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.scheduler.lambda_handler",
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DLQ_URL": {"Ref": dlq_id}})}},
+    )
+    sends = [s for s in _policy_statements(template, "DelaysScheduler") if "sqs:SendMessage" in s["Action"]]
+    assert {"Fn::GetAtt": [dlq_id, "Arn"]} in [s["Resource"] for s in sends]
 
 
 def test_worker_may_store_delayed_messages_and_knows_the_table(template):
