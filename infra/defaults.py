@@ -37,8 +37,15 @@ def dead_letter_queue_props(settings: Settings) -> dict[str, Any]:
 
 
 def _fifo_props(settings: Settings) -> dict[str, Any]:
-    """FIFO queues dedupe on content when a producer gives no dedupe_key (a DLQ of a FIFO queue is FIFO too)."""
-    return {"fifo": True, "content_based_deduplication": True} if settings.fifo else {}
+    """FIFO queues (a DLQ of a FIFO queue is FIFO too) without content-based deduplication.
+
+    Content-based deduplication hashes the body only, so two different tasks with
+    one body within 5 minutes would become one message. Worker Tier's producers
+    always send a MessageDeduplicationId (``Client``: the dedupe_key, else a random
+    id per message); a producer that sends none is refused by SQS
+    (InvalidParameterValue) instead of being deduplicated silently.
+    """
+    return {"fifo": True, "content_based_deduplication": False} if settings.fifo else {}
 
 
 def state_table_props() -> dict[str, Any]:
