@@ -11,29 +11,42 @@ The EB format (https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-feat
 Worker Tier's extensions, all optional: ``timezone`` (an IANA name; the schedule
 runs in that zone's local time, DST handled by EventBridge Scheduler), ``body``
 (default EB's ``elasticbeanstalk scheduled job``) and ``enabled`` (default true).
+
+Stricter than EB where EB would silently do something else: a repeated key is an
+error (YAML keeps the last), and an entry whose tick SQS would refuse (see
+``send_problem``) fails here rather than at every tick.
 """
 
 from __future__ import annotations
 
 import zoneinfo
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
 import infra  # noqa: F401  (puts lambdas/ on the path)
 from infra.cron_expression import CronExpressionError, to_eventbridge
-from worker_tier.message import SCHEDULED_JOB_BODY
+from worker_tier import limits, sqs_rules
+from worker_tier.message import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE, message_bytes
+from worker_tier.periodic import Tick
 
 CRON_VERSION = 1
 UTC = "UTC"
+DEFAULT_SOURCE = "cron.yaml"
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys
+DYNAMODB_MAX_PARTITION_KEY_BYTES = 2048
 _REQUIRED = ("name", "url", "schedule")
 _OPTIONAL = ("timezone", "body", "enabled")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+# Any tick time: the scheduled-time attribute always has the same length and characters.
+_SAMPLE_TICK_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 
 class CronConfigError(ValueError):
-    """cron.yaml is malformed; the message names the line, the entry and the problem."""
+    """cron.yaml is malformed; the message names the file, the line, the entry and the rule."""
 
 
 @dataclass(frozen=True)
@@ -48,41 +61,134 @@ class CronEntry:
     body: str = SCHEDULED_JOB_BODY
     enabled: bool = True
     line: int = 0
+    source: str = DEFAULT_SOURCE
+
+    @property
+    def where(self) -> str:
+        """The entry's place in its file, for error messages."""
+        return f"{self.source} line {self.line}, entry {_shown(self.name)}"
 
 
-def load(path: str | Path) -> list[CronEntry]:
-    """Entries of a cron.yaml file; an empty list when the file does not exist."""
+def load(path: str | Path, *, fifo: bool = False) -> list[CronEntry]:
+    """Entries of a cron.yaml file; an empty list when the file does not exist.
+
+    ``fifo``: the ticks go to a FIFO queue, where each entry's name is the MessageGroupId.
+    """
     path = Path(path)
     if not path.exists():
         return []
-    return parse(path.read_text(), source=path.name)
+    return parse(path.read_text(), source=path.name, fifo=fifo)
 
 
-def parse(text: str, source: str = "cron.yaml") -> list[CronEntry]:
-    """Parse and validate cron.yaml text; CronConfigError names the line, the entry and the problem."""
-    try:
-        document = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as error:
-        raise CronConfigError(f"{source}: not valid YAML: {error}") from None
-    if not isinstance(document, dict):
-        raise CronConfigError(f"{source}: must be a mapping with 'version: 1' and a 'cron' list")
-    if document.get("version") != CRON_VERSION:
-        raise CronConfigError(f"{source}: 'version' must be 1, got {document.get('version')!r}")
-    entries = document.get("cron")
-    if not isinstance(entries, list):
-        raise CronConfigError(f"{source}: 'cron' must be a list of entries, got {type(entries).__name__}")
-    parsed = [_entry(raw, index, source) for index, raw in enumerate(entries)]
-    _check_unique(parsed, source)
+def parse(text: str, source: str = DEFAULT_SOURCE, *, fifo: bool = False) -> list[CronEntry]:
+    """Parse and validate cron.yaml text; CronConfigError names the line, the entry and the rule.
+
+    Examples
+    --------
+    >>> [e.expressions for e in parse('version: 1\\ncron:\\n - {name: a, url: /a, schedule: "0 9 * * *"}\\n')]
+    [('cron(0 9 * * ? *)',)]
+    """
+    document, line = _document(text, source)
+    entries, item_lines = _entry_list(document, line, source)
+    parsed = [_entry(raw, index, item_lines[index], source) for index, raw in enumerate(entries)]
+    _check_unique(parsed)
+    check_sendable(parsed, fifo=fifo)
     return parsed
 
 
-def _entry(raw: Any, index: int, source: str) -> CronEntry:
+def check_sendable(entries: Iterable[CronEntry], *, fifo: bool) -> None:
+    """CronConfigError for the first entry whose tick SQS would refuse on this queue type."""
+    for entry in entries:
+        problem = send_problem(entry, fifo=fifo)
+        if problem:
+            raise CronConfigError(f"{entry.where}: {problem}")
+
+
+def send_problem(entry: CronEntry, *, fifo: bool) -> str | None:
+    """Why every tick of the entry (``worker_tier.periodic.Tick``) would fail to be claimed or sent, or None."""
+    tick = Tick(entry.name, entry.url, _SAMPLE_TICK_TIME, entry.body)
+    attributes = tick.message_attributes()
+    checks = (
+        ("name", lambda: sqs_rules.attribute_value_problem(TASK_NAME_ATTRIBUTE, attributes[TASK_NAME_ATTRIBUTE])),
+        ("url", lambda: sqs_rules.attribute_value_problem(PATH_ATTRIBUTE, attributes[PATH_ATTRIBUTE])),
+        ("body", lambda: sqs_rules.body_problem(tick.body)),
+        ("name (the MessageGroupId on a FIFO queue)", lambda: sqs_rules.group_id_problem(tick.group_id) if fifo else None),
+        ("name", lambda: _key_problem(tick)),
+        ("body", lambda: _size_problem(tick.body, attributes)),
+    )
+    for field, check in checks:
+        problem = check()
+        if problem:
+            return f"{field} would fail every tick: {problem}"
+    return None
+
+
+def _key_problem(tick: Tick) -> str | None:
+    """The tick's state-table key must fit DynamoDB's partition key."""
+    size = len(tick.key.encode("utf-8"))
+    if size <= DYNAMODB_MAX_PARTITION_KEY_BYTES:
+        return None
+    return f"the tick's state-table key is {size} bytes; DynamoDB allows {DYNAMODB_MAX_PARTITION_KEY_BYTES}"
+
+
+def _size_problem(body: str, attributes: dict) -> str | None:
+    """The tick message (body and attributes) must fit SQS's message size."""
+    size = message_bytes(body, attributes)
+    if size <= limits.SQS_MAX_MESSAGE_BYTES:
+        return None
+    return f"the tick message is {size} bytes with its attributes; SQS allows {limits.SQS_MAX_MESSAGE_BYTES}"
+
+
+def _document(text: str, source: str) -> tuple[Any, int]:
+    """The YAML document and the line it starts on."""
+    loader = _LineLoader(text, source)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise CronConfigError(
+                f"{source} line 1: the file has no content (empty, or every line a comment); "
+                "it must be a mapping with 'version: 1' and a 'cron' list"
+            )
+        return loader.construct_document(node), node.start_mark.line + 1
+    except yaml.YAMLError as error:
+        raise CronConfigError(f"{source}{_yaml_error_line(error)}: not valid YAML: {_yaml_problem(error)}") from None
+    finally:
+        loader.dispose()
+
+
+def _entry_list(document: Any, line: int, source: str) -> tuple[list, list[int]]:
+    """The 'cron' list and each entry's line, after the file-level rules."""
+    if not isinstance(document, dict):
+        raise CronConfigError(
+            f"{source} line {line}: must be a mapping with 'version: 1' and a 'cron' list, got {_kind(document)}"
+        )
+    key_lines = getattr(document, "key_lines", {})
+    version = document.get("version")
+    if "version" not in document:
+        raise CronConfigError(f"{source} line {line}: 'version: 1' is missing")
+    if type(version) is not int or version != CRON_VERSION:
+        raise CronConfigError(f"{source} line {key_lines['version']}: 'version' must be 1, got {version!r}")
+    if "cron" not in document:
+        raise CronConfigError(f"{source} line {line}: 'cron' is missing; it must be a list of entries")
+    entries = document["cron"]
+    if entries is None:
+        raise CronConfigError(
+            f"{source} line {key_lines['cron']}: 'cron' has no entries (are they all commented out?); "
+            "list at least one entry, or write 'cron: []' for none"
+        )
+    if not isinstance(entries, list):
+        raise CronConfigError(f"{source} line {key_lines['cron']}: 'cron' must be a list of entries, got {_kind(entries)}")
+    return entries, getattr(entries, "item_lines", [line] * len(entries))
+
+
+def _entry(raw: Any, index: int, line: int, source: str) -> CronEntry:
     """One validated entry."""
     if not isinstance(raw, dict):
-        raise CronConfigError(f"{source}: entry {index + 1} must be a mapping with name, url and schedule")
-    line = raw.pop("__line__", 0)
-    where = f"{source} line {line}, entry {raw.get('name', index + 1)!r}"
-    unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL))
+        raise CronConfigError(
+            f"{source} line {line}, entry {index + 1}: must be a mapping with name, url and schedule, got {_shown(raw)}"
+        )
+    where = f"{source} line {line}, entry {_shown(raw.get('name', index + 1))}"
+    unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL), key=str)
     if unknown:
         raise CronConfigError(f"{where}: unknown key {unknown[0]!r}; keys are {', '.join(_REQUIRED + _OPTIONAL)}")
     for key in _REQUIRED:
@@ -103,6 +209,7 @@ def _entry(raw: Any, index: int, source: str) -> CronEntry:
         body=_string(raw, "body", SCHEDULED_JOB_BODY, where),
         enabled=_boolean(raw, "enabled", where),
         line=line,
+        source=source,
     )
 
 
@@ -130,20 +237,110 @@ def _boolean(raw: dict, key: str, where: str) -> bool:
     return value
 
 
-def _check_unique(entries: list[CronEntry], source: str) -> None:
+def _check_unique(entries: list[CronEntry]) -> None:
     seen: dict[str, int] = {}
     for entry in entries:
         if entry.name in seen:
-            raise CronConfigError(
-                f"{source} line {entry.line}, entry {entry.name!r}: duplicate name (first at line {seen[entry.name]})"
-            )
+            raise CronConfigError(f"{entry.where}: duplicate name (first at line {seen[entry.name]})")
         seen[entry.name] = entry.line
 
 
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that records each mapping's line as ``__line__`` (1-based)."""
+def _yaml_error_line(error: yaml.YAMLError) -> str:
+    """' line N' where PyYAML marked the problem, else nothing."""
+    mark = getattr(error, "problem_mark", None)
+    return f" line {mark.line + 1}" if mark is not None else ""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        mapping = super().construct_mapping(node, deep=deep)
-        mapping["__line__"] = node.start_mark.line + 1
-        return mapping
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's own words, without its copy of the text."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        return ": ".join(part for part in (error.context, error.problem) if part)
+    return str(error)
+
+
+class _Mapping(dict):
+    """A YAML mapping with the line it starts on and each key's line (1-based)."""
+
+    line: int = 0
+    key_lines: dict[Any, int] = {}
+
+
+class _Sequence(list):
+    """A YAML sequence with the line of each item (1-based)."""
+
+    item_lines: list[int] = []
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings and sequences keep their lines, and which refuses a repeated key."""
+
+    def __init__(self, text: str, source: str) -> None:
+        super().__init__(text)
+        self.source = source
+
+    def check_unique_keys(self, node: yaml.MappingNode) -> None:
+        """CronConfigError naming both lines when a key repeats (YAML would keep the last silently)."""
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if _hashable(key) and key in first:
+                raise CronConfigError(
+                    f"{self.source} line {line}{_entry_label(node)}: duplicate key {key!r} (first at line {first[key]}); "
+                    "YAML would keep only the last one, so remove or rename one"
+                )
+            if _hashable(key):
+                first[key] = line
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode):
+    data = _Mapping()
+    data.line = node.start_mark.line + 1
+    yield data
+    loader.check_unique_keys(node)
+    data.update(loader.construct_mapping(node))
+    data.key_lines = {loader.construct_object(key): key.start_mark.line + 1 for key, _ in node.value}
+
+
+def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode):
+    data = _Sequence()
+    yield data
+    data.extend(loader.construct_sequence(node))
+    data.item_lines = [item.start_mark.line + 1 for item in node.value]
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
+
+
+def _entry_label(node: yaml.MappingNode) -> str:
+    """', entry NAME' when the mapping has a scalar name, else nothing."""
+    for key_node, value_node in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.value == "name" and isinstance(value_node, yaml.ScalarNode):
+            return f", entry {_shown(value_node.value)}"
+    return ""
+
+
+def _kind(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {_shown(value)}"
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value's repr, shortened for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

@@ -58,7 +58,7 @@ _FIELDS = (
     # 7 is Sunday written as a number; a step never reaches it (croniter: "1/2" is MON,WED,FRI).
     _Field("day-of-week", 0, 7, tuple(WEEKDAY_NAMES), 0, step_high=6),
 )
-_TOKEN = re.compile(r"^(?P<base>\*|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)?)(?:/(?P<step>[^/]*))?$")
+_TOKEN = re.compile(r"(?P<base>\*|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)?)(?:/(?P<step>[^/]*))?")
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _parse_field(text: str, field: _Field) -> frozenset[int]:
 
 def _parse_element(element: str, field: _Field) -> set[int]:
     """``*``, ``a``, ``a-b``, each optionally ``/step``."""
-    match = _TOKEN.match(element)
+    match = _TOKEN.fullmatch(element)
     if not match:
         raise CronExpressionError(f"{field.name} field: {element!r} is not a value, range or step")
     base, step_text = match.group("base"), match.group("step")
@@ -151,15 +151,20 @@ def _parse_element(element: str, field: _Field) -> set[int]:
     return set(range(low, high + 1, step))
 
 
+def _is_number(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts '²' and other digits ``int`` refuses or cron never meant."""
+    return text.isascii() and text.isdigit()
+
+
 def _step(text: str, field: _Field) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not _is_number(text) or int(text) < 1:
         raise CronExpressionError(f"{field.name} field: step {text!r} must be a whole number of at least 1")
     return int(text)
 
 
 def _value(text: str, field: _Field) -> int:
     """A number or name, checked against the field's range."""
-    if text.isdigit():
+    if _is_number(text):
         value = int(text)
     elif text.upper() in field.names:
         return field.names.index(text.upper()) + field.names_start

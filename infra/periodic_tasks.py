@@ -28,7 +28,7 @@ from constructs import Construct
 
 from infra import defaults
 from infra.alarms import queue_not_empty_alarm
-from infra.cron_config import CronEntry
+from infra.cron_config import CronEntry, check_sendable
 from infra.cron_expression import parse
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.settings import Settings
@@ -53,7 +53,11 @@ CRON_ERRORS_ALARM_PERIOD_SECONDS = 60
 
 @dataclass
 class PeriodicTasksProps:
-    """The cron.yaml entries and the resources their ticks use."""
+    """The cron.yaml entries and the resources their ticks use.
+
+    The entries are checked against the queue: on a FIFO queue each name must be a valid
+    MessageGroupId (``cron_config.check_sendable``), so a synth fails rather than every tick.
+    """
 
     entries: Sequence[CronEntry]
     queue: sqs.IQueue
@@ -68,6 +72,7 @@ class PeriodicTasks(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: PeriodicTasksProps) -> None:
         super().__init__(scope, construct_id)
+        check_sendable(props.entries, fifo=props.queue.fifo)
         cron = ServiceFunction(
             self,
             "Cron",

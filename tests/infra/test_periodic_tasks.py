@@ -7,7 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from infra.cron_config import parse
+from infra.cron_config import CronConfigError, parse
 from infra.periodic_tasks import (
     CRON_TIMEOUT_SECONDS,
     LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS,
@@ -190,3 +190,15 @@ def test_empty_cron_list_deploys_nothing_periodic(tmp_path):
 def test_retries_stop_before_the_next_tick(schedule, seconds):
     entry = parse(f'version: 1\ncron:\n - name: "a"\n   url: "/a"\n   schedule: "{schedule}"\n')[0]
     assert max_event_age_seconds(entry) == seconds
+
+
+def test_on_a_fifo_queue_a_name_sqs_refuses_as_group_id_fails_synth(tmp_path):
+    # GIVEN an entry parsed without knowing the queue type, whose name has a space
+    entries = parse('version: 1\ncron:\n - name: "nightly report"\n   url: "/report"\n   schedule: "@daily"\n')
+    # WHEN the stack's queue is FIFO  THEN synth stops: on FIFO the name is each tick's MessageGroupId
+    with pytest.raises(CronConfigError) as error:
+        synth(settings=Settings(fifo=True), cron_entries=entries, outdir=str(tmp_path))
+    assert str(error.value) == (
+        "cron.yaml line 3, entry 'nightly report': name (the MessageGroupId on a FIFO queue) would fail every tick: "
+        "MessageGroupId 'nightly report' is not allowed: SQS takes 1 to 128 ASCII letters, digits and punctuation (no spaces)"
+    )

@@ -140,6 +140,8 @@ def test_conversion_output(expression, expected):
         ("* * * * FUN", "day-of-week field: 'FUN' is not a number or a name (SUN, MON, TUE, WED, THU, FRI, SAT)"),
         ("*/0 * * * *", "minute field: step '0' must be a whole number of at least 1"),
         ("*/x * * * *", "minute field: step 'x' must be a whole number of at least 1"),
+        ("*/\u00b2 * * * *", "minute field: step '\u00b2' must be a whole number of at least 1"),  # int() refuses it
+        ("0 1/\u0663 * * *", "hour field: step '\u0663' must be a whole number of at least 1"),  # int() reads it as 3
         ("5-1 * * * *", "minute field: range '5-1' runs backwards (5 > 1)"),
         ("1//2 * * * *", "minute field: '1//2' is not a value, range or step"),
         ("@reboot", "unknown macro '@reboot'; use one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"),
