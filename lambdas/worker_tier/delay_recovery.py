@@ -1,0 +1,426 @@
+"""The delay table's safety net: from the table's stream, deliver every message the scheduler could have missed.
+
+The scheduler (``worker_tier.scheduler``) reads each minute of the delay table once,
+in order, from its watermark. Two kinds of item can escape that read:
+
+- a **late write** (issue #8, item 6): an item stored in a minute the scheduler had
+  already started reading, because the producer's clock was more than
+  ``delay.MAX_CLOCK_SKEW_SECONDS`` behind;
+- an **expired** item (item 2): deleted by the table's TTL
+  (``delay.DISPATCHED_RETENTION_SECONDS`` after it was due) before the scheduler read
+  it, because the scheduler was stopped or stuck on one minute for longer than that.
+
+The table's stream (NEW_AND_OLD_IMAGES) carries both: the INSERT holds the new item,
+the TTL's REMOVE the old one. The event source mapping passes only those two events
+of message items (``b#...``; see ``infra/delay_recovery.py``), and ``DelayRecovery``
+decides each from the scheduler's state, read once per batch: the watermark ``W``
+(first minute not fully dispatched) and the minute record of each minute ``m``
+concerned (``started_ms``: when the scheduler first queried ``m``). ``t`` is the
+record's stream time; ``CLOCK_TOLERANCE_SECONDS`` covers the stream's whole-second
+timestamps and the scheduler's clock skew.
+
+- INSERT, ``m > W``: skip; the scheduler reads ``m`` later.
+- INSERT, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that query saw it.
+- INSERT, otherwise: **send now** and count ``late_writes``.
+- REMOVE, ``m >= W``: **send now** and count ``recovered_from_ttl``; the scheduler has not
+  finished ``m``, and can no longer read the item.
+- REMOVE, ``m < W``, ``m`` finished (``finished_ms``) or, lacking that, first queried
+  before ``t - tolerance``: skip; the scheduler read the item while it existed.
+- REMOVE, otherwise (no minute record, or ``m`` read only after the deletion): **send now**.
+
+Every doubtful case sends, so a doubt costs a duplicate, never a loss. A message
+sent here goes to the work queue as the scheduler sends it (attributes plus
+``worker_tier.due_at``, ``DelaySeconds`` = ceil(due - now) in 0..900), so it is
+never early. A record that cannot be read, or a message SQS refuses for a sender
+fault, goes to the work queue's DLQ with a ``worker_tier.failure`` reason. Anything
+transient stops the batch at the first record not done; the handler reports it as
+the batch item failure, and Lambda retries from there.
+
+The guarantee, and its assumption: no message is lost to the TTL or to a late
+write **provided this function processes each stream record within the stream's
+24-hour retention** (records older than that are trimmed by DynamoDB). The
+event source mapping retries for ``infra.delay_recovery.STREAM_MAX_RECORD_AGE_SECONDS``,
+then names the batch in its failure queue (alarmed), leaving the rest of the 24 h
+to replay it; the IteratorAge alarm fires long before.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from worker_tier import delay, limits, message, sqs_rules
+from worker_tier.aws import LazyClient
+from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
+from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
+from worker_tier.scheduler import WATERMARK_KEY, _with_due_at
+
+# -- the scheduler's minute records (contract with worker_tier.scheduler) ----------------------------
+MINUTE_KEY_PREFIX = "scheduler#minute#"
+STARTED_MS_ATTRIBUTE = "started_ms"
+FINISHED_MS_ATTRIBUTE = "finished_ms"  # proposed: written by the scheduler when the watermark passes the minute
+WATERMARK_BUCKET_ATTRIBUTE = "bucket"
+
+INSERT, REMOVE = "INSERT", "REMOVE"
+# A TTL deletion is made by DynamoDB itself:
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-streams.html
+TTL_PRINCIPAL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+MESSAGE_KEY_PREFIX = "b#"
+# ApproximateCreationDateTime is whole seconds; the scheduler's clock may be off by half the skew budget.
+STREAM_TIME_RESOLUTION_SECONDS = 1
+CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
+DYNAMODB_MAX_BATCH_GET_KEYS = 100  # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
+MAX_SEND_ATTEMPTS = 5
+RETRY_BASE_SECONDS = 0.1
+RETRY_CAP_SECONDS = 2.0
+MAX_DEAD_LETTER_SAMPLE_BYTES = 1024
+
+
+def minute_key(bucket: int) -> str:
+    """State-table key of the scheduler's record of one minute."""
+    return f"{MINUTE_KEY_PREFIX}{bucket}"
+
+
+class StreamRecordError(Exception):
+    """A stream record of the delay table that cannot be read as a message; ``record_text`` is the record as JSON."""
+
+    def __init__(self, text: str, record_text: str) -> None:
+        super().__init__(text)
+        self.record_text = record_text
+
+
+class SendRefusedError(Exception):
+    """SQS refused a recovered message for a sender fault: it can never be sent as it is."""
+
+
+class _StoppedError(Exception):
+    """SQS kept failing transiently; ``position`` is the first record not done."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.position = position
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """An INSERT or TTL REMOVE of one message item."""
+
+    kind: str
+    message: DelayedMessage
+    bucket: int
+    at_s: float  # the record's ApproximateCreationDateTime
+
+
+@dataclass
+class RecoveryReport:
+    """What one batch did; ``failed_sequence_number`` is where Lambda must retry from, if anywhere."""
+
+    records: int = 0
+    skipped: int = 0
+    late_writes: int = 0
+    recovered_from_ttl: int = 0
+    dead_lettered: int = 0
+    failed_sequence_number: str | None = None
+
+    def count(self, counter: str) -> None:
+        """Add one to the named counter."""
+        setattr(self, counter, getattr(self, counter) + 1)
+
+
+@dataclass
+class _Action:
+    """One record's fate, in stream order: send ``message``, or dead-letter ``body`` with ``error``."""
+
+    position: int
+    message: DelayedMessage | None = None
+    counter: str = ""
+    body: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
+    """The message event in one stream record; None for anything else; StreamRecordError if unreadable."""
+    try:
+        kind = record.get("eventName")
+        change = record["dynamodb"]
+        pk = change["Keys"][delay.PK]["S"]
+        if not pk.startswith(MESSAGE_KEY_PREFIX) or not _concerns_safety_net(kind, record.get("userIdentity")):
+            return None
+        image = change["NewImage"] if kind == INSERT else change["OldImage"]
+        bucket = int(pk.split("#")[1])
+        return StreamEvent(kind, DelayedMessage.from_item(image), bucket, float(change["ApproximateCreationDateTime"]))
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
+        name = record.get("eventID") if isinstance(record, Mapping) else None
+        raise StreamRecordError(
+            f"stream record {name!r} is not a readable delay-table message: {type(error).__name__}: {error} "
+            "(an INSERT needs dynamodb.NewImage, a REMOVE dynamodb.OldImage, with id, due_ms, body and attributes)",
+            json.dumps(record, ensure_ascii=True, default=str, sort_keys=True),
+        ) from error
+
+
+def _concerns_safety_net(kind: Any, identity: Any) -> bool:
+    """INSERTs, and REMOVEs made by the TTL (a user's delete is not a loss)."""
+    return kind == INSERT or (kind == REMOVE and isinstance(identity, Mapping)
+                              and all(identity.get(k) == v for k, v in TTL_PRINCIPAL.items()))
+
+
+class DelayRecovery:
+    """Sends to the work queue what the scheduler could have missed; see the module docstring.
+
+    Examples
+    --------
+    >>> recovery = DelayRecovery("state", "https://sqs/work", "https://sqs/dlq", sqs=sqs, dynamodb=dynamodb)  # doctest: +SKIP
+    >>> recovery.process(event["Records"]).failed_sequence_number is None  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        state_table: str,
+        queue_url: str,
+        dead_letter_queue_url: str,
+        *,
+        sqs: Any = None,
+        dynamodb: Any = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.state_table = state_table
+        self.queue_url = queue_url
+        self.dead_letter_queue_url = dead_letter_queue_url
+        self._sqs = LazyClient("sqs", sqs)
+        self._dynamodb = LazyClient("dynamodb", dynamodb)
+        self._clock = clock
+        self._sleep = sleep
+
+    def process(self, records: Sequence[Mapping[str, Any]]) -> RecoveryReport:
+        """Decide and carry out every record's fate, in stream order; transient state-table errors raise."""
+        report = RecoveryReport(records=len(records))
+        actions = self._decide(records, report)
+        try:
+            self._carry_out(actions, report)
+        except _StoppedError as stopped:
+            report.failed_sequence_number = _sequence_number(records[stopped.position])
+        return report
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def _decide(self, records: Sequence[Mapping[str, Any]], report: RecoveryReport) -> list[_Action]:
+        """Each record's action; skipped records have none."""
+        events: list[tuple[int, StreamEvent | StreamRecordError]] = []
+        for position, record in enumerate(records):
+            try:
+                event = read_record(record)
+            except StreamRecordError as error:
+                events.append((position, error))
+                continue
+            if event is None:
+                report.skipped += 1
+            else:
+                events.append((position, event))
+        readable = [event for _, event in events if isinstance(event, StreamEvent)]
+        watermark = self._read_watermark() if readable else None
+        minutes = self._read_minutes({e.bucket for e in readable if _needs_minute_record(e, watermark)})
+        return [a for a in (self._action(p, e, watermark, minutes, report) for p, e in events) if a is not None]
+
+    def _action(self, position: int, event: StreamEvent | StreamRecordError, watermark: int | None,
+                minutes: Mapping[int, Mapping[str, Any]], report: RecoveryReport) -> _Action | None:
+        if isinstance(event, StreamRecordError):
+            return _Action(position, body=event.record_text, error=event)
+        if event.kind == INSERT and _insert_was_missed(event, watermark, minutes.get(event.bucket)):
+            return _Action(position, message=event.message, counter="late_writes")
+        if event.kind == REMOVE and _expiry_was_undispatched(event, watermark, minutes.get(event.bucket)):
+            return _Action(position, message=event.message, counter="recovered_from_ttl")
+        report.skipped += 1
+        return None
+
+    def _read_watermark(self) -> int | None:
+        """The scheduler's watermark (consistent read); None before its first run."""
+        item = self._dynamodb.get().get_item(
+            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
+        ).get("Item")
+        return int(item[WATERMARK_BUCKET_ATTRIBUTE]["N"]) if item else None
+
+    def _read_minutes(self, buckets: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """The minute records of ``buckets`` (consistent BatchGetItem, 100 keys a call); absent ones are left out."""
+        keys = [{STATE_TABLE_PARTITION_KEY: {"S": minute_key(b)}} for b in sorted(buckets)]
+        found: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(keys), DYNAMODB_MAX_BATCH_GET_KEYS):
+            for item in self._batch_get(keys[start : start + DYNAMODB_MAX_BATCH_GET_KEYS]):
+                found[int(item[STATE_TABLE_PARTITION_KEY]["S"][len(MINUTE_KEY_PREFIX) :])] = item
+        return found
+
+    def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One BatchGetItem, its UnprocessedKeys retried with backoff; the last error propagates."""
+        items: list[dict[str, Any]] = []
+        pending = {self.state_table: {"Keys": keys, "ConsistentRead": True}}
+        for attempt in range(MAX_SEND_ATTEMPTS):
+            response = self._dynamodb.get().batch_get_item(RequestItems=pending)
+            items += (response.get("Responses") or {}).get(self.state_table, [])
+            pending = response.get("UnprocessedKeys") or {}
+            if not pending:
+                return items
+            self._sleep(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt))
+        raise RuntimeError(f"state table {self.state_table} left {len(pending[self.state_table]['Keys'])} minute "
+                           f"records unread after {MAX_SEND_ATTEMPTS} BatchGetItem attempts")
+
+    # -- carrying out ---------------------------------------------------------------------------
+
+    def _carry_out(self, actions: list[_Action], report: RecoveryReport) -> None:
+        """Sends (10 per SendMessageBatch) and dead-letters, in stream order; _StoppedError at the first not done."""
+        batch: list[_Action] = []
+        for action in actions:
+            if action.message is None:
+                self._flush(batch, report)
+                self._dead_letter(action, report)
+            else:
+                batch.append(action)
+                if len(batch) == limits.SQS_MAX_BATCH_ENTRIES:
+                    self._flush(batch, report)
+        self._flush(batch, report)
+
+    def _flush(self, batch: list[_Action], report: RecoveryReport) -> None:
+        """Send the batch, retrying transient failures; a sender fault dead-letters that message."""
+        pending = list(batch)
+        batch.clear()
+        for attempt in range(MAX_SEND_ATTEMPTS):
+            if not pending:
+                return
+            if attempt:
+                self._sleep(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (attempt - 1)))
+            pending, refused = self._send(pending, report)
+            for index, action in enumerate(refused):
+                try:
+                    self._dead_letter(action, report)
+                except _StoppedError as stopped:
+                    raise _StoppedError(min(a.position for a in pending + refused[index:])) from stopped
+        if pending:
+            raise _StoppedError(min(a.position for a in pending))
+
+    def _send(self, actions: list[_Action], report: RecoveryReport) -> tuple[list[_Action], list[_Action]]:
+        """One SendMessageBatch; returns the actions to try again and the dead-letter actions for refusals."""
+        now = self._clock()
+        entries = [_entry(str(i), a.message, now) for i, a in enumerate(actions) if a.message is not None]
+        try:
+            response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+        except Exception:  # the call itself failed (botocore already retried throttling): all again
+            return actions, []
+        failed = {int(f["Id"]): f for f in response.get("Failed") or []}
+        retry, refused = [], []
+        for index, action in enumerate(actions):
+            failure = failed.get(index)
+            if failure is None:
+                report.count(action.counter)
+            elif failure.get("SenderFault"):
+                refused.append(_refused(action, failure))
+            else:
+                retry.append(action)
+        return retry, refused
+
+    def _dead_letter(self, action: _Action, report: RecoveryReport) -> None:
+        """Send to the DLQ with its reason; a copy SQS refuses becomes a small pointer message instead."""
+        assert action.error is not None
+        failed_at = datetime.fromtimestamp(self._clock(), timezone.utc)
+        reason = message.failure_reason(action.error, attempts=0, path=_path(action.attributes), failed_at=failed_at)
+        attributes, dropped = _sendable(action.attributes)
+        if dropped:
+            reason["dropped_attributes"] = dropped
+        copy = {"MessageBody": action.body, "MessageAttributes": message.dead_letter_attributes(attributes, reason)}
+        if sqs_rules.body_problem(action.body) or not self._send_dead_letter(copy, action.position, quiet=True):
+            pointer = {"reason": reason, "body_sample": _sample(action.body)}
+            self._send_dead_letter({"MessageBody": json.dumps(pointer, ensure_ascii=True),
+                                    "MessageAttributes": message.dead_letter_attributes({}, reason)}, action.position)
+        report.count("dead_lettered")
+
+    def _send_dead_letter(self, request: dict[str, Any], position: int, quiet: bool = False) -> bool:
+        """SendMessage to the DLQ: True if taken, False on a sender fault when ``quiet``; else _StoppedError."""
+        try:
+            self._sqs.get().send_message(QueueUrl=self.dead_letter_queue_url, **request)
+            return True
+        except Exception as error:
+            if quiet and getattr(error, "response", {}).get("Error", {}).get("Type") == "Sender":
+                return False
+            raise _StoppedError(position) from error
+
+
+def _sequence_number(record: Mapping[str, Any]) -> str:
+    """Where Lambda must retry from; a record without one cannot be retried alone, so the whole batch fails."""
+    try:
+        return str(record["dynamodb"]["SequenceNumber"])
+    except (KeyError, TypeError) as error:
+        raise StreamRecordError(f"stream record {record!r:.200} has no dynamodb.SequenceNumber to retry from",
+                                json.dumps(record, default=str)) from error
+
+
+def _needs_minute_record(event: StreamEvent, watermark: int | None) -> bool:
+    """Whether deciding ``event`` needs the scheduler's record of its minute."""
+    if watermark is None:
+        return False
+    return event.bucket <= watermark if event.kind == INSERT else event.bucket < watermark
+
+
+def _insert_was_missed(event: StreamEvent, watermark: int | None, minute: Mapping[str, Any] | None) -> bool:
+    """Whether the scheduler may have read this insert's minute before the insert."""
+    if watermark is None or event.bucket > watermark:
+        return False
+    started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
+    return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
+
+
+def _expiry_was_undispatched(event: StreamEvent, watermark: int | None, minute: Mapping[str, Any] | None) -> bool:
+    """Whether the TTL may have deleted this item before the scheduler read it."""
+    if watermark is None or event.bucket >= watermark:
+        return True
+    read_s = _seconds(minute, FINISHED_MS_ATTRIBUTE)
+    if read_s is None:
+        read_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
+    return read_s is None or read_s >= event.at_s - CLOCK_TOLERANCE_SECONDS
+
+
+def _seconds(minute: Mapping[str, Any] | None, attribute: str) -> float | None:
+    """An epoch-ms attribute of a minute record, in seconds; None when absent."""
+    value = (minute or {}).get(attribute)
+    return int(value["N"]) / 1000 if value else None
+
+
+def _entry(entry_id: str, delayed: DelayedMessage, now: float) -> dict[str, Any]:
+    """A SendMessageBatch entry as the scheduler sends it: never visible before it is due."""
+    wait = math.ceil(delayed.due_ms / 1000 - now)
+    return {
+        "Id": entry_id,
+        "MessageBody": delayed.body,
+        "MessageAttributes": _with_due_at(delayed),
+        "DelaySeconds": max(0, min(limits.SQS_MAX_DELAY_SECONDS, wait)),
+    }
+
+
+def _refused(action: _Action, failure: Mapping[str, Any]) -> _Action:
+    """The dead-letter action for a message SQS refused."""
+    delayed = action.message
+    assert delayed is not None
+    error = SendRefusedError(f"SQS refused delayed message {delayed.message_id} (due {delayed.due_ms} ms, minute "
+                             f"{delayed.bucket}): {failure.get('Code')}: {failure.get('Message')}")
+    return _Action(action.position, body=delayed.body, attributes=dict(delayed.attributes), error=error)
+
+
+def _sendable(attributes: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The attributes SQS would accept, and the names of the others."""
+    good = {n: v for n, v in attributes.items()
+            if not (sqs_rules.attribute_name_problem(n) or sqs_rules.attribute_value_problem(n, v))}
+    return good, [n for n in attributes if n not in good]
+
+
+def _path(attributes: Mapping[str, Any]) -> str:
+    """The message's route, for the reason."""
+    value = attributes.get(message.PATH_ATTRIBUTE)
+    return str(value.get("StringValue") or "") if isinstance(value, Mapping) else ""
+
+
+def _sample(text: str) -> str:
+    """The first KiB of a body, escaped to ASCII so SQS takes it."""
+    return json.dumps(text.encode("utf-8")[:MAX_DEAD_LETTER_SAMPLE_BYTES].decode("utf-8", "ignore"), ensure_ascii=True)[1:-1]

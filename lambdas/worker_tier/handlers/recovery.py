@@ -1,0 +1,53 @@
+"""The delay table's safety net: ``worker_tier.handlers.recovery.lambda_handler``, fed by the table's stream."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from worker_tier.delay_recovery import DelayRecovery, RecoveryReport
+from worker_tier.handlers import PerProcess
+from worker_tier.observability import count, logger, metrics
+
+METRIC_LATE_WRITES = "DelayedLateWrites"
+METRIC_RECOVERED_FROM_TTL = "DelayedRecoveredFromTtl"
+METRIC_RECOVERY_DEAD_LETTERED = "DelayedRecoveryDeadLettered"
+
+
+class StreamEventError(ValueError):
+    """The event is not a DynamoDB stream batch."""
+
+
+def _new_recovery() -> DelayRecovery:
+    return DelayRecovery(
+        os.environ["WORKER_TIER_STATE_TABLE"], os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_DLQ_URL"]
+    )
+
+
+recovery = PerProcess(_new_recovery)
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def lambda_handler(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """One stream batch: deliver what the scheduler missed; report where to retry from, if anywhere."""
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    if not isinstance(records, list):
+        raise StreamEventError(f"a DynamoDB stream event is a mapping with a 'Records' list, got {type(event).__name__} "
+                               f"{str(event)[:80]!r}")
+    report = recovery.get().process(records)
+    _publish(report)
+    failures = [] if report.failed_sequence_number is None else [{"itemIdentifier": report.failed_sequence_number}]
+    return {"batchItemFailures": failures}
+
+
+def _publish(report: RecoveryReport) -> None:
+    """Once per batch: the counts, and a log line."""
+    count(METRIC_LATE_WRITES, report.late_writes)
+    count(METRIC_RECOVERED_FROM_TTL, report.recovered_from_ttl)
+    count(METRIC_RECOVERY_DEAD_LETTERED, report.dead_lettered)
+    logger.info("delay recovery batch", extra={
+        "records": report.records, "skipped": report.skipped, "late_writes": report.late_writes,
+        "recovered_from_ttl": report.recovered_from_ttl, "dead_lettered": report.dead_lettered,
+        "retry_from": report.failed_sequence_number,
+    })

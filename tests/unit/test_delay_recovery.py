@@ -1,0 +1,393 @@
+"""The delay table's safety net against in-memory DynamoDB and SQS, fed realistic stream records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from botocore.exceptions import ClientError
+
+from tests.fake_dynamodb import FakeDynamoDB
+from tests.fakes import FakeSQS
+from tests.strict_sqs import StrictSQS
+from worker_tier import delay
+from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
+from worker_tier.delay_recovery import (
+    CLOCK_TOLERANCE_SECONDS,
+    FINISHED_MS_ATTRIBUTE,
+    STARTED_MS_ATTRIBUTE,
+    DelayRecovery,
+    StreamRecordError,
+    minute_key,
+    read_record,
+)
+from worker_tier.message import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.scheduler import WATERMARK_KEY
+
+START = 1_800_000_000.0  # a minute boundary
+MINUTE = int(START // BUCKET_SECONDS)
+QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
+DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq"
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
+TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+
+
+class BatchGetDynamoDB(FakeDynamoDB):
+    """FakeDynamoDB plus BatchGetItem (consistent reads; ``unprocessed_once`` holds back every key once)."""
+
+    def __init__(self, unprocessed_once: bool = False) -> None:
+        super().__init__()
+        self.unprocessed_once = unprocessed_once
+
+    def batch_get_item(self, RequestItems: dict) -> dict:  # noqa: N803
+        self._enter("BatchGetItem", {"RequestItems": RequestItems})
+        (table, request), = RequestItems.items()
+        assert request["ConsistentRead"] is True and len(request["Keys"]) <= 100
+        if self.unprocessed_once:
+            self.unprocessed_once = False
+            return {"Responses": {table: []}, "UnprocessedKeys": RequestItems}
+        items = [self.tables[table][self._key(table, key)] for key in request["Keys"] if self._key(table, key) in self.tables[table]]
+        return {"Responses": {table: [self._copy(item) for item in items]}, "UnprocessedKeys": {}}
+
+
+class SingleSendSQS(FakeSQS):
+    """FakeSQS plus SendMessage (the DLQ path), refusing bodies over ``max_single_body_chars`` as SQS does."""
+
+    def __init__(self, max_single_body_chars: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_single_body_chars = max_single_body_chars
+
+    def send_message(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(("SendMessage", params))
+        limit = self.max_single_body_chars
+        if limit is not None and len(params["MessageBody"]) > limit:
+            raise ClientError({"Error": {"Code": "InvalidParameterValue", "Message": f"over {limit}", "Type": "Sender"}},
+                              "SendMessage")
+        return {"MessageId": f"dlq-{len(self.calls)}"}
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        return [params for name, params in self.calls if name == "SendMessage"]
+
+
+class World:
+    """A state table, a work queue and its DLQ, a clock, and a stream of the delay table."""
+
+    def __init__(self, sqs: Any = None) -> None:
+        self.now = START
+        self.dynamodb = BatchGetDynamoDB()
+        self.dynamodb.create_table("state", "pk")
+        self.sqs = sqs or SingleSendSQS(clock=lambda: self.now)
+        self.dead_letters: list[dict[str, Any]] = []
+        self.sequence = 0
+
+    def recovery(self) -> DelayRecovery:
+        return DelayRecovery("state", QUEUE, DLQ, sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now, sleep=lambda s: None)
+
+    def watermark(self, bucket: int) -> None:
+        self.dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(bucket)}})
+
+    def minute(self, bucket: int, started_s: float, finished_s: float | None = None) -> None:
+        item = {"pk": {"S": minute_key(bucket)}, STARTED_MS_ATTRIBUTE: {"N": str(int(started_s * 1000))}}
+        if finished_s is not None:
+            item[FINISHED_MS_ATTRIBUTE] = {"N": str(int(finished_s * 1000))}
+        self.dynamodb.put_item(TableName="state", Item=item)
+
+    def record(self, event_name: str, item: dict, at_s: float, identity: dict | None = None) -> dict:
+        """A Lambda DynamoDB stream record, as Lambda delivers it (DynamoDB JSON images)."""
+        self.sequence += 1
+        change: dict[str, Any] = {
+            "ApproximateCreationDateTime": float(int(at_s)),  # whole seconds, rounded down
+            "Keys": {"pk": item["pk"], "sk": item["sk"]},
+            "SequenceNumber": f"{self.sequence:021d}",
+            "SizeBytes": 300,
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+            ("NewImage" if event_name == "INSERT" else "OldImage"): item,
+        }
+        record = {"eventID": f"event-{self.sequence}", "eventName": event_name, "eventVersion": "1.1",
+                  "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
+        if identity is not None:
+            record["userIdentity"] = identity
+        return record
+
+    def insert(self, item: dict, at_s: float) -> dict:
+        return self.record("INSERT", item, at_s)
+
+    def expire(self, item: dict, at_s: float) -> dict:
+        return self.record("REMOVE", item, at_s, TTL_IDENTITY)
+
+
+def item(due_s: float, body: str = "hello", message_id: str = "m-1", attributes: dict | None = None) -> dict:
+    attrs = {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/remind"}, **(attributes or {})}
+    return DelayedMessage(message_id, int(due_s * 1000), body, attrs, shard=3).to_item()
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def due_at(entry: dict) -> str:
+    return entry["MessageAttributes"][DUE_AT_ATTRIBUTE]["StringValue"]
+
+
+# -- item 2: the TTL never loses an undispatched message ----------------------------------------
+
+
+def test_an_item_expired_before_dispatch_is_delivered_at_once_and_counted(world):
+    # GIVEN a message due at minute M, and a scheduler stuck on M since it started it (watermark still at M)
+    due = START + 30
+    world.minute(MINUTE, started_s=START - 840)
+    world.watermark(MINUTE)
+    # WHEN the TTL deletes it, 6 h after it was due, and the stream delivers the REMOVE
+    world.now = due + delay.DISPATCHED_RETENTION_SECONDS + 120
+    report = world.recovery().process([world.expire(item(due), world.now - 60)])
+    # THEN it goes to the work queue with its body, route and due time, visible at once (late, never early)
+    assert report.recovered_from_ttl == 1 and report.failed_sequence_number is None
+    (sent,) = world.sqs.sent
+    assert sent["MessageBody"] == "hello" and sent["DelaySeconds"] == 0
+    assert sent["MessageAttributes"][PATH_ATTRIBUTE]["StringValue"] == "/remind"
+    assert due_at(sent) == "2027-01-15T08:00:30.000Z"
+    assert sent["visible_at"] >= due
+
+
+def test_an_item_expired_in_a_minute_the_scheduler_never_started_is_delivered(world):
+    # GIVEN a scheduler that never ran at all (no watermark)
+    # WHEN an item expires
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    report = world.recovery().process([world.expire(item(START), world.now)])
+    # THEN it is delivered
+    assert report.recovered_from_ttl == 1 and len(world.sqs.sent) == 1
+
+
+def test_a_dispatched_items_expiry_is_ignored(world):
+    # GIVEN minute M dispatched long ago: the scheduler started it 14 minutes before it began, and moved on
+    due = START + 30
+    world.minute(MINUTE, started_s=START - 840)
+    world.watermark(MINUTE + 500)
+    # WHEN its item expires 6 h later
+    world.now = due + delay.DISPATCHED_RETENTION_SECONDS + 5
+    report = world.recovery().process([world.expire(item(due), world.now)])
+    # THEN nothing is sent and nothing counted
+    assert world.sqs.sent == []
+    assert (report.skipped, report.recovered_from_ttl) == (1, 0)
+
+
+def test_a_minute_finished_only_after_the_deletion_is_delivered_even_if_started_before(world):
+    # GIVEN minute M started before the TTL deleted its item, but finished only after (a frozen watermark that thawed)
+    due = START + 30
+    deleted_at = due + delay.DISPATCHED_RETENTION_SECONDS + 600
+    world.minute(MINUTE, started_s=START - 840, finished_s=deleted_at + 300)
+    world.watermark(MINUTE + 1)
+    world.now = deleted_at + 400
+    # WHEN the REMOVE is processed
+    report = world.recovery().process([world.expire(item(due), deleted_at)])
+    # THEN the item is delivered: the scheduler's last reads of M came after the item was gone
+    assert report.recovered_from_ttl == 1 and len(world.sqs.sent) == 1
+
+
+def test_a_minute_finished_before_the_deletion_is_not_sent_again(world):
+    # GIVEN minute M finished well before its item expired
+    due = START + 30
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 800)
+    world.watermark(MINUTE + 1)
+    world.now = due + delay.DISPATCHED_RETENTION_SECONDS + 60
+    # WHEN its item expires
+    report = world.recovery().process([world.expire(item(due), world.now)])
+    # THEN it is skipped
+    assert world.sqs.sent == [] and report.skipped == 1
+
+
+def test_an_expiry_in_a_minute_without_a_record_behind_the_watermark_errs_on_sending(world):
+    # GIVEN a watermark past M but no record of M (written before minute records existed, or expired)
+    world.watermark(MINUTE + 10)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    # WHEN its item expires
+    report = world.recovery().process([world.expire(item(START + 1), world.now)])
+    # THEN it is sent: a doubt costs a duplicate, never a loss
+    assert report.recovered_from_ttl == 1
+
+
+def test_a_users_delete_and_a_dedupe_marker_are_not_recoveries(world):
+    # GIVEN a REMOVE made by a user (not the TTL), a MODIFY, and a dedupe marker's TTL REMOVE
+    world.watermark(MINUTE)
+    marker = {"pk": {"S": delay.DEDUPE_PREFIX + "k"}, "sk": {"S": "-"}, "id": {"S": "m-1"}}
+    records = [
+        world.record("REMOVE", item(START), START, {"type": "User", "principalId": "AROAEXAMPLE:ops"}),
+        world.record("MODIFY", item(START), START),
+        world.expire(marker, START),
+    ]
+    # WHEN processed
+    report = world.recovery().process(records)
+    # THEN nothing is sent
+    assert world.sqs.sent == [] and report.skipped == 3
+
+
+# -- item 6: a late write is delivered late, never lost, and counted --------------------------------
+
+
+def test_a_late_insert_behind_the_watermark_is_delivered_and_counted(world):
+    # GIVEN a scheduler that finished minute M at START - 800 and moved on
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 800)
+    world.watermark(MINUTE + 1)
+    # WHEN a producer whose clock is 3 minutes behind stores a message due at M + 50 s, at START - 100
+    world.now = START - 100
+    report = world.recovery().process([world.insert(item(START + 50), START - 100)])
+    # THEN it is sent now, delayed to its due time (never early), and counted as a late write
+    assert report.late_writes == 1
+    (sent,) = world.sqs.sent
+    assert sent["DelaySeconds"] == 150 and sent["visible_at"] == START + 50
+
+
+def test_an_insert_ahead_of_the_watermark_is_left_to_the_scheduler(world):
+    # GIVEN the watermark at M
+    world.watermark(MINUTE)
+    # WHEN a message due in minute M + 20 is stored
+    report = world.recovery().process([world.insert(item(START + 20 * 60), START)])
+    # THEN nothing is sent, and no minute record is even read
+    assert world.sqs.sent == [] and report.skipped == 1
+    assert world.dynamodb.count("BatchGetItem") == 0
+
+
+def test_an_insert_into_the_current_minute_before_its_first_query_is_left_to_the_scheduler(world):
+    # GIVEN the scheduler started minute M well after the insert
+    world.minute(MINUTE, started_s=START - 700)
+    world.watermark(MINUTE)
+    # WHEN the INSERT (made at START - 800) is processed
+    report = world.recovery().process([world.insert(item(START + 10), START - 800)])
+    # THEN it is skipped: that first query saw it
+    assert world.sqs.sent == [] and report.skipped == 1
+
+
+@pytest.mark.parametrize("started_after_insert_s", [0, 1, CLOCK_TOLERANCE_SECONDS])
+def test_the_clock_tolerance_window_errs_on_the_side_of_sending(world, started_after_insert_s):
+    # GIVEN a minute the scheduler started within the tolerance after the insert (whole-second stream time, skewed clock)
+    inserted_at = START - 800.0
+    world.minute(MINUTE, started_s=inserted_at + started_after_insert_s)
+    world.watermark(MINUTE)
+    world.now = inserted_at + 40
+    # WHEN the INSERT is processed
+    report = world.recovery().process([world.insert(item(START + 10), inserted_at)])
+    # THEN it is sent (perhaps a duplicate), never skipped
+    assert report.late_writes == 1
+
+
+def test_the_tolerance_covers_the_schedulers_documented_clock_skew():
+    # GIVEN the documented skew budget (producer and scheduler together) and the stream's whole-second timestamps
+    # THEN the tolerance covers the scheduler's share of the skew plus the rounding
+    assert CLOCK_TOLERANCE_SECONDS >= delay.MAX_CLOCK_SKEW_SECONDS / 2 + 1
+
+
+# -- failures: DLQ with a reason, or a retry from the first record not done -------------------------
+
+
+def test_a_message_sqs_refuses_goes_to_the_dlq_with_a_reason(world):
+    # GIVEN a strict SQS, and an expired undispatched message whose attribute SQS refuses (a NUL character)
+    inner = SingleSendSQS(clock=lambda: START + delay.DISPATCHED_RETENTION_SECONDS + 60)
+    world = World(sqs=StrictSQS(inner))
+    world.watermark(MINUTE)
+    bad = item(START, attributes={"note": {"DataType": "String", "StringValue": "a\x00b"}})
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    # WHEN the REMOVE is processed alongside a good one
+    report = world.recovery().process([world.expire(bad, world.now), world.expire(item(START, "fine", "m-2"), world.now)])
+    # THEN the good one is delivered, the bad one is in the DLQ with its body, route and reason, and the batch succeeds
+    assert report.failed_sequence_number is None
+    assert (report.recovered_from_ttl, report.dead_lettered) == (1, 1)
+    assert [m["MessageBody"] for m in inner.sent] == ["fine"]
+    (dead,) = inner.dead_letters()
+    assert dead["QueueUrl"] == DLQ and dead["MessageBody"] == "hello"
+    reason = json.loads(dead["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
+    assert reason["error_type"] == "SendRefusedError"
+    assert "SQS refused delayed message m-1" in reason["error_message"] and "InvalidParameterValue" in reason["error_message"]
+    assert reason["dropped_attributes"] == ["note"] and reason["path"] == "/remind"
+
+
+def test_a_transient_sqs_failure_reports_the_first_record_not_done(world):
+    # GIVEN SQS that keeps failing the second message transiently
+    world.sqs = SingleSendSQS(fail=lambda call, entry: ("ServiceUnavailable", False) if entry["MessageBody"] == "two" else None,
+                              clock=lambda: world.now)
+    world.watermark(MINUTE)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    records = [world.expire(item(START, body, f"m-{body}"), world.now) for body in ("one", "two", "three")]
+    # WHEN the batch is processed
+    report = world.recovery().process(records)
+    # THEN the batch item failure is the second record: Lambda retries from there, and "one" is not sent again
+    assert report.failed_sequence_number == records[1]["dynamodb"]["SequenceNumber"]
+    assert sorted(m["MessageBody"] for m in world.sqs.sent) == ["one", "three"]
+
+
+def test_an_unreadable_record_goes_to_the_dlq_with_a_reason_and_the_rest_go_on(world):
+    # GIVEN a TTL REMOVE of a message item whose image lacks its body, then a good one
+    world.watermark(MINUTE)
+    broken = item(START)
+    del broken["body"]
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    records = [world.expire(broken, world.now), world.expire(item(START, "fine", "m-2"), world.now)]
+    # WHEN processed
+    report = world.recovery().process(records)
+    # THEN the good one is sent, and the DLQ holds the whole record with a reason naming what is missing
+    assert (report.recovered_from_ttl, report.dead_lettered, report.failed_sequence_number) == (1, 1, None)
+    (dead,) = world.sqs.dead_letters()
+    assert json.loads(dead["MessageBody"])["eventID"] == records[0]["eventID"]
+    reason = json.loads(dead["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
+    assert reason["error_type"] == "StreamRecordError"
+    assert "is not a readable delay-table message: KeyError: 'body'" in reason["error_message"]
+
+
+def test_read_record_names_the_record_and_what_a_message_needs():
+    # GIVEN an INSERT of a message key without a NewImage
+    record = {"eventID": "e-9", "eventName": "INSERT", "dynamodb": {"Keys": {"pk": {"S": "b#1#0"}, "sk": {"S": "x"}}}}
+    # WHEN read / THEN the error names the record, the missing field and the rule
+    with pytest.raises(StreamRecordError, match=r"stream record 'e-9' is not a readable delay-table message: KeyError: "
+                                                r"'NewImage' \(an INSERT needs dynamodb.NewImage"):
+        read_record(record)
+
+
+def test_unprocessed_minute_keys_are_read_again(world):
+    # GIVEN a state table that holds back every key of the first BatchGetItem
+    world.dynamodb.unprocessed_once = True
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 800)
+    world.watermark(MINUTE + 1)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    # WHEN a dispatched item expires
+    report = world.recovery().process([world.expire(item(START), world.now)])
+    # THEN the minute record is read on the second call, and the item is skipped
+    assert world.dynamodb.count("BatchGetItem") == 2 and report.skipped == 1
+
+
+def test_a_refused_message_too_big_for_the_dlq_leaves_a_pointer_with_its_reason_and_first_kib():
+    # GIVEN a work queue that refuses a body and a DLQ whose size limit the body exceeds too
+    inner = SingleSendSQS(max_single_body_chars=4000, fail=lambda call, entry: ("InvalidParameterValue", True))
+    world = World(sqs=inner)
+    world.watermark(MINUTE)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    body = "x" * 5000
+    # WHEN its TTL REMOVE is processed
+    report = world.recovery().process([world.expire(item(START, body), world.now)])
+    # THEN the DLQ holds a small message with the reason and the body's first KiB, and the batch succeeds
+    assert (report.dead_lettered, report.failed_sequence_number) == (1, None)
+    refused_copy, pointer = inner.dead_letters()
+    assert refused_copy["MessageBody"] == body
+    content = json.loads(pointer["MessageBody"])
+    assert content["body_sample"] == "x" * 1024
+    assert content["reason"]["error_type"] == "SendRefusedError"
+    assert "SQS refused delayed message m-1" in content["reason"]["error_message"]
+    assert json.loads(pointer["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"]) == content["reason"]
+
+
+def test_a_dlq_that_fails_transiently_stops_the_batch_at_that_record():
+    # GIVEN a work queue refusing every message, and a DLQ that is unavailable
+    class UnavailableDLQ(SingleSendSQS):
+        def send_message(self, **params: Any) -> dict[str, Any]:
+            raise ClientError({"Error": {"Code": "ServiceUnavailable", "Message": "down", "Type": "Receiver"}}, "SendMessage")
+
+    world = World(sqs=UnavailableDLQ(fail=lambda call, entry: ("InvalidParameterValue", True)))
+    world.watermark(MINUTE)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    records = [world.expire(item(START, f"b{n}", f"m-{n}"), world.now) for n in range(3)]
+    # WHEN processed
+    report = world.recovery().process(records)
+    # THEN Lambda is told to retry from the first record: nothing was dead-lettered
+    assert report.failed_sequence_number == records[0]["dynamodb"]["SequenceNumber"]
+    assert report.dead_lettered == 0
