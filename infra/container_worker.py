@@ -10,37 +10,55 @@ already publishes, ``visible / IF(running > 0, running, 1)``, against a target o
 refuses metric math ("Only direct metrics are supported for Target Tracking"), so the
 policy is an L1 ``CfnScalingPolicy`` on the service's scalable target. Scale-out is fast
 (60 s cooldown), scale-in slow (10 min); running tasks protect themselves from scale-in.
+
+Networking follows the ``container_subnets`` setting: ``private`` (the default) runs tasks
+in private subnets behind one NAT gateway with no public IP; ``public`` gives them public
+IPs in public subnets and saves the NAT gateway's cost. Either way there are no inbound
+rules. Pass ``vpc`` to use an existing VPC with such subnets instead of a new one.
+
+The base image is the ``container_base_image`` setting, passed to the Dockerfile as the
+``BASE_IMAGE`` build argument; synth warns unless it is pinned by digest (``@sha256:``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, Duration, Validations, aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecs as ecs
+from aws_cdk import Acknowledgment, Annotations, Duration, Validations
+from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecs as ecs
 from aws_cdk import aws_applicationautoscaling as autoscaling, aws_logs as logs, aws_sqs as sqs
 from aws_cdk.aws_ecr_assets import Platform
 from constructs import Construct
 
 from infra import REPO_ROOT, defaults
 from infra.function import POWERTOOLS_ENVIRONMENT
+from infra.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
 from infra.settings import Settings
+from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC, ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
 
 DOCKERFILE = "docker/worker.Dockerfile"
 DOCKER_EXCLUDES = [".venv", "cdk.out", "node_modules", ".git", ".pytest_cache", ".hypothesis", "tests", "bench", "**/__pycache__"]
 SCALE_OUT_COOLDOWN_SECONDS = 60
 SCALE_IN_COOLDOWN_SECONDS = 600
 METRIC_PERIOD_SECONDS = 60
-GRACE_SECONDS = 100
-STOP_TIMEOUT_SECONDS = 120  # ECS's maximum: the worker drains within GRACE_SECONDS of SIGTERM
+# SIGTERM to SIGKILL: Fargate's maximum, so the worker's grace period (DEFAULT_CONTAINER_GRACE_SECONDS) fits inside it.
+STOP_TIMEOUT_SECONDS = ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
+# The image runs `python -m worker_tier worker` (worker_tier/__main__.py).
+ENTRY_POINT = ["python", "-m", "worker_tier"]
+COMMAND = ["worker"]
+BASE_IMAGE_BUILD_ARG = "BASE_IMAGE"
+NAT_GATEWAYS = 1
+UNPINNED_IMAGE_WARNING_ID = "worker-tier:container-base-image-unpinned"
 
 
 @dataclass
 class ContainerWorkerProps:
-    """The stack's resources the container worker shares."""
+    """The stack's resources the container worker shares; ``vpc``: an existing one, else a new one."""
 
     settings: Settings
     dead_letter_queue: sqs.IQueue
     state_table: dynamodb.ITableV2
+    vpc: ec2.IVpc | None = None
 
 
 class ContainerWorker(Construct):
@@ -56,40 +74,41 @@ class ContainerWorker(Construct):
             dead_letter_queue=sqs.DeadLetterQueue(queue=props.dead_letter_queue, max_receive_count=settings.redrive_max_receive_count),
             **{**defaults.queue_props(settings), "visibility_timeout": Duration.seconds(settings.visibility_timeout)},
         )
-        vpc = self._vpc()
-        self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
-        task_definition = self._task_definition(settings)
+        public = settings.container_subnets == CONTAINER_SUBNETS_PUBLIC
+        self.vpc = props.vpc or self._new_vpc(public)
+        self.cluster = ecs.Cluster(self, "Cluster", vpc=self.vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
+        task_definition = self._task_definition(settings, props.state_table)
         self.service = ecs.FargateService(
             self,
             "Service",
             cluster=self.cluster,
             task_definition=task_definition,
             desired_count=settings.container_min_tasks,
-            assign_public_ip=True,  # reaches SQS and DynamoDB without a NAT gateway; no inbound rules at all
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
+            assign_public_ip=public,  # no inbound rules either way: tasks only make outbound calls
+            vpc_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PUBLIC if public else ec2.SubnetType.PRIVATE_WITH_EGRESS
+            ),
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
             min_healthy_percent=100,
         )
         self.queue.grant_consume_messages(task_definition.task_role)
         props.dead_letter_queue.grant_send_messages(task_definition.task_role)
-        props.state_table.grant_read_write_data(task_definition.task_role)
+        grant_items(props.state_table, task_definition.task_role, actions=IDEMPOTENCY_ACTIONS,
+                    leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
         self.scaling_policy = self._scaling(settings)
 
-    def _vpc(self) -> ec2.Vpc:
-        """Two public subnets, flow logs on; tasks only make outbound calls."""
-        vpc = ec2.Vpc(
-            self,
-            "Vpc",
-            max_azs=2,
-            nat_gateways=0,
-            subnet_configuration=[ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)],
-        )
+    def _new_vpc(self, public: bool) -> ec2.Vpc:
+        """Two AZs, flow logs on; private subnets behind one NAT gateway unless tasks are public."""
+        subnets = [ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)]
+        if not public:
+            subnets.append(ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS))
+        vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=0 if public else NAT_GATEWAYS, subnet_configuration=subnets)
         vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(
             logs.LogGroup(self, "FlowLogs", retention=defaults.LOG_RETENTION)
         ))
         return vpc
 
-    def _task_definition(self, settings: Settings) -> ecs.FargateTaskDefinition:
+    def _task_definition(self, settings: Settings, state_table: dynamodb.ITableV2) -> ecs.FargateTaskDefinition:
         task_definition = ecs.FargateTaskDefinition(
             self,
             "Task",
@@ -101,9 +120,9 @@ class ContainerWorker(Construct):
         )
         task_definition.add_container(
             "Worker",
-            image=ecs.ContainerImage.from_asset(
-                str(REPO_ROOT), file=DOCKERFILE, exclude=DOCKER_EXCLUDES, platform=Platform.LINUX_ARM64
-            ),
+            image=self._image(settings),
+            entry_point=ENTRY_POINT,
+            command=COMMAND,
             logging=ecs.LogDriver.aws_logs(
                 stream_prefix="worker", log_group=logs.LogGroup(self, "Logs", retention=defaults.LOG_RETENTION)
             ),
@@ -112,8 +131,7 @@ class ContainerWorker(Construct):
                 **POWERTOOLS_ENVIRONMENT,
                 "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
                 "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
-                "WORKER_TIER_CONCURRENCY": str(settings.container_concurrency),
-                "WORKER_TIER_GRACE_SECONDS": str(GRACE_SECONDS),
+                "WORKER_TIER_STATE_TABLE": state_table.table_name,
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_SECONDS),
         )
@@ -129,6 +147,22 @@ class ContainerWorker(Construct):
             ),
         )
         return task_definition
+
+    def _image(self, settings: Settings) -> ecs.ContainerImage:
+        """docker/worker.Dockerfile on the configured base image; a warning at synth unless it is pinned by digest."""
+        if "@sha256:" not in settings.container_base_image:
+            Annotations.of(self).add_warning_v2(
+                UNPINNED_IMAGE_WARNING_ID,
+                f"container_base_image {settings.container_base_image!r} is not pinned by digest, so a rebuild may "
+                "pick up a different image: set it to '<image>@sha256:<digest>'",
+            )
+        return ecs.ContainerImage.from_asset(
+            str(REPO_ROOT),
+            file=DOCKERFILE,
+            exclude=DOCKER_EXCLUDES,
+            platform=Platform.LINUX_ARM64,
+            build_args={BASE_IMAGE_BUILD_ARG: settings.container_base_image},
+        )
 
     def _scaling(self, settings: Settings) -> autoscaling.CfnScalingPolicy:
         """Target tracking on backlog per task (metric math), fast out, slow in."""

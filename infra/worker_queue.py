@@ -5,17 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from aws_cdk import Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_sqs as sqs
+from aws_cdk import Annotations, Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
 from infra import defaults
 from infra.alarms import queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
+from infra.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
 from infra.settings import Settings
 from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
+# The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).
+SETTINGS_ADVICE_WARNING_ID = "worker-tier:settings-advice"
 
 
 class WorkerQueuePropsError(ValueError):
@@ -79,8 +82,11 @@ class WorkerQueue(Construct):
         self.function = worker.function
         self.dead_letter_queue.grant_send_messages(self.function)
         if props.state_table is not None:
-            props.state_table.grant_read_write_data(self.function)
+            grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
+                        leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
         self.function.add_event_source(self._event_source(settings))
+        for advice in settings.advisories():
+            Annotations.of(self).add_warning_v2(SETTINGS_ADVICE_WARNING_ID, advice)
         self._add_alarms(settings, props.alarm_actions)
 
     def _new_queue(self, settings: Settings, overrides: Mapping[str, Any]) -> sqs.Queue:

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
+import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Match, Template
+from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_sqs as sqs
+from aws_cdk.assertions import Annotations, Match, Template
 
+from infra.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
 from tests.infra.conftest import synth
-from worker_tier.settings import Settings
+from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(container_worker=True, target_latency_seconds=10, avg_processing_seconds=1, container_min_tasks=2, container_max_tasks=20)
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory) -> Template:
-    stack, _ = synth(settings=SETTINGS, outdir=str(tmp_path_factory.mktemp("container")), cron_entries=[])
-    return Template.from_stack(stack)
+def synthesized(tmp_path_factory):
+    stack, assembly = synth(settings=SETTINGS, outdir=str(tmp_path_factory.mktemp("container")), cron_entries=[])
+    return stack, assembly
+
+
+@pytest.fixture(scope="module")
+def template(synthesized) -> Template:
+    return Template.from_stack(synthesized[0])
 
 
 def test_fargate_service_runs_the_worker_command_on_arm64(template):
@@ -29,7 +39,9 @@ def test_fargate_service_runs_the_worker_command_on_arm64(template):
             "RuntimePlatform": {"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"},
             "ContainerDefinitions": [Match.object_like({
                 "StopTimeout": 120,
-                "Environment": Match.array_with([{"Name": "WORKER_TIER_CONCURRENCY", "Value": "4"}, {"Name": "WORKER_TIER_GRACE_SECONDS", "Value": "100"}]),
+                "EntryPoint": ["python", "-m", "worker_tier"],
+                "Command": ["worker"],
+                "Environment": Match.array_with([{"Name": "WORKER_TIER_CONTAINER_CONCURRENCY", "Value": "4"}]),
             })],
         },
     )
@@ -70,3 +82,97 @@ def test_container_image_pins_agree_with_requirements():
     pins = {line for line in (REPO / "requirements.txt").read_text().splitlines() if "==" in line}
     container = {line for line in (REPO / "docker" / "requirements.txt").read_text().splitlines() if "==" in line}
     assert container <= pins
+
+
+def test_the_grace_period_fits_in_the_stop_timeout():
+    # SIGTERM, then DEFAULT_CONTAINER_GRACE_SECONDS for running tasks, then the exit, all before ECS's SIGKILL
+    assert DEFAULT_CONTAINER_GRACE_SECONDS < STOP_TIMEOUT_SECONDS == 120
+
+
+def test_task_definition_carries_the_state_table_for_idempotent_tasks(template):
+    # GIVEN the container worker  WHEN its task definition is synthesized  THEN idempotent tasks find their table
+    [definition] = template.find_resources("AWS::ECS::TaskDefinition").values()
+    [container] = definition["Properties"]["ContainerDefinitions"]
+    variables = {v["Name"]: v["Value"] for v in container["Environment"]}
+    assert re.fullmatch(r"StateTable[0-9A-F]{8}", variables["WORKER_TIER_STATE_TABLE"]["Ref"])
+    # AND no second name for a setting: concurrency travels only as the container_concurrency setting
+    assert "WORKER_TIER_CONCURRENCY" not in variables and "WORKER_TIER_GRACE_SECONDS" not in variables
+
+
+def test_tasks_run_in_private_subnets_without_public_ips_by_default(template):
+    # GIVEN the default container_subnets ("private")  THEN no public IP, private subnets, one NAT gateway
+    [service] = template.find_resources("AWS::ECS::Service").values()
+    network = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]
+    assert network["AssignPublicIp"] == "DISABLED"
+    assert _subnet_types(template, network["Subnets"]) == {"Private"}
+    template.resource_count_is("AWS::EC2::NatGateway", 1)
+
+
+def test_public_subnets_are_a_setting(tmp_path):
+    # GIVEN container_subnets "public"  WHEN synthesized (nag included)
+    settings = Settings(container_worker=True, container_subnets="public")
+    stack, _ = synth(settings=settings, outdir=str(tmp_path), cron_entries=[])
+    template = Template.from_stack(stack)
+    # THEN tasks get public IPs in public subnets and there is no NAT gateway to pay for
+    [service] = template.find_resources("AWS::ECS::Service").values()
+    network = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]
+    assert network["AssignPublicIp"] == "ENABLED"
+    assert _subnet_types(template, network["Subnets"]) == {"Public"}
+    template.resource_count_is("AWS::EC2::NatGateway", 0)
+
+
+def test_an_existing_vpc_is_used_instead_of_a_new_one():
+    # GIVEN a stack with its own VPC, handed to the construct
+    stack = cdk.Stack(cdk.App(), "Host")
+    vpc = ec2.Vpc(stack, "Existing", max_azs=2, nat_gateways=1)
+    props = ContainerWorkerProps(
+        settings=Settings(container_worker=True),
+        dead_letter_queue=sqs.Queue(stack, "Dlq"),
+        state_table=dynamodb.TableV2(stack, "State", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING)),
+        vpc=vpc,
+    )
+    # WHEN the container worker is built
+    worker = ContainerWorker(stack, "LongTasks", props)
+    template = Template.from_stack(stack)
+    # THEN it makes no VPC of its own and runs in the given VPC's private subnets
+    assert worker.vpc is vpc
+    template.resource_count_is("AWS::EC2::VPC", 1)
+    [service] = template.find_resources("AWS::ECS::Service").values()
+    subnets = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]
+    assert [s["Ref"] for s in subnets] == [stack.resolve(s.subnet_id)["Ref"] for s in vpc.private_subnets]
+
+
+def test_base_image_is_a_build_argument_from_the_setting(synthesized):
+    # GIVEN the default settings  WHEN the image asset is synthesized
+    _, assembly = synthesized
+    manifest = json.loads((Path(assembly.directory) / "WorkerTier.assets.json").read_text())
+    [image] = manifest["dockerImages"].values()
+    # THEN the Dockerfile gets the configured base image as BASE_IMAGE
+    assert image["source"]["dockerBuildArgs"] == {"BASE_IMAGE": DEFAULT_CONTAINER_BASE_IMAGE}
+    assert image["source"]["dockerFile"] == "docker/worker.Dockerfile"
+
+
+def test_dockerfile_default_base_image_is_the_settings_default():
+    dockerfile = (REPO / "docker" / "worker.Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE={DEFAULT_CONTAINER_BASE_IMAGE}\nFROM ${{BASE_IMAGE}}\n" in dockerfile
+
+
+def test_an_unpinned_base_image_warns_at_synth_and_a_digest_does_not(synthesized, tmp_path):
+    # GIVEN the default base image (a tag)  THEN synth warns, naming the image
+    stack, _ = synthesized
+    Annotations.from_stack(stack).has_warning(
+        "/WorkerTier/LongTasks",
+        f"container_base_image '{DEFAULT_CONTAINER_BASE_IMAGE}' is not pinned by digest, so a rebuild may pick up a "
+        f"different image: set it to '<image>@sha256:<digest>' [ack: {UNPINNED_IMAGE_WARNING_ID}]",
+    )
+    # AND GIVEN an image pinned by digest  THEN no such warning
+    pinned = Settings(container_worker=True, container_base_image=f"{DEFAULT_CONTAINER_BASE_IMAGE}@sha256:{'a' * 64}")
+    pinned_stack, _ = synth(settings=pinned, outdir=str(tmp_path), cron_entries=[])
+    Annotations.from_stack(pinned_stack).has_no_warning("*", Match.string_like_regexp("not pinned by digest"))
+
+
+def _subnet_types(template: Template, subnets: list[dict]) -> set[str]:
+    """The CDK subnet types ("Public", "Private") of the referenced subnets, from their tags."""
+    resources = template.find_resources("AWS::EC2::Subnet")
+    tags = [{t["Key"]: t["Value"] for t in resources[s["Ref"]]["Properties"]["Tags"]} for s in subnets]
+    return {t["aws-cdk:subnet-type"] for t in tags}
