@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -9,6 +10,7 @@ from typing import Any, Callable
 import pytest
 from botocore.exceptions import ClientError
 
+from infra.cron_config import CronConfigError, parse
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
 from worker_tier.periodic import (
@@ -198,3 +200,44 @@ def test_handler_event_from_scheduler_input():
         tick_from_event({"name": "a", "scheduled_time": "2026-11-22T12:00:00Z"})
     with pytest.raises(ValueError, match=r"cron event scheduled_time must be ISO-8601, got 'noon'"):
         tick_from_event({"name": "a", "url": "/a", "scheduled_time": "noon"})
+
+
+@pytest.mark.parametrize("event", [None, ["backup-job"], "backup-job", 42])
+def test_an_event_that_is_not_an_object_is_refused_with_what_it_was(event):
+    # GIVEN a cron event that is not a JSON object  WHEN read  THEN a ValueError naming its type, not AttributeError
+    with pytest.raises(ValueError) as error:
+        tick_from_event(event)
+    assert str(error.value) == (
+        "cron event must be a JSON object with string fields name, url and scheduled_time, "
+        f"got {type(event).__name__}: {event!r}"
+    )
+
+
+CANDIDATES = [
+    ("backup-job", "/backup", "elasticbeanstalk scheduled job"),
+    ("nightly report", "/report", "elasticbeanstalk scheduled job"),
+    ("caf\u00e9", "/cafe", "elasticbeanstalk scheduled job"),
+    ("n" * 129, "/long", "elasticbeanstalk scheduled job"),
+    ("n" * 128, "/long", "elasticbeanstalk scheduled job"),
+    ("nul-body", "/a", "x\x00y"),
+    ("ctl-url", "/a\x01", "elasticbeanstalk scheduled job"),
+    ("emoji-body", "/a", "done \U0001F389"),
+]
+
+
+def test_every_entry_that_passes_synth_is_accepted_by_strict_sqs_on_fifo(aws_fifo):
+    # GIVEN candidate entries, some of which SQS would refuse on a FIFO queue
+    accepted = []
+    for name, url, body in CANDIDATES:
+        quoted = {key: json.dumps(value, ensure_ascii=False) for key, value in (("name", name), ("url", url), ("body", body))}
+        text = "version: 1\ncron:\n - schedule: '@daily'\n" + "".join(f"   {key}: {value}\n" for key, value in quoted.items())
+        try:
+            [entry] = parse(text, fifo=True)
+        except CronConfigError:
+            continue
+        # WHEN an entry passes synth  THEN its tick is sent, through the strict stand-in, without refusal
+        tick = Tick(entry.name, entry.url, TICK.scheduled_at, entry.body)
+        assert enqueuer(aws_fifo).enqueue(tick) is True
+        accepted.append(name)
+    # AND exactly the sendable ones passed
+    assert accepted == ["backup-job", "n" * 128, "emoji-body"]
