@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from infra.cron_config import CronConfigError, parse
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
+from worker_tier.local.cron import CronEmulator
 from worker_tier.periodic import (
     TICK_LEASE_SECONDS,
     TICK_PENDING_POLL_SECONDS,
@@ -241,3 +242,48 @@ def test_every_entry_that_passes_synth_is_accepted_by_strict_sqs_on_fifo(aws_fif
         accepted.append(name)
     # AND exactly the sendable ones passed
     assert accepted == ["backup-job", "n" * 128, "emoji-body"]
+
+
+DAILY = parse('version: 1\ncron:\n - name: "daily"\n   url: "/daily"\n   schedule: "1 8 * * *"\n')  # 08:01 UTC
+BEFORE_TICK = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+
+
+def emulator_with_failing_sends(aws: AwsWorld, failures: int, now: list[float]) -> CronEmulator:
+    sends = TickEnqueuer(aws.queue_url, aws.state_table, sqs=FlakySQS(aws.sqs, failures), dynamodb=aws.dynamodb, clock=lambda: now[0])
+    return CronEmulator(DAILY, lambda event, context: sends.enqueue(tick_from_event(event)), lambda: None, clock=lambda: now[0])
+
+
+def test_local_emulator_retries_a_failed_tick_as_lambda_does(aws):
+    # GIVEN a daily entry whose first two sends fail
+    now = [BEFORE_TICK]
+    emulator = emulator_with_failing_sends(aws, failures=2, now=now)
+    # WHEN the tick comes  THEN the failed invocation does not stop the emulator, and is retried after 1 and 2 minutes
+    now[0] += 60
+    assert emulator.fire_due() == []
+    assert emulator.next_due() == datetime.fromtimestamp(now[0] + 60, tz=timezone.utc)
+    now[0] += 60
+    assert emulator.fire_due() == []
+    now[0] += 119
+    assert emulator.fire_due() == []
+    now[0] += 1
+    assert emulator.fire_due() == [True]
+    # THEN the tick was enqueued once, and nothing was dead-lettered
+    assert len(received(aws)) == 1
+    assert emulator.dead_letters == []
+
+
+def test_local_emulator_dead_letters_a_tick_that_fails_every_attempt(aws):
+    # GIVEN a daily entry whose sends keep failing
+    now = [BEFORE_TICK]
+    emulator = emulator_with_failing_sends(aws, failures=99, now=now)
+    # WHEN the tick and both retries have failed
+    for step in (60, 60, 120, 600):
+        now[0] += step
+        assert emulator.fire_due() == []
+    # THEN it is recorded once, as Lambda's on-failure destination would record it, and no longer retried
+    [record] = emulator.dead_letters
+    assert record["requestContext"] == {"condition": "RetriesExhausted", "approximateInvokeCount": 3}
+    assert record["requestPayload"]["scheduled_time"] == "2027-01-15T08:01:00Z"
+    assert record["responsePayload"]["errorType"] == "TickNotEnqueuedError"
+    assert record["responsePayload"]["errorMessage"].startswith("tick 'cron#daily#2027-01-15 08:01:00 UTC' was not enqueued")
+    assert received(aws) == []
