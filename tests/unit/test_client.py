@@ -1,16 +1,20 @@
 """Client: input rules, batch splitting and Failed-entry handling, against an in-memory SQS held to SQS's rules."""
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
 from worker_tier.client import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, MAX_ENTRY_ATTEMPTS
-from worker_tier.delay import new_message_id
+from worker_tier.delay import DelayedMessage, new_message_id
 from worker_tier.limits import SQS_MAX_MESSAGE_BYTES
+from worker_tier.message import DUE_AT_ATTRIBUTE
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 FIFO_QUEUE = QUEUE + ".fifo"
@@ -513,3 +517,69 @@ def test_internal_attributes_obey_their_rule_and_sqs_rules(internal, rule):
         client(sqs).send_batch([OutgoingMessage("/x", "b")], _internal_attributes=internal)
     assert str(error.value).startswith(rule)
     assert sqs.calls == []
+
+
+# -- what the Client accepts, SQS accepts: now and at dispatch --------------------------------------
+
+_NASTY_TEXT = st.text(alphabet=st.one_of(st.characters(), st.sampled_from("\x00\x01\x0b\ud800\udfff\ufffe\uffff\U0010ffff\t\n\r")), max_size=12)
+_PLAUSIBLE_TEXT = st.text(
+    alphabet=st.one_of(st.characters(exclude_categories=("Cc", "Cs")), st.sampled_from("\t\n\r")), min_size=1, max_size=12
+)
+_NAMES = st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,10}", fullmatch=True)
+_NASTY_NAMES = st.one_of(
+    st.text(alphabet=st.sampled_from("abcXYZ019_-. \n\t\x00é☃"), max_size=12),
+    st.sampled_from(["AWS.x", "amazon.y", "worker_tier.due_at", "beanstalk.sqsd.path", "a" * 256, "a" * 257, "tenant\n"]),
+)
+_VALUES = st.one_of(
+    _PLAUSIBLE_TEXT,
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.floats(min_value=-1e100, max_value=1e100).filter(lambda f: f == 0 or abs(f) > 1e-100),
+    st.binary(min_size=1, max_size=8),
+)
+_NASTY_VALUES = st.one_of(
+    _NASTY_TEXT,
+    st.integers(min_value=-(10**130), max_value=10**130),
+    st.floats(),
+    st.floats(min_value=-1e-120, max_value=1e-120),
+    st.binary(max_size=2),
+    st.booleans(),
+)
+# Mostly plausible attributes, sometimes with one hostile name or value among them.
+_ATTRIBUTES = st.tuples(
+    st.dictionaries(_NAMES, _VALUES, max_size=7),
+    st.one_of(st.none(), st.tuples(st.one_of(_NAMES, _NASTY_NAMES), st.one_of(_VALUES, _NASTY_VALUES))),
+).map(lambda pair: {**pair[0], **({pair[1][0]: pair[1][1]} if pair[1] else {})})
+
+
+def _dispatch_entry(item: dict) -> dict:
+    """The SendMessageBatch entry the scheduler builds: the stored attributes plus worker_tier.due_at."""
+    delayed = DelayedMessage.from_item(item)
+    seconds, millis = divmod(delayed.due_ms, 1000)
+    due = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+    attributes = {**delayed.attributes, DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}}
+    return {"Id": "0", "MessageBody": delayed.body, "MessageAttributes": attributes, "DelaySeconds": 900}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=st.one_of(st.just("b"), _PLAUSIBLE_TEXT, _NASTY_TEXT),
+    attributes=_ATTRIBUTES,
+    delay=st.sampled_from([0, 30, 3600]),
+    dedupe_key=st.one_of(st.none(), st.from_regex(r"[a-z0-9!~-]{1,6}", fullmatch=True), st.text(alphabet=st.sampled_from("ab1-!~ é"), max_size=4)),
+)
+def test_what_the_client_accepts_sqs_accepts_now_and_at_dispatch(body, attributes, delay, dedupe_key):
+    # GIVEN a Client with a delay table, in front of a strict SQS
+    sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
+    # WHEN a message with arbitrary attributes is sent now, soon, or through the delay table
+    try:
+        [result] = table_client(sqs, dynamodb).send_batch([OutgoingMessage("/x", body, delay=delay, attributes=attributes, dedupe_key=dedupe_key)])
+    except MessageError:
+        event(f"refused, delay {delay}")
+        assert sqs.calls == [] and stored(dynamodb) == []
+        return
+    event(f"accepted, delay {delay}")
+    # THEN SQS took it, and a stored one is taken by SQS at dispatch too
+    assert result.ok and sqs.refused == []
+    for item in stored(dynamodb):
+        dispatch = StrictSQS(FakeSQS())
+        assert dispatch.send_message_batch(QueueUrl=QUEUE, Entries=[_dispatch_entry(item)])["Failed"] == []
