@@ -44,9 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.cron_preview", description=__doc__)
     parser.add_argument("cron_yaml", nargs="?", type=Path, default=REPO_ROOT / "cron.yaml")
     parser.add_argument("--count", type=int, default=DEFAULT_COUNT)
+    parser.add_argument("--fifo", action="store_true", help="check the entries for a FIFO queue (name = MessageGroupId)")
     args = parser.parse_args(argv)
     try:
-        entries = load(args.cron_yaml)
+        entries = load(args.cron_yaml, fifo=args.fifo)
     except CronConfigError as error:
         print(error, file=sys.stderr)
         return 1
