@@ -174,11 +174,19 @@ def parse_due_at(text: Any, message_id: Any = None) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
+def error_text(error: BaseException) -> str:
+    """``str(error)``, or a note saying it could not be had (an exception's ``__str__`` can raise)."""
+    try:
+        return str(error)
+    except Exception as failure:
+        return f"<str() of {type(error).__name__} raised {type(failure).__name__}: {failure}>"
+
+
 def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
     """The ``worker_tier.failure`` fields for an error (DESIGN.md, message contract)."""
     return {
         "error_type": type(error).__name__,
-        "error_message": truncate_utf8(str(error), MAX_ERROR_MESSAGE_BYTES),
+        "error_message": truncate_utf8(error_text(error), MAX_ERROR_MESSAGE_BYTES),
         "attempts": attempts,
         "failed_at": failed_at.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "path": path,

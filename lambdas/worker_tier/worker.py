@@ -105,8 +105,8 @@ class HeldBackError(Exception):
     """The message is not due yet; it goes back until it is (not a failure)."""
 
 
-class TaskInterruptedError(WorkerTierError):
-    """A task raised a BaseException that is not an Exception (SystemExit, KeyboardInterrupt)."""
+class TaskFailedError(WorkerTierError):
+    """Marks a record failed for the batch processor; the task's own error (any BaseException) is its cause."""
 
 
 @dataclass
@@ -299,9 +299,7 @@ class Worker:
             raise
         except BaseException as error:  # a task's failure, whatever its type (SystemExit included)
             if self._fail(record, task, invocation, error):
-                if isinstance(error, Exception):
-                    raise
-                raise TaskInterruptedError(f"task raised {_describe(error)}") from error
+                raise TaskFailedError(_describe(error)) from error
         else:
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
@@ -574,4 +572,4 @@ def _sent_timestamp_ms(record: Mapping[str, Any]) -> int | None:
 
 def _describe(error: BaseException) -> str:
     """``Type: message`` for logs and outcomes."""
-    return f"{type(error).__name__}: {error}"
+    return f"{type(error).__name__}: {message.error_text(error)}"

@@ -1,0 +1,451 @@
+"""The worker's failure paths against moto and the strict SQS stand-in (issue #8: nothing lost, early or silent)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from tests.functional.conftest import AwsWorld
+from tests.strict_sqs import StrictSQS
+from worker_tier import NonRetryableError, RetryLater, Task, observability
+from worker_tier.dead_letter import REASON_RECORD_NOTE
+from worker_tier.delay import DelayedMessage
+from worker_tier.errors import MalformedEventError
+from worker_tier.limits import SQS_MAX_MESSAGE_BYTES, SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
+from worker_tier.message import ATTEMPTS_ATTRIBUTE, DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE
+from worker_tier.registry import Registry
+from worker_tier.settings import Settings
+from worker_tier.worker import (
+    OUTCOME_HELD_BACK,
+    OUTCOME_RESCHEDULED,
+    VISIBILITY_SAFETY_MARGIN_SECONDS,
+    Outcome,
+    Worker,
+    add_outcome_listener,
+    remove_outcome_listener,
+)
+
+START = 1_800_000_000.0  # the tests' wall clock at the receive
+
+
+class Clock:
+    """A settable wall clock, shared by the worker and the strict stand-in."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def published():
+    """The metrics a test's invocations published, summed by name."""
+    observability.metrics.clear_metrics()
+
+    def sums() -> dict[str, float]:
+        return {name: sum(metric["Value"]) for name, metric in observability.metrics.metric_set.items()}
+
+    yield sums
+    observability.metrics.clear_metrics()
+
+
+@pytest.fixture
+def outcomes():
+    seen: list[Outcome] = []
+    add_outcome_listener(seen.append)
+    yield seen
+    remove_outcome_listener(seen.append)
+
+
+def worker_for(aws: AwsWorld, tasks: Registry, clock: Clock | None = None, **options) -> Worker:
+    settings = options.pop("settings", None) or Settings(**options.pop("settings_values", {}))
+    return Worker(
+        settings,
+        queue_url=aws.queue_url,
+        dead_letter_queue_url=aws.dead_letter_queue_url,
+        state_table=aws.state_table,
+        registry=tasks,
+        sqs=aws.sqs,
+        dynamodb=aws.dynamodb,
+        clock=clock or Clock(),
+        random=lambda: 0.999,
+        **options,
+    )
+
+
+def send(aws: AwsWorld, path: str, body: str = "{}", **attributes: dict) -> None:
+    aws.sqs.send_message(
+        QueueUrl=aws.queue_url,
+        MessageBody=body,
+        MessageAttributes={"beanstalk.sqsd.path": {"DataType": "String", "StringValue": path}, **attributes},
+    )
+
+
+def strict(aws: AwsWorld, clock: Clock) -> StrictSQS:
+    """Route the world's SQS calls through the strict stand-in (it refuses what SQS refuses and moto accepts)."""
+    aws.sqs = StrictSQS(aws.sqs, clock=clock)
+    return aws.sqs
+
+
+def entries(aws: AwsWorld) -> list[dict]:
+    return [entry for params in aws.params("ChangeMessageVisibilityBatch") for entry in params["Entries"]]
+
+
+def failure_ids(response: dict) -> set[str]:
+    return {item["itemIdentifier"] for item in response["batchItemFailures"]}
+
+
+def dead_letter_sends(aws: AwsWorld) -> list[dict]:
+    return [params for params in aws.params("SendMessage") if params["QueueUrl"] == aws.dead_letter_queue_url]
+
+
+def reason_of(dead: dict) -> dict:
+    return json.loads(dead["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
+
+
+def one_task(path: str, handler) -> Registry:
+    tasks = Registry()
+    tasks.task(path)(handler)
+    return tasks
+
+
+def raise_(error: BaseException):
+    def handler(task: Task) -> None:
+        raise error
+
+    return handler
+
+
+# -- item 7: a retry longer than SQS allows still holds; a refused change is counted ------------------------------
+
+
+@pytest.mark.parametrize(
+    "error, settings",
+    [(RetryLater(43_000), {}), (RuntimeError("down"), {"max_backoff": SQS_MAX_VISIBILITY_TIMEOUT_SECONDS})],
+    ids=["retry-later", "backoff"],
+)
+def test_retry_near_twelve_hours_without_delay_table_is_shortened_to_what_sqs_allows(aws, published, error, settings):
+    # GIVEN a message on its 20th receive whose task runs 10 minutes, then wants a retry near 12 hours
+    clock = Clock()
+    sqs = strict(aws, clock)
+    send(aws, "/later")
+    event = aws.receive_event()
+    event["Records"][0]["attributes"]["ApproximateReceiveCount"] = "20"
+
+    def ten_minutes_then_fail(task: Task) -> None:
+        clock.now += 600
+        raise error
+
+    worker = worker_for(aws, one_task("/later", ten_minutes_then_fail), clock, settings_values={"max_retries": 100, **settings})
+    # WHEN handled (no delay table)
+    response = worker.handle(event, None)
+    # THEN SQS accepts the change: 12 h from the receive, less the time since and the margin; it is counted
+    assert len(response["batchItemFailures"]) == 1
+    assert [e["VisibilityTimeout"] for e in entries(aws)] == [SQS_MAX_VISIBILITY_TIMEOUT_SECONDS - 600 - VISIBILITY_SAFETY_MARGIN_SECONDS]
+    assert sqs.refused == []
+    assert published()[observability.METRIC_RETRY_DELAY_SHORTENED] == 1
+
+
+def test_retry_longer_than_sqs_allows_is_rescheduled_through_the_delay_table(aws, published, outcomes):
+    # GIVEN a delay table, and a task that asks to be retried in two days
+    aws.dynamodb.create_table(
+        TableName="delay",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    clock = Clock()
+    strict(aws, clock)
+    send(aws, "/later", '{"n": 1}', tenant={"DataType": "String", "StringValue": "acme"})
+    event = aws.receive_event()
+    event["Records"][0]["attributes"]["ApproximateReceiveCount"] = "2"
+    worker = worker_for(aws, one_task("/later", raise_(RetryLater(2 * 86400))), clock, delay_table="delay")
+    # WHEN handled
+    response = worker.handle(event, None)
+    # THEN the original is reported done and a copy waits in the delay table, due in two days, with its receives so far
+    assert response["batchItemFailures"] == []
+    [item] = aws.dynamodb.scan(TableName="delay")["Items"]
+    copy = DelayedMessage.from_item(item)
+    assert copy.body == '{"n": 1}'
+    assert copy.due_ms == (START + 2 * 86400) * 1000
+    assert copy.attributes["beanstalk.sqsd.path"]["StringValue"] == "/later"
+    assert copy.attributes["tenant"]["StringValue"] == "acme"
+    assert copy.attributes[ATTEMPTS_ATTRIBUTE]["StringValue"] == "2"
+    assert published()[observability.METRIC_RESCHEDULED] == 1
+    assert [o.status for o in outcomes] == [OUTCOME_RESCHEDULED]
+
+
+def test_a_copy_counts_the_receives_of_the_message_it_replaced(aws):
+    # GIVEN a rescheduled copy on its first receive, whose original used two receives; max_retries 3
+    send(aws, "/boom", "x", **{ATTEMPTS_ATTRIBUTE: {"DataType": "String", "StringValue": "2"}})
+    event = aws.receive_event()
+    # WHEN its task fails
+    response = worker_for(aws, one_task("/boom", raise_(RuntimeError("boom"))), settings_values={"max_retries": 3}).handle(event, None)
+    # THEN max_retries bounds the chain: it is the third attempt, so it is dead-lettered
+    assert response["batchItemFailures"] == []
+    assert reason_of(aws.dead_letters()[0])["attempts"] == 3
+
+
+def test_refused_visibility_change_is_counted(aws, published):
+    # GIVEN a failing message whose receipt handle SQS no longer accepts (it was deleted meanwhile)
+    send(aws, "/boom")
+    event = aws.receive_event()
+    event["Records"][0]["receiptHandle"] = "not-a-receipt-handle"
+    # WHEN its retry's visibility change is refused
+    worker_for(aws, one_task("/boom", raise_(RuntimeError("boom")))).handle(event, None)
+    # THEN the refusal is counted, not just logged
+    assert published()[observability.METRIC_VISIBILITY_REFUSED] == 1
+
+
+# -- item 8: never early under the documented clock skew ----------------------------------------------------------
+
+
+def test_message_not_due_by_the_worker_clock_is_held_back_not_run(aws, published, outcomes):
+    # GIVEN a delayed message dispatched by a scheduler whose clock ran 30 s ahead
+    clock = Clock()
+    ran = []
+    due = datetime.fromtimestamp(START + 29.2, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    send(aws, "/due", **{DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}})
+    event = aws.receive_event()
+    # WHEN the worker receives it 29.2 s early
+    response = worker_for(aws, one_task("/due", ran.append), clock).handle(event, None)
+    # THEN the task does not run; the message comes back when due; it is not a failure or a retry
+    assert ran == []
+    assert failure_ids(response) == {event["Records"][0]["messageId"]}
+    assert [e["VisibilityTimeout"] for e in entries(aws)] == [30]
+    metrics = published()
+    assert metrics[observability.METRIC_HELD_BACK] == 1
+    assert observability.METRIC_FAILED not in metrics and observability.METRIC_RETRIED not in metrics
+    assert [(o.status, o.visibility_seconds) for o in outcomes] == [(OUTCOME_HELD_BACK, 30)]
+
+
+def test_message_due_now_runs(aws):
+    # GIVEN a delayed message due one second ago by the worker's clock
+    clock = Clock()
+    ran = []
+    due = datetime.fromtimestamp(START - 1, tz=timezone.utc).isoformat()
+    send(aws, "/due", **{DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}})
+    # WHEN handled
+    response = worker_for(aws, one_task("/due", lambda t: ran.append(t.due_at)), clock).handle(aws.receive_event(), None)
+    # THEN it runs at once
+    assert response["batchItemFailures"] == [] and ran == [datetime.fromtimestamp(START - 1, tz=timezone.utc)]
+
+
+def test_unreadable_due_at_is_treated_as_absent_inside_the_task(aws):
+    # GIVEN a message whose worker_tier.due_at is not a time
+    seen = []
+    send(aws, "/due", **{DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": "next tuesday"}})
+    # WHEN its task reads due_at
+    response = worker_for(aws, one_task("/due", lambda t: seen.append(t.due_at))).handle(aws.receive_event(), None)
+    # THEN it reads None and the task succeeds
+    assert response["batchItemFailures"] == [] and seen == [None]
+
+
+# -- item 12: every give-up reaches the DLQ with its reason --------------------------------------------------------
+
+
+def test_retry_later_forever_is_dead_lettered_with_its_reason_at_max_retries(aws):
+    # GIVEN a task that always asks for a retry, on the max_retries-th receive
+    send(aws, "/later", "x")
+    event = aws.receive_event()
+    event["Records"][0]["attributes"]["ApproximateReceiveCount"] = "3"
+    tasks = one_task("/later", raise_(RetryLater(60, "the printer is still offline")))
+    # WHEN handled with max_retries 3
+    response = worker_for(aws, tasks, settings_values={"max_retries": 3}).handle(event, None)
+    # THEN the worker dead-letters it with the reason, rather than leaving it to the redrive policy
+    assert response["batchItemFailures"] == []
+    reason = reason_of(aws.dead_letters()[0])
+    assert (reason["error_type"], reason["error_message"], reason["attempts"]) == ("RetryLater", "the printer is still offline", 3)
+
+
+def test_body_near_one_mebibyte_sends_its_reason_first_as_a_record_of_its_own(aws):
+    # GIVEN a message whose body is 1 MiB - 50 bytes: no reason attribute can fit beside it
+    clock = Clock()
+    strict(aws, clock)
+    body = "b" * (SQS_MAX_MESSAGE_BYTES - 50)
+    send(aws, "/refuse", body)
+    event = aws.receive_event()
+    message_id = event["Records"][0]["messageId"]
+    # WHEN its task refuses it
+    response = worker_for(aws, one_task("/refuse", raise_(NonRetryableError("too big to print"))), clock).handle(event, None)
+    # THEN it is dead-lettered at once: first a reason record naming it, then the body whole
+    assert response["batchItemFailures"] == []
+    first, second = dead_letter_sends(aws)
+    record = json.loads(first["MessageBody"])
+    assert record["source_message_id"] == message_id
+    assert (record["reason"]["error_type"], record["reason"]["error_message"]) == ("NonRetryableError", "too big to print")
+    assert record["note"] == REASON_RECORD_NOTE
+    assert second["MessageBody"] == body
+    assert FAILURE_ATTRIBUTE not in second["MessageAttributes"]
+    assert aws.sqs.refused == []
+
+
+def test_body_a_few_hundred_bytes_under_the_limit_keeps_a_shortened_reason(aws):
+    # GIVEN a body 400 bytes under 1 MiB, an attribute of its own, and a 1,000-character error
+    clock = Clock()
+    strict(aws, clock)
+    body = "b" * (SQS_MAX_MESSAGE_BYTES - 400)
+    send(aws, "/refuse", body, tenant={"DataType": "String", "StringValue": "acme"})
+    # WHEN its task refuses it
+    response = worker_for(aws, one_task("/refuse", raise_(NonRetryableError("e" * 1000))), clock).handle(aws.receive_event(), None)
+    # THEN one DLQ message: the body whole, the reason with a shortened message naming the shed attribute
+    assert response["batchItemFailures"] == []
+    [sent] = dead_letter_sends(aws)
+    assert sent["MessageBody"] == body
+    reason = json.loads(sent["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
+    assert reason["dropped_attributes"] == ["tenant"]
+    assert reason["error_message"].endswith("...") and 0 < len(reason["error_message"]) < 1000
+    assert aws.sqs.refused == []
+
+
+# -- item 14: FIFO forwarding to the container worker --------------------------------------------------------------
+
+
+def test_fifo_forward_to_the_long_task_queue_keeps_group_and_deduplicates_on_the_message(aws_fifo):
+    # GIVEN a FIFO work queue, a FIFO long-task queue and a container task
+    long_queue = aws_fifo.sqs.create_queue(QueueName="long.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    tasks = Registry()
+    tasks.task("/render", container=True)(lambda t: None)
+    aws_fifo.sqs.send_message(
+        QueueUrl=aws_fifo.queue_url, MessageBody="frame 1", MessageGroupId="film-7", MessageDeduplicationId="d1",
+        MessageAttributes={"beanstalk.sqsd.path": {"DataType": "String", "StringValue": "/render"}},
+    )
+    event = aws_fifo.receive_event()
+    worker = worker_for(aws_fifo, tasks, long_queue_url=long_queue, settings_values={"fifo": True})
+    # WHEN the Lambda worker forwards it
+    response = worker.handle(event, None)
+    # THEN it is forwarded (done here), in its group, deduplicated on its source message id
+    assert response["batchItemFailures"] == []
+    [forwarded] = aws_fifo.sqs.receive_message(QueueUrl=long_queue, MessageSystemAttributeNames=["All"])["Messages"]
+    assert forwarded["Body"] == "frame 1"
+    assert forwarded["Attributes"]["MessageGroupId"] == "film-7"
+    assert forwarded["Attributes"]["MessageDeduplicationId"] == event["Records"][0]["messageId"]
+
+
+# -- item 15: nothing raised while dead-lettering escapes ---------------------------------------------------------
+
+
+def test_attributes_sqs_would_refuse_are_left_out_of_the_dead_letter_and_named(aws):
+    # GIVEN a message whose event carries a Binary value that is not base64 and an unknown data type
+    send(aws, "/refuse", "x", tenant={"DataType": "String", "StringValue": "acme"})
+    event = aws.receive_event()
+    event["Records"][0]["messageAttributes"].update(
+        {
+            "bad_binary": {"dataType": "Binary", "binaryValue": "***not base64***"},
+            "odd_type": {"dataType": "Blob", "stringValue": "x"},
+            "string_with_binary": {"dataType": "String", "stringValue": "kept", "binaryValue": "AAAA"},
+        }
+    )
+    # WHEN its task refuses it
+    response = worker_for(aws, one_task("/refuse", raise_(NonRetryableError("no")))).handle(event, None)
+    # THEN it is dead-lettered with what SQS accepts, the rest named in the reason
+    assert response["batchItemFailures"] == []
+    [dead] = aws.dead_letters()
+    assert dead["MessageAttributes"]["string_with_binary"]["StringValue"] == "kept"
+    assert dead["MessageAttributes"]["tenant"]["StringValue"] == "acme"
+    assert reason_of(dead)["dropped_attributes"] == ["bad_binary", "odd_type"]
+
+
+def test_an_exception_while_dead_lettering_backs_the_message_off(aws, published):
+    # GIVEN a refused message whose record cannot be copied (a hand-built event with a body that is not a string)
+    send(aws, "/refuse", "x")
+    event = aws.receive_event()
+    event["Records"][0]["body"] = 12345
+    # WHEN it is dead-lettered
+    response = worker_for(aws, one_task("/refuse", raise_(NonRetryableError("no")))).handle(event, None)
+    # THEN nothing escapes: the message is kept with a backoff (not released at 0), and the failure is counted
+    assert failure_ids(response) == {event["Records"][0]["messageId"]}
+    assert [e["VisibilityTimeout"] for e in entries(aws)] == [2]
+    assert published()[observability.METRIC_DEAD_LETTER_FAILED] == 1
+
+
+def test_an_error_whose_text_cannot_be_had_is_still_dead_lettered(aws):
+    # GIVEN a task error whose __str__ raises
+    class Unprintable(NonRetryableError):
+        def __str__(self) -> str:
+            raise RuntimeError("cannot print this error")
+
+    send(aws, "/refuse", "x")
+    # WHEN it is dead-lettered
+    response = worker_for(aws, one_task("/refuse", raise_(Unprintable()))).handle(aws.receive_event(), None)
+    # THEN the reason says so instead of the handler raising
+    assert response["batchItemFailures"] == []
+    assert reason_of(aws.dead_letters()[0])["error_message"] == "<str() of Unprintable raised RuntimeError: cannot print this error>"
+
+
+# -- item 16: a BaseException from a task fails only its message --------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [SystemExit(3), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
+def test_base_exception_from_a_task_fails_only_its_message(aws, error):
+    # GIVEN a batch in which the middle task raises a BaseException
+    tasks = Registry()
+    ran = []
+    tasks.task("/ok")(lambda t: ran.append(t.body))
+    tasks.task("/exit")(raise_(error))
+    for path, body in [("/ok", "1"), ("/exit", "2"), ("/ok", "3")]:
+        send(aws, path, body)
+    event = aws.receive_event()
+    # WHEN handled
+    response = worker_for(aws, tasks).handle(event, None)
+    # THEN only that message is reported failed, with a backoff; its neighbours succeeded
+    exit_id = next(r["messageId"] for r in event["Records"] if r["body"] == "2")
+    assert failure_ids(response) == {exit_id}
+    assert sorted(ran) == ["1", "3"]
+    assert [e["VisibilityTimeout"] for e in entries(aws)] == [2]
+
+
+def test_base_exception_at_max_retries_is_dead_lettered_with_its_type(aws):
+    # GIVEN a task that exits, on its last receive
+    send(aws, "/exit", "x")
+    # WHEN handled with max_retries 1
+    response = worker_for(aws, one_task("/exit", raise_(SystemExit("bye"))), settings_values={"max_retries": 1}).handle(aws.receive_event(), None)
+    # THEN the DLQ has it with the reason
+    assert response["batchItemFailures"] == []
+    reason = reason_of(aws.dead_letters()[0])
+    assert (reason["error_type"], reason["error_message"]) == ("SystemExit", "bye")
+
+
+# -- item 23: a malformed record fails only itself; a non-batch gets a clear error --------------------------------
+
+
+@pytest.mark.parametrize(
+    "event, shown",
+    [(None, "NoneType None"), ([], "list []"), ({"Records": "x"}, "dict {'Records': 'x'}"), ({}, "dict {}")],
+)
+def test_an_event_that_is_not_a_batch_gets_a_clear_error(aws, event, shown):
+    # GIVEN something that is not an SQS event  WHEN handled  THEN the error says what the worker takes
+    with pytest.raises(MalformedEventError) as error:
+        worker_for(aws, Registry()).handle(event, None)
+    assert str(error.value) == f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {shown}"
+
+
+def test_a_record_without_message_id_fails_only_itself_and_backs_off(aws, published):
+    # GIVEN a good record and one that lost its messageId
+    ran = []
+    send(aws, "/ok", "good")
+    send(aws, "/ok", "nameless")
+    event = aws.receive_event()
+    nameless = next(r for r in event["Records"] if r["body"] == "nameless")
+    del nameless["messageId"]
+    # WHEN handled
+    response = worker_for(aws, one_task("/ok", lambda t: ran.append(t.body))).handle(event, None)
+    # THEN the good one ran; the nameless one is backed off through its receipt handle, and counted
+    assert response["batchItemFailures"] == [] and ran == ["good"]
+    assert [(e["ReceiptHandle"], e["VisibilityTimeout"]) for e in entries(aws)] == [(nameless["receiptHandle"], 2)]
+    assert published()[observability.METRIC_MALFORMED_RECORDS] == 1
+
+
+def test_a_record_with_unreadable_system_attributes_still_runs(aws):
+    # GIVEN a record whose SentTimestamp and ApproximateReceiveCount are not numbers
+    seen = []
+    send(aws, "/ok", "x")
+    event = aws.receive_event()
+    event["Records"][0]["attributes"].update({"SentTimestamp": "yesterday", "ApproximateReceiveCount": "many"})
+    # WHEN handled
+    response = worker_for(aws, one_task("/ok", lambda t: seen.append((t.sent_at, t.receive_count)))).handle(event, None)
+    # THEN the task runs, seeing no sent time and its first receive
+    assert response["batchItemFailures"] == [] and seen == [(None, 1)]
