@@ -188,8 +188,8 @@ class TickEnqueuer:
             self._dynamodb.get().delete_item(
                 TableName=self.state_table,
                 Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}},
-                ConditionExpression="holder = :holder AND #status = :pending",
-                ExpressionAttributeNames={"#status": "status"},
+                ConditionExpression="#holder = :holder AND #status = :pending",
+                ExpressionAttributeNames={"#holder": "holder", "#status": "status"},
                 ExpressionAttributeValues={":holder": {"S": holder}, ":pending": {"S": STATUS_PENDING}},
             )
         except Exception as error:
