@@ -1,0 +1,190 @@
+"""``DelayRecovery``: the delay table's safety net, a function fed by the table's stream.
+
+It delivers what the delay scheduler could have missed: items the TTL deleted
+before dispatch, and late writes behind the watermark (``worker_tier.delay_recovery``
+has the rules). The event source mapping passes only INSERTs and TTL REMOVEs of
+message items; Lambda's stream reads and filtered-out records cost nothing.
+
+Nothing is lost on the assumption that each stream record is processed within
+the stream's 24-hour retention. The mapping retries a failing batch for
+``STREAM_MAX_RECORD_AGE_SECONDS`` (12 h), splitting it to isolate a bad record,
+then names it in the failure queue (alarmed) while the stream still holds its
+records for the other 12 h; the IteratorAge alarm fires after
+``ITERATOR_AGE_ALARM_SECONDS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from aws_cdk import Acknowledgment, Duration, Validations, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam, aws_lambda as lambda_, aws_sqs as sqs
+from aws_cdk.aws_lambda_event_sources import SqsDlq
+from constructs import Construct
+
+from infra import defaults
+from infra.alarms import queue_not_empty_alarm
+from infra.function import ServiceFunction, ServiceFunctionProps
+from worker_tier import delay_recovery
+from worker_tier.handlers.recovery import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL
+from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+from worker_tier.settings import Settings
+
+RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
+# A batch of 1,000 records needs at most 100 SendMessageBatch calls; a run of transient failures
+# (delay_recovery's backoff) costs about 15 s before the batch stops.
+RECOVERY_TIMEOUT_SECONDS = 90
+RECOVERY_MEMORY_MB = 256
+# https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html
+STREAM_BATCH_SIZE = 1000
+# Late writes are due within 15 minutes; a minute's wait costs them nothing (DelaySeconds covers the rest).
+STREAM_MAX_BATCHING_WINDOW_SECONDS = 60
+# The binding bound is the record age: half the stream's 24-hour retention, leaving the other half to replay.
+STREAM_MAX_RECORD_AGE_SECONDS = 12 * 60 * 60
+STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record age first
+# Normal age is the batching window plus a second or two.
+ITERATOR_AGE_ALARM_SECONDS = 30 * 60
+STREAM_READ_ACTIONS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
+STATE_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem")
+
+
+@dataclass
+class DelayRecoveryProps:
+    """The delay table, the scheduler's state table, the work queue and its DLQ.
+
+    The delay table must be built with ``dynamo_stream=StreamViewType.NEW_AND_OLD_IMAGES``
+    (a TableV2 does not say at synth whether it has a stream, so this cannot be checked here).
+    """
+
+    delay_table: dynamodb.TableV2
+    state_table: dynamodb.ITableV2
+    queue: sqs.IQueue
+    dead_letter_queue: sqs.IQueue
+    alarm_actions: Sequence[cloudwatch.IAlarmAction] = field(default_factory=list)
+
+
+class DelayRecovery(Construct):
+    """Public attributes: ``function``, ``mapping``, ``failure_queue``, ``failure_alarm``,
+    ``iterator_age_alarm``, ``late_write_alarm`` and ``ttl_recovery_alarm``."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: DelayRecoveryProps) -> None:
+        super().__init__(scope, construct_id)
+        service = ServiceFunction(
+            self,
+            "Recovery",
+            ServiceFunctionProps(
+                handler=RECOVERY_HANDLER,
+                timeout_seconds=RECOVERY_TIMEOUT_SECONDS,
+                memory_mb=RECOVERY_MEMORY_MB,
+                environment={
+                    "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
+                    "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
+                    "WORKER_TIER_DLQ_URL": props.dead_letter_queue.queue_url,
+                },
+                description="Worker Tier: delivers delayed messages the scheduler missed (TTL expiry, late writes)",
+            ),
+        )
+        self.function = service.function
+        self._grant(props)
+        self._add_failure_queue()
+        self.mapping = self._mapping(props.delay_table)
+        self.mapping.node.add_dependency(service.role)  # the role may read the stream before the mapping starts
+        self._add_alarms(props.alarm_actions)
+
+    def _grant(self, props: DelayRecoveryProps) -> None:
+        """Read the stream and the scheduler's records; send to the work queue and its DLQ."""
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[props.delay_table.table_stream_arn])
+        )
+        props.state_table.grant(self.function, *STATE_READ_ACTIONS)
+        props.queue.grant_send_messages(self.function)
+        props.dead_letter_queue.grant_send_messages(self.function)
+
+    def _add_failure_queue(self) -> None:
+        """Where the mapping names a batch it gave up on (a standard queue: the only kind Lambda takes)."""
+        self.failure_queue = sqs.Queue(self, "StreamFailureQueue", **defaults.dead_letter_queue_props(Settings()))
+        Validations.of(self.failure_queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-SQS3",
+                reason="This queue is itself a dead-letter queue: the stream mapping's on-failure destination, read by operators.",
+            )
+        )
+        self.failure_alarm = queue_not_empty_alarm(
+            self,
+            "StreamFailureQueueNotEmpty",
+            self.failure_queue,
+            "The delay recovery function gave up on a stream batch: replay the named records from the delay "
+            "table's stream before they are 24 h old, or delayed messages may be lost.",
+        )
+
+    def _mapping(self, table: dynamodb.TableV2) -> lambda_.EventSourceMapping:
+        """INSERTs and TTL REMOVEs of message items, in large batches, retried from the first failed record."""
+        return lambda_.EventSourceMapping(
+            self,
+            "StreamMapping",
+            target=self.function,
+            event_source_arn=table.table_stream_arn,
+            starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+            batch_size=STREAM_BATCH_SIZE,
+            max_batching_window=Duration.seconds(STREAM_MAX_BATCHING_WINDOW_SECONDS),
+            bisect_batch_on_error=True,
+            report_batch_item_failures=True,
+            retry_attempts=STREAM_RETRY_ATTEMPTS,
+            max_record_age=Duration.seconds(STREAM_MAX_RECORD_AGE_SECONDS),
+            on_failure=SqsDlq(self.failure_queue),
+            filters=stream_filters(),
+        )
+
+    def _add_alarms(self, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
+        self.iterator_age_alarm = self.function.metric(
+            "IteratorAge", statistic="Maximum", period=Duration.minutes(5)
+        ).create_alarm(
+            self,
+            "IteratorAge",
+            threshold=ITERATOR_AGE_ALARM_SECONDS * 1000,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="The delay recovery function trails the delay table's stream: records older than 24 h are "
+            "trimmed, and with them any message they were to recover.",
+        )
+        self.late_write_alarm = _count_alarm(self, "LateWrites", METRIC_LATE_WRITES,
+                                             "A producer stored a delayed message behind the scheduler: its clock is more "
+                                             "than 60 s behind. The message was delivered late.")
+        self.ttl_recovery_alarm = _count_alarm(self, "RecoveredFromTtl", METRIC_RECOVERED_FROM_TTL,
+                                               "The TTL deleted delayed messages the scheduler had not sent (an outage or a "
+                                               "stuck minute longer than the TTL margin). They were delivered late.")
+        for alarm in (self.failure_alarm, self.iterator_age_alarm, self.late_write_alarm, self.ttl_recovery_alarm):
+            alarm.add_alarm_action(*actions)
+
+
+def stream_filters() -> list[dict]:
+    """The mapping's filters (OR): an INSERT, or a TTL's REMOVE, of a message item."""
+    message_key = {"Keys": {"pk": {"S": lambda_.FilterRule.begins_with(delay_recovery.MESSAGE_KEY_PREFIX)}}}
+    ttl = {name: lambda_.FilterRule.is_equal(value) for name, value in delay_recovery.TTL_PRINCIPAL.items()}
+    return [
+        lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal(delay_recovery.INSERT), "dynamodb": message_key}),
+        lambda_.FilterCriteria.filter(
+            {"eventName": lambda_.FilterRule.is_equal(delay_recovery.REMOVE), "userIdentity": ttl, "dynamodb": message_key}
+        ),
+    ]
+
+
+def _count_alarm(scope: Construct, construct_id: str, metric_name: str, description: str) -> cloudwatch.Alarm:
+    """Alarm on any non-zero count of one of the recovery function's metrics."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=metric_name,
+        dimensions_map={"service": SERVICE_NAME},
+        statistic="Sum",
+        period=Duration.minutes(5),
+    ).create_alarm(
+        scope,
+        construct_id,
+        threshold=0,
+        evaluation_periods=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=description,
+    )
