@@ -22,8 +22,6 @@ from worker_tier import limits, message
 REASON_RECORD_NOTE = "the message was too large to carry its reason; it follows in this queue as it came, without a reason attribute"
 # Suffix of the reason record's MessageDeduplicationId on a FIFO DLQ (the original's uses the source message id).
 REASON_DEDUPLICATION_SUFFIX = "-reason"
-# Attempts at shortening the error message before giving up on carrying the reason as an attribute.
-_SHORTEN_ROUNDS = 4
 
 
 class DeadLetterError(Exception):
@@ -71,17 +69,31 @@ def fit_reason(
     routing_only = {k: v for k, v in original.items() if k in message.ROUTING_ATTRIBUTES}
     shed = [k for k in original if k not in routing_only]
     reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *shed]}
-    for _ in range(_SHORTEN_ROUNDS):
-        attributes = message.dead_letter_attributes(routing_only, reason)
-        excess = message.message_bytes(body, attributes) - max_message_bytes
-        if excess <= 0:
-            return attributes
-        text = reason["error_message"].encode("utf-8")
-        if not text:
-            return None
-        # JSON spells each character in at least its UTF-8 bytes, so cutting `excess` bytes of text cuts enough JSON.
-        reason = {**reason, "error_message": message.truncate_utf8(reason["error_message"], max(0, len(text) - excess - 3))}
-    return None
+    attributes = message.dead_letter_attributes(routing_only, reason)
+    if message.message_bytes(body, attributes) <= max_message_bytes:
+        return attributes
+    # Then shorten the error message to what is left beside a reason with an empty one.
+    bare = message.dead_letter_attributes(routing_only, {**reason, "error_message": ""})
+    spare = max_message_bytes - message.message_bytes(body, bare)
+    if spare < 0:
+        return None
+    shortened = _longest_prefix(reason["error_message"], spare)
+    return message.dead_letter_attributes(routing_only, {**reason, "error_message": shortened})
+
+
+def _longest_prefix(text: str, spare_bytes: int) -> str:
+    """The longest ``text[:n] + '...'`` whose JSON spelling (ASCII, escaped) takes at most ``spare_bytes``."""
+    def spelled(candidate: str) -> int:
+        return len(json.dumps(candidate)) - 2  # ASCII: characters are bytes; less the quotes
+
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if spelled(text[:middle] + "...") <= spare_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low] + "..." if spelled(text[:low] + "...") <= spare_bytes else ""
 
 
 def _reason_record(record: Mapping[str, Any], reason: Mapping[str, Any]) -> str:

@@ -1,0 +1,155 @@
+"""Heartbeat leases that SQS takes away, visibility refusals, RetryLater's bounds and the dead-letter fit."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+
+import pytest
+
+from tests.fakes import FakeSQS
+from worker_tier import RetryLater
+from worker_tier.dead_letter import fit_reason
+from worker_tier.heartbeat import Heartbeat
+from worker_tier.message import FAILURE_ATTRIBUTE, message_bytes, sqs_attributes
+from worker_tier.visibility import VisibilityChange, VisibilityRefusal, change_visibility
+
+# -- item 24: RetryLater refuses what it cannot mean, where it is raised -----------------------------------------
+
+
+@pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf, -1, True, "60", None])
+def test_retry_later_refuses_a_delay_that_is_not_a_finite_non_negative_number(delay):
+    # GIVEN a delay that is not a finite, non-negative number  WHEN RetryLater is raised with it
+    with pytest.raises(ValueError) as error:
+        RetryLater(delay)
+    # THEN the error names the value and the rule
+    assert str(error.value) == (
+        f"RetryLater delay must be a finite, non-negative number of seconds or a timedelta, got {delay!r}"
+    )
+
+
+def test_retry_later_takes_seconds_or_a_timedelta_rounded_up():
+    assert (RetryLater(1.2).delay_seconds, RetryLater(timedelta(minutes=2)).delay_seconds) == (2, 120)
+
+
+# -- item 18: a lease SQS takes away, or that lapses, is lost ------------------------------------------------------
+
+
+def test_heartbeat_refused_because_the_message_is_not_ours_loses_the_lease_at_once():
+    # GIVEN a held message whose receipt handle SQS no longer accepts (another consumer received it)
+    sqs = FakeSQS(fail=lambda call, entry: ("ReceiptHandleIsInvalid", True))
+    heartbeat = Heartbeat(sqs, "q", interval_seconds=30)
+    held = heartbeat.hold("m1", "r1")
+    # WHEN it beats
+    heartbeat.beat()
+    # THEN the task is told and the heartbeat stops extending it
+    assert held.expired.is_set()
+    assert heartbeat.held() == []
+
+
+def test_transient_heartbeat_failures_lose_the_lease_once_the_extension_window_has_passed():
+    # GIVEN every extension fails on SQS's side (not the sender's fault), interval 30 s so a 40 s window
+    now = [0.0]
+    sqs = FakeSQS(fail=lambda call, entry: ("InternalError", False))
+    heartbeat = Heartbeat(sqs, "q", interval_seconds=30, clock=lambda: now[0])
+    held = heartbeat.hold("m1", "r1")
+    # WHEN it beats within the window
+    now[0] = 30.0
+    heartbeat.beat()
+    # THEN the message is still held: the next beat retries
+    assert not held.expired.is_set() and heartbeat.held() == ["m1"]
+    # WHEN the window has passed with no successful extension
+    now[0] = 60.0
+    heartbeat.beat()
+    # THEN the lease is lost
+    assert held.expired.is_set() and heartbeat.held() == []
+
+
+def test_a_successful_extension_renews_the_window():
+    # GIVEN extensions that succeed, then fail for one beat
+    now = [0.0]
+    failing = [False]
+    sqs = FakeSQS(fail=lambda call, entry: ("InternalError", False) if failing[0] else None)
+    heartbeat = Heartbeat(sqs, "q", interval_seconds=30, clock=lambda: now[0])
+    held = heartbeat.hold("m1", "r1")
+    now[0] = 30.0
+    heartbeat.beat()
+    failing[0] = True
+    # WHEN the next beat fails, 30 s after the last success
+    now[0] = 60.0
+    heartbeat.beat()
+    # THEN the lease holds (the last extension runs to 70 s)
+    assert not held.expired.is_set()
+
+
+@pytest.mark.parametrize(
+    "code, text, lost",
+    [
+        ("ReceiptHandleIsInvalid", "", True),
+        ("AWS.SimpleQueueService.MessageNotInflight", "", True),
+        ("InvalidParameterValue", "Value r1 for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.", True),
+        ("InvalidParameterValue", "Value 50000 for parameter VisibilityTimeout is invalid.", False),
+        ("InternalError", "", False),
+    ],
+)
+def test_a_refusal_says_whether_the_message_is_lost(code, text, lost):
+    refusal = VisibilityRefusal(VisibilityChange("m1", "r1", 40), code, text)
+    assert refusal.lost() is lost
+
+
+def test_change_visibility_returns_refusals_with_their_codes():
+    # GIVEN SQS refuses the second of two changes
+    sqs = FakeSQS(fail=lambda call, entry: ("MessageNotInflight", True) if entry["Id"] == "1" else None)
+    # WHEN both are sent
+    refused = change_visibility(sqs, "q", [VisibilityChange("a", "ra", 5), VisibilityChange("b", "rb", 5)])
+    # THEN the refusal names the message and SQS's code
+    assert [(r.message_id, r.code, r.sender_fault) for r in refused] == [("b", "MessageNotInflight", True)]
+
+
+def test_a_failed_call_returns_every_change_as_a_transient_refusal():
+    class Down:
+        def change_message_visibility_batch(self, **_):
+            raise ConnectionError("network down")
+
+    refused = change_visibility(Down(), "q", [VisibilityChange("a", "ra", 5)])
+    assert [(r.message_id, r.code, r.sender_fault, r.lost()) for r in refused] == [("a", "ConnectionError", False, False)]
+
+
+# -- items 12 and 15: what a dead-letter copy can carry -----------------------------------------------------------
+
+
+def test_attributes_sqs_would_refuse_are_named_not_raised():
+    # GIVEN event attributes: a good String, a Binary that is not base64, an unknown type, a bad name, a non-mapping
+    event = {
+        "ok": {"dataType": "String", "stringValue": "v"},
+        "bin": {"dataType": "Binary", "binaryValue": "%%%"},
+        "odd": {"dataType": "Blob", "stringValue": "v"},
+        "AWS.reserved": {"dataType": "String", "stringValue": "v"},
+        "junk": "not a mapping",
+        "b64": {"dataType": "Binary.png", "binaryValue": "AAE="},
+    }
+    # WHEN converted to the SQS API's shape
+    converted, dropped = sqs_attributes(event)
+    # THEN what SQS accepts is kept and the rest named
+    assert converted == {"ok": {"DataType": "String", "StringValue": "v"}, "b64": {"DataType": "Binary.png", "BinaryValue": b"\x00\x01"}}
+    assert dropped == ["bin", "odd", "AWS.reserved", "junk"]
+
+
+def test_a_reason_that_cannot_fit_beside_the_body_is_reported_as_not_fitting():
+    # GIVEN a body 50 bytes under the limit
+    body = "b" * (1024 * 1024 - 50)
+    reason = {"error_type": "E", "error_message": "m" * 100, "attempts": 1}
+    # WHEN the reason is fitted  THEN none fits: the caller sends it as a record of its own
+    assert fit_reason(body, {}, reason, 1024 * 1024) is None
+
+
+def test_a_reason_is_shortened_to_fit_exactly_within_the_limit():
+    # GIVEN a body with 300 bytes to spare, and an error message of non-ASCII text JSON spells longer
+    body = "b" * (1024 * 1024 - 300)
+    reason = {"error_type": "E", "error_message": "é" * 500, "attempts": 1}
+    # WHEN fitted
+    attributes = fit_reason(body, {}, reason, 1024 * 1024)
+    # THEN it fits, with a shortened message
+    assert message_bytes(body, attributes) <= 1024 * 1024
+    assert json.loads(attributes[FAILURE_ATTRIBUTE]["StringValue"])["error_message"].endswith("...")
