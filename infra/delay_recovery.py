@@ -26,6 +26,7 @@ from constructs import Construct
 from infra import defaults
 from infra.alarms import queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
+from infra.grants import SCHEDULER_KEY_PREFIX, grant_items
 from worker_tier import delay_recovery
 from worker_tier.handlers.recovery import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL
 from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
@@ -93,11 +94,11 @@ class DelayRecovery(Construct):
         self._add_alarms(props.alarm_actions)
 
     def _grant(self, props: DelayRecoveryProps) -> None:
-        """Read the stream and the scheduler's records; send to the work queue and its DLQ."""
+        """Read the stream and the scheduler's items (watermark, minute records); send to the work queue and its DLQ."""
         self.function.add_to_role_policy(
             iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[props.delay_table.table_stream_arn])
         )
-        props.state_table.grant(self.function, *STATE_READ_ACTIONS)
+        grant_items(props.state_table, self.function, actions=STATE_READ_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
         props.queue.grant_send_messages(self.function)
         props.dead_letter_queue.grant_send_messages(self.function)
 

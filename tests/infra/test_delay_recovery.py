@@ -125,3 +125,4 @@ def test_the_role_reads_only_the_stream_and_the_state_tables_items(template):
     assert logical_id.startswith("Delay") and attribute == "StreamArn"
     state = next(s for s in statements if "dynamodb:BatchGetItem" in s["Action"])
     assert sorted(state["Action"]) == ["dynamodb:BatchGetItem", "dynamodb:GetItem"]
+    assert state["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}}
