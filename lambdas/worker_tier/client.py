@@ -151,7 +151,7 @@ class Client:
             now). Up to SQS's 15 minutes through DelaySeconds; beyond that, up to
             366 days, through the delay table.
         attributes
-            Up to 9 (7 with a delay past 15 minutes): str → String, int/float →
+            Up to 9 (8 with a delay past 15 minutes): str → String, int/float →
             Number, bytes → Binary. Names starting with ``worker_tier.`` or
             ``beanstalk.sqsd.`` are Worker Tier's and sqsd's own and are refused.
         dedupe_key
@@ -161,10 +161,12 @@ class Client:
             MessageDeduplicationId, which holds for SQS's 5 minutes. On a standard
             queue it needs the delay table, which keeps the key until
             ``DEDUPE_RETENTION_SECONDS`` (6 h) after the message is due, whatever
-            the delay; the id returned is then derived from the key. One caveat:
-            if the sender that took the key dies between taking it and sending,
-            a send with the key more than ``DEDUPE_MARKER_LEASE_SECONDS`` later
-            sends it, so a duplicate is possible there, a loss is not.
+            the delay; the id returned is then derived from the key. While a send
+            with the key is in flight, another returns at once; if the first then
+            fails, its caller gets the error and the key is free again. If the
+            sender that took the key dies between taking it and sending, a send
+            with the key more than ``DEDUPE_MARKER_LEASE_SECONDS`` later sends
+            it: a duplicate is possible there, a loss is not.
         group_id
             FIFO only, and required there: the MessageGroupId.
 
@@ -225,6 +227,7 @@ class Client:
     def _build_entry(
         self, index: int, outgoing: OutgoingMessage, now: float, internal: Mapping[str, str]
     ) -> dict[str, Any] | tuple[int, DelayedMessage]:
+        """Check one message and route it: straight to SQS, or to the delay table."""
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
             raise MessageError(f"path must be a string starting with '/', got {outgoing.path!r}")
         body = _body_text(outgoing.body)
@@ -351,6 +354,7 @@ class Client:
         return {"MessageGroupId": outgoing.group_id, "MessageDeduplicationId": dedupe}
 
     def _dedupe_markers(self) -> _DedupeMarkers:
+        """The standard queue's dedupe keys, in the delay table."""
         return _DedupeMarkers(self.delay_table or "", self._dynamodb.get(), self._clock)
 
     def _claim_dedupe_keys(self, entries: list[dict[str, Any]], results: dict[int, SendResult]) -> list[dict[str, Any]]:
