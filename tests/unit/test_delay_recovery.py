@@ -391,3 +391,50 @@ def test_a_dlq_that_fails_transiently_stops_the_batch_at_that_record():
     # THEN Lambda is told to retry from the first record: nothing was dead-lettered
     assert report.failed_sequence_number == records[0]["dynamodb"]["SequenceNumber"]
     assert report.dead_lettered == 0
+
+
+# -- the handler --------------------------------------------------------------------------------------
+
+
+def test_the_handler_refuses_an_event_that_is_not_a_stream_batch():
+    from worker_tier.handlers.recovery import StreamEventError, lambda_handler
+    from worker_tier.local.context import LocalContext
+
+    # WHEN the handler gets a list instead of {"Records": [...]} / THEN the error says what a stream event is
+    with pytest.raises(StreamEventError, match=r"a DynamoDB stream event is a mapping with a 'Records' list, got list '\[\]'"):
+        lambda_handler([], LocalContext("recovery", 90, 256, "us-east-1", "123456789012"))
+
+
+def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(monkeypatch, capsys):
+    import time
+
+    import boto3
+    from moto import mock_aws
+
+    from worker_tier.handlers import recovery as handler
+    from worker_tier.local.context import LocalContext
+
+    with mock_aws():
+        # GIVEN a work queue, its DLQ and a state table on (moto) AWS, a watermark, and the handler's environment
+        sqs, dynamodb = boto3.client("sqs"), boto3.client("dynamodb")
+        queue, dlq = (sqs.create_queue(QueueName=name)["QueueUrl"] for name in ("work", "dlq"))
+        dynamodb.create_table(TableName="state", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                              AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+        now = time.time()
+        world = World()
+        dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(int(now // 60) - 300)}})
+        for name, value in {"WORKER_TIER_STATE_TABLE": "state", "WORKER_TIER_QUEUE_URL": queue, "WORKER_TIER_DLQ_URL": dlq,
+                            "POWERTOOLS_METRICS_DISABLED": "false"}.items():
+            monkeypatch.setenv(name, value)
+        handler.recovery.reset()
+        due = now - delay.DISPATCHED_RETENTION_SECONDS - 120
+        records = [world.expire(item(due, f"b{n}", f"m-{n}"), now - 60) for n in range(3)]
+        # WHEN Lambda invokes it with a stream batch of three TTL REMOVEs
+        result = handler.lambda_handler({"Records": records}, LocalContext("recovery", 90, 256, "us-east-1", "123456789012"))
+        # THEN all three are in the work queue, no failure is reported, and the count is published once, as 3
+        assert result == {"batchItemFailures": []}
+        got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+        assert sorted(m["Body"] for m in got) == ["b0", "b1", "b2"]
+        emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+        assert [blob["DelayedRecoveredFromTtl"] for blob in emf] == [[3.0]]
+        handler.recovery.reset()
