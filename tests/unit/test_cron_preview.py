@@ -30,4 +30,4 @@ def test_preview_of_a_bad_file_prints_the_error(tmp_path, capsys):
     bad = tmp_path / "cron.yaml"
     bad.write_text("version: 3\ncron: []\n")
     assert main([str(bad)]) == 1
-    assert capsys.readouterr().err.strip() == "cron.yaml: 'version' must be 1, got 3"
+    assert capsys.readouterr().err.strip() == "cron.yaml line 1: 'version' must be 1, got 3"
