@@ -68,3 +68,24 @@ def test_every_fate_is_the_same_on_both_paths(aws, run):
         "5": ("RuntimeError", 1),
     }
     assert reasons["2"]["error_message"] == "refused 2"
+
+
+@pytest.mark.parametrize("run", [run_lambda, run_container], ids=["lambda", "container"])
+def test_a_task_raising_system_exit_fails_only_its_message_on_both_paths(aws, run):
+    # GIVEN a task that calls sys.exit, beside a good one
+    registry = tasks()
+
+    @registry.task("/exit")
+    def leave(task: Task) -> None:
+        raise SystemExit(f"exit {task.body}")
+
+    client = Client(aws.queue_url, sqs=aws.sqs)
+    client.send("/ok", "1")
+    client.send("/exit", "2")
+    # WHEN processed (max_retries 1)
+    run(aws, registry)
+    # THEN the worker survives, the good one is done, and the exiting one is in the DLQ with its reason
+    assert depth(aws) == 0
+    [dead] = aws.dead_letters()
+    reason = json.loads(dead["MessageAttributes"]["worker_tier.failure"]["StringValue"])
+    assert (dead["Body"], reason["error_type"], reason["error_message"]) == ("2", "SystemExit", "exit 2")
