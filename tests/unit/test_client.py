@@ -579,3 +579,15 @@ def test_what_the_client_accepts_sqs_accepts_now_and_at_dispatch(body, attribute
     for item in stored(dynamodb):
         dispatch = StrictSQS(FakeSQS())
         assert dispatch.send_message_batch(QueueUrl=QUEUE, Entries=[_dispatch_entry(item)])["Failed"] == []
+
+
+def test_a_key_that_cannot_be_marked_sent_still_reports_the_send(caplog):
+    # GIVEN a delay table that fails the write marking a key sent
+    sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
+    dynamodb.fault = lambda operation, params: "ProvisionedThroughputExceededException" if operation == "PutItem" and params["Item"]["sent"]["BOOL"] else None
+    # WHEN a message with a dedupe_key is sent
+    message_id = table_client(sqs, dynamodb).send("/x", "a", dedupe_key="k")
+    # THEN SQS's acceptance is reported, and the failure is logged (the marker stays unsent: a later retry may duplicate, never lose)
+    assert message_id == new_message_id("k") and len(sqs.sent) == 1
+    assert "dedupe_key 'k': could not settle its marker (ProvisionedThroughputExceededException" in caplog.text
+    assert dynamodb.tables["delay"][("dedupe#k", "-")]["sent"] == {"BOOL": False}
