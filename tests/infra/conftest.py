@@ -35,3 +35,26 @@ def template(synthesized) -> Template:
 @pytest.fixture(scope="session")
 def stack(synthesized) -> WorkerTierStack:
     return synthesized[0]
+
+
+def dynamodb_statements(template: Template) -> list[tuple[str, dict]]:
+    """(role logical id, statement) for every IAM statement with a DynamoDB action, in policies and inline policies."""
+    found = []
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for role in policy["Properties"].get("Roles", []):
+            found += [(role["Ref"], s) for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    for logical_id, role in template.find_resources("AWS::IAM::Role").items():
+        for inline in role["Properties"].get("Policies", []):
+            found += [(logical_id, s) for s in inline["PolicyDocument"]["Statement"]]
+    return [(role, s) for role, s in found if any(a.startswith("dynamodb:") for a in actions_of(s))]
+
+
+def actions_of(statement: dict) -> list[str]:
+    """A statement's actions as a list."""
+    return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+
+
+def on_table(statement: dict, table_logical_prefix: str) -> bool:
+    """Whether the statement's resources include the table whose logical id starts with the prefix."""
+    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+    return any(str(r.get("Fn::GetAtt", [""])[0]).startswith(table_logical_prefix) for r in resources if isinstance(r, dict))

@@ -12,7 +12,8 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match, Template
 
 from infra.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
-from tests.infra.conftest import synth
+from infra.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX
+from tests.infra.conftest import dynamodb_statements, on_table, synth
 from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,3 +177,14 @@ def _subnet_types(template: Template, subnets: list[dict]) -> set[str]:
     resources = template.find_resources("AWS::EC2::Subnet")
     tags = [{t["Key"]: t["Value"] for t in resources[s["Ref"]]["Properties"]["Tags"]} for s in subnets]
     return {t["aws-cdk:subnet-type"] for t in tags}
+
+
+def test_task_role_reaches_only_idempotency_records_of_the_state_table(template):
+    # GIVEN the container task's role
+    [role] = [r for r in template.find_resources("AWS::IAM::Role") if r.startswith("LongTasksTaskTaskRole")]
+    # WHEN its state-table statements are read
+    statements = [s for r, s in dynamodb_statements(template) if r == role and on_table(s, "StateTable")]
+    # THEN it may only run Powertools' item calls, only on idempotency# items (no watermark, no cron claims)
+    assert [(s["Action"], s["Condition"]) for s in statements] == [
+        (list(IDEMPOTENCY_ACTIONS), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}})
+    ]

@@ -12,10 +12,25 @@ import pytest
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
+from aws_cdk.assertions import Annotations
+
+from infra.grants import (
+    DELAYED_MESSAGE_KEY_PREFIX,
+    IDEMPOTENCY_ACTIONS,
+    IDEMPOTENCY_KEY_PREFIX,
+    SCHEDULER_KEY_PREFIX,
+    GrantError,
+    grant_items,
+)
 from infra.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
-from infra.worker_queue import WorkerQueueProps, WorkerQueuePropsError
-from tests.infra.conftest import synth
+from infra.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
+from tests.infra.conftest import actions_of, dynamodb_statements, on_table, synth
+from worker_tier import delay, scheduler
 from worker_tier.settings import Settings, SettingsError
+
+# What grant_read_write_data gives: every item of the table, to read and write.
+FULL_READ_WRITE = {"dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem",
+                   "dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -186,12 +201,12 @@ def test_fifo_setting_makes_fifo_queue_and_dlq(tmp_path):
     # GIVEN fifo settings  WHEN synthesized (nag included)
     stack, _ = synth(settings=Settings(fifo=True), outdir=str(tmp_path), cron_entries=[])
     template = Template.from_stack(stack)
-    # THEN both queues are FIFO with content-based deduplication, and the function knows
+    # THEN both queues are FIFO without content-based deduplication (it hashes the body only), and the function knows
     queues = template.find_resources("AWS::SQS::Queue")
     assert len(queues) == 2
     for queue in queues.values():
         assert queue["Properties"]["FifoQueue"] is True
-        assert queue["Properties"]["ContentBasedDeduplication"] is True
+        assert queue["Properties"]["ContentBasedDeduplication"] is False
     [function] = template.find_resources("AWS::Lambda::Function").values()
     assert function["Properties"]["Environment"]["Variables"]["WORKER_TIER_FIFO"] == "true"
 
@@ -203,3 +218,78 @@ def test_lambda_path_alarms_on_backlog_per_worker(template):
          "Threshold": Settings().backlog_per_task_target},
     )
     template.resource_count_is("AWS::CloudWatch::Dashboard", 1)
+
+
+def test_visibility_below_aws_advice_warns_at_synth_without_failing_it(tmp_path):
+    # GIVEN a visibility AWS accepts but advises against (below 6 x the function timeout)
+    settings = Settings(visibility_timeout=600)
+    # WHEN synthesized with cdk-nag  THEN synth succeeds, and the stack carries AWS's advice as a warning
+    stack, _ = synth(settings=settings, outdir=str(tmp_path), cron_entries=[])
+    [advice] = settings.advisories()
+    Annotations.from_stack(stack).has_warning("/WorkerTier/Worker", f"{advice} [ack: {SETTINGS_ADVICE_WARNING_ID}]")
+
+
+def test_eb_default_visibility_synthesizes_without_the_advice(stack):
+    # GIVEN EB's defaults (300 / 299), kept for compatibility  THEN no visibility warning
+    Annotations.from_stack(stack).has_no_warning("*", Match.string_like_regexp("AWS advises"))
+
+
+def test_visibility_shorter_than_batching_window_plus_timeout_fails_synth():
+    # GIVEN the audit's 300 / 299 / max_batching_window 300  WHEN synthesized  THEN refused with all three values
+    context = {"worker_tier": {"visibility_timeout": 300, "inactivity_timeout": 299, "max_batching_window": 300}}
+    with pytest.raises(SettingsError) as error:
+        synth(context=context)
+    assert str(error.value).endswith(
+        "got visibility_timeout 300 < inactivity_timeout 299 + max_batching_window 300"
+    )
+
+
+def test_worker_role_reaches_only_idempotency_records_of_the_state_table(template):
+    # GIVEN the worker function's role
+    [role] = [r for r in template.find_resources("AWS::IAM::Role") if r.startswith("WorkerRole")]
+    # WHEN its state-table statements are read
+    statements = [s for r, s in dynamodb_statements(template) if r == role and on_table(s, "StateTable")]
+    # THEN it may only run Powertools' item calls, only on idempotency# items
+    assert statements == [{
+        "Action": list(IDEMPOTENCY_ACTIONS),
+        "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}},
+        "Effect": "Allow",
+        "Resource": {"Fn::GetAtt": [statements[0]["Resource"]["Fn::GetAtt"][0], "Arn"]},
+    }]
+
+
+def test_no_role_has_a_dynamodb_wildcard_or_reads_across_the_state_table(template):
+    # GIVEN every DynamoDB statement of every role
+    statements = dynamodb_statements(template)
+    assert statements
+    for role, statement in statements:
+        actions = set(actions_of(statement))
+        # THEN none is a wildcard
+        assert not any("*" in action for action in actions), (role, statement)
+        if on_table(statement, "StateTable"):
+            # AND none has full read/write on the shared state table, or can Scan/Query across its owners' items
+            assert not FULL_READ_WRITE <= actions, (role, statement)
+            assert not actions & {"dynamodb:Scan", "dynamodb:Query", "dynamodb:BatchGetItem"}, (role, statement)
+
+
+def test_key_prefixes_match_the_keys_the_code_writes():
+    # GIVEN the prefixes the grants allow  THEN the keys the scheduler and producers write start with them
+    assert scheduler.LEASE_KEY.startswith(SCHEDULER_KEY_PREFIX)
+    assert scheduler.WATERMARK_KEY.startswith(SCHEDULER_KEY_PREFIX)
+    assert delay.bucket_key(29_000_000, 3).startswith(DELAYED_MESSAGE_KEY_PREFIX)
+
+
+@pytest.mark.parametrize(
+    "actions, prefixes, message",
+    [
+        (["dynamodb:GetItem"], [], "leading_key_prefixes must be non-empty prefixes without wildcards, got []"),
+        (["dynamodb:GetItem"], ["cron*"], "leading_key_prefixes must be non-empty prefixes without wildcards, got ['cron*']"),
+        (["dynamodb:*"], ["cron#"], "actions must be named dynamodb: actions without wildcards, got ['dynamodb:*']"),
+        (["sqs:SendMessage"], ["cron#"], "actions must be named dynamodb: actions without wildcards, got ['sqs:SendMessage']"),
+    ],
+)
+def test_grant_items_refuses_grants_that_would_not_limit(stack, actions, prefixes, message):
+    # GIVEN a grant reaching every item or every action  WHEN asked for  THEN refused, naming the value and the rule
+    with pytest.raises(GrantError) as error:
+        grant_items(stack.state_table, stack.worker.function, actions=actions, leading_key_prefixes=prefixes)
+    assert str(error.value) == message
