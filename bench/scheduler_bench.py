@@ -114,7 +114,7 @@ def simulate() -> dict[str, float]:
     dynamodb.create_table("state", "pk")
     sqs = MeteredSQS(clock=lambda: now[0])
     client = Client(QUEUE, "delay", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0], sleep=lambda s: None)
-    scheduler = DelayScheduler("delay", "state", QUEUE, sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0],
+    scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0],
                                sleep=lambda s: None, parallel=False)
     scheduler.run()  # deployed before any message: the first watermark is now, as in a real stack
     due: dict[str, float] = {}

@@ -7,6 +7,7 @@ ClientError, so the code under test takes the same paths as against AWS.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import re
 from typing import Any, Callable
@@ -28,6 +29,7 @@ class FakeDynamoDB:
         self.tables: dict[str, dict[tuple, dict[str, Any]]] = {}
         self.partitions: dict[str, dict[str, set[tuple]]] = {}
         self.keys: dict[str, tuple[str, ...]] = {}
+        self._sorted: dict[tuple[str, str | None], list[tuple]] = {}  # (table, pk or None for all) -> sorted keys
         self.calls: list[str] = []
         self.fault = fault or (lambda operation, params: None)
         self.unprocessed: Callable[[list[dict]], list[dict]] = lambda requests: []
@@ -42,6 +44,9 @@ class FakeDynamoDB:
 
     def _store(self, table: str, item: dict) -> None:
         key = self._key(table, item)
+        if key not in self.tables[table]:
+            self._sorted.pop((table, key[0]), None)
+            self._sorted.pop((table, None), None)
         self.tables[table][key] = self._copy(item)
         self.partitions[table].setdefault(key[0], set()).add(key)
 
@@ -73,6 +78,8 @@ class FakeDynamoDB:
             raise client_error("ConditionalCheckFailedException", "DeleteItem")
         self.tables[TableName].pop(key, None)
         self.partitions[TableName].get(key[0], set()).discard(key)
+        self._sorted.pop((TableName, key[0]), None)
+        self._sorted.pop((TableName, None), None)
         return {}
 
     def update_item(self, TableName: str, Key: dict, UpdateExpression: str,  # noqa: N803
@@ -93,15 +100,13 @@ class FakeDynamoDB:
         assert KeyConditionExpression == "pk = :pk", KeyConditionExpression
         pk = ExpressionAttributeValues[":pk"]["S"]
         table = self.tables[TableName]
-        rows = sorted((k, table[k]) for k in self.partitions[TableName].get(pk, ()))
-        if ExclusiveStartKey is not None:
-            start = self._key(TableName, ExclusiveStartKey)
-            rows = [(k, v) for k, v in rows if k > start]
+        keys = self._sorted_keys(TableName, pk)
+        first = 0 if ExclusiveStartKey is None else bisect.bisect_right(keys, self._key(TableName, ExclusiveStartKey))
         size = min(Limit or self.page_size, self.page_size)
-        page = rows[:size]
-        response: dict[str, Any] = {"Items": [self._copy(v) for _, v in page], "Count": len(page)}
-        if len(rows) > size:
-            last = page[-1][1]
+        page = keys[first : first + size]
+        response: dict[str, Any] = {"Items": [self._copy(table[k]) for k in page], "Count": len(page)}
+        if len(keys) - first > size:
+            last = table[page[-1]]
             response["LastEvaluatedKey"] = {name: last[name] for name in self.keys[TableName]}
         return response
 
@@ -136,17 +141,23 @@ class FakeDynamoDB:
     def scan(self, TableName: str, ProjectionExpression: str | None = None,  # noqa: N803
              ExclusiveStartKey: dict | None = None, **_: Any) -> dict:
         self._enter("Scan", locals())
-        keys = sorted(self.tables[TableName])
-        if ExclusiveStartKey is not None:
-            start = self._key(TableName, ExclusiveStartKey)
-            keys = [k for k in keys if k > start]
-        page = keys[: self.page_size]
+        keys = self._sorted_keys(TableName, None)
+        first = 0 if ExclusiveStartKey is None else bisect.bisect_right(keys, self._key(TableName, ExclusiveStartKey))
+        page = keys[first : first + self.page_size]
         response: dict[str, Any] = {"Items": [self._copy(self.tables[TableName][k]) for k in page]}
-        if len(keys) > self.page_size:
+        if len(keys) - first > self.page_size:
             response["LastEvaluatedKey"] = {name: {"S": value} for name, value in zip(self.keys[TableName], page[-1])}
         return response
 
     # -- helpers ----------------------------------------------------------------------
+
+    def _sorted_keys(self, table: str, pk: str | None) -> list[tuple]:
+        """A partition's keys (or the whole table's, for pk None) in order, kept until a key is added or removed."""
+        keys = self.tables[table] if pk is None else self.partitions[table].get(pk, ())
+        cached = self._sorted.get((table, pk))
+        if cached is None or len(cached) != len(keys):  # the length catches a test editing ``tables`` directly
+            cached = self._sorted[(table, pk)] = sorted(keys)
+        return cached
 
     def _copy(self, value: Any) -> Any:
         return copy.deepcopy(value) if self.copy_items else value

@@ -5,9 +5,11 @@ Layout (one item per delayed message)::
     pk = "b#<minute>#<shard>"   the due minute (epoch seconds // 60) and a shard 0..shards-1
     sk = "<due ms, 13 digits>#<id>"   ordered by due time, then id
 
-A busy minute spreads its writes over ``shards`` partitions; the scheduler reads a
-minute with one paginated Query per shard, in parallel, and gets each shard's
-items already in due order. Items are never deleted after dispatch: the TTL
+A busy minute spreads its writes over ``shards`` partitions (the producer's
+``delay_shards``). The scheduler reads every one of the ``MAX_SHARDS`` possible
+shards of a minute, one paginated Query each, in parallel, and gets each shard's
+items already in due order: whatever shard count a producer used, and however
+the setting changes, its messages are read. Items are never deleted after dispatch: the TTL
 attribute removes them ``DISPATCHED_RETENTION_SECONDS`` after they were due, for
 free, and leaves them for troubleshooting until then.
 

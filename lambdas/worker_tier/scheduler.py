@@ -2,48 +2,101 @@
 
 One run, under a lease in the state table so runs never overlap:
 
-1. read the watermark: the first minute not yet fully dispatched;
+1. read the watermark: the first minute not yet fully dispatched, and that
+   minute's per-shard cursors (how far each shard has been dispatched);
 2. for each minute from the watermark to the last one that has ended by
-   now + ``DISPATCH_HORIZON_SECONDS``: query its shards in parallel (paginated),
-   send every message with ``DelaySeconds = ceil(due − now)`` (0..900), retrying
-   ``Failed`` entries, and only then advance the watermark past it;
-3. stop taking minutes when the invocation's time runs low; the watermark stays true.
+   now + ``DISPATCH_HORIZON_SECONDS``: write the minute's start record (once,
+   before its first Query ever), then go in rounds. A round reads the next page
+   of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count the
+   producers used (in parallel), sends the pages merged in due order with
+   ``DelaySeconds = ceil(due − now)`` (0..900), then saves each shard's cursor.
+   When every shard is done the watermark moves to the next minute;
+3. stop before the invocation's time runs out, between any two batches; the
+   cursors and the watermark stay true.
 
-A run that finds itself behind (missed runs, an outage) catches up from the
-watermark; messages already due go out at once, and their lateness is recorded.
-Dispatched items stay in the table until their TTL. A crash after a send and
-before the watermark moves sends that minute again (the only duplicates), and a
-minute that cannot be finished marks what it did send so the next run skips it.
+A message has one of three fates at dispatch: SQS accepts it; SQS refuses it for
+a sender fault, and it goes to the dead-letter queue with a ``worker_tier.failure``
+reason (or, when the DLQ refuses that copy too, a small message pointing at its
+delay-table item, which is kept until its TTL); or SQS keeps failing it
+transiently, and the run stops there, to resume from the cursors next time.
+
+Memory holds at most one page per shard. A run that finds itself behind (missed
+runs, an outage) catches up from the watermark; messages already due go out at
+once, and their lateness is recorded. Dispatched items stay in the table until
+their TTL. Duplicates come only from the round a run died in (killed, crashed,
+or a cursor write lost): what it sent after the last saved cursor goes again.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
 
-from worker_tier import delay, limits
-from worker_tier.aws import LazyClient, is_condition_failure
+from worker_tier import delay, limits, sqs_rules
+from worker_tier.aws import LazyClient, error_code, is_condition_failure
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.message import DUE_AT_ATTRIBUTE
+from worker_tier.message import (
+    DUE_AT_ATTRIBUTE,
+    PATH_ATTRIBUTE,
+    dead_letter_attributes,
+    failure_reason,
+    message_bytes,
+)
 
+# State-table keys: every key the scheduler writes starts with "scheduler#".
 LEASE_KEY = "scheduler#lease"
 WATERMARK_KEY = "scheduler#watermark"
+MINUTE_KEY_PREFIX = "scheduler#minute#"  # one record per minute, read by the safety net
+STARTED_MS_ATTRIBUTE = "started_ms"  # when the scheduler first began to read the minute, epoch ms
+BUCKET_ATTRIBUTE = "bucket"
+CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
+MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60
 LEASE_SECONDS = 120
+LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 RUN_MARGIN_MS = 10_000
 MAX_SEND_ATTEMPTS = 10
 MAX_READ_ATTEMPTS = 8
 RETRY_BASE_SECONDS = 0.05
 RETRY_CAP_SECONDS = 1.0
-DISPATCHED_ATTRIBUTE = "dispatched"
+QUERY_PAGE_ITEMS = 1000  # DynamoDB also ends a page at 1 MB
+QUERY_THREADS = 16
+POINTER_BODY_HEAD_BYTES = 1024
+TIME_RUNNING_OUT = "invocation time running out"
+# SQS errors that refuse a whole SendMessageBatch call because of what a message holds (botocore may
+# prefix them "AWS.SimpleQueueService."). Any other raised error (throttling, access, a missing queue) is
+# transient for this scheduler: the run stops and the next one retries, so messages are never dead-lettered
+# for a fault of the queue. https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
+MESSAGE_CONTENT_ERROR_CODES = frozenset(
+    {"BatchRequestTooLong", "InvalidMessageContents", "InvalidParameterValue", "InvalidAttributeName",
+     "InvalidAttributeValue", "MissingParameter"}
+)
+_SQS_CODE_PREFIX = "AWS.SimpleQueueService."
+
+
+def minute_key(bucket: int) -> str:
+    """The state-table key of minute ``bucket``'s start record.
+
+    Examples
+    --------
+    >>> minute_key(30_000_000)
+    'scheduler#minute#30000000'
+    """
+    return f"{MINUTE_KEY_PREFIX}{bucket}"
 
 
 class DispatchIncompleteError(Exception):
-    """Some messages of a minute were not accepted by SQS after retries."""
+    """Some messages were neither accepted by SQS nor dead-lettered, after retries; the run stops there."""
+
+
+class DispatchRefusedError(Exception):
+    """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
 
 
 class LeaseLostError(Exception):
@@ -57,14 +110,44 @@ class RunReport:
     ran: bool = True
     buckets: int = 0
     sent: int = 0
+    dead_lettered: int = 0
     watermark: int | None = None
     max_lateness_s: float = 0.0
     lag_s: float = 0.0
     stopped: str = ""
 
 
+@dataclass
+class _Page:
+    """One page of one shard of a minute: its messages in due order, and where the next page starts."""
+
+    shard: int
+    messages: list[DelayedMessage]
+    next_after: str | None = None
+
+
+@dataclass
+class _Sent:
+    """What a sequence of SendMessageBatch attempts achieved, by entry id."""
+
+    accepted: set[str] = field(default_factory=set)
+    refused: dict[str, str] = field(default_factory=dict)  # id -> "Code: message"
+
+
 class DelayScheduler:
-    """Dispatches the delay table into the work queue."""
+    """Dispatches the delay table into the work queue.
+
+    Examples
+    --------
+    >>> from tests.fake_dynamodb import FakeDynamoDB
+    >>> from tests.fakes import FakeSQS
+    >>> dynamodb = FakeDynamoDB()
+    >>> dynamodb.create_table("delay", "pk", "sk"); dynamodb.create_table("state", "pk")
+    >>> scheduler = DelayScheduler("delay", "state", "https://q/work", dead_letter_queue_url="https://q/dlq",
+    ...                            sqs=FakeSQS(), dynamodb=dynamodb, clock=lambda: 1_800_000_000.0, parallel=False)
+    >>> scheduler.run().stopped
+    ''
+    """
 
     def __init__(
         self,
@@ -72,7 +155,7 @@ class DelayScheduler:
         state_table: str,
         queue_url: str,
         *,
-        shards: int = delay.DEFAULT_SHARDS,
+        dead_letter_queue_url: str,
         sqs: Any = None,
         dynamodb: Any = None,
         clock: Callable[[], float] = time.time,
@@ -81,15 +164,15 @@ class DelayScheduler:
         horizon_seconds: int = DISPATCH_HORIZON_SECONDS,
     ) -> None:
         self.delay_table = delay_table
-        self.horizon_seconds = horizon_seconds
         self.state_table = state_table
         self.queue_url = queue_url
-        self.shards = shards
+        self.dead_letter_queue_url = dead_letter_queue_url
+        self.horizon_seconds = horizon_seconds
         self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._clock = clock
         self._sleep = sleep
-        self._parallel = parallel
+        self._pool = ThreadPoolExecutor(max_workers=QUERY_THREADS) if parallel else None
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
         """One dispatch run; see the module docstring."""
@@ -103,116 +186,139 @@ class DelayScheduler:
 
     def _dispatch(self, remaining_ms: Callable[[], int] | None) -> RunReport:
         report = RunReport()
-        watermark = self._read_watermark()
+        watermark, cursors = self._read_watermark()
         last = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
         while watermark <= last:
-            if remaining_ms is not None and remaining_ms() < RUN_MARGIN_MS:
-                report.stopped = "invocation time running out"
-                break
             try:
-                report.sent += self._dispatch_bucket(watermark, report)
+                done = _MinuteDispatch(self, watermark, cursors, report, remaining_ms).run()
             except DispatchIncompleteError as error:
                 report.stopped = str(error)
                 break
-            self._advance(watermark)
-            watermark += 1
+            if not done:
+                break
+            self._write_watermark(watermark + 1, {}, expected=watermark)
+            watermark, cursors = watermark + 1, {}
             report.buckets += 1
         report.watermark = watermark
         report.lag_s = max(0.0, self._clock() + self.horizon_seconds - watermark * BUCKET_SECONDS)
         return report
 
-    def _dispatch_bucket(self, bucket: int, report: RunReport) -> int:
-        """Send every message of one minute; DispatchIncompleteError when SQS keeps refusing some."""
-        messages = [m for m in self._read_bucket(bucket) if not m[1]]
-        pending = [m for m, _ in messages]
-        sent: list[DelayedMessage] = []
-        for attempt in range(MAX_SEND_ATTEMPTS):
-            failed: list[DelayedMessage] = []
-            for start in range(0, len(pending), limits.SQS_MAX_BATCH_ENTRIES):
-                chunk = pending[start : start + limits.SQS_MAX_BATCH_ENTRIES]
-                ok, bad = self._send_chunk(chunk, report)
-                sent += ok
-                failed += bad
-            pending = failed
-            if not pending:
-                return len(sent)
-            self._sleep(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt))
-        self._mark_dispatched(sent)
-        report.sent += len(sent)
-        raise DispatchIncompleteError(f"minute {bucket}: SQS did not accept {len(pending)} messages after {MAX_SEND_ATTEMPTS} attempts")
+    def _time_low(self, remaining_ms: Callable[[], int] | None) -> bool:
+        return remaining_ms is not None and remaining_ms() < RUN_MARGIN_MS
 
-    def _send_chunk(self, chunk: list[DelayedMessage], report: RunReport) -> tuple[list[DelayedMessage], list[DelayedMessage]]:
-        """One SendMessageBatch; returns (accepted, failed)."""
-        now = self._clock()
-        entries = []
-        for index, message in enumerate(chunk):
-            wait = message.due_ms / 1000 - now
-            if wait < 0:
-                report.max_lateness_s = max(report.max_lateness_s, -wait)
-            entry: dict[str, Any] = {
-                "Id": str(index),
-                "MessageBody": message.body,
-                "MessageAttributes": _with_due_at(message),
-                "DelaySeconds": max(0, min(limits.SQS_MAX_DELAY_SECONDS, math.ceil(wait))),
-            }
-            entries.append(entry)
-        try:
-            response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-        except Exception:  # the whole call failed (botocore already retried throttling): all retry
-            return [], chunk
-        failed_ids = {int(f["Id"]) for f in response.get("Failed") or []}
-        return (
-            [m for i, m in enumerate(chunk) if i not in failed_ids],
-            [m for i, m in enumerate(chunk) if i in failed_ids],
-        )
+    # -- the delay table ------------------------------------------------------------------
 
-    def _read_bucket(self, bucket: int) -> list[tuple[DelayedMessage, bool]]:
-        """Every item of one minute, all shards (in parallel), each query paginated; due order."""
-        shards = range(self.shards)
-        if self._parallel and self.shards > 1:
-            with ThreadPoolExecutor(max_workers=min(self.shards, 16)) as pool:
-                parts = list(pool.map(lambda shard: self._query_shard(bucket, shard), shards))
-        else:
-            parts = [self._query_shard(bucket, shard) for shard in shards]
-        items = [item for part in parts for item in part]
-        items.sort(key=lambda pair: (pair[0].due_ms, pair[0].message_id))
-        return items
+    def _read_pages(self, bucket: int, open_shards: dict[int, str | None]) -> list[_Page]:
+        """The next page of each open shard (shard -> the sort key to start after), in parallel."""
+        def read(shard_after: tuple[int, str | None]) -> _Page:
+            return self._read_page(bucket, *shard_after)
 
-    def _query_shard(self, bucket: int, shard: int) -> list[tuple[DelayedMessage, bool]]:
-        """All pages of one shard's Query, each page retried on throttling."""
-        results: list[tuple[DelayedMessage, bool]] = []
+        if self._pool is None:
+            return [read(item) for item in open_shards.items()]
+        return list(self._pool.map(read, open_shards.items()))
+
+    def _read_page(self, bucket: int, shard: int, after: str | None) -> _Page:
+        """One Query page of one shard, after ``after``, retried on throttling."""
+        pk = {"S": delay.bucket_key(bucket, shard)}
         request: dict[str, Any] = {
             "TableName": self.delay_table,
             "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": delay.bucket_key(bucket, shard)}},
+            "ExpressionAttributeValues": {":pk": pk},
+            "Limit": QUERY_PAGE_ITEMS,
         }
-        while True:
-            page = self._with_retries(lambda: self._dynamodb.get().query(**request))
-            for item in page.get("Items") or []:
-                results.append((DelayedMessage.from_item(item), DISPATCHED_ATTRIBUTE in item))
-            if "LastEvaluatedKey" not in page:
-                return results
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        if after is not None:
+            request["ExclusiveStartKey"] = {delay.PK: pk, delay.SK: {"S": after}}
+        page = self._with_retries(lambda: self._dynamodb.get().query(**request))
+        next_key = page.get("LastEvaluatedKey")
+        messages = [DelayedMessage.from_item(item) for item in page.get("Items") or []]
+        return _Page(shard, messages, next_key[delay.SK]["S"] if next_key else None)
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
-        """Retry a DynamoDB read that throttles or fails transiently; the last error propagates."""
+        """Retry a DynamoDB call that throttles or fails transiently; the last error propagates."""
         for attempt in range(MAX_READ_ATTEMPTS):
             try:
                 return call()
-            except Exception:
-                if attempt == MAX_READ_ATTEMPTS - 1:
+            except Exception as error:
+                if attempt == MAX_READ_ATTEMPTS - 1 or is_condition_failure(error):
                     raise
-                self._sleep(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt))
+                self._sleep(_backoff_seconds(attempt))
         raise AssertionError("unreachable")
 
-    def _mark_dispatched(self, sent: list[DelayedMessage]) -> None:
-        """Flag what an unfinished minute did send, so the next run does not send it again."""
-        if not sent:
-            return
-        items = [{**m.to_item(), DISPATCHED_ATTRIBUTE: {"BOOL": True}} for m in sent]
-        delay.DelayStore(self.delay_table, self._dynamodb.get(), self.shards, self._sleep).put_items(items)
+    # -- SQS ------------------------------------------------------------------------------
 
-    # -- state table: lease and watermark -------------------------------------------------
+    def _deliver(self, queue_url: str, entries: list[dict[str, Any]]) -> _Sent:
+        """Send one batch until each entry is accepted or refused for a sender fault, or attempts run out.
+
+        Entries in neither set kept failing transiently.
+        """
+        sent = _Sent()
+        batches = [entries]
+        for attempt in range(MAX_SEND_ATTEMPTS):
+            batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent)]
+            if not batches:
+                break
+            self._sleep(_backoff_seconds(attempt))
+        return sent
+
+    def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: _Sent) -> list[list[dict[str, Any]]]:
+        """One SendMessageBatch, recorded in ``sent``; returns the batches to try again."""
+        try:
+            response = self._sqs.get().send_message_batch(QueueUrl=queue_url, Entries=batch)
+        except Exception as error:  # botocore already retried throttling; a content error names no entry
+            if not _is_content_error(error):
+                return [batch]
+            if len(batch) > 1:
+                return [[entry] for entry in batch]  # one at a time, to find the entry SQS refuses
+            sent.refused[batch[0]["Id"]] = f"{error_code(error)}: {error}"
+            return []
+        sent.accepted.update(success["Id"] for success in response.get("Successful") or [])
+        for failure in response.get("Failed") or []:
+            if failure.get("SenderFault"):
+                sent.refused[failure["Id"]] = f"{failure.get('Code')}: {failure.get('Message', '')}"
+        again = [entry for entry in batch if entry["Id"] not in sent.accepted and entry["Id"] not in sent.refused]
+        return [again] if again else []
+
+    def _dead_letter(self, message: DelayedMessage, refusal: str) -> None:
+        """Send a message the work queue refused to the DLQ with its reason; a pointer if the DLQ refuses the copy.
+
+        Raises DispatchIncompleteError when the DLQ takes neither (the run stops; the message is retried).
+        """
+        error = DispatchRefusedError(f"the work queue refused delayed message {message.message_id} at dispatch: {refusal}")
+        path = str(message.attributes.get(PATH_ATTRIBUTE, {}).get("StringValue", ""))
+        reason = failure_reason(error, attempts=0, path=path, failed_at=datetime.fromtimestamp(self._clock(), timezone.utc))
+        attributes, refused_attributes = _acceptable_attributes(_with_due_at(message))
+        if refused_attributes:
+            reason["refused_attributes"] = refused_attributes
+        copy = {"Id": "0", "MessageBody": message.body, "MessageAttributes": dead_letter_attributes(attributes, reason)}
+        sent = self._deliver(self.dead_letter_queue_url, [copy])
+        if not sent.accepted and sent.refused:
+            sent = self._deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])])
+        if not sent.accepted:
+            raise DispatchIncompleteError(
+                f"dead-letter queue {self.dead_letter_queue_url} did not take message {message.message_id} "
+                f"(refused by the work queue: {refusal}): {sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
+            )
+
+    def _pointer(self, message: DelayedMessage, reason: dict[str, Any], copy_refusal: str) -> dict[str, Any]:
+        """A small DLQ entry naming the delay-table item of a message whose full copy the DLQ refused."""
+        reason = {
+            **reason,
+            "copy_refused": f"the dead-letter queue refused the full copy ({copy_refusal}); the message is kept in "
+            f"delay table {self.delay_table} under this pk and sk until its TTL ({delay.TTL_ATTRIBUTE})",
+        }
+        key = message.key
+        body = {
+            "delay_table": self.delay_table,
+            delay.PK: key[delay.PK]["S"],
+            delay.SK: key[delay.SK]["S"],
+            "message_id": message.message_id,
+            "reason": reason,
+            "body_head": message.body.encode("utf-8", "replace")[:POINTER_BODY_HEAD_BYTES].decode("utf-8", "ignore"),
+        }
+        routing, _ = _acceptable_attributes({k: v for k, v in message.attributes.items() if k == PATH_ATTRIBUTE})
+        return {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes(routing, reason)}
+
+    # -- state table: lease, watermark with cursors, minute records --------------------------
 
     def _acquire(self, holder: str) -> bool:
         now = int(self._clock())
@@ -223,7 +329,7 @@ class DelayScheduler:
                     STATE_TABLE_PARTITION_KEY: {"S": LEASE_KEY},
                     "holder": {"S": holder},
                     "lease_until": {"N": str(now + LEASE_SECONDS)},
-                    STATE_TABLE_TTL_ATTRIBUTE: {"N": str(now + 24 * 60 * 60)},
+                    STATE_TABLE_TTL_ATTRIBUTE: {"N": str(now + LEASE_RECORD_RETENTION_SECONDS)},
                 },
                 ConditionExpression="attribute_not_exists(pk) OR lease_until < :now",
                 ExpressionAttributeValues={":now": {"N": str(now)}},
@@ -246,14 +352,15 @@ class DelayScheduler:
             if not is_condition_failure(error):
                 raise
 
-    def _read_watermark(self) -> int:
-        """The first minute not fully dispatched."""
+    def _read_watermark(self) -> tuple[int, dict[int, str]]:
+        """The first minute not fully dispatched, and its cursors."""
         item = self._dynamodb.get().get_item(
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
         ).get("Item")
         if item is None:
-            return self._initial_watermark()
-        return int(item["bucket"]["N"])
+            return self._initial_watermark(), {}
+        cursors = item.get(CURSORS_ATTRIBUTE, {}).get("M", {})
+        return int(item[BUCKET_ATTRIBUTE]["N"]), {int(shard): value["S"] for shard, value in cursors.items()}
 
     def _initial_watermark(self) -> int:
         """The first run ever starts at the earliest minute in the table, or now.
@@ -274,21 +381,175 @@ class DelayScheduler:
                 return earliest
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def _advance(self, bucket: int) -> None:
-        """Move the watermark past ``bucket``, only from where this run found it."""
-        condition = "attribute_not_exists(pk) OR #bucket = :previous"
+    def _write_watermark(self, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
+        """Put the watermark (minute and cursors), only over the minute this run found; else LeaseLostError."""
+        item = {
+            STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY},
+            BUCKET_ATTRIBUTE: {"N": str(bucket)},
+            CURSORS_ATTRIBUTE: {"M": {str(shard): {"S": sk} for shard, sk in sorted(cursors.items())}},
+        }
         try:
-            self._dynamodb.get().put_item(
+            self._with_retries(lambda: self._dynamodb.get().put_item(
                 TableName=self.state_table,
-                Item={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}, "bucket": {"N": str(bucket + 1)}},
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#bucket": "bucket"},
-                ExpressionAttributeValues={":previous": {"N": str(bucket)}},
-            )
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR #bucket = :expected",
+                ExpressionAttributeNames={"#bucket": BUCKET_ATTRIBUTE},
+                ExpressionAttributeValues={":expected": {"N": str(expected)}},
+            ))
         except Exception as error:
             if is_condition_failure(error):
-                raise LeaseLostError(f"watermark moved by another run while dispatching minute {bucket}") from error
+                raise LeaseLostError(f"watermark moved by another run while dispatching minute {expected}") from error
             raise
+
+    def _record_start(self, bucket: int) -> None:
+        """Write minute ``bucket``'s start record unless one exists: the first start time is kept."""
+        item = {
+            STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)},
+            STARTED_MS_ATTRIBUTE: {"N": str(int(self._clock() * 1000))},
+            STATE_TABLE_TTL_ATTRIBUTE: {"N": str(bucket * BUCKET_SECONDS + MINUTE_RECORD_RETENTION_SECONDS)},
+        }
+        try:
+            self._with_retries(lambda: self._dynamodb.get().put_item(
+                TableName=self.state_table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+            ))
+        except Exception as error:
+            if not is_condition_failure(error):
+                raise
+
+
+class _MinuteDispatch:
+    """One run's work on one minute: rounds of one page per open shard, from the saved cursors."""
+
+    def __init__(
+        self,
+        scheduler: DelayScheduler,
+        bucket: int,
+        cursors: dict[int, str],
+        report: RunReport,
+        remaining_ms: Callable[[], int] | None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.bucket = bucket
+        self.cursors = dict(cursors)
+        self.report = report
+        self.remaining_ms = remaining_ms
+        self.handled: set[int] = set()
+
+    def run(self) -> bool:
+        """True when every shard of the minute is dispatched; False when the run must stop."""
+        if not self.cursors:  # never started, or started and found nothing: the record's condition keeps the first
+            self.scheduler._record_start(self.bucket)
+        open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in range(delay.MAX_SHARDS)}
+        while open_shards:
+            if self.scheduler._time_low(self.remaining_ms):
+                self.report.stopped = TIME_RUNNING_OUT
+                return False
+            pages = self.scheduler._read_pages(self.bucket, open_shards)
+            open_shards = {page.shard: page.next_after for page in pages if page.next_after is not None}
+            if not self._round(sorted((m for page in pages for m in page.messages), key=_due_order), bool(open_shards)):
+                return False
+        return True
+
+    def _round(self, messages: list[DelayedMessage], more: bool) -> bool:
+        """Send one round's messages; save the cursors unless the minute ends here. False when the run must stop."""
+        self.handled = set()
+        try:
+            complete = self._send_all(messages)
+        except Exception:
+            self._save_cursors(messages)
+            raise
+        if more or not complete:
+            self._save_cursors(messages)
+        return complete
+
+    def _send_all(self, messages: list[DelayedMessage]) -> bool:
+        """Send in batches, checking the time before each; False when time ran low."""
+        attributes = [_with_due_at(m) for m in messages]
+        for batch in _batches([message_bytes(m.body, a) for m, a in zip(messages, attributes)]):
+            if self.scheduler._time_low(self.remaining_ms):
+                self.report.stopped = TIME_RUNNING_OUT
+                return False
+            self._send_batch(messages, attributes, batch)
+        return True
+
+    def _send_batch(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], batch: list[int]) -> None:
+        """Send one batch; dead-letter what SQS refuses; DispatchIncompleteError when some keep failing."""
+        now = self.scheduler._clock()
+        entries = [self._entry(index, messages[index], attributes[index], now) for index in batch]
+        sent = self.scheduler._deliver(self.scheduler.queue_url, entries)
+        self.handled.update(int(i) for i in sent.accepted)
+        self.report.sent += len(sent.accepted)
+        for entry_id, refusal in sent.refused.items():
+            self.scheduler._dead_letter(messages[int(entry_id)], refusal)
+            self.handled.add(int(entry_id))
+            self.report.dead_lettered += 1
+        left = len(batch) - len(sent.accepted) - len(sent.refused)
+        if left:
+            raise DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {MAX_SEND_ATTEMPTS} attempts")
+
+    def _entry(self, index: int, message: DelayedMessage, attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        wait = message.due_ms / 1000 - now
+        if wait < 0:
+            self.report.max_lateness_s = max(self.report.max_lateness_s, -wait)
+        delay_seconds = max(0, min(limits.SQS_MAX_DELAY_SECONDS, math.ceil(wait)))
+        return {"Id": str(index), "MessageBody": message.body, "MessageAttributes": attributes, "DelaySeconds": delay_seconds}
+
+    def _save_cursors(self, messages: list[DelayedMessage]) -> None:
+        """Move each shard's cursor over its handled prefix of the round, and save them if any moved."""
+        blocked: set[int] = set()
+        moved = False
+        for index, message in enumerate(messages):
+            if message.shard in blocked:
+                continue
+            if index not in self.handled:
+                blocked.add(message.shard)
+                continue
+            self.cursors[message.shard] = message.key[delay.SK]["S"]
+            moved = True
+        if moved:
+            self.scheduler._write_watermark(self.bucket, self.cursors, expected=self.bucket)
+
+
+def _batches(sizes: list[int]) -> Iterator[list[int]]:
+    """Indices in runs of at most 10 entries and SQS's total bytes per SendMessageBatch."""
+    batch: list[int] = []
+    total = 0
+    for index, size in enumerate(sizes):
+        if batch and (len(batch) == limits.SQS_MAX_BATCH_ENTRIES or total + size > limits.SQS_MAX_MESSAGE_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(index)
+        total += size
+    if batch:
+        yield batch
+
+
+def _due_order(message: DelayedMessage) -> tuple[int, str]:
+    """A round's send order: due time, then id (each shard's sort-key order too)."""
+    return message.due_ms, message.message_id
+
+
+def _is_content_error(error: BaseException) -> bool:
+    """True when SQS refused a whole call for what a message holds (not the queue's or the network's fault)."""
+    code = error_code(error)
+    return code.removeprefix(_SQS_CODE_PREFIX) in MESSAGE_CONTENT_ERROR_CODES
+
+
+def _acceptable_attributes(attributes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Split attributes into those SQS accepts and, for the rest, why not (name -> problem)."""
+    kept: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    for name, value in attributes.items():
+        problem = sqs_rules.attribute_name_problem(name) or sqs_rules.attribute_value_problem(name, value)
+        if problem:
+            refused[name] = problem
+        else:
+            kept[name] = value
+    return kept, refused
+
+
+def _backoff_seconds(attempt: int) -> float:
+    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
 
 
 def _with_due_at(message: DelayedMessage) -> dict[str, Any]:

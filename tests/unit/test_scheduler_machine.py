@@ -133,7 +133,7 @@ class DelayMachine(RuleBasedStateMachine):
 
     def _run(self) -> None:
         before = len(self.sqs.sent)
-        scheduler = DelayScheduler("delay", "state", QUEUE, shards=SHARDS, sqs=self.sqs, dynamodb=self.dynamodb,
+        scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq", sqs=self.sqs, dynamodb=self.dynamodb,
                                    clock=lambda: self.real, sleep=lambda s: None, parallel=False)
         try:
             scheduler.run()

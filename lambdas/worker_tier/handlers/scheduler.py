@@ -11,6 +11,7 @@ from worker_tier.observability import logger, metrics
 from worker_tier.scheduler import DelayScheduler
 
 METRIC_DISPATCHED = "DelayedDispatched"
+METRIC_DEAD_LETTERED = "DelayedDeadLettered"
 METRIC_LAG = "SchedulerLag"
 METRIC_LATENESS = "DelayedMaxLateness"
 METRIC_BUCKETS = "DelayBucketsDispatched"
@@ -21,7 +22,7 @@ def _new_scheduler() -> DelayScheduler:
         os.environ["WORKER_TIER_DELAY_TABLE"],
         os.environ["WORKER_TIER_STATE_TABLE"],
         os.environ["WORKER_TIER_QUEUE_URL"],
-        shards=int(os.environ.get("WORKER_TIER_DELAY_SHARDS", delay.DEFAULT_SHARDS)),
+        dead_letter_queue_url=os.environ["WORKER_TIER_DLQ_URL"],
         # Only the local environment sets this, together with a lower long-delay threshold.
         horizon_seconds=int(os.environ.get("WORKER_TIER_DELAY_HORIZON", delay.DISPATCH_HORIZON_SECONDS)),
     )
@@ -33,14 +34,16 @@ scheduler = PerProcess(_new_scheduler)
 @metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """One dispatch run; reports what it did and publishes lag and lateness."""
+    """One dispatch run; reports what it did and publishes lag, lateness and dead-lettered dispatches."""
     report = scheduler.get().run(context.get_remaining_time_in_millis)
     if report.ran:
         metrics.add_metric(name=METRIC_DISPATCHED, unit="Count", value=report.sent)
+        metrics.add_metric(name=METRIC_DEAD_LETTERED, unit="Count", value=report.dead_lettered)
         metrics.add_metric(name=METRIC_BUCKETS, unit="Count", value=report.buckets)
         metrics.add_metric(name=METRIC_LAG, unit="Seconds", value=report.lag_s)
         metrics.add_metric(name=METRIC_LATENESS, unit="Seconds", value=report.max_lateness_s)
-    logger.info("delay scheduler run", extra={"sent": report.sent, "buckets": report.buckets, "watermark": report.watermark,
-                                              "lag_s": report.lag_s, "max_lateness_s": report.max_lateness_s, "stopped": report.stopped})
-    return {"ran": report.ran, "sent": report.sent, "buckets": report.buckets, "lag_s": report.lag_s,
-            "max_lateness_s": report.max_lateness_s, "stopped": report.stopped}
+    summary = {"ran": report.ran, "sent": report.sent, "dead_lettered": report.dead_lettered, "buckets": report.buckets,
+               "watermark": report.watermark, "lag_s": report.lag_s, "max_lateness_s": report.max_lateness_s,
+               "stopped": report.stopped}
+    logger.info("delay scheduler run", extra=summary)
+    return summary

@@ -98,6 +98,8 @@ def _print_scheduler_run(result: dict) -> None:
     if result.get("sent"):
         _say(f"delay scheduler: {result['sent']} message(s) moved from the delay table to the queue, due within "
              f"{LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s")
+    if result.get("dead_lettered"):
+        _say(f"delay scheduler: {result['dead_lettered']} message(s) refused by the queue went to the DLQ with a reason")
 
 
 def _cron_entries(path: Path) -> list:
