@@ -168,3 +168,45 @@ def test_container_worker_process_drains_on_sigterm():
         assert process.returncode == 0, errors
         assert "rendered 3 frames" in output
         assert env.queue_depth() == 0
+
+
+def test_container_worker_process_exits_after_the_grace_period_without_releasing_a_running_task():
+    # GIVEN `python -m worker_tier worker` busy with a 60 s task, beating every second (extensions of 11 s), grace 1 s
+    import signal
+    import time
+
+    from worker_tier.consumer import EXIT_CODE_TASKS_ABANDONED
+    from worker_tier.settings import HEARTBEAT_MARGIN_SECONDS
+
+    settings = Settings(heartbeat_interval=1)
+    with LocalEnvironment(settings) as env:
+        env.client.send("/render", '{"frames": 60}')
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}",
+                       "WORKER_TIER_CONTAINER_CONCURRENCY": "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+        environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
+        process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "1"], env=environment,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while env.queue_depth() == 0 or _not_visible(env) == 0:
+            assert time.monotonic() < deadline and process.poll() is None, process.stderr.read() if process.poll() is not None else ""
+            time.sleep(0.1)
+        # WHEN ECS sends SIGTERM and the task outlives the grace period
+        process.send_signal(signal.SIGTERM)
+        output, errors = process.communicate(timeout=30)
+        exited_at = time.monotonic()
+        # THEN the process exits at once (the task dies with it), saying how many it abandoned
+        assert process.returncode == EXIT_CODE_TASKS_ABANDONED, errors
+        assert "tasks still running after the grace period" in output and '"count":1' in output.replace(" ", "")
+        assert "rendered" not in output
+        # AND the message was not released: no other worker can take it while its last extension lasts
+        assert env.sqs.receive_message(QueueUrl=env.queue_url).get("Messages") is None
+        # AND it returns once that extension lapses (interval + margin after the last beat)
+        while not (again := env.sqs.receive_message(QueueUrl=env.queue_url).get("Messages")):
+            assert time.monotonic() < exited_at + settings.heartbeat_interval + HEARTBEAT_MARGIN_SECONDS + 5, "the message never came back"
+            time.sleep(0.5)
+        assert [m["Body"] for m in again] == ['{"frames": 60}']
+
+
+def _not_visible(env: LocalEnvironment) -> int:
+    attributes = env.sqs.get_queue_attributes(QueueUrl=env.queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"])
