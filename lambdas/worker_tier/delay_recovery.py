@@ -14,19 +14,22 @@ The table's stream (NEW_AND_OLD_IMAGES) carries both: the INSERT holds the new i
 the TTL's REMOVE the old one. The event source mapping passes only those two events
 of message items (``b#...``; see ``infra/delay_recovery.py``), and ``DelayRecovery``
 decides each from the scheduler's state, read once per batch: the watermark ``W``
-(first minute not fully dispatched) and the minute record of each minute ``m``
-concerned (``started_ms``: when the scheduler first queried ``m``). ``t`` is the
-record's stream time; ``CLOCK_TOLERANCE_SECONDS`` covers the stream's whole-second
-timestamps and the scheduler's clock skew.
+(first minute not fully dispatched) with its per-shard cursors (how far each shard
+of ``W`` is dispatched), and the record of each minute ``m`` concerned, which the
+scheduler writes before its first Query of ``m`` (``started_ms``) and, when it
+passes ``m``, completes (``finished_ms``). ``t`` is the record's stream time;
+``CLOCK_TOLERANCE_SECONDS`` covers the stream's whole-second timestamps and the
+scheduler's clock skew.
 
-- INSERT, ``m > W``: skip; the scheduler reads ``m`` later.
-- INSERT, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that query saw it.
-- INSERT, otherwise: **send now** and count ``late_writes``.
-- REMOVE, ``m >= W``: **send now** and count ``recovered_from_ttl``; the scheduler has not
-  finished ``m``, and can no longer read the item.
-- REMOVE, ``m < W``, ``m`` finished (``finished_ms``) or, lacking that, first queried
-  before ``t - tolerance``: skip; the scheduler read the item while it existed.
-- REMOVE, otherwise (no minute record, or ``m`` read only after the deletion): **send now**.
+- INSERT, ``m > W``, or ``m = W`` with no record of ``m``: skip; the scheduler reads ``m`` later.
+- INSERT, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that Query saw it.
+- INSERT, otherwise: **send now**, a late write (``late_writes``).
+- REMOVE, ``m > W``, or ``m = W`` past its shard's cursor: **send now** (``recovered_from_ttl``);
+  the scheduler has not read it, and no longer can.
+- REMOVE, ``m = W`` up to its shard's cursor: skip; dispatched.
+- REMOVE, ``m < W``, ``m`` finished (or, without ``finished_ms``, first queried) before
+  ``t - tolerance``: skip; the scheduler read the item while it existed.
+- REMOVE, otherwise (no record of ``m``, or ``m`` read after the deletion): **send now**.
 
 Every doubtful case sends, so a doubt costs a duplicate, never a loss. A message
 sent here goes to the work queue as the scheduler sends it (attributes plus
@@ -35,6 +38,12 @@ never early. A record that cannot be read, or a message SQS refuses for a sender
 fault, goes to the work queue's DLQ with a ``worker_tier.failure`` reason. Anything
 transient stops the batch at the first record not done; the handler reports it as
 the batch item failure, and Lambda retries from there.
+
+One case needs ``finished_ms``: a minute the scheduler began before the TTL deleted
+one of its items and finished after (a stuck minute that thawed, resumed from its
+cursors, never saw the item). Without ``finished_ms`` in the minute record, such
+an item is taken as dispatched. The scheduler must complete the record when it
+moves the watermark past the minute for that case to be delivered too.
 
 The guarantee, and its assumption: no message is lost to the TTL or to a late
 write **provided this function processes each stream record within the stream's
@@ -64,6 +73,7 @@ MINUTE_KEY_PREFIX = "scheduler#minute#"
 STARTED_MS_ATTRIBUTE = "started_ms"
 FINISHED_MS_ATTRIBUTE = "finished_ms"  # proposed: written by the scheduler when the watermark passes the minute
 WATERMARK_BUCKET_ATTRIBUTE = "bucket"
+CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} of the watermark's minute
 
 INSERT, REMOVE = "INSERT", "REMOVE"
 # A TTL deletion is made by DynamoDB itself:
@@ -112,6 +122,8 @@ class StreamEvent:
     kind: str
     message: DelayedMessage
     bucket: int
+    shard: int
+    sort_key: str
     at_s: float  # the record's ApproximateCreationDateTime
 
 
@@ -129,6 +141,44 @@ class RecoveryReport:
     def count(self, counter: str) -> None:
         """Add one to the named counter."""
         setattr(self, counter, getattr(self, counter) + 1)
+
+
+@dataclass
+class SchedulerState:
+    """What the scheduler has read: its watermark (None before its first run), that minute's cursors, minute records."""
+
+    watermark: int | None
+    cursors: Mapping[int, str] = field(default_factory=dict)
+    minutes: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    def needs_minute_record(self, event: StreamEvent) -> bool:
+        """Whether deciding ``event`` needs the scheduler's record of its minute."""
+        if self.watermark is None:
+            return False
+        return event.bucket <= self.watermark if event.kind == INSERT else event.bucket < self.watermark
+
+    def insert_was_missed(self, event: StreamEvent) -> bool:
+        """Whether the scheduler may have read this insert's minute before the insert."""
+        if self.watermark is None or event.bucket > self.watermark:
+            return False
+        minute = self.minutes.get(event.bucket)
+        if minute is None:  # the watermark's minute has no record until its first Query: not read yet
+            return event.bucket < self.watermark
+        started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
+        return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
+
+    def expiry_was_undispatched(self, event: StreamEvent) -> bool:
+        """Whether the TTL may have deleted this item before the scheduler read it."""
+        if self.watermark is None or event.bucket > self.watermark:
+            return True
+        if event.bucket == self.watermark:  # the minute in progress: dispatched up to each shard's cursor
+            cursor = self.cursors.get(event.shard)
+            return cursor is None or event.sort_key > cursor
+        minute = self.minutes.get(event.bucket)
+        read_s = _seconds(minute, FINISHED_MS_ATTRIBUTE)
+        if read_s is None:
+            read_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
+        return read_s is None or read_s >= event.at_s - CLOCK_TOLERANCE_SECONDS
 
 
 @dataclass
@@ -152,8 +202,9 @@ def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
         if not pk.startswith(MESSAGE_KEY_PREFIX) or not _concerns_safety_net(kind, record.get("userIdentity")):
             return None
         image = change["NewImage"] if kind == INSERT else change["OldImage"]
-        bucket = int(pk.split("#")[1])
-        return StreamEvent(kind, DelayedMessage.from_item(image), bucket, float(change["ApproximateCreationDateTime"]))
+        _, bucket, shard = pk.split("#")
+        return StreamEvent(kind, DelayedMessage.from_item(image), int(bucket), int(shard), change["Keys"][delay.SK]["S"],
+                           float(change["ApproximateCreationDateTime"]))
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
         name = record.get("eventID") if isinstance(record, Mapping) else None
         raise StreamRecordError(
@@ -224,27 +275,31 @@ class DelayRecovery:
             else:
                 events.append((position, event))
         readable = [event for _, event in events if isinstance(event, StreamEvent)]
-        watermark = self._read_watermark() if readable else None
-        minutes = self._read_minutes({e.bucket for e in readable if _needs_minute_record(e, watermark)})
-        return [a for a in (self._action(p, e, watermark, minutes, report) for p, e in events) if a is not None]
+        state = self._read_state(readable) if readable else SchedulerState(None)
+        return [a for a in (self._action(p, e, state, report) for p, e in events) if a is not None]
 
-    def _action(self, position: int, event: StreamEvent | StreamRecordError, watermark: int | None,
-                minutes: Mapping[int, Mapping[str, Any]], report: RecoveryReport) -> _Action | None:
+    def _action(self, position: int, event: StreamEvent | StreamRecordError, state: SchedulerState,
+                report: RecoveryReport) -> _Action | None:
         if isinstance(event, StreamRecordError):
             return _Action(position, body=event.record_text, error=event)
-        if event.kind == INSERT and _insert_was_missed(event, watermark, minutes.get(event.bucket)):
+        if event.kind == INSERT and state.insert_was_missed(event):
             return _Action(position, message=event.message, counter="late_writes")
-        if event.kind == REMOVE and _expiry_was_undispatched(event, watermark, minutes.get(event.bucket)):
+        if event.kind == REMOVE and state.expiry_was_undispatched(event):
             return _Action(position, message=event.message, counter="recovered_from_ttl")
         report.skipped += 1
         return None
 
-    def _read_watermark(self) -> int | None:
-        """The scheduler's watermark (consistent read); None before its first run."""
+    def _read_state(self, events: list[StreamEvent]) -> SchedulerState:
+        """The watermark and its cursors (consistent read), then the minute records the events need."""
         item = self._dynamodb.get().get_item(
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
         ).get("Item")
-        return int(item[WATERMARK_BUCKET_ATTRIBUTE]["N"]) if item else None
+        if item is None:
+            return SchedulerState(None)
+        cursors = {int(shard): value["S"] for shard, value in item.get(CURSORS_ATTRIBUTE, {}).get("M", {}).items()}
+        state = SchedulerState(int(item[WATERMARK_BUCKET_ATTRIBUTE]["N"]), cursors)
+        state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)})
+        return state
 
     def _read_minutes(self, buckets: Iterable[int]) -> dict[int, dict[str, Any]]:
         """The minute records of ``buckets`` (consistent BatchGetItem, 100 keys a call); absent ones are left out."""
@@ -355,31 +410,6 @@ def _sequence_number(record: Mapping[str, Any]) -> str:
     except (KeyError, TypeError) as error:
         raise StreamRecordError(f"stream record {record!r:.200} has no dynamodb.SequenceNumber to retry from",
                                 json.dumps(record, default=str)) from error
-
-
-def _needs_minute_record(event: StreamEvent, watermark: int | None) -> bool:
-    """Whether deciding ``event`` needs the scheduler's record of its minute."""
-    if watermark is None:
-        return False
-    return event.bucket <= watermark if event.kind == INSERT else event.bucket < watermark
-
-
-def _insert_was_missed(event: StreamEvent, watermark: int | None, minute: Mapping[str, Any] | None) -> bool:
-    """Whether the scheduler may have read this insert's minute before the insert."""
-    if watermark is None or event.bucket > watermark:
-        return False
-    started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
-    return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
-
-
-def _expiry_was_undispatched(event: StreamEvent, watermark: int | None, minute: Mapping[str, Any] | None) -> bool:
-    """Whether the TTL may have deleted this item before the scheduler read it."""
-    if watermark is None or event.bucket >= watermark:
-        return True
-    read_s = _seconds(minute, FINISHED_MS_ATTRIBUTE)
-    if read_s is None:
-        read_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
-    return read_s is None or read_s >= event.at_s - CLOCK_TOLERANCE_SECONDS
 
 
 def _seconds(minute: Mapping[str, Any] | None, attribute: str) -> float | None:

@@ -34,6 +34,23 @@ STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11
 TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 
 
+def stream_record(sequence: int, event_name: str, item: dict, at_s: float, identity: dict | None = None) -> dict:
+    """A Lambda DynamoDB stream record, as Lambda delivers it (DynamoDB JSON images)."""
+    change: dict[str, Any] = {
+        "ApproximateCreationDateTime": float(int(at_s)),  # whole seconds, rounded down
+        "Keys": {"pk": item["pk"], "sk": item["sk"]},
+        "SequenceNumber": f"{sequence:021d}",
+        "SizeBytes": 300,
+        "StreamViewType": "NEW_AND_OLD_IMAGES",
+        ("OldImage" if event_name == "REMOVE" else "NewImage"): item,
+    }
+    record = {"eventID": f"event-{sequence}", "eventName": event_name, "eventVersion": "1.1",
+              "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
+    if identity is not None:
+        record["userIdentity"] = identity
+    return record
+
+
 class BatchGetDynamoDB(FakeDynamoDB):
     """FakeDynamoDB plus BatchGetItem (consistent reads; ``unprocessed_once`` holds back every key once)."""
 
@@ -85,8 +102,11 @@ class World:
     def recovery(self) -> DelayRecovery:
         return DelayRecovery("state", QUEUE, DLQ, sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now, sleep=lambda s: None)
 
-    def watermark(self, bucket: int) -> None:
-        self.dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(bucket)}})
+    def watermark(self, bucket: int, cursors: dict[int, str] | None = None) -> None:
+        item = {"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(bucket)}}
+        if cursors is not None:
+            item["cursors"] = {"M": {str(shard): {"S": sk} for shard, sk in cursors.items()}}
+        self.dynamodb.put_item(TableName="state", Item=item)
 
     def minute(self, bucket: int, started_s: float, finished_s: float | None = None) -> None:
         item = {"pk": {"S": minute_key(bucket)}, STARTED_MS_ATTRIBUTE: {"N": str(int(started_s * 1000))}}
@@ -95,21 +115,8 @@ class World:
         self.dynamodb.put_item(TableName="state", Item=item)
 
     def record(self, event_name: str, item: dict, at_s: float, identity: dict | None = None) -> dict:
-        """A Lambda DynamoDB stream record, as Lambda delivers it (DynamoDB JSON images)."""
         self.sequence += 1
-        change: dict[str, Any] = {
-            "ApproximateCreationDateTime": float(int(at_s)),  # whole seconds, rounded down
-            "Keys": {"pk": item["pk"], "sk": item["sk"]},
-            "SequenceNumber": f"{self.sequence:021d}",
-            "SizeBytes": 300,
-            "StreamViewType": "NEW_AND_OLD_IMAGES",
-            ("NewImage" if event_name == "INSERT" else "OldImage"): item,
-        }
-        record = {"eventID": f"event-{self.sequence}", "eventName": event_name, "eventVersion": "1.1",
-                  "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
-        if identity is not None:
-            record["userIdentity"] = identity
-        return record
+        return stream_record(self.sequence, event_name, item, at_s, identity)
 
     def insert(self, item: dict, at_s: float) -> dict:
         return self.record("INSERT", item, at_s)
@@ -159,6 +166,20 @@ def test_an_item_expired_in_a_minute_the_scheduler_never_started_is_delivered(wo
     report = world.recovery().process([world.expire(item(START), world.now)])
     # THEN it is delivered
     assert report.recovered_from_ttl == 1 and len(world.sqs.sent) == 1
+
+
+def test_in_the_minute_in_progress_an_expiry_is_sent_only_past_its_shards_cursor(world):
+    # GIVEN the scheduler stuck in minute M, its shard 3 dispatched up to the second of three items
+    due = [START + 10, START + 20, START + 30]
+    items = [item(at, f"b{n}", f"m-{n}") for n, at in enumerate(due)]
+    world.minute(MINUTE, started_s=START - 840)
+    world.watermark(MINUTE, cursors={3: items[1]["sk"]["S"]})
+    # WHEN all three expire
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 120
+    report = world.recovery().process([world.expire(i, world.now) for i in items])
+    # THEN only the one past the cursor (never dispatched) is sent
+    assert [m["MessageBody"] for m in world.sqs.sent] == ["b2"]
+    assert (report.recovered_from_ttl, report.skipped) == (1, 2)
 
 
 def test_a_dispatched_items_expiry_is_ignored(world):
@@ -258,6 +279,24 @@ def test_an_insert_into_the_current_minute_before_its_first_query_is_left_to_the
     report = world.recovery().process([world.insert(item(START + 10), START - 800)])
     # THEN it is skipped: that first query saw it
     assert world.sqs.sent == [] and report.skipped == 1
+
+
+def test_an_insert_into_the_watermarks_minute_not_yet_started_is_left_to_the_scheduler(world):
+    # GIVEN the watermark at M, whose record does not exist: the scheduler writes it before its first Query of M
+    world.watermark(MINUTE)
+    # WHEN a message due in M is stored
+    report = world.recovery().process([world.insert(item(START + 10), START - 840)])
+    # THEN it is left to the scheduler
+    assert world.sqs.sent == [] and report.skipped == 1
+
+
+def test_an_insert_behind_the_watermark_in_a_minute_without_a_record_errs_on_sending(world):
+    # GIVEN the watermark past M, and no record of M (started before minute records existed, or expired)
+    world.watermark(MINUTE + 1)
+    # WHEN a message due in M is stored
+    report = world.recovery().process([world.insert(item(START + 10), START - 100)])
+    # THEN it is sent
+    assert report.late_writes == 1
 
 
 @pytest.mark.parametrize("started_after_insert_s", [0, 1, CLOCK_TOLERANCE_SECONDS])
