@@ -9,9 +9,19 @@ A busy minute spreads its writes over ``shards`` partitions (the producer's
 ``delay_shards``). The scheduler reads every one of the ``MAX_SHARDS`` possible
 shards of a minute, one paginated Query each, in parallel, and gets each shard's
 items already in due order: whatever shard count a producer used, and however
-the setting changes, its messages are read. Items are never deleted after dispatch: the TTL
-attribute removes them ``DISPATCHED_RETENTION_SECONDS`` after they were due, for
-free, and leaves them for troubleshooting until then.
+the setting changes, its messages are read.
+
+TTL. Items are never deleted after dispatch (a delete would cost as much as the
+write): the TTL attribute, set at write, removes them ``DISPATCHED_RETENTION_SECONDS``
+after they were due, for free, and leaves them for troubleshooting until then.
+The TTL cannot tell a dispatched item from one the scheduler never read (it was
+stopped, or stuck on a minute, for longer than the margin). The table's stream
+can: ``worker_tier.delay_recovery`` reads every TTL deletion and every write from
+it, and sends to the work queue each item the scheduler could have missed
+(late, never early, and counted). The guarantee: no undispatched message is lost
+to the TTL, **provided the recovery function processes each stream record within
+the stream's 24-hour retention** (its mapping alarms on age and names any batch
+it gives up on while the stream still holds it).
 
 The invariant that makes the watermark safe (see ``worker_tier.scheduler``): the
 producer stores a message only when it is due more than ``LONG_DELAY_THRESHOLD_SECONDS``
@@ -42,6 +52,8 @@ LONG_DELAY_THRESHOLD_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 MAX_CLOCK_SKEW_SECONDS = 60  # producer and scheduler clocks together; ±30 s each
 DISPATCH_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS - MAX_CLOCK_SKEW_SECONDS
 MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
+# TTL margin after due. Kept below the scheduler's minute-record retention less the stream's 24 h, so the
+# safety net still finds the minute record when it decides an expired item (tests/unit/test_delay_recovery.py).
 DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
 DEDUPE_PREFIX = "dedupe#"
 MAX_WRITE_ATTEMPTS = 8
