@@ -72,7 +72,8 @@ class DelayScheduler(Construct):
         props.dead_letter_queue.grant_send_messages(self.function)
         # Query the minutes, Scan once for the first watermark.
         self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan")
-        props.state_table.grant(self.function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+        # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update).
+        props.state_table.grant(self.function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem")
         self.rule = events.Rule(
             self,
             "EveryMinute",

@@ -85,13 +85,14 @@ class FakeDynamoDB:
     def update_item(self, TableName: str, Key: dict, UpdateExpression: str,  # noqa: N803
                     ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
         self._enter("UpdateItem", locals())
-        match = re.fullmatch(r"SET (#?\w+) = (:\w+)", UpdateExpression)
-        assert match, f"fake supports 'SET #a = :v' only, got {UpdateExpression!r}"
-        name = (ExpressionAttributeNames or {}).get(match.group(1), match.group(1))
+        assignments = [re.fullmatch(r"(#?\w+) = (:\w+)", part.strip()) for part in UpdateExpression.removeprefix("SET ").split(",")]
+        assert UpdateExpression.startswith("SET ") and all(assignments), f"fake supports 'SET #a = :v, ...' only, got {UpdateExpression!r}"
         key = self._key(TableName, Key)
         if key not in self.tables[TableName]:
             self._store(TableName, Key)
-        self.tables[TableName][key][name] = self._copy(ExpressionAttributeValues[match.group(2)])
+        for match in assignments:
+            name = (ExpressionAttributeNames or {}).get(match.group(1), match.group(1))
+            self.tables[TableName][key][name] = self._copy(ExpressionAttributeValues[match.group(2)])
         return {}
 
     def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict,  # noqa: N803

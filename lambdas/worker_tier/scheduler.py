@@ -5,12 +5,14 @@ One run, under a lease in the state table so runs never overlap:
 1. read the watermark: the first minute not yet fully dispatched, and that
    minute's per-shard cursors (how far each shard has been dispatched);
 2. for each minute from the watermark to the last one that has ended by
-   now + ``DISPATCH_HORIZON_SECONDS``: write the minute's start record (once,
-   before its first Query ever), then go in rounds. A round reads the next page
-   of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count the
-   producers used (in parallel), sends the pages merged in due order with
+   now + ``DISPATCH_HORIZON_SECONDS``: write the minute's record (``started_ms``
+   once, before its first Query ever), then go in rounds. A round reads the next
+   page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
+   the producers used (in parallel), sends the pages merged in due order with
    ``DelaySeconds = ceil(due − now)`` (0..900), then saves each shard's cursor.
-   When every shard is done the watermark moves to the next minute;
+   When every shard is done the record gets ``finished_ms`` and the watermark
+   moves to the next minute (the safety net, ``worker_tier.delay_recovery``,
+   reads these records);
 3. stop before the invocation's time runs out, between any two batches; the
    cursors and the watermark stay true.
 
@@ -55,6 +57,7 @@ LEASE_KEY = "scheduler#lease"
 WATERMARK_KEY = "scheduler#watermark"
 MINUTE_KEY_PREFIX = "scheduler#minute#"  # one record per minute, read by the safety net
 STARTED_MS_ATTRIBUTE = "started_ms"  # when the scheduler first began to read the minute, epoch ms
+FINISHED_MS_ATTRIBUTE = "finished_ms"  # when it had read every shard of the minute, just before passing it
 BUCKET_ATTRIBUTE = "bucket"
 CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
 MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60
@@ -196,6 +199,7 @@ class DelayScheduler:
                 break
             if not done:
                 break
+            self._record_finish(watermark)
             self._write_watermark(watermark + 1, {}, expected=watermark)
             watermark, cursors = watermark + 1, {}
             report.buckets += 1
@@ -400,6 +404,19 @@ class DelayScheduler:
             if is_condition_failure(error):
                 raise LeaseLostError(f"watermark moved by another run while dispatching minute {expected}") from error
             raise
+
+    def _record_finish(self, bucket: int) -> None:
+        """Stamp minute ``bucket``'s record with the time every shard had been read."""
+        self._with_retries(lambda: self._dynamodb.get().update_item(
+            TableName=self.state_table,
+            Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}},
+            UpdateExpression="SET #finished = :finished, #expiration = :expiration",
+            ExpressionAttributeNames={"#finished": FINISHED_MS_ATTRIBUTE, "#expiration": STATE_TABLE_TTL_ATTRIBUTE},
+            ExpressionAttributeValues={
+                ":finished": {"N": str(int(self._clock() * 1000))},
+                ":expiration": {"N": str(bucket * BUCKET_SECONDS + MINUTE_RECORD_RETENTION_SECONDS)},
+            },
+        ))
 
     def _record_start(self, bucket: int) -> None:
         """Write minute ``bucket``'s start record unless one exists: the first start time is kept."""

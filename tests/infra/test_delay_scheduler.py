@@ -48,7 +48,7 @@ def test_scheduler_runs_every_minute_without_retries(template):
 def test_scheduler_grants_are_the_calls_it_makes(template):
     actions = {tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],) for s in _policy_statements(template, "DelaysScheduler")}
     assert ("dynamodb:Query", "dynamodb:Scan") in actions
-    assert ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem") in actions
+    assert ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem") in actions
     assert ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl") in actions
     assert not any("dynamodb:BatchWriteItem" in action for action in actions)
 

@@ -14,6 +14,7 @@ from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, bucket_key, shard_of
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.scheduler import (
+    FINISHED_MS_ATTRIBUTE,
     LEASE_SECONDS,
     MAX_SEND_ATTEMPTS,
     MINUTE_KEY_PREFIX,
@@ -314,6 +315,8 @@ def test_the_minute_record_is_written_once_before_the_first_query_with_the_first
     record = world.dynamodb.tables["state"][(minute_key(bucket),)]
     assert record[STARTED_MS_ATTRIBUTE] == {"N": str(int(first_start * 1000))}
     assert record["expiration"] == {"N": str(bucket * 60 + MINUTE_RECORD_RETENTION_SECONDS)}
+    # and, once every shard was read, when the minute was finished (by the second run)
+    assert record[FINISHED_MS_ATTRIBUTE] == {"N": str(int((first_start + 60) * 1000))}
     assert minute_key(bucket) == f"{MINUTE_KEY_PREFIX}{bucket}" == f"scheduler#minute#{bucket}"
     # and it was put before the minute's first Query
     first_query = next(i for i, (operation, pk) in enumerate(calls) if operation == "Query" and pk.startswith(f"b#{bucket}#"))
