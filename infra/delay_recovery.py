@@ -42,7 +42,7 @@ STREAM_BATCH_SIZE = 1000
 # Late writes are due within 15 minutes; a minute's wait costs them nothing (DelaySeconds covers the rest).
 STREAM_MAX_BATCHING_WINDOW_SECONDS = 60
 # The binding bound is the record age: half the stream's 24-hour retention, leaving the other half to replay.
-STREAM_MAX_RECORD_AGE_SECONDS = 12 * 60 * 60
+STREAM_MAX_RECORD_AGE_SECONDS = delay_recovery.DYNAMODB_STREAM_RETENTION_SECONDS // 2
 STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record age first
 # Normal age is the batching window plus a second or two.
 ITERATOR_AGE_ALARM_SECONDS = 30 * 60

@@ -47,7 +47,7 @@ moves the watermark past the minute for that case to be delivered too.
 
 The guarantee, and its assumption: no message is lost to the TTL or to a late
 write **provided this function processes each stream record within the stream's
-24-hour retention** (records older than that are trimmed by DynamoDB). The
+24-hour retention** (``DYNAMODB_STREAM_RETENTION_SECONDS``) (records older than that are trimmed by DynamoDB). The
 event source mapping retries for ``infra.delay_recovery.STREAM_MAX_RECORD_AGE_SECONDS``,
 then names the batch in its failure queue (alarmed), leaving the rest of the 24 h
 to replay it; the IteratorAge alarm fires long before.
@@ -66,14 +66,18 @@ from worker_tier import delay, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
 from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
-from worker_tier.scheduler import WATERMARK_KEY, _with_due_at
+from worker_tier.scheduler import (
+    BUCKET_ATTRIBUTE,
+    CURSORS_ATTRIBUTE,
+    MINUTE_KEY_PREFIX,
+    STARTED_MS_ATTRIBUTE,
+    WATERMARK_KEY,
+    _with_due_at,
+    minute_key,
+)
 
-# -- the scheduler's minute records (contract with worker_tier.scheduler) ----------------------------
-MINUTE_KEY_PREFIX = "scheduler#minute#"
-STARTED_MS_ATTRIBUTE = "started_ms"
-FINISHED_MS_ATTRIBUTE = "finished_ms"  # proposed: written by the scheduler when the watermark passes the minute
-WATERMARK_BUCKET_ATTRIBUTE = "bucket"
-CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} of the watermark's minute
+# Proposed to worker_tier.scheduler: written into the minute record when the watermark passes the minute.
+FINISHED_MS_ATTRIBUTE = "finished_ms"
 
 INSERT, REMOVE = "INSERT", "REMOVE"
 # A TTL deletion is made by DynamoDB itself:
@@ -83,16 +87,13 @@ MESSAGE_KEY_PREFIX = "b#"
 # ApproximateCreationDateTime is whole seconds; the scheduler's clock may be off by half the skew budget.
 STREAM_TIME_RESOLUTION_SECONDS = 1
 CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
+# Limits for lambdas/worker_tier/limits.py (its owner moves them there):
+DYNAMODB_STREAM_RETENTION_SECONDS = 24 * 60 * 60  # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html
 DYNAMODB_MAX_BATCH_GET_KEYS = 100  # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 MAX_SEND_ATTEMPTS = 5
 RETRY_BASE_SECONDS = 0.1
 RETRY_CAP_SECONDS = 2.0
 MAX_DEAD_LETTER_SAMPLE_BYTES = 1024
-
-
-def minute_key(bucket: int) -> str:
-    """State-table key of the scheduler's record of one minute."""
-    return f"{MINUTE_KEY_PREFIX}{bucket}"
 
 
 class StreamRecordError(Exception):
@@ -297,7 +298,7 @@ class DelayRecovery:
         if item is None:
             return SchedulerState(None)
         cursors = {int(shard): value["S"] for shard, value in item.get(CURSORS_ATTRIBUTE, {}).get("M", {}).items()}
-        state = SchedulerState(int(item[WATERMARK_BUCKET_ATTRIBUTE]["N"]), cursors)
+        state = SchedulerState(int(item[BUCKET_ATTRIBUTE]["N"]), cursors)
         state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)})
         return state
 

@@ -21,6 +21,7 @@ from infra.delay_recovery import (
 )
 from infra.nag import add_checks
 from worker_tier import delay
+from worker_tier.delay_recovery import DYNAMODB_STREAM_RETENTION_SECONDS
 
 
 def _tables_and_queues(stack: cdk.Stack):
@@ -80,7 +81,7 @@ def test_the_mapping_batches_bisects_reports_item_failures_and_bounds_retries(te
 
 def test_a_failed_batch_is_named_while_the_stream_still_holds_it():
     # THEN the mapping gives up on a record well inside the stream's 24-hour retention, and alarms on its age first
-    assert STREAM_MAX_RECORD_AGE_SECONDS <= 24 * 3600 / 2
+    assert STREAM_MAX_RECORD_AGE_SECONDS <= DYNAMODB_STREAM_RETENTION_SECONDS / 2
     assert ITERATOR_AGE_ALARM_SECONDS < STREAM_MAX_RECORD_AGE_SECONDS
 
 

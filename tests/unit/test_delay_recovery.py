@@ -16,15 +16,14 @@ from worker_tier import delay
 from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
 from worker_tier.delay_recovery import (
     CLOCK_TOLERANCE_SECONDS,
+    DYNAMODB_STREAM_RETENTION_SECONDS,
     FINISHED_MS_ATTRIBUTE,
-    STARTED_MS_ATTRIBUTE,
     DelayRecovery,
     StreamRecordError,
-    minute_key,
     read_record,
 )
 from worker_tier.message import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.scheduler import WATERMARK_KEY
+from worker_tier.scheduler import MINUTE_RECORD_RETENTION_SECONDS, STARTED_MS_ATTRIBUTE, WATERMARK_KEY, minute_key
 
 START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)
@@ -312,6 +311,15 @@ def test_the_clock_tolerance_window_errs_on_the_side_of_sending(world, started_a
     assert report.late_writes == 1
 
 
+def test_minute_records_outlive_the_item_ttl_plus_the_streams_retention():
+    # GIVEN an item deleted by the TTL at its margin after due, and its REMOVE processed up to 24 h later
+    # THEN the scheduler's record of its minute still exists then, with a day to spare for DynamoDB's TTL lag;
+    # a missing record would only cost a duplicate, never a loss
+    assert MINUTE_RECORD_RETENTION_SECONDS >= (
+        BUCKET_SECONDS + delay.DISPATCHED_RETENTION_SECONDS + DYNAMODB_STREAM_RETENTION_SECONDS + 24 * 3600
+    )
+
+
 def test_the_tolerance_covers_the_schedulers_documented_clock_skew():
     # GIVEN the documented skew budget (producer and scheduler together) and the stream's whole-second timestamps
     # THEN the tolerance covers the scheduler's share of the skew plus the rounding
@@ -477,3 +485,107 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
         emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
         assert [blob["DelayedRecoveredFromTtl"] for blob in emf] == [[3.0]]
         handler.recovery.reset()
+
+
+# -- end to end: the real Client and DelayScheduler, DynamoDB's TTL and the stream ------------------
+
+
+class StreamedDynamoDB(BatchGetDynamoDB):
+    """BatchGetDynamoDB whose delay table has a stream (INSERT, MODIFY, TTL REMOVE records) and a TTL sweeper."""
+
+    def __init__(self, clock) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.clock = clock
+        self.stream: list[dict] = []
+        self.create_table("delay", "pk", "sk")
+        self.create_table("state", "pk")
+
+    def _store(self, table: str, item: dict) -> None:
+        if table == "delay":
+            event = "MODIFY" if self._key(table, item) in self.tables[table] else "INSERT"
+            self.stream.append(stream_record(len(self.stream) + 1, event, self._copy(item), self.clock()))
+        super()._store(table, item)
+
+    def sweep_ttl(self) -> None:
+        """DynamoDB's TTL: delete every expired item, each with a REMOVE made by the service."""
+        for key, stored in list(self.tables["delay"].items()):
+            if int(stored[delay.TTL_ATTRIBUTE]["N"]) <= self.clock():
+                self.delete_item(TableName="delay", Key={"pk": stored["pk"], "sk": stored["sk"]})
+                self.stream.append(stream_record(len(self.stream) + 1, "REMOVE", stored, self.clock(), TTL_IDENTITY))
+
+    def drain(self) -> list[dict]:
+        records, self.stream = self.stream, []
+        return records
+
+
+class Timeline:
+    """A clock, the streamed tables, SQS, a producer, the scheduler and the safety net."""
+
+    def __init__(self, producer_clock_offset_s: float = 0.0) -> None:
+        from worker_tier import Client
+        from worker_tier.scheduler import DelayScheduler
+
+        self.now = START
+        self.dynamodb = StreamedDynamoDB(clock=lambda: self.now)
+        self.sqs = SingleSendSQS(clock=lambda: self.now)
+        self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now + producer_clock_offset_s,
+                             sleep=lambda s: None, maximum_message_size=1024 * 1024)
+        self.scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
+                                        clock=lambda: self.now, sleep=lambda s: None, parallel=False)
+        self.recovery = DelayRecovery("state", QUEUE, DLQ, sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now,
+                                      sleep=lambda s: None)
+        self.totals = {"late_writes": 0, "recovered_from_ttl": 0}
+
+    def minute(self, scheduler_up: bool = True, sweep: bool = False) -> None:
+        """One minute: the scheduler's run (a few seconds in), the TTL sweep, and one stream batch."""
+        self.now += BUCKET_SECONDS
+        if scheduler_up:
+            self.scheduler.run()
+        if sweep:
+            self.dynamodb.sweep_ttl()
+        report = self.recovery.process(self.dynamodb.drain())
+        assert report.failed_sequence_number is None and report.dead_lettered == 0
+        for name in self.totals:
+            self.totals[name] += getattr(report, name)
+
+    def visible_by_body(self) -> dict[str, list[float]]:
+        delivered: dict[str, list[float]] = {}
+        for entry in self.sqs.sent:
+            delivered.setdefault(entry["MessageBody"], []).append(entry["visible_at"])
+        return delivered
+
+
+def test_an_outage_longer_than_the_ttl_loses_nothing_and_delivers_nothing_early():
+    # GIVEN 120 messages due over the next two hours, a scheduler that runs for 30 minutes and is then down for
+    # 8 h (longer than the 6 h TTL margin), DynamoDB's TTL sweeping every 10 minutes, and the safety net
+    line = Timeline()
+    line.minute()
+    due = {f"m{n}": START + 60 + 901 + n * 60 for n in range(120)}
+    for body, at in due.items():
+        line.client.send("/x", body, delay=at - line.now)
+    for minute in range(12 * 60):
+        line.minute(scheduler_up=not 30 <= minute < 30 + 8 * 60, sweep=minute % 10 == 0)
+    # THEN every message is delivered exactly once, none before it was due
+    delivered = line.visible_by_body()
+    assert sorted(delivered) == sorted(due)
+    assert all(len(times) == 1 and times[0] >= due[body] for body, times in delivered.items())
+    # AND those the TTL took from the stopped scheduler were recovered and counted; the dispatched ones were not resent
+    assert 60 <= line.totals["recovered_from_ttl"] < 120
+    assert line.totals["late_writes"] == 0
+
+
+def test_a_producer_clock_minutes_behind_is_delivered_late_not_never_and_counted():
+    # GIVEN a scheduler running every minute, and a producer whose clock is 3 minutes behind
+    line = Timeline(producer_clock_offset_s=-180)
+    for _ in range(5):
+        line.minute()
+    # WHEN it stores messages "due in 901 s" by its own clock: 721 s from now, behind the watermark
+    due = {f"late{n}": line.now - 180 + 901 for n in range(15)}
+    for body in due:
+        line.client.send("/x", body, delay=901)
+    for _ in range(20):
+        line.minute()
+    # THEN each is delivered once, not before it was due (held by DelaySeconds), and counted as a late write
+    delivered = line.visible_by_body()
+    assert {body: times for body, times in delivered.items() if body in due} == {body: [at] for body, at in due.items()}
+    assert line.totals["late_writes"] == 15
