@@ -22,19 +22,24 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
 
 import infra  # noqa: F401  (puts lambdas/ on the path)
 from worker_tier.delay import DEDUPE_PREFIX as DEDUPE_KEY_PREFIX
+from worker_tier.idempotency import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.periodic import TICK_KEY_PREFIX as CRON_KEY_PREFIX
 
-# The runtime modules do not name these prefixes yet; tests/infra/test_stack.py checks their keys start so.
-IDEMPOTENCY_KEY_PREFIX = "idempotency#"
+# The runtime modules do not name these prefixes as such; tests/infra/test_stack.py checks their keys start so.
 SCHEDULER_KEY_PREFIX = "scheduler#"
 DELAYED_MESSAGE_KEY_PREFIX = "b#"
 
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
-# A producer stores delayed messages (BatchWriteItem), and a dedupe-keyed one in a transaction of a
-# marker Put and a message Put (TransactWriteItems is authorised per item action).
-DELAY_PRODUCER_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")
-DELAY_PRODUCER_KEY_PREFIXES = (DELAYED_MESSAGE_KEY_PREFIX, DEDUPE_KEY_PREFIX)
+# The delay scheduler's lease, watermark and minute records (worker_tier/scheduler.py).
+SCHEDULER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+# Cron tick claims: claim, mark sent, give back (worker_tier/periodic.py).
+CRON_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# Producers store delayed messages by BatchWriteItem, or by a TransactWriteItems of two Puts (marker and
+# message), which IAM authorises as PutItem on each item.
+DELAYED_MESSAGE_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem")
+# Dedupe-key markers of immediate sends: claim (conditional Put), read the holder, settle or give back.
+DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem")
 
 LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
 
@@ -64,6 +69,12 @@ def grant_items(
         resource_arns=[table.table_arn],
         conditions={LEADING_KEYS_CONDITION: {"dynamodb:LeadingKeys": [f"{prefix}*" for prefix in leading_key_prefixes]}},
     )
+
+
+def grant_delay_produce(table: dynamodb.ITableV2, grantee: iam.IGrantable) -> None:
+    """Let a producer write delayed messages (``b#``) and dedupe-key markers (``dedupe#``) to the delay table, nothing else."""
+    grant_items(table, grantee, actions=DELAYED_MESSAGE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
+    grant_items(table, grantee, actions=DEDUPE_MARKER_ACTIONS, leading_key_prefixes=[DEDUPE_KEY_PREFIX])
 
 
 def _check(actions: Sequence[str], prefixes: Sequence[str]) -> None:

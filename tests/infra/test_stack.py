@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
-from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
 from aws_cdk.assertions import Annotations
@@ -20,6 +20,7 @@ from infra.grants import (
     IDEMPOTENCY_KEY_PREFIX,
     SCHEDULER_KEY_PREFIX,
     GrantError,
+    grant_delay_produce,
     grant_items,
 )
 from infra.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
@@ -276,6 +277,7 @@ def test_key_prefixes_match_the_keys_the_code_writes():
     # GIVEN the prefixes the grants allow  THEN the keys the scheduler and producers write start with them
     assert scheduler.LEASE_KEY.startswith(SCHEDULER_KEY_PREFIX)
     assert scheduler.WATERMARK_KEY.startswith(SCHEDULER_KEY_PREFIX)
+    assert scheduler.minute_key(29_000_000).startswith(SCHEDULER_KEY_PREFIX)
     assert delay.bucket_key(29_000_000, 3).startswith(DELAYED_MESSAGE_KEY_PREFIX)
 
 
@@ -293,3 +295,19 @@ def test_grant_items_refuses_grants_that_would_not_limit(stack, actions, prefixe
     with pytest.raises(GrantError) as error:
         grant_items(stack.state_table, stack.worker.function, actions=actions, leading_key_prefixes=prefixes)
     assert str(error.value) == message
+
+
+def test_delay_producers_write_only_messages_and_dedupe_markers():
+    # GIVEN a delay table and a producer's role
+    stack = cdk.Stack(cdk.App(), "Producer")
+    table = dynamodb.TableV2(stack, "Delays", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    role = iam.Role(stack, "Producer", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    # WHEN it is granted production
+    grant_delay_produce(table, role)
+    # THEN it may batch-write and put b# messages, and put, read and delete dedupe# markers; nothing else
+    [policy] = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert [(s["Action"], s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]) for s in statements] == [
+        (["dynamodb:BatchWriteItem", "dynamodb:PutItem"], ["b#*"]),
+        (["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"], ["dedupe#*"]),
+    ]
