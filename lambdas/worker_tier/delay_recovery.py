@@ -39,11 +39,11 @@ fault, goes to the work queue's DLQ with a ``worker_tier.failure`` reason. Anyth
 transient stops the batch at the first record not done; the handler reports it as
 the batch item failure, and Lambda retries from there.
 
-One case needs ``finished_ms``: a minute the scheduler began before the TTL deleted
-one of its items and finished after (a stuck minute that thawed, resumed from its
-cursors, never saw the item). Without ``finished_ms`` in the minute record, such
-an item is taken as dispatched. The scheduler must complete the record when it
-moves the watermark past the minute for that case to be delivered too.
+``finished_ms`` matters for one case: a minute the scheduler began before the TTL
+deleted one of its items and finished after (a stuck minute that thawed, resumed
+from its cursors, and never saw the item). A record without it (written before the
+scheduler stamped it) falls back to ``started_ms``, which takes such an item as
+dispatched.
 
 The guarantee, and its assumption: no message is lost to the TTL or to a late
 write **provided this function processes each stream record within the stream's
@@ -69,15 +69,13 @@ from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier.scheduler import (
     BUCKET_ATTRIBUTE,
     CURSORS_ATTRIBUTE,
+    FINISHED_MS_ATTRIBUTE,
     MINUTE_KEY_PREFIX,
     STARTED_MS_ATTRIBUTE,
     WATERMARK_KEY,
     _with_due_at,
     minute_key,
 )
-
-# Proposed to worker_tier.scheduler: written into the minute record when the watermark passes the minute.
-FINISHED_MS_ATTRIBUTE = "finished_ms"
 
 INSERT, REMOVE = "INSERT", "REMOVE"
 # A TTL deletion is made by DynamoDB itself:

@@ -17,13 +17,18 @@ from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
 from worker_tier.delay_recovery import (
     CLOCK_TOLERANCE_SECONDS,
     DYNAMODB_STREAM_RETENTION_SECONDS,
-    FINISHED_MS_ATTRIBUTE,
     DelayRecovery,
     StreamRecordError,
     read_record,
 )
 from worker_tier.message import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.scheduler import MINUTE_RECORD_RETENTION_SECONDS, STARTED_MS_ATTRIBUTE, WATERMARK_KEY, minute_key
+from worker_tier.scheduler import (
+    FINISHED_MS_ATTRIBUTE,
+    MINUTE_RECORD_RETENTION_SECONDS,
+    STARTED_MS_ATTRIBUTE,
+    WATERMARK_KEY,
+    minute_key,
+)
 
 START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)
@@ -521,20 +526,21 @@ class StreamedDynamoDB(BatchGetDynamoDB):
 class Timeline:
     """A clock, the streamed tables, SQS, a producer, the scheduler and the safety net."""
 
-    def __init__(self, producer_clock_offset_s: float = 0.0) -> None:
+    def __init__(self, producer_clock_offset_s: float = 0.0, fail=None) -> None:  # type: ignore[no-untyped-def]
         from worker_tier import Client
         from worker_tier.scheduler import DelayScheduler
 
         self.now = START
         self.dynamodb = StreamedDynamoDB(clock=lambda: self.now)
-        self.sqs = SingleSendSQS(clock=lambda: self.now)
+        self.sqs = SingleSendSQS(clock=lambda: self.now, fail=fail)
         self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now + producer_clock_offset_s,
                              sleep=lambda s: None, maximum_message_size=1024 * 1024)
         self.scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
                                         clock=lambda: self.now, sleep=lambda s: None, parallel=False)
         self.recovery = DelayRecovery("state", QUEUE, DLQ, sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now,
                                       sleep=lambda s: None)
-        self.totals = {"late_writes": 0, "recovered_from_ttl": 0}
+        self.totals = {"late_writes": 0, "recovered_from_ttl": 0, "dead_lettered": 0}
+        self.unprocessed: list[dict] = []  # what Lambda retries, from the reported batch item failure on
 
     def minute(self, scheduler_up: bool = True, sweep: bool = False) -> None:
         """One minute: the scheduler's run (a few seconds in), the TTL sweep, and one stream batch."""
@@ -543,8 +549,10 @@ class Timeline:
             self.scheduler.run()
         if sweep:
             self.dynamodb.sweep_ttl()
-        report = self.recovery.process(self.dynamodb.drain())
-        assert report.failed_sequence_number is None and report.dead_lettered == 0
+        records = self.unprocessed + self.dynamodb.drain()
+        report = self.recovery.process(records)
+        numbers = [r["dynamodb"]["SequenceNumber"] for r in records]
+        self.unprocessed = [] if report.failed_sequence_number is None else records[numbers.index(report.failed_sequence_number):]
         for name in self.totals:
             self.totals[name] += getattr(report, name)
 
@@ -571,7 +579,28 @@ def test_an_outage_longer_than_the_ttl_loses_nothing_and_delivers_nothing_early(
     assert all(len(times) == 1 and times[0] >= due[body] for body, times in delivered.items())
     # AND those the TTL took from the stopped scheduler were recovered and counted; the dispatched ones were not resent
     assert 60 <= line.totals["recovered_from_ttl"] < 120
-    assert line.totals["late_writes"] == 0
+    assert line.totals["late_writes"] == 0 and line.unprocessed == []
+
+
+def test_a_minute_stuck_past_the_ttl_that_thaws_loses_nothing():
+    # GIVEN a minute whose one message SQS fails transiently for 8 h (the scheduler's watermark is stuck on it,
+    # and the safety net's sends of it fail too), while the TTL deletes that minute's items 6 h after they were due
+    thaw = START + 8 * 3600
+    line = Timeline(fail=lambda call, entry: ("ServiceUnavailable", False) if entry["MessageBody"] == "stubborn"
+                    and line.now < thaw else None)
+    line.minute()
+    due = {body: START + 60 + 961 + n for n, body in enumerate(["stubborn", *(f"m{n}" for n in range(30))])}
+    for body, at in due.items():
+        line.client.send("/x", body, delay=at - line.now)
+    # WHEN time runs 10 h: the scheduler thaws after the TTL took the items, finishing the minute without them
+    for minute in range(10 * 60):
+        line.minute(sweep=minute % 10 == 0)
+    # THEN every message was delivered, none early, the stubborn one by the safety net once SQS took it again
+    delivered = line.visible_by_body()
+    assert sorted(delivered) == sorted(due)
+    assert all(min(times) >= due[body] for body, times in delivered.items())
+    assert min(delivered["stubborn"]) >= thaw
+    assert line.unprocessed == []
 
 
 def test_a_producer_clock_minutes_behind_is_delivered_late_not_never_and_counted():
