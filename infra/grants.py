@@ -32,7 +32,7 @@ DELAYED_MESSAGE_KEY_PREFIX = "b#"
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # The delay scheduler's lease, watermark and minute records (worker_tier/scheduler.py).
-SCHEDULER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+SCHEDULER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # Cron tick claims: claim, mark sent, give back (worker_tier/periodic.py).
 CRON_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # Producers store delayed messages by BatchWriteItem, or by a TransactWriteItems of two Puts (marker and
