@@ -276,13 +276,11 @@ class Worker:
 
     def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
         """Run one record with its message id and path on every log line (replaced per record, removed per batch)."""
-        task = Task.from_record(
-            record,
-            default_path=self.settings.http_path,
-            content_type=self.settings.mime_type,
-            remaining_time_ms=invocation.remaining_ms,
-            lease=invocation.leases.get(record["messageId"]),
-        )
+        message_id = record["messageId"]
+        path = message.record_path(record, self.settings.http_path)
+        # Task.from_record, inlined: this is the hot path of every message.
+        body = record.get("body") or ""
+        task = Task(message_id, path, body, self.settings.mime_type, record, None, invocation.remaining_ms, invocation.leases.get(message_id))
         logger.append_keys(message_id=task.message_id, path=task.path)
         self._run(record, task, invocation)
 
@@ -291,10 +289,17 @@ class Worker:
         if invocation.time_is_short():
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
-        if self._held_back(record, task, invocation):
+        attributes = record.get("messageAttributes")
+        if attributes and message.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
-            self._execute(record, task, invocation)
+            definition = self._definition(task)
+            if definition.container and self._long_queue_url:
+                self._forward(record, task, invocation)
+                return
+            if definition.parser is not None:
+                self._parse(definition, task)
+            self._call(definition, task, invocation)
         except GeneratorExit:
             raise
         except BaseException as error:  # a task's failure, whatever its type (SystemExit included)
@@ -303,16 +308,6 @@ class Worker:
         else:
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
-
-    def _execute(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
-        """Forward a long task, or parse and run it here."""
-        definition = self._definition(task)
-        if definition.container and self._long_queue_url:
-            self._forward(record, task, invocation)
-            return
-        if definition.parser is not None:
-            self._parse(definition, task)
-        self._call(definition, task, invocation)
 
     def _fail(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
         """Decide a failed task's fate; True when its message stays in the queue (reported failed)."""
@@ -325,9 +320,6 @@ class Worker:
 
     def _held_back(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> bool:
         """True (and its visibility set to the time left) when a delayed message is not due by this clock."""
-        attributes = record.get("messageAttributes")
-        if not isinstance(attributes, dict) or message.DUE_AT_ATTRIBUTE not in attributes:
-            return False  # the common case pays one lookup
         due_at = task.due_at
         wait = math.ceil(due_at.timestamp() - self._clock()) if due_at is not None else 0
         if wait <= 0:
@@ -480,7 +472,10 @@ class Worker:
     def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
         """Processed count, and the age of the batch's oldest message when the batch starts."""
         invocation.metrics.count(observability.METRIC_PROCESSED, len(records))
-        sent = [ms for r in records if (ms := _sent_timestamp_ms(r)) is not None]
+        try:
+            sent = [int(r["attributes"]["SentTimestamp"]) for r in records if (r.get("attributes") or {}).get("SentTimestamp")]
+        except (AttributeError, KeyError, TypeError, ValueError):  # a malformed record: read each one with care
+            sent = [ms for r in records if (ms := _sent_timestamp_ms(r)) is not None]
         if sent:
             invocation.metrics.message_age(max(0.0, self._clock() * 1000 - min(sent)))
 
@@ -548,14 +543,11 @@ def _split_records(event: Any) -> tuple[list[Any], list[tuple[int, Any]]]:
         raise MalformedEventError(
             f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {type(event).__name__} {shown}"
         )
-    named, nameless = [], []
-    for index, record in enumerate(records):
-        message_id = record.get("messageId") if isinstance(record, dict) else None
-        if isinstance(message_id, str) and message_id:
-            named.append(record)
-        else:
-            nameless.append((index, record))
-    return named, nameless
+    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]  # noqa: E721
+    if len(named) == len(records):
+        return named, []
+    kept = {id(r) for r in named}
+    return named, [(i, r) for i, r in enumerate(records) if id(r) not in kept]
 
 
 def _sent_timestamp_ms(record: Mapping[str, Any]) -> int | None:
