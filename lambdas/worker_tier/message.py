@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from worker_tier import limits
+from worker_tier.errors import MalformedEventError
 
 # sqsd's attributes: https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-features-managing-env-tiers.html
 SQSD_ATTRIBUTE_PREFIX = "beanstalk.sqsd."
@@ -48,6 +49,41 @@ def record_path(record: Mapping[str, Any], default_path: str) -> str:
     routing = attributes.get(PATH_ATTRIBUTE) if isinstance(attributes, dict) else None  # events are JSON: dicts
     path = routing.get("stringValue") if isinstance(routing, dict) else None
     return path if path and isinstance(path, str) else default_path
+
+
+def split_records(event: Any) -> tuple[list[Any], list[tuple[int, Any]]]:
+    """A Lambda SQS event's records the worker can name (a non-empty messageId), and (index, record) for the others.
+
+    Raises MalformedEventError for anything that is not an SQS event.
+
+    Examples
+    --------
+    >>> split_records({"Records": [{"messageId": "m1"}, {"body": "x"}]})
+    ([{'messageId': 'm1'}], [(1, {'body': 'x'})])
+    """
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    if not isinstance(records, list):
+        shown = repr(event) if len(repr(event)) <= 80 else repr(event)[:77] + "..."
+        raise MalformedEventError(
+            f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {type(event).__name__} {shown}"
+        )
+    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]  # noqa: E721
+    if len(named) == len(records):
+        return named, []
+    kept = {id(r) for r in named}
+    return named, [(i, r) for i, r in enumerate(records) if id(r) not in kept]
+
+
+def sent_timestamp_ms(record: Mapping[str, Any]) -> int | None:
+    """A record's SentTimestamp, or None when absent or not a number."""
+    system = record.get("attributes")
+    value = system.get("SentTimestamp") if isinstance(system, dict) else None
+    if not value:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def task_attributes(event_attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:

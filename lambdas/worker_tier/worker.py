@@ -41,14 +41,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, Sqs
 from worker_tier import backoff, limits, message, observability
 from worker_tier.aws import LazyClient
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
-from worker_tier.errors import (
-    MalformedBodyError,
-    MalformedEventError,
-    NonRetryableError,
-    RetryLater,
-    UnknownPathError,
-    WorkerTierError,
-)
+from worker_tier.errors import MalformedBodyError, NonRetryableError, RetryLater, UnknownPathError, WorkerTierError
 from worker_tier.idempotency import IdempotentRunner, LeaseContext
 from worker_tier.observability import logger
 from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
@@ -203,7 +196,7 @@ class Worker:
         container worker); without it, the batch gets its own when asked for.
         Raises MalformedEventError for anything that is not an SQS event.
         """
-        records, nameless = _split_records(event)
+        records, nameless = message.split_records(event)
         received_at = self._clock() - self.settings.max_batching_window
         invocation = _Invocation(context, self.settings.timeout_margin * 1000, received_at)
         self._count_batch(records, invocation)
@@ -280,7 +273,8 @@ class Worker:
         path = message.record_path(record, self.settings.http_path)
         # Task.from_record, inlined: this is the hot path of every message.
         body = record.get("body") or ""
-        task = Task(message_id, path, body, self.settings.mime_type, record, None, invocation.remaining_ms, invocation.leases.get(message_id))
+        lease = invocation.leases.get(message_id)
+        task = Task(message_id, path, body, self.settings.mime_type, record, None, invocation.remaining_ms, lease)
         logger.append_keys(message_id=task.message_id, path=task.path)
         self._run(record, task, invocation)
 
@@ -397,7 +391,10 @@ class Worker:
             if self._reschedule(record, task, invocation, delay, error):
                 return False
             invocation.metrics.count(observability.METRIC_RETRY_DELAY_SHORTENED)
-            logger.warning("retry delay beyond SQS's visibility limit: shortened to it", extra={"wanted_seconds": delay, "retry_in_seconds": longest})
+            logger.warning(
+                "retry delay beyond SQS's visibility limit: shortened to it",
+                extra={"wanted_seconds": delay, "retry_in_seconds": longest},
+            )
             delay = longest
         invocation.set_visibility(record, delay)
         invocation.metrics.count(observability.METRIC_FAILED)
@@ -406,7 +403,9 @@ class Worker:
         self._emit(OUTCOME_RETRYING, task, _describe(error), delay)
         return True
 
-    def _reschedule(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException) -> bool:
+    def _reschedule(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException
+    ) -> bool:
         """Re-send the message through the delay table, due in ``delay`` seconds; False when that is not possible."""
         if self.settings.fifo or not self._delay_table:
             return False
@@ -475,7 +474,7 @@ class Worker:
         try:
             sent = [int(r["attributes"]["SentTimestamp"]) for r in records if (r.get("attributes") or {}).get("SentTimestamp")]
         except (AttributeError, KeyError, TypeError, ValueError):  # a malformed record: read each one with care
-            sent = [ms for r in records if (ms := _sent_timestamp_ms(r)) is not None]
+            sent = [ms for r in records if (ms := message.sent_timestamp_ms(r)) is not None]
         if sent:
             invocation.metrics.message_age(max(0.0, self._clock() * 1000 - min(sent)))
 
@@ -492,7 +491,9 @@ class Worker:
             logger.error("record without a usable messageId: logged and backed off", extra={"index": index, "record": shown})
             invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
             if isinstance(record, Mapping):
-                delay = backoff.backoff_seconds(1, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random)
+                delay = backoff.backoff_seconds(
+                    1, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
+                )
                 invocation.set_visibility(record, delay, key=f"record #{index} (no messageId)")
 
     def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
@@ -516,10 +517,8 @@ class Worker:
         refused = change_visibility(self._sqs.get(), self._resolve_queue_url(records), list(invocation.changes.values()))
         if refused:
             invocation.metrics.count(observability.METRIC_VISIBILITY_REFUSED, len(refused))
-            logger.warning(
-                "visibility changes refused: those messages keep their current timeout",
-                extra={"refused": [{"message_id": r.message_id, "seconds": r.change.timeout_seconds, "code": r.code} for r in refused]},
-            )
+            shown = [{"message_id": r.message_id, "seconds": r.change.timeout_seconds, "code": r.code} for r in refused]
+            logger.warning("visibility changes refused: those messages keep their current timeout", extra={"refused": shown})
 
     def _resolve_queue_url(self, records: list[Any]) -> str:
         """The source queue's URL: configured, or looked up once from the event source ARN."""
@@ -533,33 +532,6 @@ class Worker:
         outcome = Outcome(status, task.message_id, task.path, task.receive_count, detail, visibility)
         for listener in tuple(_listeners):
             listener(outcome)
-
-
-def _split_records(event: Any) -> tuple[list[Any], list[tuple[int, Any]]]:
-    """The records the worker can name (a non-empty messageId), and (index, record) for the others."""
-    records = event.get("Records") if isinstance(event, Mapping) else None
-    if not isinstance(records, list):
-        shown = repr(event) if len(repr(event)) <= 80 else repr(event)[:77] + "..."
-        raise MalformedEventError(
-            f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {type(event).__name__} {shown}"
-        )
-    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]  # noqa: E721
-    if len(named) == len(records):
-        return named, []
-    kept = {id(r) for r in named}
-    return named, [(i, r) for i, r in enumerate(records) if id(r) not in kept]
-
-
-def _sent_timestamp_ms(record: Mapping[str, Any]) -> int | None:
-    """A record's SentTimestamp, or None when absent or not a number."""
-    system = record.get("attributes")
-    value = system.get("SentTimestamp") if isinstance(system, dict) else None
-    if not value:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _describe(error: BaseException) -> str:
