@@ -55,17 +55,24 @@ class Task:
 
     @cached_property
     def receive_count(self) -> int:
-        """How many times this message has been handed out, this time included.
+        """How many times this message has been handed to its task, this time included.
 
         SQS's ApproximateReceiveCount, plus the receives of the earlier copies it
         replaces (``worker_tier.attempts``: a retry longer than SQS's visibility
-        limit is re-sent as a delayed copy), so ``max_retries`` bounds the chain.
+        limit is re-sent as a delayed copy), so ``max_retries`` bounds the chain;
+        less the receive a delayed message was held back on, not being due yet
+        (SQS first handed it out before its ``worker_tier.due_at``).
         """
         count = _whole_number(self._system.get("ApproximateReceiveCount"), 1)
         attributes = self.record.get("messageAttributes")
-        if isinstance(attributes, dict) and message.ATTEMPTS_ATTRIBUTE in attributes:
-            count += _whole_number(self.attributes.get(message.ATTEMPTS_ATTRIBUTE), 0)
-        return count
+        if isinstance(attributes, dict) and (message.ATTEMPTS_ATTRIBUTE in attributes or message.DUE_AT_ATTRIBUTE in attributes):
+            count += _whole_number(self.attributes.get(message.ATTEMPTS_ATTRIBUTE), 0) - self._held_back_receives()
+        return max(1, count)
+
+    def _held_back_receives(self) -> int:
+        """1 when SQS first handed the message out before it was due (the worker held it back then), else 0."""
+        due_at, first = self.due_at, self.first_received_at
+        return 1 if due_at is not None and first is not None and first < due_at else 0
 
     @cached_property
     def first_received_at(self) -> datetime | None:

@@ -449,3 +449,19 @@ def test_a_record_with_unreadable_system_attributes_still_runs(aws):
     response = worker_for(aws, one_task("/ok", lambda t: seen.append((t.sent_at, t.receive_count)))).handle(event, None)
     # THEN the task runs, seeing no sent time and its first receive
     assert response["batchItemFailures"] == [] and seen == [(None, 1)]
+
+
+def test_the_receive_a_message_was_held_back_on_does_not_count_against_its_retries(aws):
+    # GIVEN a delayed message first received 29 s before it was due (held back then), now on its second receive
+    clock = Clock(START + 1)
+    due = datetime.fromtimestamp(START, tz=timezone.utc).isoformat()
+    send(aws, "/boom", **{DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}})
+    event = aws.receive_event()
+    event["Records"][0]["attributes"].update(
+        {"ApproximateReceiveCount": "2", "ApproximateFirstReceiveTimestamp": str(int((START - 29) * 1000))}
+    )
+    # WHEN its task fails with max_retries 2
+    response = worker_for(aws, one_task("/boom", raise_(RuntimeError("boom"))), clock, settings_values={"max_retries": 2}).handle(event, None)
+    # THEN this was its first attempt: it is retried, not dead-lettered
+    assert failure_ids(response) == {event["Records"][0]["messageId"]}
+    assert aws.dead_letters() == []
