@@ -47,7 +47,7 @@ STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record a
 # Normal age is the batching window plus a second or two.
 ITERATOR_AGE_ALARM_SECONDS = 30 * 60
 STREAM_READ_ACTIONS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
-STATE_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem")
+STATE_READ_ACTIONS = ("dynamodb:GetItem",)
 
 
 @dataclass

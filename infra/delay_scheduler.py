@@ -8,6 +8,7 @@ from aws_cdk import Duration, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_d
 from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_sqs as sqs
 from constructs import Construct
 
+from infra.delay_recovery import DelayRecovery, DelayRecoveryProps
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.settings import Settings
 from worker_tier import delay
@@ -32,7 +33,7 @@ class DelaySchedulerProps:
 
 
 class DelayScheduler(Construct):
-    """Public attributes: ``table`` (the delay table), ``function``, ``rule`` and ``lag_alarm``."""
+    """Public attributes: ``table`` (the delay table), ``function``, ``rule``, ``lag_alarm`` and ``recovery`` (its safety net)."""
 
     def __init__(self, scope: Construct, construct_id: str, props: DelaySchedulerProps) -> None:
         super().__init__(scope, construct_id)
@@ -47,6 +48,8 @@ class DelayScheduler(Construct):
                 point_in_time_recovery_enabled=True
             ),
             time_to_live_attribute=delay.TTL_ATTRIBUTE,
+            # Every write and every TTL deletion, for the safety net (infra/delay_recovery.py).
+            dynamo_stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
             removal_policy=RemovalPolicy.RETAIN,
         )
         scheduler = ServiceFunction(
@@ -97,6 +100,10 @@ class DelayScheduler(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
             alarm_description="The delay scheduler's watermark trails now + horizon by minutes: runs fail or do not happen.",
         )
+        # Delivers what the scheduler could have missed: TTL-expired undispatched items, late writes.
+        self.recovery = DelayRecovery(self, "Recovery", DelayRecoveryProps(
+            delay_table=self.table, state_table=props.state_table, queue=props.queue, dead_letter_queue=props.dead_letter_queue,
+        ))
 
     def producer_environment(self, settings: Settings) -> dict[str, str]:
         """What a producer (any function using Client.from_env) needs to send long delays."""

@@ -70,7 +70,6 @@ from worker_tier.scheduler import (
     BUCKET_ATTRIBUTE,
     CURSORS_ATTRIBUTE,
     FINISHED_MS_ATTRIBUTE,
-    MINUTE_KEY_PREFIX,
     STARTED_MS_ATTRIBUTE,
     WATERMARK_KEY,
     _with_due_at,
@@ -87,10 +86,10 @@ STREAM_TIME_RESOLUTION_SECONDS = 1
 CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
 # Limits for lambdas/worker_tier/limits.py (its owner moves them there):
 DYNAMODB_STREAM_RETENTION_SECONDS = 24 * 60 * 60  # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html
-DYNAMODB_MAX_BATCH_GET_KEYS = 100  # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
-MAX_SEND_ATTEMPTS = 5
+# About 11 s of backoff before a batch stops: this also paces Lambda's retries of a failing batch.
+MAX_SEND_ATTEMPTS = 8
 RETRY_BASE_SECONDS = 0.1
-RETRY_CAP_SECONDS = 2.0
+RETRY_CAP_SECONDS = 5.0
 MAX_DEAD_LETTER_SAMPLE_BYTES = 1024
 
 
@@ -301,27 +300,20 @@ class DelayRecovery:
         return state
 
     def _read_minutes(self, buckets: Iterable[int]) -> dict[int, dict[str, Any]]:
-        """The minute records of ``buckets`` (consistent BatchGetItem, 100 keys a call); absent ones are left out."""
-        keys = [{STATE_TABLE_PARTITION_KEY: {"S": minute_key(b)}} for b in sorted(buckets)]
-        found: dict[int, dict[str, Any]] = {}
-        for start in range(0, len(keys), DYNAMODB_MAX_BATCH_GET_KEYS):
-            for item in self._batch_get(keys[start : start + DYNAMODB_MAX_BATCH_GET_KEYS]):
-                found[int(item[STATE_TABLE_PARTITION_KEY]["S"][len(MINUTE_KEY_PREFIX) :])] = item
-        return found
+        """The minute records of ``buckets`` (one consistent GetItem each); absent ones are left out.
 
-    def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One BatchGetItem, its UnprocessedKeys retried with backoff; the last error propagates."""
-        items: list[dict[str, Any]] = []
-        pending = {self.state_table: {"Keys": keys, "ConsistentRead": True}}
-        for attempt in range(MAX_SEND_ATTEMPTS):
-            response = self._dynamodb.get().batch_get_item(RequestItems=pending)
-            items += (response.get("Responses") or {}).get(self.state_table, [])
-            pending = response.get("UnprocessedKeys") or {}
-            if not pending:
-                return items
-            self._sleep(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt))
-        raise RuntimeError(f"state table {self.state_table} left {len(pending[self.state_table]['Keys'])} minute "
-                           f"records unread after {MAX_SEND_ATTEMPTS} BatchGetItem attempts")
+        GetItem rather than BatchGetItem: the role may not batch-read the shared state
+        table (tests/infra/test_stack.py), and a batch spans few minutes, as the TTL
+        deletes in due order and late writes are rare.
+        """
+        found: dict[int, dict[str, Any]] = {}
+        for bucket in sorted(buckets):
+            item = self._dynamodb.get().get_item(
+                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}}, ConsistentRead=True
+            ).get("Item")
+            if item is not None:
+                found[bucket] = item
+        return found
 
     # -- carrying out ---------------------------------------------------------------------------
 

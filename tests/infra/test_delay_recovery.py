@@ -40,7 +40,7 @@ def _tables_and_queues(stack: cdk.Stack):
 
 
 @pytest.fixture(scope="module")
-def template() -> Template:
+def recovery_template() -> Template:
     app = cdk.App()
     stack = cdk.Stack(app, "Recovery")
     table, state, queue, dlq = _tables_and_queues(stack)
@@ -50,7 +50,8 @@ def template() -> Template:
     return Template.from_stack(stack)
 
 
-def test_the_mapping_passes_only_inserts_and_ttl_removes_of_message_items(template):
+def test_the_mapping_passes_only_inserts_and_ttl_removes_of_message_items(recovery_template):
+    template = recovery_template
     # THEN two filters, ORed: an INSERT of a b# item, or a REMOVE of one made by DynamoDB's TTL service
     message_key = {"Keys": {"pk": {"S": [{"prefix": "b#"}]}}}
     patterns = [
@@ -62,7 +63,8 @@ def test_the_mapping_passes_only_inserts_and_ttl_removes_of_message_items(templa
     assert [json.loads(f["Pattern"]) for f in mapping["FilterCriteria"]["Filters"]] == patterns
 
 
-def test_the_mapping_batches_bisects_reports_item_failures_and_bounds_retries(template):
+def test_the_mapping_batches_bisects_reports_item_failures_and_bounds_retries(recovery_template):
+    template = recovery_template
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
         {
@@ -85,7 +87,8 @@ def test_a_failed_batch_is_named_while_the_stream_still_holds_it():
     assert ITERATOR_AGE_ALARM_SECONDS < STREAM_MAX_RECORD_AGE_SECONDS
 
 
-def test_the_failure_queue_is_encrypted_tls_only_and_alarmed(template):
+def test_the_failure_queue_is_encrypted_tls_only_and_alarmed(recovery_template):
+    template = recovery_template
     (queue_id, queue), = [(k, v) for k, v in template.find_resources("AWS::SQS::Queue").items() if "StreamFailureQueue" in k]
     assert queue["Properties"]["SqsManagedSseEnabled"] is True
     template.has_resource_properties(
@@ -100,7 +103,8 @@ def test_the_failure_queue_is_encrypted_tls_only_and_alarmed(template):
     )
 
 
-def test_alarms_on_iterator_age_late_writes_and_ttl_recoveries(template):
+def test_alarms_on_iterator_age_late_writes_and_ttl_recoveries(recovery_template):
+    template = recovery_template
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {"MetricName": "IteratorAge", "Namespace": "AWS/Lambda", "Threshold": ITERATOR_AGE_ALARM_SECONDS * 1000,
@@ -114,7 +118,8 @@ def test_alarms_on_iterator_age_late_writes_and_ttl_recoveries(template):
         )
 
 
-def test_the_role_reads_only_the_stream_and_the_state_tables_items(template):
+def test_the_role_reads_only_the_stream_and_the_state_tables_items(recovery_template):
+    template = recovery_template
     statements = [
         s for policy in template.find_resources("AWS::IAM::Policy").values()
         for s in policy["Properties"]["PolicyDocument"]["Statement"]
@@ -124,6 +129,23 @@ def test_the_role_reads_only_the_stream_and_the_state_tables_items(template):
                                         "dynamodb:ListStreams"]
     logical_id, attribute = stream["Resource"]["Fn::GetAtt"]
     assert logical_id.startswith("Delay") and attribute == "StreamArn"
-    state = next(s for s in statements if "dynamodb:BatchGetItem" in s["Action"])
-    assert sorted(state["Action"]) == ["dynamodb:BatchGetItem", "dynamodb:GetItem"]
+    state = next(s for s in statements if s.get("Condition"))
+    assert state["Action"] == "dynamodb:GetItem"
     assert state["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}}
+
+
+def test_the_stack_streams_the_delay_table_into_its_safety_net(template):
+    # GIVEN the whole stack (the session's template, synthesized with cdk-nag)
+    # THEN the delay table streams old and new images, and that stream feeds the recovery function
+    (table_id, table), = [(k, v) for k, v in template.find_resources("AWS::DynamoDB::GlobalTable").items() if "Delay" in k]
+    assert table["Properties"]["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {"EventSourceArn": {"Fn::GetAtt": [table_id, "StreamArn"]}, "FunctionName": {"Ref": Match.string_like_regexp("DelaysRecovery")}},
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.recovery.lambda_handler",
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DLQ_URL": Match.any_value(), "WORKER_TIER_QUEUE_URL": Match.any_value(),
+                                                         "WORKER_TIER_STATE_TABLE": Match.any_value()})}},
+    )

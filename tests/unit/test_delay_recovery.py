@@ -55,24 +55,6 @@ def stream_record(sequence: int, event_name: str, item: dict, at_s: float, ident
     return record
 
 
-class BatchGetDynamoDB(FakeDynamoDB):
-    """FakeDynamoDB plus BatchGetItem (consistent reads; ``unprocessed_once`` holds back every key once)."""
-
-    def __init__(self, unprocessed_once: bool = False) -> None:
-        super().__init__()
-        self.unprocessed_once = unprocessed_once
-
-    def batch_get_item(self, RequestItems: dict) -> dict:  # noqa: N803
-        self._enter("BatchGetItem", {"RequestItems": RequestItems})
-        (table, request), = RequestItems.items()
-        assert request["ConsistentRead"] is True and len(request["Keys"]) <= 100
-        if self.unprocessed_once:
-            self.unprocessed_once = False
-            return {"Responses": {table: []}, "UnprocessedKeys": RequestItems}
-        items = [self.tables[table][self._key(table, key)] for key in request["Keys"] if self._key(table, key) in self.tables[table]]
-        return {"Responses": {table: [self._copy(item) for item in items]}, "UnprocessedKeys": {}}
-
-
 class SingleSendSQS(FakeSQS):
     """FakeSQS plus SendMessage (the DLQ path), refusing bodies over ``max_single_body_chars`` as SQS does."""
 
@@ -97,7 +79,7 @@ class World:
 
     def __init__(self, sqs: Any = None) -> None:
         self.now = START
-        self.dynamodb = BatchGetDynamoDB()
+        self.dynamodb = FakeDynamoDB()
         self.dynamodb.create_table("state", "pk")
         self.sqs = sqs or SingleSendSQS(clock=lambda: self.now)
         self.dead_letters: list[dict[str, Any]] = []
@@ -270,9 +252,9 @@ def test_an_insert_ahead_of_the_watermark_is_left_to_the_scheduler(world):
     world.watermark(MINUTE)
     # WHEN a message due in minute M + 20 is stored
     report = world.recovery().process([world.insert(item(START + 20 * 60), START)])
-    # THEN nothing is sent, and no minute record is even read
+    # THEN nothing is sent, and no minute record is even read (the one GetItem is the watermark's)
     assert world.sqs.sent == [] and report.skipped == 1
-    assert world.dynamodb.count("BatchGetItem") == 0
+    assert world.dynamodb.count("GetItem") == 1
 
 
 def test_an_insert_into_the_current_minute_before_its_first_query_is_left_to_the_scheduler(world):
@@ -396,18 +378,6 @@ def test_read_record_names_the_record_and_what_a_message_needs():
         read_record(record)
 
 
-def test_unprocessed_minute_keys_are_read_again(world):
-    # GIVEN a state table that holds back every key of the first BatchGetItem
-    world.dynamodb.unprocessed_once = True
-    world.minute(MINUTE, started_s=START - 840, finished_s=START - 800)
-    world.watermark(MINUTE + 1)
-    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
-    # WHEN a dispatched item expires
-    report = world.recovery().process([world.expire(item(START), world.now)])
-    # THEN the minute record is read on the second call, and the item is skipped
-    assert world.dynamodb.count("BatchGetItem") == 2 and report.skipped == 1
-
-
 def test_a_refused_message_too_big_for_the_dlq_leaves_a_pointer_with_its_reason_and_first_kib():
     # GIVEN a work queue that refuses a body and a DLQ whose size limit the body exceeds too
     inner = SingleSendSQS(max_single_body_chars=4000, fail=lambda call, entry: ("InvalidParameterValue", True))
@@ -495,8 +465,8 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
 # -- end to end: the real Client and DelayScheduler, DynamoDB's TTL and the stream ------------------
 
 
-class StreamedDynamoDB(BatchGetDynamoDB):
-    """BatchGetDynamoDB whose delay table has a stream (INSERT, MODIFY, TTL REMOVE records) and a TTL sweeper."""
+class StreamedDynamoDB(FakeDynamoDB):
+    """FakeDynamoDB whose delay table has a stream (INSERT, MODIFY, TTL REMOVE records) and a TTL sweeper."""
 
     def __init__(self, clock) -> None:  # type: ignore[no-untyped-def]
         super().__init__()
@@ -618,3 +588,16 @@ def test_a_producer_clock_minutes_behind_is_delivered_late_not_never_and_counted
     delivered = line.visible_by_body()
     assert {body: times for body, times in delivered.items() if body in due} == {body: [at] for body, at in due.items()}
     assert line.totals["late_writes"] == 15
+
+
+def test_each_minute_record_a_batch_needs_is_read_once(world):
+    # GIVEN two dispatched minutes, and five of their items expiring in one batch
+    for offset in (0, 1):
+        world.minute(MINUTE + offset, started_s=START - 840 + 60 * offset, finished_s=START - 800 + 60 * offset)
+    world.watermark(MINUTE + 2)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 600
+    records = [world.expire(item(START + 25 * n, f"b{n}", f"m-{n}"), world.now) for n in range(5)]
+    # WHEN processed
+    report = world.recovery().process(records)
+    # THEN the state table was read three times: the watermark, and each minute once
+    assert report.skipped == 5 and world.dynamodb.count("GetItem") == 3
