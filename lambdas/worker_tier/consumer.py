@@ -129,6 +129,9 @@ class Consumer:
                     continue
                 self._receive_into(pool)
                 self.protection.hold(self._in_flight() > 0)
+        except Exception:  # logged here: an exit for abandoned tasks below would hide it
+            logger.exception("container worker stopped consuming on an error")
+            raise
         finally:
             still_running = self._drain(pool)
             if still_running:
