@@ -100,6 +100,8 @@ class FakeDynamoDB:
         self._enter("Query", locals())
         assert KeyConditionExpression == "pk = :pk", KeyConditionExpression
         pk = ExpressionAttributeValues[":pk"]["S"]
+        if not self.partitions[TableName].get(pk):
+            return {"Items": [], "Count": 0}
         table = self.tables[TableName]
         keys = self._sorted_keys(TableName, pk)
         first = 0 if ExclusiveStartKey is None else bisect.bisect_right(keys, self._key(TableName, ExclusiveStartKey))
