@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from tests.functional.conftest import AwsWorld
+from tests.strict_sqs import StrictSQS
 from worker_tier import Client, NonRetryableError, Task
 from worker_tier.consumer import EXIT_CODE_TASKS_ABANDONED, Consumer, TaskProtection
 from worker_tier.heartbeat import Heartbeat
@@ -18,11 +19,12 @@ from worker_tier.settings import Settings
 from worker_tier.worker import Worker
 
 
-def consumer_for(aws: AwsWorld, tasks: Registry, settings: Settings | None = None, **kwargs) -> Consumer:
+def consumer_for(aws: AwsWorld, tasks: Registry, settings: Settings | None = None, sqs=None, **kwargs) -> Consumer:
+    sqs = sqs if sqs is not None else aws.sqs
     worker = Worker(settings or Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
-                    registry=tasks, sqs=aws.sqs, dynamodb=aws.dynamodb)
+                    registry=tasks, sqs=sqs, dynamodb=aws.dynamodb)
     kwargs.setdefault("protection", TaskProtection(agent_uri=""))
-    return Consumer(worker, aws.sqs, aws.queue_url, poll_wait_seconds=1, heartbeat_interval=1, **kwargs)
+    return Consumer(worker, sqs, aws.queue_url, poll_wait_seconds=1, heartbeat_interval=1, **kwargs)
 
 
 def run_until(consumer: Consumer, done, timeout: float = 15) -> threading.Thread:
@@ -92,14 +94,15 @@ def test_sigterm_lets_running_work_finish_and_releases_unstarted_messages(aws):
 
 
 def test_work_still_running_after_the_grace_period_keeps_its_message_and_the_process_exits(aws):
-    # GIVEN a task that outlives the grace period, a short heartbeat (2 s extensions), and a recorded exit
+    # GIVEN a task that outlives the grace period, a short heartbeat (2 s extensions), strict SQS, and a recorded exit
     tasks = Registry()
     release = threading.Event()
     tasks.task("/stuck")(lambda t: release.wait(30))
     Client(aws.queue_url, sqs=aws.sqs).send("/stuck", "x")
-    heartbeat = Heartbeat(aws.sqs, aws.queue_url, interval_seconds=0.5, margin_seconds=1.5)
+    strict = StrictSQS(aws.sqs)  # every visibility change must be one SQS accepts
+    heartbeat = Heartbeat(strict, aws.queue_url, interval_seconds=0.5, margin_seconds=1.5)
     exits: list[int] = []
-    consumer = consumer_for(aws, tasks, grace_seconds=0.5, heartbeat=heartbeat, exit_process=exits.append)
+    consumer = consumer_for(aws, tasks, sqs=strict, grace_seconds=0.5, heartbeat=heartbeat, exit_process=exits.append)
     thread = run_until(consumer, lambda: consumer._in_flight() == 1)
     # WHEN SIGTERM arrives and the grace period passes with the task still running
     consumer.stopping.set()
