@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from worker_tier import delay, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
-from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
+from worker_tier.delay import DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier.scheduler import (
     BUCKET_ATTRIBUTE,
@@ -90,15 +90,16 @@ DYNAMODB_STREAM_RETENTION_SECONDS = 24 * 60 * 60  # https://docs.aws.amazon.com/
 MAX_SEND_ATTEMPTS = 8
 RETRY_BASE_SECONDS = 0.1
 RETRY_CAP_SECONDS = 5.0
-MAX_DEAD_LETTER_SAMPLE_BYTES = 1024
+MAX_DEAD_LETTER_BODY_HEAD_BYTES = 1024
 
 
 class StreamRecordError(Exception):
     """A stream record of the delay table that cannot be read as a message; ``record_text`` is the record as JSON."""
 
-    def __init__(self, text: str, record_text: str) -> None:
+    def __init__(self, text: str, record_text: str, event_id: str = "") -> None:
         super().__init__(text)
         self.record_text = record_text
+        self.event_id = event_id
 
 
 class SendRefusedError(Exception):
@@ -189,6 +190,8 @@ class _Action:
     body: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
     error: BaseException | None = None
+    message_id: str = ""
+    kept: str = ""  # where the item is, for a pointer message
 
 
 def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
@@ -209,6 +212,7 @@ def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
             f"stream record {name!r} is not a readable delay-table message: {type(error).__name__}: {error} "
             "(an INSERT needs dynamodb.NewImage, a REMOVE dynamodb.OldImage, with id, due_ms, body and attributes)",
             json.dumps(record, ensure_ascii=True, default=str, sort_keys=True),
+            str(name or ""),
         ) from error
 
 
@@ -279,7 +283,8 @@ class DelayRecovery:
     def _action(self, position: int, event: StreamEvent | StreamRecordError, state: SchedulerState,
                 report: RecoveryReport) -> _Action | None:
         if isinstance(event, StreamRecordError):
-            return _Action(position, body=event.record_text, error=event)
+            return _Action(position, body=event.record_text, error=event, message_id=event.event_id,
+                           kept="in no readable form but this record")
         if event.kind == INSERT and state.insert_was_missed(event):
             return _Action(position, message=event.message, counter="late_writes")
         if event.kind == REMOVE and state.expiry_was_undispatched(event):
@@ -302,9 +307,10 @@ class DelayRecovery:
     def _read_minutes(self, buckets: Iterable[int]) -> dict[int, dict[str, Any]]:
         """The minute records of ``buckets`` (one consistent GetItem each); absent ones are left out.
 
-        GetItem rather than BatchGetItem: the role may not batch-read the shared state
-        table (tests/infra/test_stack.py), and a batch spans few minutes, as the TTL
-        deletes in due order and late writes are rare.
+        GetItem rather than BatchGetItem: no role may batch-read the shared state table
+        (tests/infra/test_stack.py). A batch needs few: only late writes and expiries
+        behind the watermark need one, and a batch of expiries spans the few minutes
+        that expired together.
         """
         found: dict[int, dict[str, Any]] = {}
         for bucket in sorted(buckets):
@@ -369,28 +375,28 @@ class DelayRecovery:
         return retry, refused
 
     def _dead_letter(self, action: _Action, report: RecoveryReport) -> None:
-        """Send to the DLQ with its reason; a copy SQS refuses becomes a small pointer message instead."""
+        """Send to the DLQ with its reason; if the DLQ refuses that copy, a small pointer naming it instead."""
         assert action.error is not None
         failed_at = datetime.fromtimestamp(self._clock(), timezone.utc)
         reason = message.failure_reason(action.error, attempts=0, path=_path(action.attributes), failed_at=failed_at)
-        attributes, dropped = _sendable(action.attributes)
-        if dropped:
-            reason["dropped_attributes"] = dropped
+        attributes, refused_attributes = _acceptable_attributes(action.attributes)
+        if refused_attributes:
+            reason["refused_attributes"] = refused_attributes
         copy = {"MessageBody": action.body, "MessageAttributes": message.dead_letter_attributes(attributes, reason)}
-        if sqs_rules.body_problem(action.body) or not self._send_dead_letter(copy, action.position, quiet=True):
-            pointer = {"reason": reason, "body_sample": _sample(action.body)}
-            self._send_dead_letter({"MessageBody": json.dumps(pointer, ensure_ascii=True),
-                                    "MessageAttributes": message.dead_letter_attributes({}, reason)}, action.position)
+        refusal = sqs_rules.body_problem(action.body) or self._send_dead_letter(copy, action.position, quiet=True)
+        if refusal:
+            self._send_dead_letter(_pointer(action, reason, refusal), action.position)
         report.count("dead_lettered")
 
-    def _send_dead_letter(self, request: dict[str, Any], position: int, quiet: bool = False) -> bool:
-        """SendMessage to the DLQ: True if taken, False on a sender fault when ``quiet``; else _StoppedError."""
+    def _send_dead_letter(self, request: dict[str, Any], position: int, quiet: bool = False) -> str | None:
+        """SendMessage to the DLQ: None if taken; SQS's refusal if ``quiet`` and a sender fault; else _StoppedError."""
         try:
             self._sqs.get().send_message(QueueUrl=self.dead_letter_queue_url, **request)
-            return True
+            return None
         except Exception as error:
-            if quiet and getattr(error, "response", {}).get("Error", {}).get("Type") == "Sender":
-                return False
+            details = getattr(error, "response", {}).get("Error", {})
+            if quiet and details.get("Type") == "Sender":
+                return f"{details.get('Code')}: {details.get('Message')}"
             raise _StoppedError(position) from error
 
 
@@ -424,24 +430,30 @@ def _refused(action: _Action, failure: Mapping[str, Any]) -> _Action:
     """The dead-letter action for a message SQS refused."""
     delayed = action.message
     assert delayed is not None
-    error = SendRefusedError(f"SQS refused delayed message {delayed.message_id} (due {delayed.due_ms} ms, minute "
-                             f"{delayed.bucket}): {failure.get('Code')}: {failure.get('Message')}")
-    return _Action(action.position, body=delayed.body, attributes=dict(delayed.attributes), error=error)
+    error = SendRefusedError(f"the work queue refused delayed message {delayed.message_id} (due {delayed.due_ms} ms) "
+                             f"when the safety net sent it: {failure.get('Code')}: {failure.get('Message')}")
+    kept = (f"kept in the delay table under {delay.PK} {delayed.key[delay.PK]['S']!r} and {delay.SK} "
+            f"{delayed.key[delay.SK]['S']!r} until its TTL" if action.counter == "late_writes" else "already deleted by the TTL")
+    return _Action(action.position, body=delayed.body, attributes=_with_due_at(delayed), error=error,
+                   message_id=delayed.message_id, kept=kept)
 
 
-def _sendable(attributes: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The attributes SQS would accept, and the names of the others."""
-    good = {n: v for n, v in attributes.items()
-            if not (sqs_rules.attribute_name_problem(n) or sqs_rules.attribute_value_problem(n, v))}
-    return good, [n for n in attributes if n not in good]
+def _pointer(action: _Action, reason: dict[str, Any], refusal: str) -> dict[str, Any]:
+    """A small DLQ message naming a message whose full copy the DLQ refused, with the head of its body."""
+    reason = {**reason, "copy_refused": f"the dead-letter queue refused the full copy ({refusal}); the item is {action.kept}"}
+    head = action.body.encode("utf-8")[:MAX_DEAD_LETTER_BODY_HEAD_BYTES].decode("utf-8", "ignore")
+    body = {"message_id": action.message_id, "reason": reason, "body_head": head}
+    routing, _ = _acceptable_attributes({k: v for k, v in action.attributes.items() if k == message.PATH_ATTRIBUTE})
+    return {"MessageBody": json.dumps(body, ensure_ascii=True), "MessageAttributes": message.dead_letter_attributes(routing, reason)}
+
+
+def _acceptable_attributes(attributes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The attributes SQS would accept, and for each other one, why not."""
+    problems = {n: sqs_rules.attribute_name_problem(n) or sqs_rules.attribute_value_problem(n, v) for n, v in attributes.items()}
+    return {n: v for n, v in attributes.items() if not problems[n]}, {n: p for n, p in problems.items() if p}
 
 
 def _path(attributes: Mapping[str, Any]) -> str:
     """The message's route, for the reason."""
     value = attributes.get(message.PATH_ATTRIBUTE)
     return str(value.get("StringValue") or "") if isinstance(value, Mapping) else ""
-
-
-def _sample(text: str) -> str:
-    """The first KiB of a body, escaped to ASCII so SQS takes it."""
-    return json.dumps(text.encode("utf-8")[:MAX_DEAD_LETTER_SAMPLE_BYTES].decode("utf-8", "ignore"), ensure_ascii=True)[1:-1]

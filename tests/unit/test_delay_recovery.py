@@ -333,8 +333,10 @@ def test_a_message_sqs_refuses_goes_to_the_dlq_with_a_reason(world):
     assert dead["QueueUrl"] == DLQ and dead["MessageBody"] == "hello"
     reason = json.loads(dead["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
     assert reason["error_type"] == "SendRefusedError"
-    assert "SQS refused delayed message m-1" in reason["error_message"] and "InvalidParameterValue" in reason["error_message"]
-    assert reason["dropped_attributes"] == ["note"] and reason["path"] == "/remind"
+    assert reason["error_message"].startswith("the work queue refused delayed message m-1 (due 1800000000000 ms) when the "
+                                              "safety net sent it: InvalidParameterValue")
+    assert list(reason["refused_attributes"]) == ["note"] and "U+0000" in reason["refused_attributes"]["note"]
+    assert reason["path"] == "/remind" and DUE_AT_ATTRIBUTE in dead["MessageAttributes"]
 
 
 def test_a_transient_sqs_failure_reports_the_first_record_not_done(world):
@@ -392,10 +394,12 @@ def test_a_refused_message_too_big_for_the_dlq_leaves_a_pointer_with_its_reason_
     refused_copy, pointer = inner.dead_letters()
     assert refused_copy["MessageBody"] == body
     content = json.loads(pointer["MessageBody"])
-    assert content["body_sample"] == "x" * 1024
+    assert content["body_head"] == "x" * 1024 and content["message_id"] == "m-1"
     assert content["reason"]["error_type"] == "SendRefusedError"
-    assert "SQS refused delayed message m-1" in content["reason"]["error_message"]
+    assert content["reason"]["copy_refused"] == ("the dead-letter queue refused the full copy (InvalidParameterValue: over 4000); "
+                                                 "the item is already deleted by the TTL")
     assert json.loads(pointer["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"]) == content["reason"]
+    assert pointer["MessageAttributes"][PATH_ATTRIBUTE]["StringValue"] == "/remind"
 
 
 def test_a_dlq_that_fails_transiently_stops_the_batch_at_that_record():
