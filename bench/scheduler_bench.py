@@ -2,7 +2,15 @@
 
 100,000 messages are stored through the real Client, due over six hours, and the
 real DelayScheduler runs once a minute (EventBridge fires a few seconds into the
-minute) on a simulated clock. Every API call is metered in the units AWS bills.
+minute) on a simulated clock. Every API call is metered in the units AWS bills,
+including the scheduler's Query of all 64 shards of every minute (0.5 read unit
+each when empty) and its state writes (minute records, cursors, watermark).
+
+Two costs the simulation does not run are added as line items: the safety net, a
+Lambda on the delay table's stream invoked once per 1,000 stream records, with two
+records per message (its INSERT and its TTL REMOVE), 100 ms at 128 MB each (the
+stream reads themselves are free to Lambda); and the fixed cost of the empty shard
+Queries per month, reported on its own since it does not scale with messages.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from bench import results
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
+from worker_tier.delay import MAX_SHARDS
 from worker_tier.scheduler import DelayScheduler
 
 MESSAGES = 100_000
@@ -36,6 +45,13 @@ PRICE_PER_SCHEDULER_INVOCATION = 1.00e-6
 SQS_BILLING_CHUNK_BYTES = 64 * 1024
 ASSUMED_RUN_SECONDS = 1.0  # per-minute run's billed duration at 256 MB: generous for a few dozen API calls
 SCHEDULER_MEMORY_GB = 0.25
+# The safety net: https://aws.amazon.com/dynamodb/pricing/on-demand/ (GetRecords by a Lambda trigger is free)
+STREAM_RECORDS_PER_MESSAGE = 2  # the INSERT, and the TTL's REMOVE
+STREAM_BATCH_RECORDS = 1000
+STREAM_CONSUMER_SECONDS = 0.1
+STREAM_CONSUMER_MEMORY_GB = 0.125
+MINUTES_PER_MONTH = 30 * 24 * 60
+EMPTY_QUERY_READ_UNITS = 0.5  # eventually consistent, under 4 KB
 EVENTBRIDGE_SCHEDULER_PLUS_SQS_USD_PER_MILLION = (PRICE_PER_SCHEDULER_INVOCATION + PRICE_PER_SQS_REQUEST) * 1e6
 
 
@@ -75,6 +91,10 @@ class MeteredDynamoDB(FakeDynamoDB):
     def delete_item(self, **kwargs: Any) -> dict:
         self.write_units[self.side] += 1
         return super().delete_item(**kwargs)
+
+    def update_item(self, **kwargs: Any) -> dict:
+        self.write_units[self.side] += 1  # the scheduler's minute records: well under 1 KB
+        return super().update_item(**kwargs)
 
     def get_item(self, **kwargs: Any) -> dict:
         self.read_units += 1  # strongly consistent, under 4 KB
@@ -143,11 +163,13 @@ def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], 
     lateness = sorted(entry["visible_at"] - _epoch(at) for entry, at in zip(by_body_order, due_by_at))
     scheduler_calls = len(dynamodb.calls) - producer_calls + len(sqs.calls)  # (the first, empty run's few calls included)
     lambda_cost = runs * (PRICE_PER_LAMBDA_REQUEST + ASSUMED_RUN_SECONDS * SCHEDULER_MEMORY_GB * PRICE_PER_LAMBDA_GB_SECOND_ARM)
+    safety_net_cost = _safety_net_cost(MESSAGES)
     ours = (
         sum(dynamodb.write_units.values()) * PRICE_PER_WRITE_UNIT
         + dynamodb.read_units * PRICE_PER_READ_UNIT
         + sqs.requests * PRICE_PER_SQS_REQUEST
         + lambda_cost
+        + safety_net_cost
     )
     per_message_read = dynamodb.read_units / MESSAGES
     reference = (2 * PRICE_PER_WRITE_UNIT + per_message_read * PRICE_PER_READ_UNIT + PRICE_PER_SQS_REQUEST) * MESSAGES + lambda_cost
@@ -162,6 +184,10 @@ def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], 
         "cost_ratio_vs_reference_design": ours / reference,
         "write_units_per_message": sum(dynamodb.write_units.values()) / MESSAGES,
         "read_units_per_message": per_message_read,
+        "scheduler_write_units_per_message": dynamodb.write_units["scheduler"] / MESSAGES,
+        "safety_net_per_million_usd": safety_net_cost / MESSAGES * 1e6,
+        "empty_shard_queries_usd_per_month": MAX_SHARDS * EMPTY_QUERY_READ_UNITS * MINUTES_PER_MONTH * PRICE_PER_READ_UNIT,
+        "empty_shard_queries_per_million_usd_at_this_rate": _empty_query_cost(runs) / MESSAGES * 1e6,
         "sqs_requests_per_message": sqs.requests / MESSAGES,
         "early_count": sum(1 for value in lateness if value < 0),
         "p99_lateness_s": lateness[int(0.99 * (len(lateness) - 1))],
@@ -171,6 +197,18 @@ def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], 
         "api_calls_per_1000_messages": scheduler_calls / MESSAGES * 1000,
         "producer_api_calls_per_1000_messages": producer_calls / MESSAGES * 1000,
     }
+
+
+def _safety_net_cost(messages: int) -> float:
+    """The stream consumer: one invocation per STREAM_BATCH_RECORDS stream records."""
+    invocations = messages * STREAM_RECORDS_PER_MESSAGE / STREAM_BATCH_RECORDS
+    per_invocation = PRICE_PER_LAMBDA_REQUEST + STREAM_CONSUMER_SECONDS * STREAM_CONSUMER_MEMORY_GB * PRICE_PER_LAMBDA_GB_SECOND_ARM
+    return invocations * per_invocation
+
+
+def _empty_query_cost(runs: int) -> float:
+    """What Querying every shard of each minute costs when the shards are empty (already inside the metered reads)."""
+    return runs * MAX_SHARDS * EMPTY_QUERY_READ_UNITS * PRICE_PER_READ_UNIT
 
 
 def _epoch(text: str) -> float:
