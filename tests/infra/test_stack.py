@@ -54,9 +54,11 @@ def test_dead_letter_queue_keeps_fourteen_days(template):
     )
 
 
-def test_both_queues_refuse_plain_http(template):
+def test_every_queue_refuses_plain_http(template):
+    # GIVEN every queue policy  THEN together they cover every queue of the stack, each denying plain HTTP
     policies = template.find_resources("AWS::SQS::QueuePolicy")
-    assert len(policies) == 3  # queue, DLQ, and the periodic ticks' DLQ
+    covered = {queue["Ref"] for policy in policies.values() for queue in policy["Properties"]["Queues"]}
+    assert covered == set(template.find_resources("AWS::SQS::Queue"))
     for policy in policies.values():
         [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
         assert statement["Effect"] == "Deny"
