@@ -102,6 +102,10 @@ class DispatchRefusedError(Exception):
     """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
 
 
+class UnreadableItemError(Exception):
+    """A delay-table item is not a delayed message as the producer writes one: the reason its pointer was dead-lettered."""
+
+
 class LeaseLostError(Exception):
     """Another run moved the watermark: this run no longer holds the lease."""
 
@@ -122,10 +126,11 @@ class RunReport:
 
 @dataclass
 class _Page:
-    """One page of one shard of a minute: its messages in due order, and where the next page starts."""
+    """One page of one shard of a minute: its messages in due order, items that are not messages, and where the next page starts."""
 
     shard: int
     messages: list[DelayedMessage]
+    unreadable: list[tuple[dict[str, Any], str]]  # (item, what is wrong with it)
     next_after: str | None = None
 
 
@@ -234,8 +239,13 @@ class DelayScheduler:
             request["ExclusiveStartKey"] = {delay.PK: pk, delay.SK: {"S": after}}
         page = self._with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")
-        messages = [DelayedMessage.from_item(item) for item in page.get("Items") or []]
-        return _Page(shard, messages, next_key[delay.SK]["S"] if next_key else None)
+        result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
+        for item in page.get("Items") or []:
+            try:
+                result.messages.append(_read_message(item))
+            except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
+                result.unreadable.append((item, f"{type(error).__name__}: {error}"))
+        return result
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
         """Retry a DynamoDB call that throttles or fails transiently; the last error propagates."""
@@ -289,7 +299,7 @@ class DelayScheduler:
         """
         error = DispatchRefusedError(f"the work queue refused delayed message {message.message_id} at dispatch: {refusal}")
         path = str(message.attributes.get(PATH_ATTRIBUTE, {}).get("StringValue", ""))
-        reason = failure_reason(error, attempts=0, path=path, failed_at=datetime.fromtimestamp(self._clock(), timezone.utc))
+        reason = self._reason(error, path)
         attributes, refused_attributes = _acceptable_attributes(_with_due_at(message))
         if refused_attributes:
             reason["refused_attributes"] = refused_attributes
@@ -302,6 +312,30 @@ class DelayScheduler:
                 f"dead-letter queue {self.dead_letter_queue_url} did not take message {message.message_id} "
                 f"(refused by the work queue: {refusal}): {sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
             )
+
+    def _dead_letter_unreadable(self, item: dict[str, Any], problem: str) -> None:
+        """Send the DLQ a pointer to an item that is not a delayed message; it stays in the table until its TTL.
+
+        Raises DispatchIncompleteError when the DLQ does not take it.
+        """
+        pk, sk = item[delay.PK]["S"], item[delay.SK]["S"]
+        reason = self._reason(UnreadableItemError(
+            f"delay-table item {pk} / {sk} is not a delayed message ({problem}); it is kept in delay table "
+            f"{self.delay_table} until its TTL ({delay.TTL_ATTRIBUTE})"
+        ), "")
+        body = {"delay_table": self.delay_table, delay.PK: pk, delay.SK: sk, "reason": reason,
+                "item_head": json.dumps(item, default=repr)[:POINTER_BODY_HEAD_BYTES]}
+        entry = {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes({}, reason)}
+        sent = self._deliver(self.dead_letter_queue_url, [entry])
+        if not sent.accepted:
+            raise DispatchIncompleteError(
+                f"dead-letter queue {self.dead_letter_queue_url} did not take the pointer to unreadable item {pk} / {sk}: "
+                f"{sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
+            )
+
+    def _reason(self, error: Exception, path: str) -> dict[str, Any]:
+        """The ``worker_tier.failure`` fields for a dispatch that never reached a worker."""
+        return failure_reason(error, attempts=0, path=path, failed_at=datetime.fromtimestamp(self._clock(), timezone.utc))
 
     def _pointer(self, message: DelayedMessage, reason: dict[str, Any], copy_refusal: str) -> dict[str, Any]:
         """A small DLQ entry naming the delay-table item of a message whose full copy the DLQ refused."""
@@ -463,6 +497,9 @@ class _MinuteDispatch:
                 return False
             pages = self.scheduler._read_pages(self.bucket, open_shards)
             open_shards = {page.shard: page.next_after for page in pages if page.next_after is not None}
+            for item, problem in [pair for page in pages for pair in page.unreadable]:  # before any send: see _save_cursors
+                self.scheduler._dead_letter_unreadable(item, problem)
+                self.report.dead_lettered += 1
             if not self._round(sorted((m for page in pages for m in page.messages), key=_due_order), bool(open_shards)):
                 return False
         return True
@@ -512,7 +549,10 @@ class _MinuteDispatch:
         return {"Id": str(index), "MessageBody": message.body, "MessageAttributes": attributes, "DelaySeconds": delay_seconds}
 
     def _save_cursors(self, messages: list[DelayedMessage]) -> None:
-        """Move each shard's cursor over its handled prefix of the round, and save them if any moved."""
+        """Move each shard's cursor over its handled prefix of the round, and save them if any moved.
+
+        The round's unreadable items were all dead-lettered before its first send, so a cursor may pass them.
+        """
         blocked: set[int] = set()
         moved = False
         for index, message in enumerate(messages):
@@ -539,6 +579,22 @@ def _batches(sizes: list[int]) -> Iterator[list[int]]:
         total += size
     if batch:
         yield batch
+
+
+def _read_message(item: dict[str, Any]) -> DelayedMessage:
+    """The delayed message in an item; ValueError (or KeyError...) when it is not one as the producer writes it."""
+    message = DelayedMessage.from_item(item)
+    for name, value in message.attributes.items():
+        if not (
+            isinstance(value, dict)
+            and isinstance(value.get("DataType"), str)
+            and isinstance(value.get("StringValue", ""), str)
+            and isinstance(value.get("BinaryValue", b""), bytes)
+        ):
+            raise ValueError(f"attribute {name!r} is {value!r}, not an SQS message attribute (DataType, StringValue or BinaryValue)")
+    if not isinstance(message.body, str):
+        raise ValueError(f"body is {type(message.body).__name__}, not a string")
+    return message
 
 
 def _due_order(message: DelayedMessage) -> tuple[int, str]:

@@ -206,6 +206,29 @@ def test_a_dlq_that_fails_transiently_stops_the_run_without_losing_the_message(w
     assert _reason(strict.inner.by_queue[DLQ][0])["refused_attributes"]["n"].startswith("attribute 'n' has Number value '1e999'")
 
 
+def test_items_that_are_not_messages_go_to_the_dlq_as_pointers_and_the_minute_completes(world):
+    # GIVEN a good message, and two items of its minute no producer writes: attributes not JSON, and no body
+    good = world.store("id-good", "good", 1000, shard=2)
+    pk = good.key["pk"]["S"]
+    broken = {**good.to_item(), "sk": {"S": good.key["sk"]["S"][:-4] + "zzzz"}, "attributes": {"S": "{not json"}}
+    bodyless = {k: v for k, v in good.to_item().items() if k != "body"} | {"sk": {"S": "2" + good.key["sk"]["S"][1:]}}
+    world.dynamodb.put_item(TableName="delay", Item=broken)
+    world.dynamodb.put_item(TableName="delay", Item=bodyless)
+    world.now += 200
+    # WHEN the scheduler runs
+    report = world.scheduler(StrictSQS(world.sqs)).run()
+    # THEN the good one is delivered, the minute is passed, and each bad item has a pointer with a reason
+    assert _bodies(world.sqs.by_queue[QUEUE]) == ["good"]
+    assert report.watermark > good.bucket and report.dead_lettered == 2
+    pointers = sorted((json.loads(e["MessageBody"]) for e in world.sqs.by_queue[DLQ]), key=lambda b: b["sk"])
+    assert [(p["pk"], p["sk"]) for p in pointers] == [(pk, broken["sk"]["S"]), (pk, bodyless["sk"]["S"])]
+    assert [p["reason"]["error_type"] for p in pointers] == ["UnreadableItemError"] * 2
+    assert pointers[0]["reason"]["error_message"].startswith(f"delay-table item {pk} / {broken['sk']['S']} is not a delayed message (JSONDecodeError")
+    assert pointers[1]["reason"]["error_message"].startswith(f"delay-table item {pk} / {bodyless['sk']['S']} is not a delayed message (KeyError: 'body')")
+    assert pointers[0]["reason"]["error_message"].endswith("it is kept in delay table delay until its TTL (expiration)")
+    assert _reason(world.sqs.by_queue[DLQ][0])["error_type"] == "UnreadableItemError"
+
+
 def test_batches_stay_within_sqs_total_size(world):
     # GIVEN ten 200 KB messages due in the same second (2 MB together), and a strict SQS
     for n in range(10):
