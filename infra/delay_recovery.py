@@ -34,7 +34,7 @@ from worker_tier.settings import Settings
 
 RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
 # A batch of 1,000 records needs at most 100 SendMessageBatch calls; a run of transient failures
-# (delay_recovery's backoff) costs about 15 s before the batch stops.
+# (delay_recovery's backoff) costs about 11 s before the batch stops.
 RECOVERY_TIMEOUT_SECONDS = 90
 RECOVERY_MEMORY_MB = 256
 # https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html
