@@ -31,6 +31,7 @@ from infra.alarms import queue_not_empty_alarm
 from infra.cron_config import CronEntry, check_sendable
 from infra.cron_expression import parse
 from infra.function import ServiceFunction, ServiceFunctionProps
+from infra.grants import CRON_ACTIONS, CRON_KEY_PREFIX, grant_items
 from infra.settings import Settings
 
 CRON_HANDLER = "worker_tier.handlers.cron.lambda_handler"
@@ -89,7 +90,7 @@ class PeriodicTasks(Construct):
         )
         self.function = cron.function
         props.queue.grant_send_messages(self.function)
-        props.state_table.grant(self.function, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+        grant_items(props.state_table, self.function, actions=CRON_ACTIONS, leading_key_prefixes=[CRON_KEY_PREFIX])
         self._add_dead_letter_queue()
         self._add_retries()
         self.schedule_group = scheduler.ScheduleGroup(self, "Group", removal_policy=RemovalPolicy.DESTROY)

@@ -180,7 +180,7 @@ def test_empty_cron_list_deploys_nothing_periodic(tmp_path):
     stack, _ = synth(settings=Settings(), cron_entries=[], outdir=str(tmp_path))
     assert stack.periodic_tasks is None
     Template.from_stack(stack).resource_count_is("AWS::Scheduler::Schedule", 0)
-    Template.from_stack(stack).resource_count_is("AWS::Lambda::Function", 2)  # worker and delay scheduler
+    Template.from_stack(stack).resource_count_is("AWS::Lambda::Function", 3)  # worker, delay scheduler, delay recovery
 
 
 @pytest.mark.parametrize(
