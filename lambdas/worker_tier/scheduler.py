@@ -22,7 +22,7 @@ reason (or, when the DLQ refuses that copy too, a small message pointing at its
 delay-table item, which is kept until its TTL); or SQS keeps failing it
 transiently, and the run stops there, to resume from the cursors next time.
 
-Memory holds at most one page per shard. A run that finds itself behind (missed
+Memory holds at most one page per shard (``QUERY_PAGE_ITEMS``). A run that finds itself behind (missed
 runs, an outage) catches up from the watermark; messages already due go out at
 once, and their lateness is recorded. Dispatched items stay in the table until
 their TTL. Duplicates come only from the round a run died in (killed, crashed,
@@ -68,7 +68,8 @@ MAX_SEND_ATTEMPTS = 10
 MAX_READ_ATTEMPTS = 8
 RETRY_BASE_SECONDS = 0.05
 RETRY_CAP_SECONDS = 1.0
-QUERY_PAGE_ITEMS = 1000  # DynamoDB also ends a page at 1 MB
+# A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
+QUERY_PAGE_ITEMS = 100
 QUERY_THREADS = 16
 POINTER_BODY_HEAD_BYTES = 1024
 TIME_RUNNING_OUT = "invocation time running out"
