@@ -10,6 +10,7 @@ from constructs import Construct
 
 from infra.delay_recovery import DelayRecovery, DelayRecoveryProps
 from infra.function import ServiceFunction, ServiceFunctionProps
+from infra.grants import SCHEDULER_KEY_PREFIX, SCHEDULER_STATE_ACTIONS, grant_delay_produce, grant_items
 from infra.settings import Settings
 from worker_tier import delay
 from worker_tier.handlers.scheduler import METRIC_LAG
@@ -75,8 +76,8 @@ class DelayScheduler(Construct):
         props.dead_letter_queue.grant_send_messages(self.function)
         # Query the minutes, Scan once for the first watermark.
         self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan")
-        # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update).
-        props.state_table.grant(self.function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem")
+        # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update): scheduler# items only.
+        grant_items(props.state_table, self.function, actions=SCHEDULER_STATE_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
         self.rule = events.Rule(
             self,
             "EveryMinute",
@@ -110,5 +111,5 @@ class DelayScheduler(Construct):
         return {"WORKER_TIER_DELAY_TABLE": self.table.table_name, "WORKER_TIER_DELAY_SHARDS": str(settings.delay_shards)}
 
     def grant_produce(self, function) -> None:  # type: ignore[no-untyped-def]
-        """Let ``function`` store delayed messages (plain and deduplicated)."""
-        self.table.grant(function, "dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")
+        """Let ``function`` store delayed messages (plain and deduplicated), and nothing else of the delay table."""
+        grant_delay_produce(self.table, function)

@@ -45,12 +45,22 @@ def test_scheduler_runs_every_minute_without_retries(template):
     )
 
 
+def _actions(statement: dict) -> tuple:
+    return tuple(statement["Action"]) if isinstance(statement["Action"], list) else (statement["Action"],)
+
+
+def _leading_keys(statement: dict) -> list | None:
+    return statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+
+
 def test_scheduler_grants_are_the_calls_it_makes(template):
-    actions = {tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],) for s in _policy_statements(template, "DelaysScheduler")}
-    assert ("dynamodb:Query", "dynamodb:Scan") in actions
-    assert ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem") in actions
-    assert ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl") in actions
-    assert not any("dynamodb:BatchWriteItem" in action for action in actions)
+    # GIVEN the scheduler function's policy  THEN it reads the delay table, and writes only its own state items
+    statements = {_actions(s): s for s in _policy_statements(template, "DelaysScheduler")}
+    assert ("dynamodb:Query", "dynamodb:Scan") in statements
+    state = statements[("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")]
+    assert _leading_keys(state) == ["scheduler#*"]
+    assert ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl") in statements
+    assert not any("dynamodb:BatchWriteItem" in actions for actions in statements)
 
 
 def test_scheduler_may_dead_letter_what_the_work_queue_refuses(stack, template):
@@ -67,8 +77,9 @@ def test_scheduler_may_dead_letter_what_the_work_queue_refuses(stack, template):
 
 
 def test_worker_may_store_delayed_messages_and_knows_the_table(template):
-    actions = {tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],) for s in _policy_statements(template, "WorkerRole")}
-    assert ("dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem") in actions
+    statements = [(_actions(s), _leading_keys(s)) for s in _policy_statements(template, "WorkerRole")]
+    assert (("dynamodb:BatchWriteItem", "dynamodb:PutItem"), ["b#*"]) in statements
+    assert (("dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"), ["dedupe#*"]) in statements
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.worker.lambda_handler",
