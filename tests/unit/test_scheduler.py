@@ -364,13 +364,15 @@ def test_a_run_that_stops_mid_minute_saves_cursors_and_resends_nothing(world):
 
 
 def test_a_second_run_while_one_holds_the_lease_does_nothing(world):
+    # GIVEN a due message and another holder of the lease
     world.client.send("/x", "m", delay=950)
     world.now += 100
     assert world.scheduler()._acquire("someone-else")
     world.now += 50
+    # WHEN a run starts  THEN it does nothing
     assert world.scheduler().run().ran is False
     assert world.sqs.sent == []
-    # the lease expires: a crashed holder does not block for ever
+    # WHEN the lease expires  THEN a crashed holder does not block for ever
     world.now += LEASE_SECONDS + 1
     assert world.scheduler().run().sent == 1
 
