@@ -314,6 +314,18 @@ def test_whatever_shard_count_producers_used_every_message_is_dispatched(world, 
     assert sorted(_bodies(world.sqs.sent)) == sorted(bodies)
 
 
+def test_parallel_queries_read_every_shard(world):
+    # GIVEN a producer spreading over all 64 shards, and a scheduler querying shards on its thread pool
+    world.producer(64).send_batch([OutgoingMessage("/x", f"m{n}", delay=1000 + n % 50) for n in range(640)])
+    world.dynamodb.page_size = 3
+    world.now += 400
+    scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=world.sqs, dynamodb=world.dynamodb,
+                               clock=lambda: world.now, sleep=lambda s: None)
+    # WHEN it runs  THEN every message is delivered once
+    assert scheduler.run().stopped == ""
+    assert sorted(_bodies(world.sqs.sent)) == sorted(f"m{n}" for n in range(640))
+
+
 def test_the_minute_record_is_written_once_before_the_first_query_with_the_first_start_time(world):
     # GIVEN a minute with more messages than one run sends, and a log of the state writes and Queries
     world.scheduler().run()
