@@ -34,7 +34,8 @@ from infra import REPO_ROOT, defaults
 from infra.function import POWERTOOLS_ENVIRONMENT
 from infra.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
 from infra.settings import Settings
-from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC, ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
+from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
+from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC
 
 DOCKERFILE = "docker/worker.Dockerfile"
 DOCKER_EXCLUDES = [".venv", "cdk.out", "node_modules", ".git", ".pytest_cache", ".hypothesis", "tests", "bench", "**/__pycache__"]

@@ -37,7 +37,6 @@ CRON_VERSION = 1
 UTC = "UTC"
 DEFAULT_SOURCE = "cron.yaml"
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys
-DYNAMODB_MAX_PARTITION_KEY_BYTES = 2048
 _REQUIRED = ("name", "url", "schedule")
 _OPTIONAL = ("timezone", "body", "enabled")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -126,9 +125,9 @@ def send_problem(entry: CronEntry, *, fifo: bool) -> str | None:
 def _key_problem(tick: Tick) -> str | None:
     """The tick's state-table key must fit DynamoDB's partition key."""
     size = len(tick.key.encode("utf-8"))
-    if size <= DYNAMODB_MAX_PARTITION_KEY_BYTES:
+    if size <= limits.DYNAMODB_MAX_PARTITION_KEY_BYTES:
         return None
-    return f"the tick's state-table key is {size} bytes; DynamoDB allows {DYNAMODB_MAX_PARTITION_KEY_BYTES}"
+    return f"the tick's state-table key is {size} bytes; DynamoDB allows {limits.DYNAMODB_MAX_PARTITION_KEY_BYTES}"
 
 
 def _size_problem(body: str, attributes: dict) -> str | None:

@@ -33,6 +33,7 @@ from infra.cron_expression import parse
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.grants import CRON_ACTIONS, CRON_KEY_PREFIX, grant_items
 from infra.settings import Settings
+from worker_tier import limits
 
 CRON_HANDLER = "worker_tier.handlers.cron.lambda_handler"
 # Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.
@@ -43,12 +44,10 @@ SCHEDULER_RETRY_ATTEMPTS = 5
 SCHEDULER_MIN_EVENT_AGE_SECONDS = 60
 SCHEDULER_MAX_EVENT_AGE_SECONDS = 24 * 60 * 60
 # https://docs.aws.amazon.com/lambda/latest/api/API_PutFunctionEventInvokeConfig.html
-LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS = 2
-LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS = 6 * 60 * 60
 # Every retry Lambda allows (1 min, then 2 min after a failure), and the longest age, so a
 # throttled tick arrives late rather than never; past that it goes to the tick DLQ.
-CRON_ASYNC_RETRY_ATTEMPTS = LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
-CRON_ASYNC_MAX_EVENT_AGE_SECONDS = LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS
+CRON_ASYNC_RETRY_ATTEMPTS = limits.LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
+CRON_ASYNC_MAX_EVENT_AGE_SECONDS = limits.LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS
 CRON_ERRORS_ALARM_PERIOD_SECONDS = 60
 
 

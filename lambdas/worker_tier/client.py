@@ -32,7 +32,6 @@ ENTRY_RETRY_CAP_SECONDS = 2.0
 
 # The smallest MaximumMessageSize a queue can have (belongs in limits.py):
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SetQueueAttributes.html
-SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES = 1024
 
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
 RESERVED_ATTRIBUTE_PREFIXES = ("worker_tier.", "beanstalk.sqsd.")
@@ -107,9 +106,9 @@ class Client:
             raise MessageError("Client needs a queue_url (or use Client.from_env() with WORKER_TIER_QUEUE_URL set)")
         if not 1 <= delay_shards <= delay.MAX_SHARDS:
             raise MessageError(f"delay_shards must be 1..{delay.MAX_SHARDS}, got {delay_shards}")
-        if maximum_message_size is not None and not SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES <= maximum_message_size <= limits.SQS_MAX_MESSAGE_BYTES:
+        if maximum_message_size is not None and not limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES <= maximum_message_size <= limits.SQS_MAX_MESSAGE_BYTES:
             raise MessageError(
-                f"maximum_message_size must be {SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES}..{limits.SQS_MAX_MESSAGE_BYTES} bytes (SQS MaximumMessageSize), "
+                f"maximum_message_size must be {limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES}..{limits.SQS_MAX_MESSAGE_BYTES} bytes (SQS MaximumMessageSize), "
                 f"got {maximum_message_size}"
             )
         self.queue_url = queue_url

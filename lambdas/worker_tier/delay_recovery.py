@@ -84,8 +84,7 @@ MESSAGE_KEY_PREFIX = "b#"
 # ApproximateCreationDateTime is whole seconds; the scheduler's clock may be off by half the skew budget.
 STREAM_TIME_RESOLUTION_SECONDS = 1
 CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
-# Limits for lambdas/worker_tier/limits.py (its owner moves them there):
-DYNAMODB_STREAM_RETENTION_SECONDS = 24 * 60 * 60  # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html
+DYNAMODB_STREAM_RETENTION_SECONDS = limits.DYNAMODB_STREAM_RETENTION_SECONDS
 # About 11 s of backoff before a batch stops: this also paces Lambda's retries of a failing batch.
 MAX_SEND_ATTEMPTS = 8
 RETRY_BASE_SECONDS = 0.1

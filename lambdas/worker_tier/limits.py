@@ -26,14 +26,30 @@ SQS_MAX_RETENTION_SECONDS = 14 * 24 * 60 * 60
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_MessageAttributeValue.html
 SQS_MAX_ATTRIBUTE_NAME_CHARS = 256
 
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SetQueueAttributes.html (MaximumMessageSize)
+SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES = 1024
+
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html
 DYNAMODB_MAX_BATCH_WRITE_ITEMS = 25
 
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-items
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
 
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys
+DYNAMODB_MAX_PARTITION_KEY_BYTES = 2048
+
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html (records are kept 24 hours)
+DYNAMODB_STREAM_RETENTION_SECONDS = 24 * 60 * 60
+
 # https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html
 LAMBDA_MAX_TIMEOUT_SECONDS = 15 * 60
+
+# https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html
+LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS = 2
+LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS = 6 * 60 * 60
+
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout, Fargate)
+ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
 
 # https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html
 LAMBDA_MIN_MEMORY_MB = 128

@@ -50,7 +50,6 @@ DEFAULT_CONTAINER_CPU = 1024
 DEFAULT_CONTAINER_MEMORY_MB = 2048
 # Fargate's largest stopTimeout, SIGTERM to SIGKILL (a limits.py candidate):
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
-ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
 # Running tasks get this long after SIGTERM; the rest of the stop timeout is for releasing and exiting.
 DEFAULT_CONTAINER_GRACE_SECONDS = 100
 CONTAINER_SUBNETS_PRIVATE = "private"  # private subnets behind one NAT gateway, no public IP

@@ -10,12 +10,11 @@ from aws_cdk.assertions import Match, Template
 from infra.cron_config import CronConfigError, parse
 from infra.periodic_tasks import (
     CRON_TIMEOUT_SECONDS,
-    LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS,
-    LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS,
     max_event_age_seconds,
 )
 from tests.infra.conftest import synth
 from worker_tier.periodic import TICK_LEASE_SECONDS, TICK_PENDING_POLL_SECONDS, TICK_PENDING_POLLS
+from worker_tier.limits import LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS, LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
 from worker_tier.settings import Settings
 
 CRON = """\
