@@ -35,7 +35,6 @@ ENTRY_RETRY_CAP_SECONDS = 2.0
 
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
 RESERVED_ATTRIBUTE_PREFIXES = ("worker_tier.", "beanstalk.sqsd.")
-INTERNAL_ATTRIBUTE_PREFIX = "worker_tier."
 # The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(message.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
 # A dedupe marker left unsent this long is taken to belong to a sender that died before sending.
@@ -599,15 +598,21 @@ def _attribute_value(name: Any, value: Any) -> dict[str, Any]:
 
 
 def _internal_by_index(internal: Mapping[int, Mapping[str, str]], count: int) -> dict[int, Mapping[str, str]]:
-    """Check ``_internal_attributes``: indexes of this batch, ``worker_tier.*`` names, String values."""
+    """Check ``_internal_attributes``: indexes of this batch, reserved names (``worker_tier.*``, and
+    ``beanstalk.sqsd.*`` for a periodic task's copy), String values; never the path or ``due_at``."""
     for index, attributes in internal.items():
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
             raise MessageError(f"_internal_attributes: index {index!r} is not a message of this batch (0..{count - 1})")
         for name, value in attributes.items():
-            if not isinstance(name, str) or not name.startswith(INTERNAL_ATTRIBUTE_PREFIX) or name == message.DUE_AT_ATTRIBUTE:
+            if (
+                not isinstance(name, str)
+                or not name.startswith(RESERVED_ATTRIBUTE_PREFIXES)
+                or name in (message.DUE_AT_ATTRIBUTE, message.PATH_ATTRIBUTE)
+            ):
                 raise MessageError(
-                    f"_internal_attributes: name {name!r} must start with {INTERNAL_ATTRIBUTE_PREFIX!r} "
-                    f"and not be {message.DUE_AT_ATTRIBUTE!r} (set by the delay scheduler)"
+                    f"_internal_attributes: name {name!r} must start with "
+                    f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} and not be {message.DUE_AT_ATTRIBUTE!r} "
+                    f"(set by the delay scheduler) or {message.PATH_ATTRIBUTE!r} (set from the path)"
                 )
             if not isinstance(value, str):
                 raise MessageError(f"_internal_attributes: {name!r} must be a string, got {type(value).__name__}")

@@ -497,11 +497,23 @@ def test_internal_attributes_travel_with_the_message(delay):
     assert "worker_tier.attempts" in attributes and ('"4"' in attributes or attributes["worker_tier.attempts"]["StringValue"] == "4")
 
 
+def test_a_periodic_tasks_copy_keeps_its_sqsd_attributes():
+    # GIVEN the worker re-sending a periodic task's message (its task name and tick are sqsd's attributes)
+    sqs = StrictSQS(FakeSQS())
+    internal = {"beanstalk.sqsd.task_name": "backup", "beanstalk.sqsd.scheduled_time": "2026-11-22 18:00:00 UTC"}
+    # WHEN it goes out with them as internal attributes
+    [result] = client(sqs).send_batch([OutgoingMessage("/backup", "b")], _internal_attributes={0: internal})
+    # THEN SQS gets them as they were
+    assert result.ok
+    assert {n: v["StringValue"] for n, v in sqs.sent[0]["MessageAttributes"].items() if n in internal} == internal
+
+
 @pytest.mark.parametrize(
     "internal, rule",
     [
-        ({0: {"tenant": "x"}}, "_internal_attributes: name 'tenant' must start with 'worker_tier.' and not be 'worker_tier.due_at' (set by the delay scheduler)"),
-        ({0: {"worker_tier.due_at": "x"}}, "_internal_attributes: name 'worker_tier.due_at' must start with 'worker_tier.' and not be 'worker_tier.due_at' (set by the delay scheduler)"),
+        ({0: {"tenant": "x"}}, "_internal_attributes: name 'tenant' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay scheduler) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"worker_tier.due_at": "x"}}, "_internal_attributes: name 'worker_tier.due_at' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay scheduler) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"beanstalk.sqsd.path": "/y"}}, "_internal_attributes: name 'beanstalk.sqsd.path' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay scheduler) or 'beanstalk.sqsd.path' (set from the path)"),
         ({0: {"worker_tier.attempts": 4}}, "_internal_attributes: 'worker_tier.attempts' must be a string, got int"),
         ({1: {"worker_tier.attempts": "4"}}, "_internal_attributes: index 1 is not a message of this batch (0..0)"),
         ({0: {"worker_tier.attempts": "4\x00"}}, "message 0 for '/x': attribute 'worker_tier.attempts' value has character '\\x00'"),
