@@ -131,6 +131,7 @@ class _Page:
 
     shard: int
     messages: list[DelayedMessage]
+    sort_keys: list[str]  # each message's sort key as stored, in page order
     unreadable: list[tuple[dict[str, Any], str]]  # (item, what is wrong with it)
     next_after: str | None = None
 
@@ -240,12 +241,14 @@ class DelayScheduler:
             request["ExclusiveStartKey"] = {delay.PK: pk, delay.SK: {"S": after}}
         page = self._with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")
-        result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
+        result = _Page(shard, [], [], [], next_key[delay.SK]["S"] if next_key else None)
         for item in page.get("Items") or []:
             try:
                 result.messages.append(_read_message(item))
             except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
                 result.unreadable.append((item, f"{type(error).__name__}: {error}"))
+            else:
+                result.sort_keys.append(item[delay.SK]["S"])
         return result
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
@@ -501,20 +504,24 @@ class _MinuteDispatch:
             for item, problem in [pair for page in pages for pair in page.unreadable]:  # before any send: see _save_cursors
                 self.scheduler._dead_letter_unreadable(item, problem)
                 self.report.dead_lettered += 1
-            if not self._round(sorted((m for page in pages for m in page.messages), key=_due_order), bool(open_shards)):
+            if not self._round(pages, bool(open_shards)):
                 return False
         return True
 
-    def _round(self, messages: list[DelayedMessage], more: bool) -> bool:
-        """Send one round's messages; save the cursors unless the minute ends here. False when the run must stop."""
+    def _round(self, pages: list[_Page], more: bool) -> bool:
+        """Send one round's pages merged in due order; save the cursors unless the minute ends here.
+
+        False when the run must stop.
+        """
+        messages = sorted((m for page in pages for m in page.messages), key=_due_order)
         self.handled = set()
         try:
             complete = self._send_all(messages)
         except Exception:
-            self._save_cursors(messages)
+            self._save_cursors(pages, messages)
             raise
         if more or not complete:
-            self._save_cursors(messages)
+            self._save_cursors(pages, messages)
         return complete
 
     def _send_all(self, messages: list[DelayedMessage]) -> bool:
@@ -549,21 +556,19 @@ class _MinuteDispatch:
         delay_seconds = max(0, min(limits.SQS_MAX_DELAY_SECONDS, math.ceil(wait)))
         return {"Id": str(index), "MessageBody": message.body, "MessageAttributes": attributes, "DelaySeconds": delay_seconds}
 
-    def _save_cursors(self, messages: list[DelayedMessage]) -> None:
-        """Move each shard's cursor over its handled prefix of the round, and save them if any moved.
+    def _save_cursors(self, pages: list[_Page], messages: list[DelayedMessage]) -> None:
+        """Move each shard's cursor over the handled prefix of its page (in stored order), and save them if any moved.
 
         The round's unreadable items were all dead-lettered before its first send, so a cursor may pass them.
         """
-        blocked: set[int] = set()
+        position = {id(message): index for index, message in enumerate(messages)}
         moved = False
-        for index, message in enumerate(messages):
-            if message.shard in blocked:
-                continue
-            if index not in self.handled:
-                blocked.add(message.shard)
-                continue
-            self.cursors[message.shard] = message.key[delay.SK]["S"]
-            moved = True
+        for page in pages:
+            for message, sort_key in zip(page.messages, page.sort_keys):
+                if position[id(message)] not in self.handled:
+                    break
+                self.cursors[page.shard] = sort_key
+                moved = True
         if moved:
             self.scheduler._write_watermark(self.bucket, self.cursors, expected=self.bucket)
 

@@ -11,7 +11,7 @@ from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
-from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, bucket_key, shard_of
+from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.scheduler import (
     FINISHED_MS_ATTRIBUTE,
@@ -130,6 +130,25 @@ def test_a_transient_refusal_stops_the_run_and_the_next_run_resumes_from_the_cur
     # WHEN SQS recovers  THEN only the refused one goes out, and the minute is passed
     assert world.scheduler().run().watermark > bucket
     assert _bodies(world.sqs.sent) == ["stubborn"]
+
+
+def test_a_cursor_follows_the_stored_order_even_when_an_item_sort_key_disagrees_with_its_due_time(world):
+    # GIVEN in one shard an item stored before another by sort key but due after it, and SQS failing it for now
+    later = world.store("id-later", "due-later", 1010)
+    odd = {**later.to_item(), "sk": {"S": sort_key(later.due_ms - 20_000, "id-later")}}
+    world.dynamodb.delete_item(TableName="delay", Key={"pk": later.key["pk"], "sk": later.key["sk"]})
+    world.dynamodb.put_item(TableName="delay", Item=odd)
+    world.store("id-sooner", "due-sooner", 1000)
+    failing = FakeSQS(fail=lambda call, entry: ("ServiceUnavailable", False) if entry["MessageBody"] == "due-later" else None,
+                      clock=lambda: world.now)
+    world.now += 200
+    # WHEN a run sends the sooner one and stops on the other
+    assert world.scheduler(failing).run().stopped.endswith(f"SQS did not accept 1 messages after {MAX_SEND_ATTEMPTS} attempts")
+    # THEN the cursor did not pass the unsent item, and the next run delivers it (the sooner one again: a duplicate
+    # of the round the run stopped in)
+    assert "cursors" not in world.watermark() or world.watermark()["cursors"]["M"] == {}
+    world.scheduler().run()
+    assert _bodies(failing.sent) == ["due-sooner"] and sorted(_bodies(world.sqs.sent)) == ["due-later", "due-sooner"]
 
 
 def test_a_poison_message_goes_to_the_dlq_with_a_reason_and_the_minute_completes(world):
