@@ -24,12 +24,11 @@ from aws_cdk.aws_lambda_event_sources import SqsDlq
 from constructs import Construct
 
 from infra import defaults
-from infra.alarms import queue_not_empty_alarm
+from infra.alarms import count_alarm, queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.grants import SCHEDULER_KEY_PREFIX, grant_items
 from worker_tier import delay_recovery
 from worker_tier.handlers.recovery import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL
-from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
 from worker_tier.settings import Settings
 
 RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
@@ -150,10 +149,10 @@ class DelayRecovery(Construct):
             alarm_description="The delay recovery function trails the delay table's stream: records older than 24 h are "
             "trimmed, and with them any message they were to recover.",
         )
-        self.late_write_alarm = _count_alarm(self, "LateWrites", METRIC_LATE_WRITES,
+        self.late_write_alarm = count_alarm(self, "LateWrites", METRIC_LATE_WRITES,
                                              "A producer stored a delayed message behind the scheduler: its clock is more "
                                              "than 60 s behind. The message was delivered late.")
-        self.ttl_recovery_alarm = _count_alarm(self, "RecoveredFromTtl", METRIC_RECOVERED_FROM_TTL,
+        self.ttl_recovery_alarm = count_alarm(self, "RecoveredFromTtl", METRIC_RECOVERED_FROM_TTL,
                                                "The TTL deleted delayed messages the scheduler had not sent (an outage or a "
                                                "stuck minute longer than the TTL margin). They were delivered late.")
         for alarm in (self.failure_alarm, self.iterator_age_alarm, self.late_write_alarm, self.ttl_recovery_alarm):
@@ -170,22 +169,3 @@ def stream_filters() -> list[dict]:
             {"eventName": lambda_.FilterRule.is_equal(delay_recovery.REMOVE), "userIdentity": ttl, "dynamodb": message_key}
         ),
     ]
-
-
-def _count_alarm(scope: Construct, construct_id: str, metric_name: str, description: str) -> cloudwatch.Alarm:
-    """Alarm on any non-zero count of one of the recovery function's metrics."""
-    return cloudwatch.Metric(
-        namespace=METRICS_NAMESPACE,
-        metric_name=metric_name,
-        dimensions_map={"service": SERVICE_NAME},
-        statistic="Sum",
-        period=Duration.minutes(5),
-    ).create_alarm(
-        scope,
-        construct_id,
-        threshold=0,
-        evaluation_periods=1,
-        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        alarm_description=description,
-    )

@@ -10,11 +10,11 @@ from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
 from infra import defaults
-from infra.alarms import queue_not_empty_alarm
+from infra.alarms import count_alarm, count_metric, queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
 from infra.settings import Settings
-from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+from worker_tier import observability
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 # The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).
@@ -164,17 +164,18 @@ class WorkerQueue(Construct):
                 "(target_latency_seconds / avg_processing_seconds): raise http_connections or speed up tasks."
             ),
         )
-        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm, self.backlog_alarm):
+        self.failure_path_alarms = [
+            count_alarm(self, construct_id, metric_name, description)
+            for construct_id, metric_name, description in _FAILURE_PATH_ALARMS
+        ]
+        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm, self.backlog_alarm, *self.failure_path_alarms):
             alarm.add_alarm_action(*actions)
         self._add_dashboard()
 
     def _add_dashboard(self) -> None:
         """Queue depth, backlog per worker, dead letters, age, and the worker's own counts."""
-        counts = [
-            cloudwatch.Metric(namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map={"service": SERVICE_NAME},
-                              statistic="Sum", period=Duration.minutes(1))
-            for name in ("Succeeded", "Retried", "DeadLettered", "Released")
-        ]
+        counts = [count_metric(name) for name in _DASHBOARD_OUTCOMES]
+        trouble = [count_metric(metric_name) for _, metric_name, _ in _FAILURE_PATH_ALARMS]
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard")
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Queue", left=[
@@ -183,7 +184,31 @@ class WorkerQueue(Construct):
             ]),
             cloudwatch.GraphWidget(title="Backlog per worker", left=[self.backlog_per_worker]),
             cloudwatch.GraphWidget(title="Outcomes", left=counts),
+            cloudwatch.GraphWidget(title="Failure paths (each has an alarm)", left=trouble),
             cloudwatch.GraphWidget(title="Dead letters and age", left=[
                 self.dead_letter_queue.metric_approximate_number_of_messages_visible()
             ], right=[self.queue.metric_approximate_age_of_oldest_message()]),
         )
+
+
+# The worker's outcome counts, one line each on the dashboard.
+_DASHBOARD_OUTCOMES = (
+    observability.METRIC_SUCCEEDED,
+    observability.METRIC_RETRIED,
+    observability.METRIC_DEAD_LETTERED,
+    observability.METRIC_RELEASED,
+    observability.METRIC_HELD_BACK,
+    observability.METRIC_RESCHEDULED,
+)
+
+# Counts that mean a failure path was taken: any one raises its alarm.
+_FAILURE_PATH_ALARMS = (
+    ("DeadLetterFailed", observability.METRIC_DEAD_LETTER_FAILED,
+     "The worker could not dead-letter a message (the DLQ refused it or the dead-letter path raised); it backs off and retries."),
+    ("VisibilityChangesRefused", observability.METRIC_VISIBILITY_REFUSED,
+     "SQS refused visibility changes: those messages return after their current timeout instead of their backoff."),
+    ("MalformedRecords", observability.METRIC_MALFORMED_RECORDS,
+     "The worker received records it could not read (no messageId); they were logged and backed off."),
+    ("RetryDelayShortened", observability.METRIC_RETRY_DELAY_SHORTENED,
+     "A retry delay was longer than SQS allows and could not go through the delay table: it was shortened."),
+)

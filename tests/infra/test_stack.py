@@ -113,6 +113,19 @@ def test_alarms_on_dead_letters_and_oldest_message(template):
     )
 
 
+@pytest.mark.parametrize(
+    "metric_name", ["DeadLetterFailed", "VisibilityChangesRefused", "MalformedRecords", "RetryDelayShortened"]
+)
+def test_every_worker_failure_path_metric_has_an_alarm(template, metric_name):
+    # GIVEN a count the worker publishes when it takes a failure path
+    # THEN any non-zero count raises an alarm
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"Namespace": "WorkerTier", "MetricName": metric_name, "Statistic": "Sum", "Threshold": 0,
+         "ComparisonOperator": "GreaterThanThreshold"},
+    )
+
+
 def test_state_table_is_encrypted_with_pitr_and_ttl(template):
     template.has_resource_properties(
         "AWS::DynamoDB::GlobalTable",
