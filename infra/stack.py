@@ -42,7 +42,7 @@ class WorkerTierStack(Stack):
         self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table))
         self.delay_scheduler = self._delay_scheduler()
         self.container_worker = self._container_worker()
-        entries = cron_entries if cron_entries is not None else cron_config.load(CRON_FILE)
+        entries = cron_entries if cron_entries is not None else cron_config.load(CRON_FILE, fifo=self.settings.fifo)
         self.periodic_tasks = (
             PeriodicTasks(
                 self,
