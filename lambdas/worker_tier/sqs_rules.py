@@ -39,7 +39,7 @@ _INVALID_CHARACTER = "[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010fff
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_\-.]+")
 _CUSTOM_TYPE_LABEL = re.compile(r"[A-Za-z0-9_\-.]+")
 # SQS documents numbers as decimals; exponent notation is refused here so what passes is surely accepted.
-_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
+_NUMBER = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")  # ASCII digits only: \d matches any Unicode digit
 _GROUP_ID_CHARACTERS = frozenset(string.ascii_letters + string.digits + string.punctuation)
 
 

@@ -70,6 +70,8 @@ def test_attribute_values_sqs_accepts(value):
     ({"DataType": "Number", "StringValue": "0." + "0" * 128 + "1"}, "10^-128"),
     ({"DataType": "Number", "StringValue": "1e5"}, "no exponent"),
     ({"DataType": "Number", "StringValue": "NaN"}, "no exponent"),
+    ({"DataType": "Number", "StringValue": "\u0661\u0662"}, "no exponent"),
+    ({"DataType": "Number", "StringValue": "\uff11\uff12"}, "no exponent"),
     ({"DataType": "Binary", "BinaryValue": b""}, "non-empty bytes"),
     ({"DataType": "Binary", "StringValue": "x"}, "non-empty bytes"),
     ({"DataType": "Text", "StringValue": "x"}, "String, Number or Binary"),
