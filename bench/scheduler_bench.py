@@ -3,7 +3,7 @@
 100,000 messages are stored through the real Client, due over six hours, and the
 real DelayScheduler runs once a minute (EventBridge fires a few seconds into the
 minute) on a simulated clock. Every API call is metered in the units AWS bills,
-including the scheduler's Query of all 64 shards of every minute (0.5 read unit
+including the scheduler's Query of every possible shard (MAX_SHARDS) of every minute (0.5 read unit
 each when empty) and its state writes (minute records, cursors, watermark).
 
 Two costs the simulation does not run are added as line items: the safety net, a

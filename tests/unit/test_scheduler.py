@@ -11,7 +11,7 @@ from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
-from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
+from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.scheduler import (
     FINISHED_MS_ATTRIBUTE,
@@ -318,7 +318,7 @@ def test_a_minute_larger_than_one_run_finishes_over_runs_with_bounded_memory(wor
     assert world.dynamodb.max_outstanding <= 8 * world.dynamodb.page_size
 
 
-@pytest.mark.parametrize("producer_shards", [[8], [4], [1], [64], [8, 4], [4, 64, 1]])
+@pytest.mark.parametrize("producer_shards", [[8], [4], [1], [MAX_SHARDS], [8, 4], [4, MAX_SHARDS, 1]])
 def test_whatever_shard_count_producers_used_every_message_is_dispatched(world, producer_shards):
     # GIVEN producers writing the same minutes with these shard counts (a setting changed between them)
     bodies = []
@@ -334,8 +334,8 @@ def test_whatever_shard_count_producers_used_every_message_is_dispatched(world, 
 
 
 def test_parallel_queries_read_every_shard(world):
-    # GIVEN a producer spreading over all 64 shards, and a scheduler querying shards on its thread pool
-    world.producer(64).send_batch([OutgoingMessage("/x", f"m{n}", delay=1000 + n % 50) for n in range(640)])
+    # GIVEN a producer spreading over every shard, and a scheduler querying shards on its thread pool
+    world.producer(MAX_SHARDS).send_batch([OutgoingMessage("/x", f"m{n}", delay=1000 + n % 50) for n in range(640)])
     world.dynamodb.page_size = 3
     world.now += 400
     scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=world.sqs, dynamodb=world.dynamodb,
