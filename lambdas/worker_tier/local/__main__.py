@@ -21,7 +21,9 @@ if "--verbose" not in sys.argv:
 
 from worker_tier.worker import (  # noqa: E402
     OUTCOME_DEAD_LETTERED,
+    OUTCOME_HELD_BACK,
     OUTCOME_RELEASED,
+    OUTCOME_RESCHEDULED,
     OUTCOME_RETRYING,
     OUTCOME_SUCCEEDED,
     Outcome,
@@ -37,14 +39,21 @@ EXAMPLES: list[tuple[str, Any]] = [
     ("/poison", {"order_id": 42}),
 ]
 DELAYED_EXAMPLE = ("/hello", {"name": "Grace, 150 s later"}, 150)
-_MARKS = {OUTCOME_SUCCEEDED: "ok  ", OUTCOME_RETRYING: "retry", OUTCOME_DEAD_LETTERED: "DLQ ", OUTCOME_RELEASED: "back"}
+_MARKS = {
+    OUTCOME_SUCCEEDED: "ok  ",
+    OUTCOME_RETRYING: "retry",
+    OUTCOME_DEAD_LETTERED: "DLQ ",
+    OUTCOME_RELEASED: "back",
+    OUTCOME_HELD_BACK: "hold",
+    OUTCOME_RESCHEDULED: "later",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run until --duration passes or Ctrl-C."""
     args = _parse(argv)
     settings = _settings(args.settings)
-    entries = _cron_entries(args.cron)
+    entries = _cron_entries(args.cron, settings.fifo)
     add_outcome_listener(_print_outcome)
     with LocalEnvironment(
         settings, cron_entries=entries, on_tick=_print_tick, on_scheduler_run=_print_scheduler_run, container=args.container
@@ -102,11 +111,11 @@ def _print_scheduler_run(result: dict) -> None:
         _say(f"delay scheduler: {result['dead_lettered']} message(s) refused by the queue went to the DLQ with a reason")
 
 
-def _cron_entries(path: Path) -> list:
+def _cron_entries(path: Path, fifo: bool) -> list:
     """cron.yaml's entries (none when the file is absent), validated as at synth."""
     from infra.cron_config import load
 
-    return load(path)
+    return load(path, fifo=fifo)
 
 
 def _print_outcome(outcome: Outcome) -> None:

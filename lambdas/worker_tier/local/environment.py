@@ -179,10 +179,14 @@ class LocalEnvironment:
             state_table=self.state_table,
             sqs=self.sqs,
             dynamodb=self.dynamodb,
+            delay_table=self.delay_table,
         )
         self.consumer = Consumer(
             core, self.sqs, self.long_queue_url, concurrency=self.settings.container_concurrency,
             poll_wait_seconds=1, protection=TaskProtection(agent_uri=""),
+            # In-process here: a task still running after the grace period keeps its message (heartbeat)
+            # and dies with this process, rather than ending the whole local environment at once.
+            exit_process=lambda code: None,
         )
         self._consumer_thread = threading.Thread(target=self.consumer.run, name="container-worker", daemon=True)
         self._consumer_thread.start()
