@@ -31,6 +31,8 @@ MAX_DATA_TYPE_CHARS = 256
 MAX_NUMBER_DIGITS = 38
 MIN_NUMBER_EXPONENT = -128  # smallest magnitude 10^-128
 MAX_NUMBER_EXPONENT = 126  # largest magnitude 10^126
+# format_number writes plain decimals up to this exponent either way; past it a value is far outside SQS's range.
+MAX_PLAIN_NUMBER_EXPONENT = 400
 MAX_GROUP_ID_CHARS = 128
 RESERVED_NAME_PREFIXES = ("aws.", "amazon.")
 
@@ -151,18 +153,29 @@ def number_problem(name: str, text: Any) -> str | None:
     return None
 
 
-def format_number(value: int | float) -> str:
+def format_number(value: int | float | Decimal) -> str:
     """A Python number as SQS Number text: plain decimal, never exponent notation.
+
+    A float's shortest repr is used (``float.__repr__``, so a float subclass such
+    as numpy's ``float64`` formats as a float); a Decimal keeps its digits. A
+    value far outside SQS's range keeps Decimal's short text, which
+    ``number_problem`` refuses, rather than a huge string (an int past 4,300
+    digits cannot even be printed by ``str``).
 
     Examples
     --------
-    >>> format_number(1e-05), format_number(12), format_number(2.5)
-    ('0.00001', '12', '2.5')
+    >>> format_number(1e-05), format_number(12), format_number(2.5), format_number(Decimal("1.50"))
+    ('0.00001', '12', '2.5', '1.50')
     """
     if isinstance(value, int):
-        return str(value)
-    text = format(Decimal(repr(value)), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
+        return str(Decimal(value))  # Decimal prints any int; str(int) refuses past 4,300 digits
+    number = value if isinstance(value, Decimal) else Decimal(float.__repr__(float(value)))
+    if not number.is_finite() or abs(number.adjusted()) > MAX_PLAIN_NUMBER_EXPONENT:
+        return str(number)
+    text = format(number, "f")
+    if isinstance(value, Decimal) or "." not in text:
+        return text
+    return text.rstrip("0").rstrip(".")
 
 
 def attribute_value_problem(name: str, value: Any) -> str | None:
