@@ -2,7 +2,10 @@
 
 It evaluates the condition expressions Worker Tier writes (attribute_not_exists,
 =, <, AND, OR, parentheses, #names and :values) and raises botocore's real
-ClientError, so the code under test takes the same paths as against AWS.
+ClientError, so the code under test takes the same paths as against AWS. A refused
+condition returns the old item with ReturnValuesOnConditionCheckFailure ALL_OLD,
+as DynamoDB does: in the error of PutItem, in CancellationReasons[i]["Item"] of
+TransactWriteItems.
 """
 
 from __future__ import annotations
@@ -53,13 +56,12 @@ class FakeDynamoDB:
     # -- operations -------------------------------------------------------------------
 
     def put_item(self, TableName: str, Item: dict, ConditionExpression: str | None = None,  # noqa: N803
-                 ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
+                 ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None,
+                 ReturnValuesOnConditionCheckFailure: str = "NONE") -> dict:
         self._enter("PutItem", locals())
-        key = self._key(TableName, Item)
-        if ConditionExpression and not _Condition(ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues).holds(
-            self.tables[TableName].get(key)
-        ):
-            raise client_error("ConditionalCheckFailedException", "PutItem")
+        existing = self.tables[TableName].get(self._key(TableName, Item))
+        if ConditionExpression and not _Condition(ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues).holds(existing):
+            raise client_error("ConditionalCheckFailedException", "PutItem", **_old_item(existing, ReturnValuesOnConditionCheckFailure))
         self._store(TableName, Item)
         return {}
 
@@ -134,7 +136,8 @@ class FakeDynamoDB:
             existing = self.tables[put["TableName"]].get(self._key(put["TableName"], put["Item"]))
             condition = put.get("ConditionExpression")
             ok = not condition or _Condition(condition, put.get("ExpressionAttributeNames"), put.get("ExpressionAttributeValues")).holds(existing)
-            reasons.append({"Code": "None" if ok else "ConditionalCheckFailed"})
+            old = {} if ok else _old_item(existing, put.get("ReturnValuesOnConditionCheckFailure", "NONE"))
+            reasons.append({"Code": "None" if ok else "ConditionalCheckFailed", **old})
         if any(r["Code"] != "None" for r in reasons):
             raise client_error("TransactionCanceledException", "TransactWriteItems", CancellationReasons=reasons)
         for entry in TransactItems:
@@ -176,6 +179,12 @@ class FakeDynamoDB:
 
     def _key(self, table: str, item: dict) -> tuple:
         return tuple(item[name]["S"] for name in self.keys[table])
+
+
+def _old_item(existing: dict | None, return_values: str) -> dict[str, Any]:
+    """What a refused condition returns: the item as it was ({"Item": ...}) with ALL_OLD when it exists, else nothing."""
+    assert return_values in ("NONE", "ALL_OLD"), f"ReturnValuesOnConditionCheckFailure takes NONE or ALL_OLD, got {return_values!r}"
+    return {"Item": copy.deepcopy(existing)} if return_values == "ALL_OLD" and existing is not None else {}
 
 
 class _Condition:

@@ -3,11 +3,13 @@
 Every message is checked against SQS's rules (``worker_tier.sqs_rules``) before
 anything is sent or stored, so a message the delay table keeps for later is one
 SQS will take at dispatch. A ``dedupe_key`` means one thing on every queue type
-and at every delay: at most one accepted message per key (see ``Client.send``).
+and at every delay: at most one accepted message per key (the rule for standard
+queues is in ``worker_tier.dedupe``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -16,10 +18,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
-from worker_tier import delay, limits, message, sqs_rules
-from worker_tier.aws import LazyClient, error_code, is_condition_failure
+from worker_tier import dedupe, delay, limits, message, sqs_rules
+from worker_tier.aws import LazyClient, error_code
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
 
@@ -30,18 +33,19 @@ MAX_ENTRY_ATTEMPTS = 5
 ENTRY_RETRY_BASE_SECONDS = 0.05
 ENTRY_RETRY_CAP_SECONDS = 2.0
 
-# The smallest MaximumMessageSize a queue can have (belongs in limits.py):
-# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SetQueueAttributes.html
-
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
 RESERVED_ATTRIBUTE_PREFIXES = ("worker_tier.", "beanstalk.sqsd.")
 # The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(message.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
-# A dedupe marker left unsent this long is taken to belong to a sender that died before sending.
-DEDUPE_MARKER_LEASE_SECONDS = 60
-# How long a dedupe_key on a standard queue holds: until this long after the message was due.
-DEDUPE_RETENTION_SECONDS = delay.DISPATCHED_RETENTION_SECONDS
-MAX_MARKER_CLAIM_ATTEMPTS = 3
+# SQS's default MaximumMessageSize until August 2025, and the smallest configuration in common use: while a
+# queue's own maximum cannot be read, a delayed message up to this size is stored, a larger one is not (belongs
+# in limits.py): https://aws.amazon.com/about-aws/whats-new/2025/08/amazon-sqs-max-payload-size-1mib/
+SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES = 256 * 1024
+QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
+_MAX_DELAY_SECONDS = delay.MAX_DELAY_SECONDS  # due_in_seconds's parameter is named delay
+# A batch's MessageError names at most this many invalid messages, one per line.
+MAX_LISTED_PROBLEMS = 10
+
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,12 @@ class Client:
     """Sends work to a Worker Tier queue.
 
     ``maximum_message_size`` is the queue's MaximumMessageSize in bytes. When it
-    is not given, the Client reads it with one GetQueueAttributes call, the first
-    time a message goes to the delay table (a message sent straight to SQS is
-    checked by SQS itself); if that call fails, it logs a warning and assumes
-    SQS's 1 MiB.
+    is not given, the Client reads it with GetQueueAttributes the first time a
+    message goes to the delay table (a message sent straight to SQS is checked by
+    SQS itself), and keeps it. A failed read is logged and never kept: the next
+    send tries again, and meanwhile a delayed message over
+    ``SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES`` (256 KiB) comes back with
+    the retryable code ``QueueLimitUnknown``; a smaller one is stored.
 
     Examples
     --------
@@ -101,15 +107,9 @@ class Client:
         long_delay_threshold: int = delay.LONG_DELAY_THRESHOLD_SECONDS,
         maximum_message_size: int | None = None,
     ) -> None:
-        if not queue_url:
-            raise MessageError("Client needs a queue_url (or use Client.from_env() with WORKER_TIER_QUEUE_URL set)")
-        if not 1 <= delay_shards <= delay.MAX_SHARDS:
-            raise MessageError(f"delay_shards must be 1..{delay.MAX_SHARDS}, got {delay_shards}")
-        if maximum_message_size is not None and not limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES <= maximum_message_size <= limits.SQS_MAX_MESSAGE_BYTES:
-            raise MessageError(
-                f"maximum_message_size must be {limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES}..{limits.SQS_MAX_MESSAGE_BYTES} bytes (SQS MaximumMessageSize), "
-                f"got {maximum_message_size}"
-            )
+        if not queue_url or not isinstance(queue_url, str):
+            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with WORKER_TIER_QUEUE_URL set), got {_shown(queue_url)}")
+        _check_settings(delay_shards, maximum_message_size)
         self.queue_url = queue_url
         self.delay_table = delay_table
         self.fifo = queue_url.endswith(".fifo")
@@ -124,9 +124,10 @@ class Client:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
-        """A Client for ``WORKER_TIER_QUEUE_URL`` and, when set, ``WORKER_TIER_DELAY_TABLE``."""
-        shards = int(environ.get("WORKER_TIER_DELAY_SHARDS", delay.DEFAULT_SHARDS))
-        kwargs.setdefault("delay_shards", shards)
+        """A Client for ``WORKER_TIER_QUEUE_URL`` and, when set, ``WORKER_TIER_DELAY_TABLE`` and ``WORKER_TIER_DELAY_SHARDS``."""
+        shards = environ.get("WORKER_TIER_DELAY_SHARDS")
+        if shards is not None:
+            kwargs.setdefault("delay_shards", _whole_number("WORKER_TIER_DELAY_SHARDS", shards, delay.MAX_SHARDS))
         return cls(environ.get("WORKER_TIER_QUEUE_URL"), environ.get("WORKER_TIER_DELAY_TABLE"), **kwargs)
 
     def send(
@@ -153,22 +154,17 @@ class Client:
             now). Up to SQS's 15 minutes through DelaySeconds; beyond that, up to
             366 days, through the delay table.
         attributes
-            Up to 9 (8 with a delay past 15 minutes): str → String, int/float →
-            Number, bytes → Binary. Names starting with ``worker_tier.`` or
-            ``beanstalk.sqsd.`` are Worker Tier's and sqsd's own and are refused.
+            Up to 9 (8 with a delay past 15 minutes): str → String, int, float or
+            Decimal → Number (a Decimal keeps its digits), bytes → Binary. Names
+            starting with ``worker_tier.`` or ``beanstalk.sqsd.`` are Worker Tier's
+            and sqsd's own and are refused.
         dedupe_key
-            At most one message per key is accepted; a repeated send with the same
-            key returns the first one's id and sends nothing. 1 to 128 ASCII
-            letters, digits and punctuation. On a FIFO queue it is SQS's
-            MessageDeduplicationId, which holds for SQS's 5 minutes. On a standard
-            queue it needs the delay table, which keeps the key until
-            ``DEDUPE_RETENTION_SECONDS`` (6 h) after the message is due, whatever
-            the delay; the id returned is then derived from the key. While a send
-            with the key is in flight, another returns at once; if the first then
-            fails, its caller gets the error and the key is free again. If the
-            sender that took the key dies between taking it and sending, a send
-            with the key more than ``DEDUPE_MARKER_LEASE_SECONDS`` later sends
-            it: a duplicate is possible there, a loss is not.
+            At most one message per key is accepted, and a repeated send returns
+            the first one's id and sends nothing; 1 to 128 ASCII letters, digits
+            and punctuation, and at most once per ``send_batch``. On a FIFO queue it
+            is SQS's MessageDeduplicationId (SQS's 5 minutes); on a standard queue
+            it needs the delay table and follows ``worker_tier.dedupe``'s rule,
+            whose retryable ``DedupeKeyInFlight`` means another send holds the key.
         group_id
             FIFO only, and required there: the MessageGroupId.
 
@@ -180,7 +176,8 @@ class Client:
         than silently deduplicated on its body.
 
         Raises MessageError for input SQS would refuse, naming the value and the
-        rule, and SendError when SQS (or the delay table) refuses it anyway.
+        rule, and SendError (with the code) when the message was not sent or
+        stored: SQS or the delay table refused it, or a retryable condition held.
         """
         outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
         result = self.send_batch([outgoing])[0]
@@ -196,48 +193,54 @@ class Client:
     ) -> list[SendResult]:
         """Send many messages in SendMessageBatch calls; return one SendResult per message, in order.
 
-        Every message is checked before any is sent. Entries SQS fails on its side
-        are retried with backoff; entries that still fail, or that SQS refuses as
-        the sender's fault, come back with ``ok`` False and the reason.
+        Every message is checked before any is sent: one MessageError names every
+        invalid message (up to ``MAX_LISTED_PROBLEMS``). Entries SQS fails on its
+        side are retried with backoff; entries that still fail, or that SQS
+        refuses as the sender's fault, come back with ``ok`` False, the reason and
+        the code, and so does each message the delay table did not store.
 
         ``_internal_attributes`` is for Worker Tier itself (the worker re-sending
         a message with ``worker_tier.attempts``), never for users: message index →
         extra String attributes named ``worker_tier.*``, exempt from the
         reserved-name rule but not from SQS's rules.
         """
-        messages = list(messages)
+        messages = _outgoing_messages(messages)
         internal = _internal_by_index(_internal_attributes or {}, len(messages))
-        now = self._clock()
-        entries = [self._entry(i, outgoing, now, internal.get(i, {})) for i, outgoing in enumerate(messages)]
-        results: dict[int, SendResult] = {}
-        direct = self._claim_dedupe_keys([e for e in entries if isinstance(e, dict)], results)
+        routed = self._route(messages, self._clock(), internal)
+        results = {r.index: r for r in routed if isinstance(r, SendResult)}
+        direct = self._claim_dedupe_keys([r for r in routed if isinstance(r, dict)], results)
         for chunk in _chunks(direct, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES):
             results.update(self._send_chunk(chunk))
         self._settle_dedupe_keys(direct, results)
-        results.update(self._store_delayed([e for e in entries if isinstance(e, tuple)]))
-        return [results[index] for index in range(len(entries))]
+        results.update(self._store_delayed([r for r in routed if isinstance(r, tuple)]))
+        return [results[index] for index in range(len(messages))]
 
-    def _entry(
-        self, index: int, outgoing: OutgoingMessage, now: float, internal: Mapping[str, str]
-    ) -> dict[str, Any] | tuple[int, DelayedMessage]:
-        """A SendMessageBatch entry, or (index, DelayedMessage) for the delay table; MessageError names the message and the rule."""
-        try:
-            return self._build_entry(index, outgoing, now, internal)
-        except MessageError as error:
-            raise MessageError(f"message {index} for {outgoing.path!r}: {error}") from None
+    def _route(self, messages: list[OutgoingMessage], now: float, internal: Mapping[int, Mapping[str, str]]) -> list[Any]:
+        """Each message's entry, delayed message or early SendResult; one MessageError naming every invalid message."""
+        queue_limit = self._queue_limit_reader()
+        routed, problems = [], []
+        for index, outgoing in enumerate(messages):
+            try:
+                routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit))
+            except MessageError as error:
+                problems.append(f"message {index} for {_shown(outgoing.path)}: {error}")
+        problems += _repeated_dedupe_keys(messages)
+        if problems:
+            raise MessageError(_problem_list(problems, len(messages)))
+        return routed
 
     def _build_entry(
-        self, index: int, outgoing: OutgoingMessage, now: float, internal: Mapping[str, str]
-    ) -> dict[str, Any] | tuple[int, DelayedMessage]:
-        """Check one message and route it: straight to SQS, or to the delay table."""
+        self, index: int, outgoing: OutgoingMessage, now: float, internal: Mapping[str, str], queue_limit: Callable[[], tuple[int | None, str]]
+    ) -> Any:
+        """Check one message and route it: a SendMessageBatch entry, (index, DelayedMessage), or a SendResult when it cannot go yet."""
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
-            raise MessageError(f"path must be a string starting with '/', got {outgoing.path!r}")
+            raise MessageError(f"path must be a string starting with '/', got {_shown(outgoing.path)}")
         body = _body_text(outgoing.body)
         attributes = _message_attributes(outgoing, internal)
         _check_ids(outgoing)
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
         if math.ceil(seconds) > self._long_delay_threshold:
-            return index, self._delayed(outgoing, body, attributes, now, seconds)
+            return self._delayed(index, outgoing, body, attributes, now, seconds, queue_limit)
         size = _checked_size(body, attributes, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
         entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
         entry.update(self._queue_options(outgoing, math.ceil(seconds), now + seconds))
@@ -245,24 +248,27 @@ class Client:
         return entry
 
     def _delayed(
-        self, outgoing: OutgoingMessage, body: str, attributes: dict[str, Any], now: float, seconds: float
-    ) -> DelayedMessage:
+        self, index: int, outgoing: OutgoingMessage, body: str, attributes: dict[str, Any], now: float, seconds: float,
+        queue_limit: Callable[[], tuple[int | None, str]],
+    ) -> tuple[int, DelayedMessage] | SendResult:
         """A message for the delay table, checked against what the table and the dispatch can carry."""
-        wait = math.ceil(seconds)
-        self._check_delay_table_use(outgoing, wait, len(attributes))
-        limit = self._queue_maximum_message_size()
-        _checked_size(body, attributes, limit, extra=DUE_AT_ATTRIBUTE_BYTES, what=f"with {message.DUE_AT_ATTRIBUTE} (added at dispatch)")
+        self._check_delay_table_use(outgoing, math.ceil(seconds), len(attributes))
+        maximum, failure = queue_limit()
+        what = f"with {message.DUE_AT_ATTRIBUTE} (added at dispatch)"
+        size = _checked_size(body, attributes, maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
         message_id = delay.new_message_id(outgoing.dedupe_key)
         delayed = DelayedMessage(
             message_id, math.ceil((now + seconds) * 1000), body, attributes, delay.shard_of(message_id, self._delay_shards), outgoing.dedupe_key
         )
-        item_bytes = len(json.dumps(delayed.to_item()).encode("utf-8"))
+        item_bytes = delay.item_bytes(delayed.to_item())
         if item_bytes > limits.DYNAMODB_MAX_ITEM_BYTES:
             raise MessageError(
                 f"a delayed message is stored as a DynamoDB item of at most {limits.DYNAMODB_MAX_ITEM_BYTES} bytes; "
                 f"this one needs {item_bytes}"
             )
-        return delayed
+        if maximum is None and size > SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES:
+            return SendResult(index, error=_limit_unknown_reason(size, failure), code=QUEUE_LIMIT_UNKNOWN_CODE)
+        return index, delayed
 
     def _check_delay_table_use(self, outgoing: OutgoingMessage, wait: int, attribute_count: int) -> None:
         """MessageError when a long delay cannot go through the delay table."""
@@ -287,52 +293,43 @@ class Client:
                 f"got {attribute_count - 1}"
             )
 
-    def _queue_maximum_message_size(self) -> int:
-        """The queue's MaximumMessageSize: as given, else read once per Client (SQS's 1 MiB if the read fails)."""
-        if self._maximum_message_size is None:
-            self._maximum_message_size = self._read_maximum_message_size()
-        return self._maximum_message_size
+    def _queue_limit_reader(self) -> Callable[[], tuple[int | None, str]]:
+        """For one send_batch call: the queue's MaximumMessageSize, as given or read before, else read once now; (None, why) when the read fails."""
 
-    def _read_maximum_message_size(self) -> int:
-        """One GetQueueAttributes call; a failure is logged and never blocks a send."""
-        try:
-            response = self._sqs.get().get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])
-            return int(response["Attributes"]["MaximumMessageSize"])
-        except Exception as error:
-            _log.warning(
-                "could not read MaximumMessageSize of %s (%s: %s); assuming SQS's %d bytes",
-                self.queue_url, error_code(error), error, limits.SQS_MAX_MESSAGE_BYTES,
-            )
-            return limits.SQS_MAX_MESSAGE_BYTES
+        @functools.lru_cache(maxsize=1)
+        def read() -> tuple[int | None, str]:
+            if self._maximum_message_size is None:
+                try:
+                    response = self._sqs.get().get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])
+                    self._maximum_message_size = int(response["Attributes"]["MaximumMessageSize"])
+                except Exception as error:  # never kept: the next send_batch reads again
+                    _log.warning("could not read MaximumMessageSize of %s (%s: %s)", self.queue_url, error_code(error), error)
+                    return None, f"{error_code(error)}: {error}"
+            return self._maximum_message_size, ""
+
+        return read
 
     def _store_delayed(self, delayed: list[tuple[int, DelayedMessage]]) -> dict[int, SendResult]:
-        """Write delayed messages, 25 per BatchWriteItem; a failed write is reported, not dropped."""
-        results: dict[int, SendResult] = {}
+        """Write delayed messages; each one not stored is reported with its own code and reason, the others as sent."""
         if not delayed:
-            return results
-        store = delay.DelayStore(self.delay_table or "", self._dynamodb.get(), self._delay_shards, self._sleep)
-        for start in range(0, len(delayed), limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
-            chunk = delayed[start : start + limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS]
-            try:
-                store.put_many([m for _, m in chunk])
-            except delay.DelayStoreError as error:  # some items written, some not: report each truly
-                results.update(
-                    {
-                        i: SendResult(i, error=str(error), code="UnprocessedItems")
-                        if m.message_id in error.unstored_ids
-                        else SendResult(i, message_id=m.message_id)
-                        for i, m in chunk
-                    }
-                )
-            except Exception as error:
-                code = error_code(error)
-                results.update({i: SendResult(i, error=str(error), code=code) for i, _ in chunk})
-            else:
-                results.update({i: SendResult(i, message_id=m.message_id) for i, m in chunk})
-        return results
+            return {}
+        failures: Mapping[str, tuple[str, str]] = {}
+        try:
+            store = delay.DelayStore(self.delay_table or "", self._dynamodb.get(), self._delay_shards, self._sleep, self._clock)
+            store.put_many([m for _, m in delayed])
+        except delay.DelayStoreError as error:
+            failures = error.failures
+        except Exception as error:  # no DynamoDB client: nothing was stored
+            failures = {m.message_id: (error_code(error), str(error)) for _, m in delayed}
+        return {
+            i: SendResult(i, error=failures[m.message_id][1], code=failures[m.message_id][0])
+            if m.message_id in failures
+            else SendResult(i, message_id=m.message_id)
+            for i, m in delayed
+        }
 
     def _queue_options(self, outgoing: OutgoingMessage, delay_seconds: int, due: float) -> dict[str, Any]:
-        """DelaySeconds and a standard queue's dedupe marker, or FIFO's group and deduplication ids."""
+        """DelaySeconds and a standard queue's dedupe key, or FIFO's group and deduplication ids."""
         if not self.fifo:
             if outgoing.group_id is not None:
                 raise MessageError("group_id applies to FIFO queues (a queue URL ending in .fifo)")
@@ -352,150 +349,160 @@ class Client:
         if outgoing.group_id is None:
             raise MessageError("group_id is required for a FIFO queue")
         # Never left to content-based deduplication, which hashes the body only (two paths, one body: one message).
-        dedupe = outgoing.dedupe_key if outgoing.dedupe_key is not None else uuid.uuid4().hex
-        return {"MessageGroupId": outgoing.group_id, "MessageDeduplicationId": dedupe}
-
-    def _dedupe_markers(self) -> _DedupeMarkers:
-        """The standard queue's dedupe keys, in the delay table."""
-        return _DedupeMarkers(self.delay_table or "", self._dynamodb.get(), self._clock)
+        dedupe_id = outgoing.dedupe_key if outgoing.dedupe_key is not None else uuid.uuid4().hex
+        return {"MessageGroupId": outgoing.group_id, "MessageDeduplicationId": dedupe_id}
 
     def _claim_dedupe_keys(self, entries: list[dict[str, Any]], results: dict[int, SendResult]) -> list[dict[str, Any]]:
-        """Take each standard-queue dedupe key; entries whose key is taken get the holder's id and are not sent."""
+        """Claim each standard-queue dedupe key (``worker_tier.dedupe``); the entries to send, the others reported."""
         keyed = [e for e in entries if "_dedupe_key" in e]
         if not keyed:
             return entries
-        markers, skipped = self._dedupe_markers(), set()
+        markers, held = dedupe.DedupeMarkers(self.delay_table or "", self._dynamodb.get(), self._clock), set()
         for entry in keyed:
             index, key = int(entry["Id"]), entry["_dedupe_key"]
             try:
-                entry["_claimed_ms"] = markers.claim(key, entry["_due"])
+                claim = markers.claim(key, entry["_due"])
             except Exception as error:
                 results[index] = SendResult(index, error=f"delay table did not take dedupe_key {key!r}: {error}", code=error_code(error))
-                skipped.add(index)
+                held.add(index)
                 continue
-            if entry["_claimed_ms"] is None:
-                results[index] = SendResult(index, message_id=delay.new_message_id(key))
-                skipped.add(index)
-        return [e for e in entries if int(e["Id"]) not in skipped]
+            if claim.outcome == dedupe.CLAIMED:
+                entry["_claimed_ms"] = claim.now_ms
+                continue
+            held.add(index)
+            failure = claim.failure()
+            results[index] = SendResult(index, error=failure[1], code=failure[0]) if failure else SendResult(index, message_id=claim.message_id)
+        return [e for e in entries if int(e["Id"]) not in held]
 
     def _settle_dedupe_keys(self, sent: list[dict[str, Any]], results: dict[int, SendResult]) -> None:
         """Mark each claimed key sent, or give it back so a retry sends; report the key's id for accepted ones."""
         keyed = [e for e in sent if "_dedupe_key" in e]
-        markers = self._dedupe_markers() if keyed else None
+        if not keyed:
+            return
+        markers = dedupe.DedupeMarkers(self.delay_table or "", self._dynamodb.get(), self._clock)
         for entry in keyed:
             index, key = int(entry["Id"]), entry["_dedupe_key"]
             result = results[index]
-            markers.settle(key, entry["_due"], entry["_claimed_ms"], result.message_id)  # type: ignore[union-attr]
+            markers.settle(key, entry["_due"], entry["_claimed_ms"], result.message_id)
             if result.ok:
                 results[index] = SendResult(index, message_id=delay.new_message_id(key))
 
     def _send_chunk(self, chunk: list[dict[str, Any]]) -> dict[int, SendResult]:
-        """One batch, retrying entries that failed on SQS's side."""
+        """One batch, retrying entries that failed on SQS's side; no call for a dedupe claim past its send window."""
         results: dict[int, SendResult] = {}
+        claims = {e["Id"]: (e["_dedupe_key"], e["_claimed_ms"]) for e in chunk if "_claimed_ms" in e}
         pending = [{k: v for k, v in entry.items() if not k.startswith("_")} for entry in chunk]
         for attempt in range(1, MAX_ENTRY_ATTEMPTS + 1):
+            pending = self._inside_send_window(pending, claims, results)
+            if not pending:
+                break
             try:
                 response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=pending)
             except Exception as error:  # botocore already retried call-level throttling
                 code = error_code(error)
                 return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=str(error), code=code) for e in pending}}
-            for ok in response.get("Successful") or []:
-                results[int(ok["Id"])] = SendResult(int(ok["Id"]), message_id=ok["MessageId"])
-            retry_ids = set()
-            for failed in response.get("Failed") or []:
-                index = int(failed["Id"])
-                results[index] = SendResult(index, error=failed.get("Message") or failed["Code"], code=failed["Code"])
-                if not failed.get("SenderFault"):
-                    retry_ids.add(failed["Id"])
+            retry_ids = self._read_batch_response(response, results)
             pending = [e for e in pending if e["Id"] in retry_ids]
-            if not pending:
-                break
-            if attempt < MAX_ENTRY_ATTEMPTS:
+            if pending and attempt < MAX_ENTRY_ATTEMPTS:
                 self._sleep(min(ENTRY_RETRY_CAP_SECONDS, ENTRY_RETRY_BASE_SECONDS * 2**attempt))
         return results
 
-
-class _DedupeMarkers:
-    """A standard queue's dedupe keys in the delay table, for messages sent straight to SQS.
-
-    One item per key, the same one the delay table's own dedupe path writes
-    (``pk = "dedupe#<key>"``, ``sk = "-"``), plus ``sent`` and ``claimed_ms``.
-    A marker without ``sent`` was written with a delayed message and counts as sent.
-    """
-
-    def __init__(self, table: str, dynamodb: Any, clock: Callable[[], float]) -> None:
-        self._table = table
-        self._dynamodb = dynamodb
-        self._clock = clock
-
-    def claim(self, key: str, due: float) -> int | None:
-        """This sender's claim time (ms) when it should send: the key was free or expired, or its unsent holder's lease ran out."""
-        for _ in range(MAX_MARKER_CLAIM_ATTEMPTS):
-            now_ms = int(self._clock() * 1000)
-            free = {"condition": "attribute_not_exists(pk) OR #expiration < :now", "names": {"#expiration": delay.TTL_ATTRIBUTE}}
-            if self._try_put(key, due, now_ms, **free, values={":now": {"N": str(now_ms // 1000)}}):
-                return now_ms
-            holder = self._dynamodb.get_item(TableName=self._table, Key=_marker_key(key), ConsistentRead=True).get("Item")
-            if holder is not None:
-                return self._take_over(key, due, now_ms, holder)
-        return None  # the key keeps changing hands: another sender holds it
-
-    def _take_over(self, key: str, due: float, now_ms: int, holder: Mapping[str, Any]) -> int | None:
-        """Take an unsent marker whose lease ran out; None while it is sent, leased, or taken by another sender first."""
-        if holder.get("sent", {"BOOL": True})["BOOL"]:
-            return None
-        if int(holder["claimed_ms"]["N"]) + DEDUPE_MARKER_LEASE_SECONDS * 1000 > now_ms:
-            return None
-        claimed = {"condition": "#claimed_ms = :claimed", "names": {"#claimed_ms": "claimed_ms"}}
-        if not self._try_put(key, due, now_ms, **claimed, values={":claimed": dict(holder["claimed_ms"])}):
-            return None
-        _log.warning("dedupe_key %r: its marker was left unsent for over %d s; sending now", key, DEDUPE_MARKER_LEASE_SECONDS)
-        return now_ms
-
-    def settle(self, key: str, due: float, claimed_ms: int, sqs_message_id: str | None) -> None:
-        """Mark the key sent, or give back this sender's claim so a retry sends at once; a failure is only logged."""
-        try:
-            if sqs_message_id is not None:
-                self._dynamodb.put_item(TableName=self._table, Item=self._item(key, due, claimed_ms, sqs_message_id))
-            else:
-                self._dynamodb.delete_item(
-                    TableName=self._table, Key=_marker_key(key), ConditionExpression="#claimed_ms = :mine",
-                    ExpressionAttributeNames={"#claimed_ms": "claimed_ms"}, ExpressionAttributeValues={":mine": {"N": str(claimed_ms)}},
-                )
-        except Exception as error:  # an unsent marker waits out its lease; a sent one left unsent may be sent again
-            _log.warning("dedupe_key %r: could not settle its marker (%s: %s)", key, error_code(error), error)
-
-    def _try_put(self, key: str, due: float, now_ms: int, *, condition: str, names: dict[str, str], values: dict[str, Any]) -> bool:
-        """Write an unsent marker under a condition; False when the condition does not hold."""
-        try:
-            self._dynamodb.put_item(
-                TableName=self._table, Item=self._item(key, due, now_ms, None), ConditionExpression=condition,
-                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-            )
-        except Exception as error:
-            if is_condition_failure(error):
-                return False
-            raise
-        return True
-
     @staticmethod
-    def _item(key: str, due: float, claimed_ms: int, sqs_message_id: str | None) -> dict[str, Any]:
-        """The marker: the key's message id, whether it was sent, when it was claimed, and its TTL."""
-        item = {
-            **_marker_key(key),
-            "id": {"S": delay.new_message_id(key)},
-            "sent": {"BOOL": sqs_message_id is not None},
-            "claimed_ms": {"N": str(claimed_ms)},
-            delay.TTL_ATTRIBUTE: {"N": str(math.ceil(due) + DEDUPE_RETENTION_SECONDS)},
-        }
-        if sqs_message_id is not None:
-            item["sqs_message_id"] = {"S": sqs_message_id}
-        return item
+    def _read_batch_response(response: Mapping[str, Any], results: dict[int, SendResult]) -> set[str]:
+        """Record a SendMessageBatch response's outcomes; the ids of entries worth retrying (not the sender's fault)."""
+        for ok in response.get("Successful") or []:
+            results[int(ok["Id"])] = SendResult(int(ok["Id"]), message_id=ok["MessageId"])
+        retry_ids = set()
+        for failed in response.get("Failed") or []:
+            index = int(failed["Id"])
+            results[index] = SendResult(index, error=failed.get("Message") or failed["Code"], code=failed["Code"])
+            if not failed.get("SenderFault"):
+                retry_ids.add(failed["Id"])
+        return retry_ids
+
+    def _inside_send_window(
+        self, pending: list[dict[str, Any]], claims: Mapping[str, tuple[str, int]], results: dict[int, SendResult]
+    ) -> list[dict[str, Any]]:
+        """Leave out entries whose dedupe claim is too old for one more call to end inside its lease; they fail, retryably."""
+        now_ms = int(self._clock() * 1000)
+        late = {e["Id"] for e in pending if e["Id"] in claims and not dedupe.may_send(claims[e["Id"]][1], now_ms)}
+        for entry_id in late:
+            key, claimed_ms = claims[entry_id]
+            results[int(entry_id)] = SendResult(int(entry_id), error=dedupe.lease_over_reason(key, claimed_ms, now_ms), code=dedupe.LEASE_OVER_CODE)
+        return [e for e in pending if e["Id"] not in late]
 
 
-def _marker_key(key: str) -> dict[str, dict[str, str]]:
-    """The dedupe marker's key, as the delay table's own dedupe path writes it."""
-    return {delay.PK: {"S": delay.DEDUPE_PREFIX + key}, delay.SK: {"S": "-"}}
+def _check_settings(delay_shards: Any, maximum_message_size: Any) -> None:
+    """MessageError for a delay_shards or maximum_message_size of the wrong type or out of range."""
+    if isinstance(delay_shards, bool) or not isinstance(delay_shards, int) or not 1 <= delay_shards <= delay.MAX_SHARDS:
+        raise MessageError(f"delay_shards must be a whole number 1..{delay.MAX_SHARDS}, got {_shown(delay_shards)}")
+    low, high = limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES, limits.SQS_MAX_MESSAGE_BYTES
+    if maximum_message_size is not None and (
+        isinstance(maximum_message_size, bool) or not isinstance(maximum_message_size, int) or not low <= maximum_message_size <= high
+    ):
+        raise MessageError(f"maximum_message_size must be {low}..{high} bytes (SQS MaximumMessageSize), got {_shown(maximum_message_size)}")
+
+
+def _whole_number(name: str, text: str, maximum: int) -> int:
+    """An environment variable's whole number 1..maximum; MessageError naming the variable and the value otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        raise MessageError(f"{name} must be a whole number 1..{maximum}, got {text!r}") from None
+
+
+def _outgoing_messages(messages: Any) -> list[OutgoingMessage]:
+    """send_batch's argument as a list of OutgoingMessage; MessageError naming each item that is not one."""
+    if isinstance(messages, (str, bytes, Mapping, OutgoingMessage)) or not isinstance(messages, Iterable):
+        raise MessageError(f"send_batch takes an iterable of OutgoingMessage, got {type(messages).__name__}")
+    messages = list(messages)
+    wrong = [f"message {i} is a {type(m).__name__}" for i, m in enumerate(messages) if not isinstance(m, OutgoingMessage)]
+    if wrong:
+        raise MessageError(f"send_batch takes OutgoingMessage objects: {', '.join(wrong[:MAX_LISTED_PROBLEMS])}")
+    return messages
+
+
+def _repeated_dedupe_keys(messages: list[OutgoingMessage]) -> list[str]:
+    """One problem per message whose dedupe_key an earlier message of the batch already has (which one is meant is ambiguous)."""
+    first: dict[str, int] = {}
+    problems = []
+    for index, outgoing in enumerate(messages):
+        key = outgoing.dedupe_key
+        if not isinstance(key, str):
+            continue
+        if key in first:
+            problems.append(
+                f"messages {first[key]} and {index} have the same dedupe_key {key!r}: a batch may carry each key once; send one of them"
+            )
+        first.setdefault(key, index)
+    return problems
+
+
+def _problem_list(problems: list[str], count: int) -> str:
+    """One problem as it is; several as one line each, capped at MAX_LISTED_PROBLEMS."""
+    if len(problems) == 1:
+        return problems[0]
+    listed = problems[:MAX_LISTED_PROBLEMS]
+    more = [f"... and {len(problems) - len(listed)} more"] if len(problems) > len(listed) else []
+    return "\n".join([f"{len(problems)} problems in a batch of {count} messages; none was sent or stored:", *listed, *more])
+
+
+def _limit_unknown_reason(size: int, failure: str) -> str:
+    """The retryable error of a delayed message too big to store while the queue's maximum is unknown."""
+    return (
+        f"could not read the queue's MaximumMessageSize ({failure}); this delayed message is {size} bytes with "
+        f"{message.DUE_AT_ATTRIBUTE}, over the {SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES} bytes any queue takes, "
+        "so it was not stored: retry"
+    )
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value's repr for an error message, shortened; never raises (an int past 4,300 digits has no repr)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__} that cannot be printed>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def due_in_seconds(delay: timedelta | float | None, at: datetime | None, now: float) -> float:
@@ -515,9 +522,16 @@ def due_in_seconds(delay: timedelta | float | None, at: datetime | None, now: fl
     if delay is None:
         return 0.0
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-        raise MessageError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
-    return float(seconds)
+    rule = f"delay must be a non-negative number of seconds or a timedelta, got {_shown(delay)}"
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise MessageError(rule)
+    try:
+        seconds = float(seconds)
+    except OverflowError:  # an int past float's range, such as 10**400
+        raise MessageError(f"{rule}; the most is {_MAX_DELAY_SECONDS} s (366 days)") from None
+    if not math.isfinite(seconds):
+        raise MessageError(rule)
+    return seconds
 
 
 def _body_text(body: Any) -> str:
@@ -525,7 +539,7 @@ def _body_text(body: Any) -> str:
     if not isinstance(body, str):
         try:
             body = json.dumps(body, separators=(",", ":"))
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, RecursionError) as error:  # RecursionError: nested deeper than json can encode
             raise MessageError(f"body must be a string or JSON-serializable, got {type(body).__name__}: {error}") from None
     problem = sqs_rules.body_problem(body)
     if problem:
@@ -556,6 +570,8 @@ def _checked_size(body: str, attributes: Mapping[str, Any], limit: int, *, extra
 def _message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """The path, the user's attributes and any internal ones, in the SQS API's shape, checked as SQS checks them."""
     user = outgoing.attributes or {}
+    if not isinstance(user, Mapping):
+        raise MessageError(f"attributes must be a mapping of name to value, got {type(user).__name__}")
     if len(user) + 1 > limits.SQS_MAX_MESSAGE_ATTRIBUTES:
         raise MessageError(
             f"{len(user)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
@@ -583,18 +599,18 @@ def _user_attribute_name(name: Any) -> Any:
 
 
 def _attribute_value(name: Any, value: Any) -> dict[str, Any]:
-    """One attribute value in the SQS API's shape: str → String, int/float → Number, bytes → Binary."""
+    """One attribute value in the SQS API's shape: str → String, int/float/Decimal → Number, bytes → Binary."""
     if isinstance(value, bool):
         raise MessageError(f"attribute {name!r} is a bool; send 'true'/'false' as a string or 1/0 as a number")
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, (int, float, Decimal)):
+        if isinstance(value, float) and not math.isfinite(value) or isinstance(value, Decimal) and not value.is_finite():
             raise MessageError(f"attribute {name!r} must be a finite number, got {value!r}")
         return {"DataType": "Number", "StringValue": sqs_rules.format_number(value)}
     if isinstance(value, (bytes, bytearray)):
         return {"DataType": "Binary", "BinaryValue": bytes(value)}
     if isinstance(value, str):
         return {"DataType": "String", "StringValue": value}
-    raise MessageError(f"attribute {name!r} must be str, int, float or bytes, got {type(value).__name__}")
+    raise MessageError(f"attribute {name!r} must be str, int, float, Decimal or bytes, got {type(value).__name__}")
 
 
 def _internal_by_index(internal: Mapping[int, Mapping[str, str]], count: int) -> dict[int, Mapping[str, str]]:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
+from worker_tier.aws import error_code
 from worker_tier.message import DUE_AT_ATTRIBUTE
 from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
 
@@ -65,11 +66,16 @@ TTL_ATTRIBUTE = "expiration"
 
 
 class DelayStoreError(Exception):
-    """The delay table did not take some messages after retries; ``unstored_ids`` names them."""
+    """The delay table did not store some messages; ``failures`` maps each one's id to (error code, reason)."""
 
-    def __init__(self, message: str, unstored_ids: frozenset[str] = frozenset()) -> None:
+    def __init__(self, message: str, failures: Mapping[str, tuple[str, str]] | None = None) -> None:
         super().__init__(message)
-        self.unstored_ids = unstored_ids
+        self.failures = dict(failures or {})
+
+    @property
+    def unstored_ids(self) -> frozenset[str]:
+        """The ids of the messages not stored."""
+        return frozenset(self.failures)
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,35 @@ def decode_attributes(text: str) -> dict[str, dict[str, Any]]:
     }
 
 
+def item_bytes(item: Mapping[str, Mapping[str, Any]]) -> int:
+    """An item's size as DynamoDB counts it against its 400 KB limit: each attribute's UTF-8 name plus its value.
+
+    A string counts its UTF-8 bytes, binary its length, a number one byte per two
+    significant digits plus one, a bool or null one byte:
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html
+
+    Examples
+    --------
+    >>> item_bytes({"body": {"S": "中"}, "n": {"N": "1250"}})
+    11
+    """
+    return sum(len(name.encode("utf-8")) + _value_bytes(value) for name, value in item.items())
+
+
+def _value_bytes(value: Mapping[str, Any]) -> int:
+    """One scalar attribute value's size, as DynamoDB counts it."""
+    [(kind, data)] = value.items()
+    if kind == "S":
+        return len(data.encode("utf-8"))
+    if kind == "B":
+        return len(data)
+    if kind == "N":
+        return (len(data.lstrip("+-").replace(".", "").strip("0")) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    raise ValueError(f"item_bytes counts S, N, B, BOOL and NULL values (the delay table's item shapes), got {kind!r}")
+
+
 class DelayStore:
     """Writes delayed messages into the delay table: BatchWriteItem, or a transaction for a dedupe key."""
 
@@ -161,62 +196,68 @@ class DelayStore:
         dynamodb: Any,
         shards: int = DEFAULT_SHARDS,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.table = table
         self.shards = shards
         self._dynamodb = dynamodb
         self._sleep = sleep
+        self._clock = clock
 
     def put_many(self, messages: Iterable[DelayedMessage]) -> None:
-        """Store messages; plain ones 25 per BatchWriteItem (UnprocessedItems retried), deduped ones one by one."""
+        """Store messages: plain ones 25 per BatchWriteItem, each keyed one in a transaction with its key's marker.
+
+        Every message is tried. A keyed message whose key is already used is
+        deduplicated: not stored, and not a failure. Raises DelayStoreError naming
+        each message not stored, with its code and reason, and only those.
+        """
         messages = list(messages)
+        failures: dict[str, tuple[str, str]] = {}
         for message in messages:
             if message.dedupe_key is not None:
-                self.put_deduplicated(message)
-        self.put_items([m.to_item() for m in messages if m.dedupe_key is None])
+                failures.update(self._put_keyed(message))
+        plain = [m.to_item() for m in messages if m.dedupe_key is None]
+        for start in range(0, len(plain), limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
+            failures.update(self._batch_write(plain[start : start + limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS]))
+        if failures:
+            raise DelayStoreError(f"delay table {self.table} did not store {len(failures)} of {len(messages)} messages", failures)
 
-    def put_items(self, items: list[dict[str, Any]]) -> None:
-        """Write whole items, 25 per BatchWriteItem."""
-        for start in range(0, len(items), limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
-            chunk = items[start : start + limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS]
-            self._batch_write([{"PutRequest": {"Item": item}} for item in chunk])
+    def put_deduplicated(self, message: DelayedMessage) -> Any:
+        """Store the message under its dedupe key's claim rule (``worker_tier.dedupe``); return the ``dedupe.Claim``.
 
-    def put_deduplicated(self, message: DelayedMessage) -> bool:
-        """Store the message unless its dedupe key is taken; True when stored.
-
-        The key marker and the message go in one transaction, so a crash cannot
+        The key's marker and the message go in one transaction, so a crash cannot
         leave a marker without its message.
         """
-        marker = {
-            PK: {"S": DEDUPE_PREFIX + str(message.dedupe_key)},
-            SK: {"S": "-"},
-            "id": {"S": message.message_id},
-            TTL_ATTRIBUTE: {"N": str(message.due_ms // 1000 + DISPATCHED_RETENTION_SECONDS)},
-        }
-        try:
-            self._dynamodb.transact_write_items(
-                TransactItems=[
-                    {"Put": {"TableName": self.table, "Item": marker, "ConditionExpression": "attribute_not_exists(pk)"}},
-                    {"Put": {"TableName": self.table, "Item": message.to_item()}},
-                ]
-            )
-        except Exception as error:
-            reasons = getattr(error, "response", {}).get("CancellationReasons") or []
-            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
-                return False
-            raise
-        return True
+        from worker_tier import dedupe  # dedupe builds on this module's key layout, so it imports this module
 
-    def _batch_write(self, requests: list[dict[str, Any]]) -> None:
-        """BatchWriteItem until every request is processed, backing off on UnprocessedItems."""
-        pending = requests
+        now_ms = int(self._clock() * 1000)
+        return dedupe.store_with_marker(self._dynamodb, self.table, str(message.dedupe_key), message.to_item(), message.due_ms / 1000, now_ms)
+
+    def _put_keyed(self, message: DelayedMessage) -> dict[str, tuple[str, str]]:
+        """One keyed message: {} when stored or deduplicated, else its id with the code and reason."""
+        try:
+            failure = self.put_deduplicated(message).failure()
+        except Exception as error:
+            return {message.message_id: (error_code(error), f"delay table {self.table} did not store it: {error}")}
+        return {message.message_id: failure} if failure else {}
+
+    def _batch_write(self, items: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+        """BatchWriteItem until every item is processed, backing off on UnprocessedItems; the ids not stored, with why."""
+        pending = [{"PutRequest": {"Item": item}} for item in items]
         for attempt in range(MAX_WRITE_ATTEMPTS):
-            response = self._dynamodb.batch_write_item(RequestItems={self.table: pending})
+            try:
+                response = self._dynamodb.batch_write_item(RequestItems={self.table: pending})
+            except Exception as error:  # botocore already retried; what was still pending is not stored
+                return _unstored(pending, error_code(error), f"delay table {self.table} did not store it: {error}")
             pending = (response.get("UnprocessedItems") or {}).get(self.table) or []
             if not pending:
-                return
-            self._sleep(min(2.0, WRITE_RETRY_BASE_SECONDS * 2**attempt))
-        raise DelayStoreError(
-            f"delay table {self.table} left {len(pending)} items unprocessed after {MAX_WRITE_ATTEMPTS} attempts",
-            frozenset(request["PutRequest"]["Item"]["id"]["S"] for request in pending),
-        )
+                return {}
+            if attempt + 1 < MAX_WRITE_ATTEMPTS:
+                self._sleep(min(2.0, WRITE_RETRY_BASE_SECONDS * 2**attempt))
+        reason = f"delay table {self.table} left {len(pending)} items unprocessed after {MAX_WRITE_ATTEMPTS} attempts"
+        return _unstored(pending, "UnprocessedItems", reason)
+
+
+def _unstored(requests: list[dict[str, Any]], code: str, reason: str) -> dict[str, tuple[str, str]]:
+    """The ids of PutRequests not stored, each with the code and reason."""
+    return {request["PutRequest"]["Item"]["id"]["S"]: (code, reason) for request in requests}

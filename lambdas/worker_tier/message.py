@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Mapping
 
 from worker_tier import limits
@@ -132,8 +133,9 @@ def _api_attribute(attr: Any) -> dict[str, Any] | None:
 def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A record's attributes for ``Client.send`` of a copy: (user attributes, internal attributes).
 
-    User attributes come back as the Python values the Client takes (str, int or
-    float, bytes); custom type labels (``Number.int``) are not kept. The path is
+    User attributes come back as the Python values the Client takes: str, bytes,
+    and a Number as a Decimal of its exact text, so the copy carries the same
+    digits; custom type labels (``Number.int``) are not kept. The path is
     left out (the Client sets it from the path) and so are ``worker_tier.*``
     attributes (the caller sets its own); ``beanstalk.sqsd.*`` ones, which the
     Client refuses from users, come back as internal attributes, as strings.
@@ -157,10 +159,7 @@ def _python_value(value: Mapping[str, Any]) -> Any:
     if base == "Binary":
         return value["BinaryValue"]
     text = value["StringValue"]
-    if base == "Number":
-        number = float(text)
-        return int(text) if text.lstrip("+-").isdigit() else number
-    return text
+    return Decimal(text) if base == "Number" else text  # Decimal keeps every digit; float() would round past 17
 
 
 def attribute_bytes(name: str, value: Mapping[str, Any]) -> int:

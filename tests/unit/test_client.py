@@ -2,8 +2,10 @@
 
 import time
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
+from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -11,10 +13,11 @@ from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
-from worker_tier.client import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, MAX_ENTRY_ATTEMPTS
+from worker_tier.client import MAX_ENTRY_ATTEMPTS
+from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
 from worker_tier.delay import DelayedMessage, new_message_id
 from worker_tier.limits import SQS_MAX_MESSAGE_BYTES
-from worker_tier.message import DUE_AT_ATTRIBUTE
+from worker_tier.message import DUE_AT_ATTRIBUTE, copy_attributes
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 FIFO_QUEUE = QUEUE + ".fifo"
@@ -294,17 +297,56 @@ def test_a_delayed_message_must_fit_the_queues_maximum_with_its_due_at():
     assert sqs.count("GetQueueAttributes") == 1
 
 
-def test_a_failed_read_of_the_maximum_falls_back_to_one_mib_and_does_not_block(caplog):
+class FlakySizedSQS(SizedSQS):
+    """SizedSQS whose first ``failures`` GetQueueAttributes calls are throttled."""
+
+    def __init__(self, maximum: int, failures: int) -> None:
+        super().__init__(maximum)
+        self.failures = failures
+
+    def get_queue_attributes(self, QueueUrl, AttributeNames):  # noqa: N803
+        if self.failures:
+            self.failures -= 1
+            self.calls.append(("GetQueueAttributes", {"QueueUrl": QueueUrl}))
+            raise ClientError({"Error": {"Code": "RequestThrottled", "Message": "throttled"}}, "GetQueueAttributes")
+        return super().get_queue_attributes(QueueUrl, AttributeNames)
+
+
+def test_a_failed_read_of_the_maximum_is_not_kept(caplog):
+    # GIVEN a 256 KiB queue whose first GetQueueAttributes call is throttled
+    sqs, dynamodb = FlakySizedSQS(256 * 1024, failures=1), delay_table()
+    c = table_client(sqs, dynamodb)
+    # WHEN a 1 KB delayed message is sent, then a 300 KB one
+    c.send("/x", "a" * 1000, delay=3600)
+    with pytest.raises(MessageError) as error:
+        c.send("/x", "a" * 300_000, delay=3600)
+    # THEN the small one is stored while the maximum is unknown; the large one is checked against the queue's real
+    # maximum, read again, and refused at send rather than stored and refused by SQS at dispatch
+    assert str(error.value) == (
+        "message 0 for '/x': message is 300075 bytes with its attributes with worker_tier.due_at (added at dispatch); "
+        "the queue allows at most 262144 (MaximumMessageSize)"
+    )
+    assert [len(item["body"]["S"]) for item in stored(dynamodb)] == [1000]
+    assert sqs.count("GetQueueAttributes") == 2
+    assert "could not read MaximumMessageSize of https://sqs.us-east-1.amazonaws.com/123456789012/work (RequestThrottled" in caplog.text
+
+
+def test_while_the_maximum_is_unknown_a_delayed_message_over_256_kib_gets_a_retryable_error():
     # GIVEN a queue whose attributes cannot be read
     sqs, dynamodb = SizedSQS(None), delay_table()
     c = table_client(sqs, dynamodb)
-    # WHEN two delayed messages are sent
-    c.send("/x", "a", delay=3600)
-    c.send("/x", "a" * 300_000, delay=3600)
-    # THEN both are stored (against SQS's 1 MiB), the failure was logged once and not retried per send
-    assert len(stored(dynamodb)) == 2
+    # WHEN a delayed message just under 256 KiB with its attributes and one just over are sent in one batch
+    under = 256 * 1024 - PATH_BYTES - DUE_AT_BYTES
+    results = c.send_batch([OutgoingMessage("/x", "a" * under, delay=3600), OutgoingMessage("/x", "a" * (under + 1), delay=3600)])
+    # THEN the first is stored; the second is not, with a retryable code naming the failed read; the queue was asked once
+    assert results[0].ok
+    assert (results[1].ok, results[1].code) == (False, "QueueLimitUnknown")
+    assert results[1].error == (
+        "could not read the queue's MaximumMessageSize (ConnectionError: endpoint unreachable); this delayed message is "
+        "262145 bytes with worker_tier.due_at, over the 262144 bytes any queue takes, so it was not stored: retry"
+    )
+    assert [len(item["body"]["S"]) for item in stored(dynamodb)] == [under]
     assert sqs.count("GetQueueAttributes") == 1
-    assert "could not read MaximumMessageSize of https://sqs.us-east-1.amazonaws.com/123456789012/work (ConnectionError" in caplog.text
 
 
 def test_a_given_maximum_message_size_is_used_without_asking_the_queue():
@@ -405,15 +447,64 @@ def test_a_short_delay_dedupe_key_sends_once_and_marks_the_key_sent():
     # GIVEN a standard queue with a delay table
     sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
     c = table_client(sqs, dynamodb)
-    # WHEN the same key is sent twice in one batch and once more later
-    results = c.send_batch([OutgoingMessage("/x", "a", delay=30, dedupe_key="k"), OutgoingMessage("/x", "a", delay=30, dedupe_key="k")])
+    # WHEN a key is sent with a 30 s delay, then sent again
+    first = c.send("/x", "a", delay=30, dedupe_key="k")
     again = c.send("/x", "a", dedupe_key="k")
-    # THEN one message went to SQS, every send got the key's id, and the marker says sent until 6 h after due
+    # THEN one message went to SQS, both sends got the key's id, and the marker says sent until 6 h after due
     assert len(sqs.sent) == 1 and sqs.sent[0]["DelaySeconds"] == 30
-    assert {r.message_id for r in results} == {again} == {new_message_id("k")}
+    assert first == again == new_message_id("k")
     marker = dynamodb.tables["delay"][("dedupe#k", "-")]
     assert marker["sent"] == {"BOOL": True}
     assert marker["expiration"] == {"N": str(int(NOW) + 30 + DEDUPE_RETENTION_SECONDS)}
+
+
+@pytest.mark.parametrize("queue, extra", [(QUEUE, {}), (FIFO_QUEUE, {"group_id": "g"})], ids=["standard", "fifo"])
+def test_the_same_dedupe_key_twice_in_one_batch_is_refused_naming_both(queue, extra):
+    # GIVEN a Client with a delay table
+    sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
+    # WHEN one batch carries the key "k" at indexes 0 and 2 (which of the two is meant is ambiguous)
+    batch = [OutgoingMessage("/x", "a", dedupe_key="k", **extra), OutgoingMessage("/x", "b", **extra), OutgoingMessage("/x", "c", dedupe_key="k", **extra)]
+    with pytest.raises(MessageError) as error:
+        table_client(sqs, dynamodb, queue=queue).send_batch(batch)
+    # THEN the batch is refused before anything is sent or claimed, naming both indexes and the key
+    assert str(error.value) == "messages 0 and 2 have the same dedupe_key 'k': a batch may carry each key once; send one of them"
+    assert sqs.calls == [] and dynamodb.calls == []
+
+
+class Killed(BaseException):
+    """The producer's process dies (Lambda timeout, OOM, SIGKILL) inside SendMessageBatch."""
+
+
+class DyingSQS(FakeSQS):
+    def send_message_batch(self, **kwargs):
+        raise Killed("process killed")
+
+
+def in_flight_error(c: Client, **kwargs) -> SendError:
+    """The SendError of a send that must be told to retry."""
+    with pytest.raises(SendError) as error:
+        c.send("/x", "a", dedupe_key="k", **kwargs)
+    return error.value
+
+
+def test_a_key_whose_sender_died_before_sending_is_in_flight_until_its_lease_ends():
+    # GIVEN a producer killed after taking the key, before SQS got the message
+    sqs, dynamodb, clock = StrictSQS(FakeSQS()), delay_table(), Clock()
+    with pytest.raises(Killed):
+        table_client(DyingSQS(), dynamodb, clock).send("/x", "a", dedupe_key="k")
+    c = table_client(sqs, dynamodb, clock)
+    # WHEN its retry comes 5 s later, and again once the lease is over
+    clock.now += 5
+    error = in_flight_error(c)
+    clock.now += DEDUPE_MARKER_LEASE_SECONDS - 5 + 1
+    message_id = c.send("/x", "a", dedupe_key="k")
+    # THEN the first retry is told to retry (never ok: nothing was sent); the second sends the message
+    assert error.code == "DedupeKeyInFlight"
+    assert str(error) == (
+        "SQS refused the message for /x: dedupe_key 'k' is held by another send still in flight "
+        f"(its lease ends in {DEDUPE_MARKER_LEASE_SECONDS - 5} s at most); nothing was sent: retry later"
+    )
+    assert message_id == new_message_id("k") and len(sqs.sent) == 1
 
 
 def test_a_failed_send_gives_the_key_back_so_a_retry_sends():
@@ -429,24 +520,113 @@ def test_a_failed_send_gives_the_key_back_so_a_retry_sends():
     assert len(sqs.sent) == 1 and message_id == new_message_id("k")
 
 
-def test_a_key_its_sender_left_unsent_is_sent_after_the_lease_not_before():
-    # GIVEN a sender whose send failed and who could not give its key back (its marker is left unsent)
+def test_a_key_its_sender_left_unsent_is_in_flight_within_the_lease_and_sent_after_it():
+    # GIVEN a sender whose send failed and whose give-back of the key was throttled (its marker is left unsent)
     sqs, dynamodb, clock = StrictSQS(FakeSQS()), delay_table(), Clock()
-    dynamodb.fault = lambda operation, params: "ConnectionError" if operation == "DeleteItem" else None
-    table_client(StrictSQS(FakeSQS(fail=lambda call, entry: ("InternalError", False))), dynamodb, clock).send_batch(
+    dynamodb.fault = lambda operation, params: "ProvisionedThroughputExceededException" if operation == "DeleteItem" else None
+    [failed] = table_client(StrictSQS(FakeSQS(fail=lambda call, entry: ("InternalError", False))), dynamodb, clock).send_batch(
         [OutgoingMessage("/x", "a", dedupe_key="k")]
     )
     dynamodb.fault = lambda operation, params: None
     c = table_client(sqs, dynamodb, clock)
-    # WHEN the key is sent again within the lease, then after it
-    clock.now += DEDUPE_MARKER_LEASE_SECONDS - 1
-    within = c.send("/x", "a", dedupe_key="k")
+    # WHEN the key is sent again 1 s later, at the lease's last second, then after it
+    clock.now += 1
+    soon = in_flight_error(c)
+    clock.now += DEDUPE_MARKER_LEASE_SECONDS - 2
+    last = in_flight_error(c)
     clock.now += 2
     after = c.send("/x", "a", dedupe_key="k")
-    # THEN the first returns the key's id without sending; the second sends it and marks it sent
-    assert within == after == new_message_id("k")
-    assert len(sqs.sent) == 1
+    # THEN the sends within the lease are told to retry; the one after it sends the message and marks the key sent
+    assert failed.code == "InternalError" and soon.code == last.code == "DedupeKeyInFlight"
+    assert after == new_message_id("k") and len(sqs.sent) == 1
     assert dynamodb.tables["delay"][("dedupe#k", "-")]["sent"] == {"BOOL": True}
+
+
+def test_a_send_while_another_holds_the_key_is_told_to_retry_and_its_retry_sends():
+    # GIVEN producer A inside its SendMessageBatch call for key k, which then fails
+    dynamodb, clock, sqs = delay_table(), Clock(), StrictSQS(FakeSQS())
+    b = table_client(sqs, dynamodb, clock)
+    during: list[SendError] = []
+
+    class FailingAfterB(FakeSQS):
+        def send_message_batch(self, **kwargs):
+            during.append(in_flight_error(b))  # B sends the same key meanwhile
+            raise ConnectionError("A's connection reset")
+
+    # WHEN A's send fails, and B retries after A gave the key back
+    with pytest.raises(SendError) as a_error:
+        table_client(FailingAfterB(), dynamodb, clock).send("/x", "a", dedupe_key="k")
+    retried = b.send("/x", "a", dedupe_key="k")
+    # THEN B was told to retry rather than ok, A got its error, and B's retry is the one message
+    assert [e.code for e in during] == ["DedupeKeyInFlight"] and a_error.value.code == "ConnectionError"
+    assert retried == new_message_id("k") and len(sqs.sent) == 1
+
+
+# -- one key, one message: the lease covers clock skew and a slow send ---------------------------------
+
+
+def test_producers_at_the_edges_of_the_skew_tolerance_send_one_message():
+    # GIVEN producer A 30 s slow and producer B 30 s fast (the documented tolerance), sharing the delay table
+    real = [NOW]
+    dynamodb, delivered = delay_table(), FakeSQS()
+    b = table_client(StrictSQS(delivered), dynamodb, clock=lambda: real[0] + 30)
+    during: list[SendError] = []
+
+    class BSendsMeanwhile(FakeSQS):
+        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+            real[0] += 0.002  # B sends the key 2 ms after A took it
+            during.append(in_flight_error(b))
+            return delivered.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+
+    a = table_client(StrictSQS(BSendsMeanwhile()), dynamodb, clock=lambda: real[0] - 30)
+    # WHEN A sends the key
+    a_id = a.send("/x", "a", dedupe_key="k")
+    # THEN B was told to retry, and SQS holds one message
+    assert [e.code for e in during] == ["DedupeKeyInFlight"]
+    assert a_id == new_message_id("k") and len(delivered.sent) == 1
+
+
+def test_a_send_slower_than_a_minute_still_holds_its_key():
+    # GIVEN producer A whose SendMessageBatch call takes 61 s, and producer B with the same clock
+    dynamodb, clock, delivered = delay_table(), Clock(), FakeSQS()
+    b = table_client(StrictSQS(delivered), dynamodb, clock)
+    during: list[SendError] = []
+
+    class Slow(FakeSQS):
+        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+            clock.now += 61
+            during.append(in_flight_error(b))
+            return delivered.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+
+    # WHEN A sends the key and B sends it during A's call
+    table_client(StrictSQS(Slow()), dynamodb, clock).send("/x", "a", dedupe_key="k")
+    # THEN B was told to retry, and SQS holds one message
+    assert [e.code for e in during] == ["DedupeKeyInFlight"] and len(delivered.sent) == 1
+
+
+def test_no_call_starts_for_a_claim_past_its_send_window_and_the_key_is_given_back():
+    # GIVEN SQS throttles the first attempt, and the backoff ends past the claim's send window
+    dynamodb, clock = delay_table(), Clock()
+
+    def throttle_once(call, entry):
+        if call == 1:
+            clock.now += DEDUPE_SEND_WINDOW_SECONDS
+            return ("ThrottlingException", False)
+        return None
+
+    sqs = StrictSQS(FakeSQS(fail=throttle_once))
+    c = table_client(sqs, dynamodb, clock)
+    # WHEN the key is sent, then sent again
+    error = in_flight_error(c)
+    again = c.send("/x", "a", dedupe_key="k")
+    # THEN the Client made no second call for the old claim, failed it retryably and gave the key back; the retry sends
+    assert error.code == "DedupeLeaseOver"
+    assert str(error) == (
+        f"SQS refused the message for /x: dedupe_key 'k' was claimed {DEDUPE_SEND_WINDOW_SECONDS} s ago, past the "
+        f"{DEDUPE_SEND_WINDOW_SECONDS} s in which a send surely ends inside its {DEDUPE_MARKER_LEASE_SECONDS} s lease; "
+        "nothing was sent and the key was given back: retry"
+    )
+    assert sqs.count("SendMessageBatch") == 2 and again == new_message_id("k") and len(sqs.sent) == 1
 
 
 def test_an_expired_key_can_be_used_again():
@@ -603,3 +783,121 @@ def test_a_key_that_cannot_be_marked_sent_still_reports_the_send(caplog):
     assert message_id == new_message_id("k") and len(sqs.sent) == 1
     assert "dedupe_key 'k': could not settle its marker (ProvisionedThroughputExceededException" in caplog.text
     assert dynamodb.tables["delay"][("dedupe#k", "-")]["sent"] == {"BOOL": False}
+
+
+# -- bad input is a MessageError naming the value and the rule, whatever its type ----------------------
+
+
+class NpFloat64(float):
+    """numpy 2's float64: a float subclass whose repr is 'np.float64(1.5)' (numpy is not installed here)."""
+
+    def __repr__(self) -> str:
+        return f"np.float64({float.__repr__(self)})"
+
+
+def nested_list(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "send, message",
+    [
+        (lambda c: c.send("/x", "b", attributes={"n": 10**5000}), "message 0 for '/x': attribute 'n' has Number value '1000000000"),
+        (lambda c: c.send("/x", nested_list(100_000)), "message 0 for '/x': body must be a string or JSON-serializable, got list: maximum recursion depth exceeded"),
+        (lambda c: c.send("/x", "b", delay=10**400), "message 0 for '/x': delay must be a non-negative number of seconds or a timedelta, got 1000"),
+        (lambda c: c.send("/x", "b", attributes=[("a", "b")]), "message 0 for '/x': attributes must be a mapping of name to value, got list"),
+        (lambda c: c.send("/x", "b", attributes={"n": Decimal("NaN")}), "message 0 for '/x': attribute 'n' must be a finite number, got Decimal('NaN')"),
+        (lambda c: c.send_batch([{"path": "/x", "body": "b"}]), "send_batch takes OutgoingMessage objects: message 0 is a dict"),
+        (lambda c: c.send_batch(OutgoingMessage("/x", "b")), "send_batch takes an iterable of OutgoingMessage, got OutgoingMessage"),
+    ],
+    ids=["int-10**5000", "nested-body", "delay-10**400", "attribute-pairs", "decimal-nan", "batch-of-dicts", "batch-of-one"],
+)
+def test_bad_input_of_any_type_is_a_message_error(send, message):
+    # GIVEN a Client with a delay table
+    sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
+    # WHEN input of a type or size the checks did not expect is sent
+    with pytest.raises(MessageError) as error:
+        send(table_client(sqs, dynamodb))
+    # THEN it is a MessageError naming the value and the rule, and nothing is sent or stored
+    assert str(error.value).startswith(message)
+    assert sqs.calls == [] and dynamodb.calls == []
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Client.from_env({"WORKER_TIER_QUEUE_URL": QUEUE, "WORKER_TIER_DELAY_SHARDS": "eight"}), "WORKER_TIER_DELAY_SHARDS must be a whole number 1..16, got 'eight'"),
+        (lambda: Client(QUEUE, maximum_message_size="262144"), "maximum_message_size must be 1024..1048576 bytes (SQS MaximumMessageSize), got '262144'"),
+        (lambda: Client(QUEUE, delay_shards="8"), "delay_shards must be a whole number 1..16, got '8'"),
+        (lambda: Client(QUEUE, delay_shards=True), "delay_shards must be a whole number 1..16, got True"),
+        (lambda: Client(5), "Client needs a queue_url string (or use Client.from_env() with WORKER_TIER_QUEUE_URL set), got 5"),
+    ],
+    ids=["env-shards-word", "maximum-as-text", "shards-as-text", "shards-bool", "queue-url-int"],
+)
+def test_bad_client_settings_are_a_message_error(make, message):
+    with pytest.raises(MessageError) as error:
+        make()
+    assert str(error.value) == message
+
+
+def test_a_float_subclass_goes_to_sqs_as_its_float_value():
+    # GIVEN numpy 2's float64, whose repr is not a number
+    sqs = StrictSQS(FakeSQS())
+    # WHEN it is an attribute value
+    client(sqs).send("/x", "b", attributes={"n": NpFloat64(1.5)})
+    # THEN SQS gets the float's digits
+    assert sqs.sent[0]["MessageAttributes"]["n"] == {"DataType": "Number", "StringValue": "1.5"}
+
+
+# -- a copy keeps its Number attributes digit for digit ------------------------------------------------
+
+
+@pytest.mark.parametrize("delay", [0, 20 * 3600], ids=["direct", "delayed"])
+def test_a_copy_of_a_record_keeps_its_number_attributes_digit_for_digit(delay):
+    # GIVEN a record whose Number attributes have more digits than a float holds
+    numbers = {"amount": "12345678901234567.25", "ratio": "0.1000000000000000000001", "big": "99999999999999999999999999999999999999", "price": "1.50"}
+    record = {
+        "messageId": "m1",
+        "body": "b",
+        "messageAttributes": {name: {"dataType": "Number", "stringValue": text} for name, text in numbers.items()},
+    }
+    sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
+    # WHEN the worker's copy (message.copy_attributes) is sent now or through the delay table
+    user, internal = copy_attributes(record)
+    [result] = table_client(sqs, dynamodb).send_batch([OutgoingMessage("/x", "b", delay=delay, attributes=user)], _internal_attributes={0: internal})
+    # THEN the copy carries the same Number text
+    attributes = sqs.sent[0]["MessageAttributes"] if delay == 0 else DelayedMessage.from_item(stored(dynamodb)[0]).attributes
+    assert result.ok
+    assert {name: attributes[name] for name in numbers} == {name: {"DataType": "Number", "StringValue": text} for name, text in numbers.items()}
+
+
+def test_a_decimal_attribute_is_sent_as_its_digits():
+    sqs = StrictSQS(FakeSQS())
+    client(sqs).send("/x", "b", attributes={"amount": Decimal("12345678901234567.25"), "rate": Decimal("1E+2")})
+    assert {n: v["StringValue"] for n, v in sqs.sent[0]["MessageAttributes"].items() if n != "beanstalk.sqsd.path"} == {
+        "amount": "12345678901234567.25",
+        "rate": "100",
+    }
+
+
+# -- a batch's MessageError names every invalid message ------------------------------------------------
+
+
+def test_a_batch_error_names_every_invalid_message_and_sends_none():
+    # GIVEN a batch of 15 with 12 invalid bodies and a repeated dedupe key
+    sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
+    batch = [OutgoingMessage("/ok", "fine", dedupe_key="k"), OutgoingMessage("/ok", "fine", dedupe_key="k"), OutgoingMessage("/ok", "fine")]
+    batch += [OutgoingMessage(f"/bad{i}", "a\x00") for i in range(12)]
+    # WHEN it is sent
+    with pytest.raises(MessageError) as error:
+        table_client(sqs, dynamodb).send_batch(batch)
+    # THEN one error lists the first ten problems, one per line, and counts the rest; nothing was sent or claimed
+    lines = str(error.value).split("\n")
+    assert lines[0] == "13 problems in a batch of 15 messages; none was sent or stored:"
+    assert lines[1].startswith("message 3 for '/bad0': body has character '\\x00' (U+0000) at offset 1")
+    assert lines[10].startswith("message 12 for '/bad9': body has character")
+    assert lines[11:] == ["... and 3 more"]
+    assert sqs.calls == [] and dynamodb.calls == []
