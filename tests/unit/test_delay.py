@@ -1,4 +1,4 @@
-"""Delayed sends: the key layout, dedupe, UnprocessedItems, and every bad input."""
+"""Delayed sends: the key layout, dedupe, the item size, what is reported stored, and every bad input."""
 
 from __future__ import annotations
 
@@ -8,17 +8,24 @@ import pytest
 
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
-from worker_tier import Client, MessageError, OutgoingMessage
+from tests.strict_sqs import StrictSQS
+from worker_tier import Client, MessageError, OutgoingMessage, SendError
+from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
 from worker_tier.delay import (
     BUCKET_SECONDS,
     DISPATCH_HORIZON_SECONDS,
     LONG_DELAY_THRESHOLD_SECONDS,
     MAX_CLOCK_SKEW_SECONDS,
     DelayedMessage,
+    DelayStore,
+    DelayStoreError,
     bucket_key,
+    item_bytes,
+    new_message_id,
     shard_of,
     sort_key,
 )
+from worker_tier.limits import DYNAMODB_MAX_ITEM_BYTES
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, on a minute boundary
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
@@ -151,3 +158,171 @@ def test_producer_cannot_write_into_a_minute_the_scheduler_may_have_dispatched(s
     earliest_stored_due = producer_clock + LONG_DELAY_THRESHOLD_SECONDS + 0.001
     assert earliest_stored_due // BUCKET_SECONDS > last_dispatchable
     assert 2 * abs(skew) <= MAX_CLOCK_SKEW_SECONDS
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def moving_client(dynamodb, clock, sqs=None) -> Client:
+    return Client(QUEUE, "delay", sqs=sqs or StrictSQS(FakeSQS()), dynamodb=dynamodb, clock=clock, sleep=lambda s: None)
+
+
+class Killed(BaseException):
+    """The producer's process dies inside SendMessageBatch."""
+
+
+class DyingSQS(FakeSQS):
+    def send_message_batch(self, **kwargs):
+        raise Killed("process killed")
+
+
+# -- a delayed send with a dedupe key follows the one claim rule -----------------------------------------
+
+
+def test_a_key_reused_after_its_retention_is_stored_again_when_delayed(dynamodb):
+    # GIVEN a key used for a message an hour out, and a clock past that key's retention (DynamoDB's TTL has not run)
+    clock = Clock()
+    c = moving_client(dynamodb, clock)
+    c.send("/x", "first", delay=3600, dedupe_key="weekly-report")
+    clock.now += 3600 + DEDUPE_RETENTION_SECONDS + 3600
+    # WHEN the key is used again for a message an hour out
+    message_id = c.send("/x", "second", delay=3600, dedupe_key="weekly-report")
+    # THEN the second message is stored, under the key's id, and the marker is renewed
+    assert sorted(item["body"]["S"] for item in items(dynamodb)) == ["first", "second"]
+    assert message_id == new_message_id("weekly-report")
+    marker = dynamodb.tables["delay"][("dedupe#weekly-report", "-")]
+    assert marker["expiration"] == {"N": str(int(clock.now) + 3600 + DEDUPE_RETENTION_SECONDS)}
+
+
+def test_a_key_whose_short_delay_sender_died_is_stored_by_a_long_delay_retry_after_the_lease(dynamodb):
+    # GIVEN a producer killed after taking the key for a 10 s delay
+    clock = Clock()
+    with pytest.raises(Killed):
+        moving_client(dynamodb, clock, sqs=DyingSQS()).send("/x", "m", delay=10, dedupe_key="k")
+    # WHEN the key is sent with a one-hour delay within the lease, then after it
+    clock.now += 5
+    with pytest.raises(SendError) as within:
+        moving_client(dynamodb, clock).send("/x", "m", delay=3600, dedupe_key="k")
+    stored_within = len(items(dynamodb))
+    clock.now += DEDUPE_MARKER_LEASE_SECONDS
+    message_id = moving_client(dynamodb, clock).send("/x", "m", delay=3600, dedupe_key="k")
+    # THEN the first is told to retry and stores nothing; the second is stored
+    assert within.value.code == "DedupeKeyInFlight" and stored_within == 0
+    assert message_id == new_message_id("k") and len(items(dynamodb)) == 1
+
+
+def test_a_direct_send_after_a_delayed_one_with_the_key_is_deduplicated(dynamodb):
+    # GIVEN a key stored with a message an hour out
+    sqs = StrictSQS(FakeSQS())
+    c = moving_client(dynamodb, Clock(), sqs=sqs)
+    first = c.send("/x", "b", delay=3600, dedupe_key="k")
+    # WHEN it is sent again now, straight to SQS
+    again = c.send("/x", "b", dedupe_key="k")
+    # THEN nothing more is sent or stored, and both sends have the key's id
+    assert first == again == new_message_id("k")
+    assert sqs.sent == [] and len(items(dynamodb)) == 1
+
+
+# -- the item size is what DynamoDB counts ---------------------------------------------------------------
+
+
+def test_item_bytes_counts_as_dynamodb_does():
+    # GIVEN an item of each value type the delay table uses
+    item = {"pk": {"S": "中a"}, "n": {"N": "-0012.500"}, "blob": {"B": b"\x00\x01\x02"}, "sent": {"BOOL": True}}
+    # WHEN it is measured
+    size = item_bytes(item)
+    # THEN names and strings count UTF-8 bytes, a number one byte per two significant digits plus one, binary its length
+    assert size == (2 + 4) + (1 + 3) + (4 + 3) + (4 + 1)
+
+
+def test_a_delayed_body_dynamodb_stores_is_not_refused(dynamodb):
+    # GIVEN 120,000 CJK characters: 360,000 bytes of UTF-8, 720,000 as ASCII-escaped JSON
+    body = "中" * 120_000
+    # WHEN it is sent for an hour from now
+    client(dynamodb).send("/x", body, delay=3600)
+    # THEN it is stored
+    assert [item["body"]["S"] for item in items(dynamodb)] == [body]
+
+
+def test_a_delayed_item_one_byte_over_dynamodbs_limit_is_refused(dynamodb):
+    # GIVEN the largest body whose item fits DynamoDB's 400 KB
+    empty = DelayedMessage("0" * 36, int((NOW + 3600) * 1000), "", {"beanstalk.sqsd.path": {"DataType": "String", "StringValue": "/x"}}, 0)
+    fits = DYNAMODB_MAX_ITEM_BYTES - item_bytes(empty.to_item())
+    c = client(dynamodb)
+    # WHEN it is sent, and one a byte longer
+    c.send("/x", "a" * fits, delay=3600)
+    with pytest.raises(MessageError) as error:
+        c.send("/x", "a" * (fits + 1), delay=3600)
+    # THEN the first is stored and the second refused with its size
+    assert len(items(dynamodb)) == 1
+    assert str(error.value) == (
+        f"message 0 for '/x': a delayed message is stored as a DynamoDB item of at most {DYNAMODB_MAX_ITEM_BYTES} bytes; "
+        f"this one needs {DYNAMODB_MAX_ITEM_BYTES + 1}"
+    )
+
+
+# -- each delayed message is reported as it truly went -----------------------------------------------------
+
+
+def test_a_failed_transaction_fails_only_its_own_message(dynamodb):
+    # GIVEN DynamoDB throttles the second TransactWriteItems call
+    transactions = [0]
+
+    def throttle_second(operation, params):
+        if operation == "TransactWriteItems":
+            transactions[0] += 1
+            return "ThrottlingException" if transactions[0] == 2 else None
+        return None
+
+    dynamodb.fault = throttle_second
+    # WHEN two keyed delayed messages and a plain one are sent in one batch
+    results = client(dynamodb).send_batch(
+        [OutgoingMessage("/x", "a", delay=3600, dedupe_key="k1"), OutgoingMessage("/x", "b", delay=3600, dedupe_key="k2"), OutgoingMessage("/x", "c", delay=3600)]
+    )
+    # THEN the stored ones are ok and only the throttled one is an error
+    assert [(r.ok, r.code) for r in results] == [(True, None), (False, "ThrottlingException"), (True, None)]
+    assert results[1].error.startswith("delay table delay did not store it: An error occurred (ThrottlingException)")
+    assert sorted(item["body"]["S"] for item in items(dynamodb)) == ["a", "c"]
+
+
+def test_a_batch_write_that_fails_after_a_partial_write_reports_only_what_was_not_stored(dynamodb):
+    # GIVEN BatchWriteItem leaves 5 of 25 unprocessed, then its retry is throttled
+    writes = [0]
+
+    def throttle_retry(operation, params):
+        if operation == "BatchWriteItem":
+            writes[0] += 1
+            return "ProvisionedThroughputExceededException" if writes[0] == 2 else None
+        return None
+
+    dynamodb.fault = throttle_retry
+    dynamodb.unprocessed = lambda requests: requests[:5] if writes[0] == 1 else []
+    batch = [OutgoingMessage("/x", f"m{i}", delay=3600) for i in range(25)]
+    # WHEN the 25 are sent, and the caller re-sends those reported as errors
+    results = client(dynamodb).send_batch(batch)
+    failed = [batch[r.index] for r in results if not r.ok]
+    dynamodb.fault = lambda operation, params: None
+    client(dynamodb).send_batch(failed)
+    # THEN 20 are reported ok and 5 not, and after the caller's retry each message is stored exactly once
+    assert [r.code for r in results].count("ProvisionedThroughputExceededException") == 5 and sum(r.ok for r in results) == 20
+    assert sorted(item["body"]["S"] for item in items(dynamodb)) == sorted(f"m{i}" for i in range(25))
+
+
+def test_put_many_names_only_the_messages_it_did_not_store(dynamodb):
+    # GIVEN a table that keeps one request of every call unprocessed
+    dynamodb.unprocessed = lambda requests: requests[:1]
+    messages = [DelayedMessage(f"id-{i}", int((NOW + 3600) * 1000), "b", {}, 0) for i in range(3)]
+    # WHEN three messages are stored
+    with pytest.raises(DelayStoreError) as error:
+        DelayStore("delay", dynamodb, sleep=lambda s: None).put_many(messages)
+    # THEN the error names the one left unprocessed, with its code and reason
+    assert error.value.failures == {"id-0": ("UnprocessedItems", "delay table delay left 1 items unprocessed after 8 attempts")}
+    assert str(error.value) == "delay table delay did not store 1 of 3 messages"
+    assert len(items(dynamodb)) == 2
