@@ -170,10 +170,8 @@ class Client:
 
         Without a ``dedupe_key``, a FIFO message gets a random
         MessageDeduplicationId, kept across the Client's own retries, so two
-        different messages are never deduplicated. Worker Tier's FIFO queues
-        have content-based deduplication off; a producer that sends them no
-        MessageDeduplicationId is refused by SQS (InvalidParameterValue) rather
-        than silently deduplicated on its body.
+        different messages are never deduplicated (the stack's FIFO queues have
+        content-based deduplication, which hashes the body only, off).
 
         Raises MessageError for input SQS would refuse, naming the value and the
         rule, and SendError (with the code) when the message was not sent or
@@ -224,7 +222,7 @@ class Client:
                 routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit))
             except MessageError as error:
                 problems.append(f"message {index} for {_shown(outgoing.path)}: {error}")
-        problems += _repeated_dedupe_keys(messages)
+        problems += dedupe.repeated_keys([m.dedupe_key for m in messages])
         if problems:
             raise MessageError(_problem_list(problems, len(messages)))
         return routed
@@ -359,13 +357,7 @@ class Client:
             return entries
         markers, held = dedupe.DedupeMarkers(self.delay_table or "", self._dynamodb.get(), self._clock), set()
         for entry in keyed:
-            index, key = int(entry["Id"]), entry["_dedupe_key"]
-            try:
-                claim = markers.claim(key, entry["_due"])
-            except Exception as error:
-                results[index] = SendResult(index, error=f"delay table did not take dedupe_key {key!r}: {error}", code=error_code(error))
-                held.add(index)
-                continue
+            index, claim = int(entry["Id"]), markers.claim(entry["_dedupe_key"], entry["_due"])
             if claim.outcome == dedupe.CLAIMED:
                 entry["_claimed_ms"] = claim.now_ms
                 continue
@@ -424,11 +416,8 @@ class Client:
         self, pending: list[dict[str, Any]], claims: Mapping[str, tuple[str, int]], results: dict[int, SendResult]
     ) -> list[dict[str, Any]]:
         """Leave out entries whose dedupe claim is too old for one more call to end inside its lease; they fail, retryably."""
-        now_ms = int(self._clock() * 1000)
-        late = {e["Id"] for e in pending if e["Id"] in claims and not dedupe.may_send(claims[e["Id"]][1], now_ms)}
-        for entry_id in late:
-            key, claimed_ms = claims[entry_id]
-            results[int(entry_id)] = SendResult(int(entry_id), error=dedupe.lease_over_reason(key, claimed_ms, now_ms), code=dedupe.LEASE_OVER_CODE)
+        late = dedupe.late_claims({e["Id"]: claims[e["Id"]] for e in pending if e["Id"] in claims}, int(self._clock() * 1000))
+        results.update({int(i): SendResult(int(i), error=reason, code=dedupe.LEASE_OVER_CODE) for i, reason in late.items()})
         return [e for e in pending if e["Id"] not in late]
 
 
@@ -460,22 +449,6 @@ def _outgoing_messages(messages: Any) -> list[OutgoingMessage]:
     if wrong:
         raise MessageError(f"send_batch takes OutgoingMessage objects: {', '.join(wrong[:MAX_LISTED_PROBLEMS])}")
     return messages
-
-
-def _repeated_dedupe_keys(messages: list[OutgoingMessage]) -> list[str]:
-    """One problem per message whose dedupe_key an earlier message of the batch already has (which one is meant is ambiguous)."""
-    first: dict[str, int] = {}
-    problems = []
-    for index, outgoing in enumerate(messages):
-        key = outgoing.dedupe_key
-        if not isinstance(key, str):
-            continue
-        if key in first:
-            problems.append(
-                f"messages {first[key]} and {index} have the same dedupe_key {key!r}: a batch may carry each key once; send one of them"
-            )
-        first.setdefault(key, index)
-    return problems
 
 
 def _problem_list(problems: list[str], count: int) -> str:

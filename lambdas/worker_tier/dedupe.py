@@ -54,8 +54,8 @@ DEDUPE_SEND_WINDOW_SECONDS = DEDUPE_MARKER_LEASE_SECONDS - MAX_CLOCK_SKEW_SECOND
 # How long a dedupe_key on a standard queue holds: until this long after the message was due.
 DEDUPE_RETENTION_SECONDS = DISPATCHED_RETENTION_SECONDS
 
-# Claim outcomes.
-CLAIMED, DEDUPLICATED, IN_FLIGHT = "claimed", "deduplicated", "in flight"
+# Claim outcomes; UNANSWERED: the delay table failed the claim (throttled, unreachable), a retryable failure.
+CLAIMED, DEDUPLICATED, IN_FLIGHT, UNANSWERED = "claimed", "deduplicated", "in flight", "unanswered"
 IN_FLIGHT_CODE = "DedupeKeyInFlight"
 LEASE_OVER_CODE = "DedupeLeaseOver"
 _SENT, _CLAIMED_MS = "sent", "claimed_ms"
@@ -63,12 +63,13 @@ _SENT, _CLAIMED_MS = "sent", "claimed_ms"
 
 @dataclass(frozen=True)
 class Claim:
-    """What a claim came to: ``outcome`` (CLAIMED, DEDUPLICATED, IN_FLIGHT), at ``now_ms``, and the holder's marker if held."""
+    """What a claim came to: ``outcome``, at ``now_ms``, the holder's marker if held, the DynamoDB error if UNANSWERED."""
 
     key: str
     outcome: str
     now_ms: int
     holder: Mapping[str, Any] | None = None
+    error: Exception | None = None
 
     @property
     def message_id(self) -> str:
@@ -76,7 +77,9 @@ class Claim:
         return (self.holder or {}).get("id", {}).get("S") or new_message_id(self.key)
 
     def failure(self) -> tuple[str, str] | None:
-        """(code, reason) of a send that cannot go ahead: IN_FLIGHT's retryable error; None otherwise."""
+        """(code, reason) of a send that cannot go ahead (IN_FLIGHT, UNANSWERED), both retryable; None otherwise."""
+        if self.outcome == UNANSWERED:
+            return error_code(self.error), f"delay table did not take dedupe_key {self.key!r}: {self.error}"  # type: ignore[arg-type]
         return (IN_FLIGHT_CODE, self.in_flight_reason()) if self.outcome == IN_FLIGHT else None
 
     def in_flight_reason(self) -> str:
@@ -134,12 +137,28 @@ def may_send(claimed_ms: int, now_ms: int) -> bool:
     return now_ms - claimed_ms < DEDUPE_SEND_WINDOW_SECONDS * 1000
 
 
-def lease_over_reason(key: str, claimed_ms: int, now_ms: int) -> str:
-    """The retryable error of a keyed entry not sent because its claim outlived the send window."""
-    return (
-        f"dedupe_key {key!r} was claimed {(now_ms - claimed_ms) / 1000:.0f} s ago, past the {DEDUPE_SEND_WINDOW_SECONDS} s "
-        f"in which a send surely ends inside its {DEDUPE_MARKER_LEASE_SECONDS} s lease; nothing was sent and the key was given back: retry"
-    )
+def late_claims(claims: Mapping[str, tuple[str, int]], now_ms: int) -> dict[str, str]:
+    """Of {entry id: (key, claimed_ms)}, the entries too late for another send call, each with its retryable error."""
+    return {
+        entry_id: (
+            f"dedupe_key {key!r} was claimed {(now_ms - claimed_ms) / 1000:.0f} s ago, past the {DEDUPE_SEND_WINDOW_SECONDS} s in which "
+            f"a send surely ends inside its {DEDUPE_MARKER_LEASE_SECONDS} s lease; nothing was sent and the key was given back: retry"
+        )
+        for entry_id, (key, claimed_ms) in claims.items()
+        if not may_send(claimed_ms, now_ms)
+    }
+
+
+def repeated_keys(keys: list[Any]) -> list[str]:
+    """One problem per batch index whose dedupe key an earlier one already has: which of the two is meant is ambiguous."""
+    first: dict[str, int] = {}
+    problems = []
+    for index, key in enumerate(keys):
+        if isinstance(key, str) and key in first:
+            problems.append(f"messages {first[key]} and {index} have the same dedupe_key {key!r}: a batch may carry each key once; send one of them")
+        elif isinstance(key, str):
+            first[key] = index
+    return problems
 
 
 class DedupeMarkers:
@@ -151,13 +170,13 @@ class DedupeMarkers:
         self._clock = clock
 
     def claim(self, key: str, due: float) -> Claim:
-        """Take the key with an unsent marker (CLAIMED), or say who holds it; DynamoDB errors other than the condition raise."""
+        """Take the key with an unsent marker (CLAIMED), or say who holds it, or that the table did not answer."""
         now_ms = int(self._clock() * 1000)
         try:
             self._dynamodb.put_item(TableName=self._table, Item=marker_item(key, due, now_ms, sent=False), **claim_condition(now_ms))
         except Exception as error:
             if not is_condition_failure(error):
-                raise
+                return Claim(key, UNANSWERED, now_ms, error=error)
             holder = getattr(error, "response", {}).get("Item")
             return Claim(key, held_outcome(holder), now_ms, holder)
         return Claim(key, CLAIMED, now_ms)
