@@ -9,7 +9,8 @@ import pytest
 from moto import mock_aws
 
 from tests.strict_sqs import StrictSQS
-from worker_tier import Client, MessageError
+from worker_tier import Client, MessageError, SendError
+from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
 from worker_tier.delay import new_message_id
 
 REGION = "us-east-1"
@@ -108,3 +109,47 @@ def test_a_retried_send_at_with_a_dedupe_key_sends_once_as_the_time_approaches(m
     }
     marker = dynamodb.get_item(TableName="delay", Key={"pk": {"S": "dedupe#report-1"}, "sk": {"S": "-"}})["Item"]
     assert marker["sent"] == {"BOOL": True}
+
+
+class Killed(BaseException):
+    """The producer's process dies inside SendMessageBatch."""
+
+
+class Dying:
+    def send_message_batch(self, **kwargs):
+        raise Killed("process killed")
+
+
+def test_a_key_whose_sender_died_is_retried_not_reported_sent(moto):
+    # GIVEN a standard queue, and a producer killed after taking the key, before SQS got the message
+    sqs, dynamodb = moto
+    url = sqs.create_queue(QueueName="work")["QueueUrl"]
+    clock = Clock()
+    with pytest.raises(Killed):
+        Client(url, "delay", sqs=Dying(), dynamodb=dynamodb, clock=clock).send("/x", "a", dedupe_key="k")
+    client = Client(url, "delay", sqs=StrictSQS(sqs, clock=clock), dynamodb=dynamodb, clock=clock)
+    # WHEN the send is retried 5 s later, then after the lease
+    clock.now += 5
+    with pytest.raises(SendError) as error:
+        client.send("/x", "a", dedupe_key="k")
+    clock.now += DEDUPE_MARKER_LEASE_SECONDS
+    message_id = client.send("/x", "a", dedupe_key="k")
+    # THEN the first retry is told to retry, and the second puts the one message in the queue
+    assert error.value.code == "DedupeKeyInFlight"
+    assert message_id == new_message_id("k")
+    assert [m["Body"] for m in receive_all(sqs, url)] == ["a"]
+
+
+def test_a_key_reused_after_its_retention_is_stored_when_delayed(moto):
+    # GIVEN a key used for a message an hour out, and a clock past the key's retention (the TTL has not run)
+    sqs, dynamodb = moto
+    url = sqs.create_queue(QueueName="work")["QueueUrl"]
+    clock = Clock()
+    client = Client(url, "delay", sqs=StrictSQS(sqs, clock=clock), dynamodb=dynamodb, clock=clock)
+    client.send("/x", "first", delay=3600, dedupe_key="weekly")
+    clock.now += 3600 + DEDUPE_RETENTION_SECONDS + 3600
+    # WHEN the key is used again for a message an hour out
+    client.send("/x", "second", delay=3600, dedupe_key="weekly")
+    # THEN both messages are in the delay table
+    items = dynamodb.scan(TableName="delay")["Items"]
+    assert sorted(item["body"]["S"] for item in items if item["pk"]["S"].startswith("b#")) == ["first", "second"]
