@@ -35,6 +35,8 @@ DUE_AT_ATTRIBUTE = "worker_tier.due_at"
 # Receives a message's earlier copies used (a retry re-sent through the delay table); Task.receive_count adds it.
 ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 MAX_ERROR_MESSAGE_BYTES = 1024
+# Longest error text a log line or an outcome carries (an error's message can be megabytes).
+MAX_LOGGED_ERROR_CHARS = 4096
 
 
 def event_attribute_value(attribute: Mapping[str, Any]) -> str | None:
@@ -209,12 +211,39 @@ def parse_due_at(text: Any, message_id: Any = None) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
-def error_text(error: BaseException) -> str:
-    """``str(error)``, or a note saying it could not be had (an exception's ``__str__`` can raise)."""
+def error_text(error: BaseException, max_chars: int | None = None) -> str:
+    """``str(error)``, or a note saying it could not be had (an exception's ``__str__`` can raise or return a non-str).
+
+    ``max_chars`` cuts long text (marked ``...``), as logs and outcomes want.
+    """
     try:
-        return str(error)
+        text = str(error)
     except Exception as failure:
-        return f"<str() of {type(error).__name__} raised {type(failure).__name__}: {failure}>"
+        text = f"<str() of {type(error).__name__} raised {type(failure).__name__}: {_plain_str(failure)}>"
+    return text if max_chars is None or len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def safe_repr(error: BaseException, max_chars: int = MAX_LOGGED_ERROR_CHARS) -> str:
+    """``repr(error)`` for logs, cut to ``max_chars``; a note instead when ``__repr__`` raises or returns a non-str.
+
+    Examples
+    --------
+    >>> safe_repr(ValueError("x" * 10), max_chars=12)
+    "ValueError('x..."
+    """
+    try:
+        text = repr(error)
+    except Exception as failure:
+        text = f"<repr() of {type(error).__name__} raised {type(failure).__name__}: {_plain_str(failure)}>"
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def _plain_str(error: BaseException) -> str:
+    """``str(error)``, or '?' when even that raises."""
+    try:
+        return str(error)[:MAX_LOGGED_ERROR_CHARS]
+    except Exception:
+        return "?"
 
 
 def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
@@ -255,9 +284,10 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
     >>> truncate_utf8("abcdef", 5), truncate_utf8("abc", 5), truncate_utf8("abcdef", 2)
     ('ab...', 'abc', '')
     """
-    encoded = text.encode("utf-8")
+    # A lone surrogate (text decoded with surrogateescape) cannot be UTF-8: it is spelled \udce9 instead.
+    encoded = text.encode("utf-8", errors="backslashreplace")
     if len(encoded) <= max_bytes:
-        return text
+        return encoded.decode("utf-8")
     if max_bytes < 3:
         return ""
     return encoded[: max_bytes - 3].decode("utf-8", errors="ignore") + "..."
