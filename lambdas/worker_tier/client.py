@@ -206,11 +206,13 @@ class Client:
         internal = _internal_by_index(_internal_attributes or {}, len(messages))
         routed = self._route(messages, self._clock(), internal)
         results = {r.index: r for r in routed if isinstance(r, SendResult)}
+        # Delayed ones first: each was routed as due more than 900 s after the clock read above, so it must be
+        # written before the direct sends' retries and backoff can eat into that margin (delay.py's invariant).
+        results.update(self._store_delayed([r for r in routed if isinstance(r, tuple)]))
         direct = self._claim_dedupe_keys([r for r in routed if isinstance(r, dict)], results)
         for chunk in _chunks(direct, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES):
             results.update(self._send_chunk(chunk))
         self._settle_dedupe_keys(direct, results)
-        results.update(self._store_delayed([r for r in routed if isinstance(r, tuple)]))
         return [results[index] for index in range(len(messages))]
 
     def _route(self, messages: list[OutgoingMessage], now: float, internal: Mapping[int, Mapping[str, str]]) -> list[Any]:

@@ -5,6 +5,9 @@ Layout (one item per delayed message)::
     pk = "b#<minute>#<shard>"   the due minute (epoch seconds // 60) and a shard 0..shards-1
     sk = "<due ms, 13 digits>#<id>"   ordered by due time, then id
 
+and one item per dedupe key of a standard queue (``pk = "dedupe#<key>"``, ``sk = "-"``;
+``worker_tier.dedupe``), which the scheduler never reads.
+
 A busy minute spreads its writes over ``shards`` partitions (the producer's
 ``delay_shards``). The scheduler reads every one of the ``MAX_SHARDS`` possible
 shards of a minute, one paginated Query each, in parallel, and gets each shard's
@@ -39,12 +42,15 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
 from worker_tier.aws import error_code
 from worker_tier.message import DUE_AT_ATTRIBUTE
 from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
+
+if TYPE_CHECKING:
+    from worker_tier.dedupe import Claim
 
 BUCKET_SECONDS = 60
 DEFAULT_SHARDS = DEFAULT_DELAY_SHARDS
@@ -222,7 +228,7 @@ class DelayStore:
         if failures:
             raise DelayStoreError(f"delay table {self.table} did not store {len(failures)} of {len(messages)} messages", failures)
 
-    def put_deduplicated(self, message: DelayedMessage) -> Any:
+    def put_deduplicated(self, message: DelayedMessage) -> Claim:
         """Store the message under its dedupe key's claim rule (``worker_tier.dedupe``); return the ``dedupe.Claim``.
 
         The key's marker and the message go in one transaction, so a crash cannot

@@ -901,3 +901,28 @@ def test_a_batch_error_names_every_invalid_message_and_sends_none():
     assert lines[10].startswith("message 12 for '/bad9': body has character")
     assert lines[11:] == ["... and 3 more"]
     assert sqs.calls == [] and dynamodb.calls == []
+
+
+def test_delayed_messages_are_written_before_slow_direct_sends_eat_their_margin():
+    # GIVEN SQS taking 1.5 s per SendMessageBatch call, and a delay table that notes when each item is written
+    clock, dynamodb = Clock(), delay_table()
+
+    class SlowSQS(FakeSQS):
+        def send_message_batch(self, **kwargs):
+            clock.now += 1.5
+            return super().send_message_batch(**kwargs)
+
+    written_at = []
+
+    def note_writes(operation, params):
+        if operation == "BatchWriteItem":
+            written_at.append(clock.now)
+        return None  # no fault
+
+    dynamodb.fault = note_writes
+    # WHEN one batch carries 1,000 direct messages and one due in 901 s
+    batch = [OutgoingMessage("/now", f"n{i}") for i in range(1000)] + [OutgoingMessage("/later", "due in 901 s", delay=901)]
+    results = table_client(StrictSQS(SlowSQS()), dynamodb, clock).send_batch(batch)
+    # THEN all are accepted, and the delayed one was written at once: still more than 900 s before it is due
+    assert all(r.ok for r in results)
+    assert written_at == [NOW]
