@@ -180,7 +180,7 @@ class Client:
         outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
         result = self.send_batch([outgoing])[0]
         if not result.ok:
-            raise SendError(f"SQS refused the message for {path}: {result.error}", result.code or "")
+            raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
         return result.message_id  # type: ignore[return-value]
 
     def send_batch(

@@ -197,7 +197,7 @@ def test_sender_fault_entries_are_reported_without_retry():
 
 def test_send_raises_with_the_reason_when_sqs_refuses():
     sqs = StrictSQS(FakeSQS(fail=lambda call, entry: ("InvalidParameterValue", True)))
-    with pytest.raises(SendError, match=r"^SQS refused the message for /x: InvalidParameterValue \(fake\)$"):
+    with pytest.raises(SendError, match=r"^the message for /x was not sent \(InvalidParameterValue\): InvalidParameterValue \(fake\)$"):
         client(sqs).send("/x", "a")
 
 
@@ -501,7 +501,7 @@ def test_a_key_whose_sender_died_before_sending_is_in_flight_until_its_lease_end
     # THEN the first retry is told to retry (never ok: nothing was sent); the second sends the message
     assert error.code == "DedupeKeyInFlight"
     assert str(error) == (
-        "SQS refused the message for /x: dedupe_key 'k' is held by another send still in flight "
+        "the message for /x was not sent (DedupeKeyInFlight): dedupe_key 'k' is held by another send still in flight "
         f"(its lease ends in {DEDUPE_MARKER_LEASE_SECONDS - 5} s at most); nothing was sent: retry later"
     )
     assert message_id == new_message_id("k") and len(sqs.sent) == 1
@@ -622,7 +622,7 @@ def test_no_call_starts_for_a_claim_past_its_send_window_and_the_key_is_given_ba
     # THEN the Client made no second call for the old claim, failed it retryably and gave the key back; the retry sends
     assert error.code == "DedupeLeaseOver"
     assert str(error) == (
-        f"SQS refused the message for /x: dedupe_key 'k' was claimed {DEDUPE_SEND_WINDOW_SECONDS} s ago, past the "
+        f"the message for /x was not sent (DedupeLeaseOver): dedupe_key 'k' was claimed {DEDUPE_SEND_WINDOW_SECONDS} s ago, past the "
         f"{DEDUPE_SEND_WINDOW_SECONDS} s in which a send surely ends inside its {DEDUPE_MARKER_LEASE_SECONDS} s lease; "
         "nothing was sent and the key was given back: retry"
     )
