@@ -294,7 +294,10 @@ class Client:
             )
 
     def _queue_limit_reader(self) -> Callable[[], tuple[int | None, str]]:
-        """For one send_batch call: the queue's MaximumMessageSize, as given or read before, else read once now; (None, why) when the read fails."""
+        """The queue's MaximumMessageSize for one send_batch call: as given or read before, else read at most once now.
+
+        A failed read gives (None, why) and is never kept: the next call reads again.
+        """
 
         @functools.lru_cache(maxsize=1)
         def read() -> tuple[int | None, str]:
@@ -302,7 +305,7 @@ class Client:
                 try:
                     response = self._sqs.get().get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])
                     self._maximum_message_size = int(response["Attributes"]["MaximumMessageSize"])
-                except Exception as error:  # never kept: the next send_batch reads again
+                except Exception as error:
                     _log.warning("could not read MaximumMessageSize of %s (%s: %s)", self.queue_url, error_code(error), error)
                     return None, f"{error_code(error)}: {error}"
             return self._maximum_message_size, ""

@@ -22,12 +22,14 @@ Otherwise the key is held, and the send's outcome (``held_outcome``) is:
   sender may still fail. A retry after the lease has run out always settles it.
 
 The lease (300 s) covers the clock skew two producers may have
-(``delay.MAX_CLOCK_SKEW_SECONDS``, ±30 s each) and the longest send: a sender
-starts no SendMessageBatch call, first or retry, for a claim older than
-``DEDUPE_SEND_WINDOW_SECONDS``, which leaves one call (two minutes: botocore's
-60 s connect and 60 s read timeouts) inside the lease as any other producer sees
-it. That is the one thing the sender can check, its own elapsed time; it cannot
-see another producer's clock or recall a message once SQS has it.
+(``delay.MAX_CLOCK_SKEW_SECONDS``: 60 s, ±30 s each) and the longest send: a
+sender starts no SendMessageBatch call, first or retry, for a claim older than
+``DEDUPE_SEND_WINDOW_SECONDS`` (120 s), which leaves ``MAX_SEND_CALL_SECONDS``
+(120 s: one attempt at botocore's default 60 s connect and 60 s read timeouts)
+inside the lease as any other producer sees it. Its own elapsed time is the one
+thing the sender can check; it cannot see another producer's clock, nor recall a
+message once SQS has it. A call that botocore keeps retrying past that is the
+slow send the guarantee leaves out.
 
 The guarantee: **at most one message per key, provided a send completes within
 the lease; a send slower than that may duplicate, never lose.** A message is
@@ -48,7 +50,8 @@ from worker_tier.delay import DEDUPE_PREFIX, DISPATCHED_RETENTION_SECONDS, MAX_C
 _log = logging.getLogger(__name__)
 
 DEDUPE_MARKER_LEASE_SECONDS = 300
-# One SendMessageBatch call at its longest: botocore's default connect_timeout plus read_timeout (60 s each).
+# One SendMessageBatch attempt at its longest: botocore's default connect_timeout plus read_timeout (60 s each):
+# https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
 MAX_SEND_CALL_SECONDS = 120
 DEDUPE_SEND_WINDOW_SECONDS = DEDUPE_MARKER_LEASE_SECONDS - MAX_CLOCK_SKEW_SECONDS - MAX_SEND_CALL_SECONDS
 # How long a dedupe_key on a standard queue holds: until this long after the message was due.
