@@ -722,6 +722,7 @@ _VALUES = st.one_of(
     _PLAUSIBLE_TEXT,
     st.integers(min_value=-(10**40), max_value=10**40),
     st.floats(min_value=-1e100, max_value=1e100).filter(lambda f: f == 0 or abs(f) > 1e-100),
+    st.decimals(min_value=-(10**30), max_value=10**30, places=6),
     st.binary(min_size=1, max_size=8),
 )
 _NASTY_VALUES = st.one_of(
@@ -729,6 +730,7 @@ _NASTY_VALUES = st.one_of(
     st.integers(min_value=-(10**130), max_value=10**130),
     st.floats(),
     st.floats(min_value=-1e-120, max_value=1e-120),
+    st.decimals(),
     st.binary(max_size=2),
     st.booleans(),
 )
