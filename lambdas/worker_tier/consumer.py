@@ -9,6 +9,10 @@ whose task is still running is never released: two workers would run it at once.
 Instead the heartbeat keeps it hidden and the process exits, so the task dies with
 it; the message returns when its last extension lapses (interval + margin). On ECS
 it keeps task scale-in protection on while it holds work.
+
+It receives no more messages than it has free threads, so none waits hidden behind a
+long task, and the Worker counts SQS's 12 hours from each message's real receive.
+Its metrics are printed (EMF) after each message and before it exits.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
-from worker_tier import limits
+from worker_tier import limits, observability
 from worker_tier.heartbeat import Heartbeat
-from worker_tier.message import lambda_record
+from worker_tier.message import lambda_record, safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINER_GRACE_SECONDS
 from worker_tier.visibility import VisibilityChange, change_visibility
@@ -133,6 +137,7 @@ class Consumer:
             logger.exception("container worker stopped consuming on an error")
             raise
         finally:
+            observability.flush()
             still_running = self._drain(pool)
             if still_running:
                 self._abandon(still_running)
@@ -141,10 +146,11 @@ class Consumer:
                 self.protection.hold(False)
 
     def _receive_into(self, pool: ThreadPoolExecutor) -> None:
-        """One long poll; every message is held by the heartbeat from the moment it arrives."""
+        """One long poll for as many messages as there are free threads; each is held by the heartbeat from its arrival."""
+        free = min(self.concurrency - self._in_flight(), limits.SQS_MAX_BATCH_ENTRIES)
         messages = self.sqs.receive_message(
             QueueUrl=self.queue_url,
-            MaxNumberOfMessages=limits.SQS_MAX_BATCH_ENTRIES,
+            MaxNumberOfMessages=free,
             WaitTimeSeconds=self.poll_wait_seconds,
             MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"],
@@ -157,10 +163,16 @@ class Consumer:
             future.add_done_callback(self._done)
 
     def _process(self, message: dict[str, Any]) -> None:
-        """Run one message through the shared Worker core; delete it unless it was reported failed."""
-        record = lambda_record(message, self._queue_arn, self._region)
-        response = self.worker.handle({"Records": [record]}, None, heartbeat=self.heartbeat)
-        self.heartbeat.release(message["MessageId"])
+        """Run one message through the shared Worker core; delete it unless it was reported failed.
+
+        Whatever happens, the heartbeat stops holding it and the metrics are printed.
+        """
+        try:
+            record = lambda_record(message, self._queue_arn, self._region)
+            response = self.worker.handle({"Records": [record]}, None, heartbeat=self.heartbeat)
+        finally:
+            self.heartbeat.release(message["MessageId"])
+            observability.flush()
         if not response["batchItemFailures"]:
             self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
 
@@ -168,7 +180,7 @@ class Consumer:
         with self._lock:
             self._pending.pop(future, None)
         if not future.cancelled() and future.exception() is not None:
-            logger.error("message processing crashed", extra={"error": repr(future.exception())})
+            logger.error("message processing crashed", extra={"error": safe_repr(future.exception())})
 
     def _in_flight(self) -> int:
         with self._lock:

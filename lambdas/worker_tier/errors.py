@@ -33,12 +33,28 @@ class RetryLater(WorkerTierError):  # noqa: N818 - the public name DESIGN.md pro
 
     def __init__(self, delay: float, reason: str = "") -> None:
         seconds = delay.total_seconds() if hasattr(delay, "total_seconds") else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(
-                f"RetryLater delay must be a finite, non-negative number of seconds or a timedelta, got {delay!r}"
-            )
+        if not _finite_non_negative(seconds):
+            shown = repr(delay) if len(repr(delay)) <= 80 else repr(delay)[:77] + "..."
+            raise ValueError(f"RetryLater delay must be a finite, non-negative number of seconds or a timedelta, got {shown}")
         self.delay_seconds = math.ceil(seconds)
         super().__init__(reason or f"retry requested in {self.delay_seconds} s")
+
+
+def _finite_non_negative(seconds: object) -> bool:
+    """True for an int or float that is finite and >= 0 (an int past a float's range is not)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return False
+    try:
+        return seconds >= 0 and math.isfinite(seconds)
+    except OverflowError:  # math.isfinite(10**400)
+        return False
+
+
+class TaskAbortedError(WorkerTierError):
+    """A task raised a BaseException (SystemExit, KeyboardInterrupt, GeneratorExit...); it is the ``__cause__``.
+
+    Raised in its place inside the idempotency layer, which cleans up only after an Exception.
+    """
 
 
 class UnknownPathError(NonRetryableError):

@@ -16,6 +16,11 @@ receipt handle is invalid or the message is not in flight: deleted, or received
 again elsewhere), and when no extension has succeeded for longer than the
 extension window (a run of failed calls: the message may already be visible). A
 failed call is otherwise retried on the next beat.
+
+A beat never overwrites a visibility decided elsewhere: ``release`` waits for a beat
+in progress (snapshot to send), so the caller's own change goes out after it. After
+each successful extension a message's ``on_extended`` callbacks run (the worker
+moves its idempotency record's in-progress expiry along with the lease).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from worker_tier import limits
+from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_HEARTBEAT_INTERVAL_SECONDS, HEARTBEAT_MARGIN_SECONDS
 from worker_tier.visibility import VisibilityChange, VisibilityRefusal, change_visibility
@@ -40,6 +46,7 @@ class HeldMessage:
     received_at: float
     expired: threading.Event = field(default_factory=threading.Event)
     extended_at: float | None = None  # last successful extension (this clock); the hold time until the first
+    on_extended: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.extended_at is None:
@@ -74,6 +81,9 @@ class Heartbeat:
         self._max_visibility_seconds = max_visibility_seconds
         self._held: dict[str, HeldMessage] = {}
         self._lock = threading.Lock()
+        # Held from a beat's snapshot to the end of its send, and by release(): a released message's own
+        # visibility change (sent after release returns) always lands after the beat's extension.
+        self._sending = threading.RLock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.calls = 0
@@ -94,9 +104,25 @@ class Heartbeat:
         return held
 
     def release(self, message_id: str) -> None:
-        """Stop extending a message (its fate is decided elsewhere: deleted, or given a backoff)."""
-        with self._lock:
+        """Stop extending a message (its fate is decided elsewhere: deleted, or given a backoff).
+
+        Waits for a beat in progress, so a visibility change the caller sends next is not overwritten by it.
+        """
+        with self._sending, self._lock:
             self._held.pop(message_id, None)
+
+    def on_extended(self, message_id: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the heartbeat's thread) after each successful extension of a held message."""
+        with self._lock:
+            held = self._held.get(message_id)
+            if held is not None:
+                held.on_extended.append(callback)
+
+    def held_for(self, message_id: str) -> float | None:
+        """Seconds since a held message was received (this clock), or None when it is not held."""
+        with self._lock:
+            held = self._held.get(message_id)
+        return None if held is None else self._clock() - held.received_at
 
     def lease(self, message_id: str) -> threading.Event | None:
         """The event set when a held message's lease ends: the 12-hour cap, or lost (``Task.lease_expired``)."""
@@ -124,6 +150,13 @@ class Heartbeat:
 
     def beat(self) -> None:
         """One round: extend every held message, 10 per call; release those at SQS's 12-hour cap; drop lost ones."""
+        with self._sending:
+            extended = self._beat_and_send()
+        for message in extended:
+            self._after_extension(message)
+
+    def _beat_and_send(self) -> list[HeldMessage]:
+        """Snapshot, decide and send one round; the messages extended."""
         now = self._clock()
         with self._lock:
             held = list(self._held.values())
@@ -140,19 +173,32 @@ class Heartbeat:
             logger.warning("message near SQS's 12-hour visibility cap: released for retry", extra={"message_id": message.message_id})
             message.expired.set()
             self.release(message.message_id)
-        if changes:
-            self.calls += -(-len(changes) // limits.SQS_MAX_BATCH_ENTRIES)
-            self._settle(extend, change_visibility(self._sqs, self._queue_url, changes), now)
+        if not changes:
+            return []
+        self.calls += -(-len(changes) // limits.SQS_MAX_BATCH_ENTRIES)
+        return self._settle(extend, change_visibility(self._sqs, self._queue_url, changes), now)
 
-    def _settle(self, extended: list[HeldMessage], refusals: list[VisibilityRefusal], now: float) -> None:
-        """Record successful extensions; a message SQS says is no longer ours loses its lease at once."""
+    def _settle(self, extended: list[HeldMessage], refusals: list[VisibilityRefusal], now: float) -> list[HeldMessage]:
+        """Record successful extensions (returned); a message SQS says is no longer ours loses its lease at once."""
         refused = {r.message_id: r for r in refusals}
+        succeeded = []
         for message in extended:
             refusal = refused.get(message.message_id)
             if refusal is None:
                 message.extended_at = now
+                succeeded.append(message)
             elif refusal.lost():
                 self._lose(message, f"SQS refused the extension: {refusal.code}: {refusal.message}")
+        return succeeded
+
+    @staticmethod
+    def _after_extension(message: HeldMessage) -> None:
+        """Run a message's ``on_extended`` callbacks; one that raises is logged, never stops the beat."""
+        for callback in tuple(message.on_extended):
+            try:
+                callback()
+            except Exception as error:
+                logger.warning("on_extended callback failed", extra={"message_id": message.message_id, "error": safe_repr(error)})
 
     def _lose(self, message: HeldMessage, why: str) -> None:
         """Stop holding a message that may now be with another consumer, and tell its task."""
@@ -165,4 +211,4 @@ class Heartbeat:
             try:
                 self.beat()
             except Exception as error:  # a failed beat is retried on the next one; the thread must not die
-                logger.warning("heartbeat failed", extra={"error": repr(error)})
+                logger.warning("heartbeat failed", extra={"error": safe_repr(error)})

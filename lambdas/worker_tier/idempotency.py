@@ -12,14 +12,24 @@ expiry: the invocation's remaining time. The container worker has no Lambda
 context, so it passes a ``LeaseContext`` whose remaining time is the message's
 lease (the heartbeat's extension window): when a worker crashes mid-task, the
 record's in-progress expiry has passed by the time its message is visible again,
-and the retry runs.
+and the retry runs. While the task lives, each successful heartbeat moves the
+record's in-progress expiry on by the same window (``extend_in_progress``), so a
+duplicate message with the same key never runs beside a task that is still alive.
+
+Powertools deletes a record whose handler raised only for an ``Exception``: a
+``BaseException`` from the task is raised on as ``TaskAbortedError`` (its cause),
+so the key is freed for the retry.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from typing import Any, Callable
 
-from worker_tier.errors import MalformedBodyError, WorkerTierError
+from worker_tier.aws import is_condition_failure
+from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
 from worker_tier.task import Task
 
@@ -28,6 +38,10 @@ STATE_TABLE_PARTITION_KEY = "pk"
 STATE_TABLE_TTL_ATTRIBUTE = "expiration"
 # Prefix of every idempotency record's key (the table's other items belong to the scheduler and cron).
 IDEMPOTENCY_KEY_PREFIX = "idempotency#"
+# Powertools' DynamoDB attribute names and in-progress status (DynamoDBPersistenceLayer defaults).
+IN_PROGRESS_EXPIRY_ATTRIBUTE = "in_progress_expiration"
+STATUS_ATTRIBUTE = "status"
+STATUS_IN_PROGRESS = "INPROGRESS"
 
 
 class IdempotencyConfigurationError(WorkerTierError):
@@ -65,18 +79,51 @@ def key_prefix(path: str) -> str:
 class IdempotentRunner:
     """Runs idempotent tasks at most once per key, remembering keys in the state table."""
 
-    def __init__(self, table_name: str | None, dynamodb_factory: Callable[[], Any]) -> None:
+    def __init__(
+        self, table_name: str | None, dynamodb_factory: Callable[[], Any], clock: Callable[[], float] = time.time
+    ) -> None:
         self._table_name = table_name
         self._dynamodb_factory = dynamodb_factory
+        self._clock = clock
         self._runners: dict[str, Callable[..., Any]] = {}
 
-    def run(self, definition: TaskDefinition, task: Task, lambda_context: Any = None) -> None:
-        """Call the task's handler unless its key already completed."""
+    def run(
+        self,
+        definition: TaskDefinition,
+        task: Task,
+        lambda_context: Any = None,
+        on_lease: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        """Call the task's handler unless its key already completed.
+
+        ``on_lease``: given the callback that moves this record's in-progress expiry on by the
+        lease (``lambda_context``'s remaining time), to call after each renewal of the lease.
+        """
         runner = self._runners.get(definition.path) or self._build(definition)
         self._runners[definition.path] = runner
         if lambda_context is not None:
             runner.config.register_lambda_context(lambda_context)  # type: ignore[attr-defined]
-        runner(data={"path": definition.path, "key": idempotency_key(definition, task)}, task=task, handler=definition.handler)
+        data = {"path": definition.path, "key": idempotency_key(definition, task)}
+        if on_lease is not None and lambda_context is not None:
+            key, lease_ms = record_key(definition.path, data), lambda_context.get_remaining_time_in_millis()
+            on_lease(lambda: self.extend_in_progress(key, lease_ms))
+        runner(data=data, task=task, handler=definition.handler)
+
+    def extend_in_progress(self, key: str, lease_ms: int) -> None:
+        """Move an INPROGRESS record's expiry to ``lease_ms`` from now; a record no longer in progress is left alone."""
+        expiry_ms = int(self._clock() * 1000) + lease_ms
+        try:
+            self._dynamodb_factory().update_item(
+                TableName=self._table_name,
+                Key={STATE_TABLE_PARTITION_KEY: {"S": key}},
+                UpdateExpression="SET #expiry = :expiry",
+                ConditionExpression="#status = :in_progress",
+                ExpressionAttributeNames={"#expiry": IN_PROGRESS_EXPIRY_ATTRIBUTE, "#status": STATUS_ATTRIBUTE},
+                ExpressionAttributeValues={":expiry": {"N": str(expiry_ms)}, ":in_progress": {"S": STATUS_IN_PROGRESS}},
+            )
+        except Exception as error:  # completed or deleted meanwhile (ConditionalCheckFailed): nothing to extend
+            if not is_condition_failure(error):
+                raise
 
     def _build(self, definition: TaskDefinition) -> Callable[..., Any]:
         """The Powertools-wrapped call for one task definition."""
@@ -103,10 +150,27 @@ class IdempotentRunner:
             data_keyword_argument="data", persistence_store=persistence, config=config, key_prefix=key_prefix(definition.path)
         )
         def run_task(data: dict[str, str], task: Task, handler: Callable[[Task], None]) -> None:
-            handler(task)
+            try:
+                handler(task)
+            except Exception:
+                raise
+            except BaseException as error:  # Powertools frees the key only after an Exception
+                raise TaskAbortedError(f"task {task.path!r} raised {type(error).__name__}") from error
 
         run_task.config = config  # type: ignore[attr-defined]
         return run_task
+
+
+def record_key(path: str, data: dict[str, str]) -> str:
+    """The state table key Powertools gives the record of ``data`` (its default md5 of the sorted JSON).
+
+    Examples
+    --------
+    >>> record_key("/charge", {"path": "/charge", "key": "A-1"})
+    'idempotency#/charge#83a8ab64bfbdb84af17c79f01a0e71a0'
+    """
+    digest = hashlib.md5(json.dumps(data, sort_keys=True).encode()).hexdigest()  # noqa: S324 - Powertools' own key hash
+    return f"{key_prefix(path)}#{digest}"
 
 
 def idempotency_key(definition: TaskDefinition, task: Task) -> str:

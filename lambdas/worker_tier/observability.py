@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -33,12 +34,26 @@ METRIC_VISIBILITY_REFUSED = "VisibilityChangesRefused"
 METRIC_DEAD_LETTER_FAILED = "DeadLetterFailed"
 # Records the worker could not name (no messageId), so could not report; logged and backed off.
 METRIC_MALFORMED_RECORDS = "MalformedRecords"
+# A message whose lease ended (the heartbeat lost it) before its task started: not run, left to its new holder.
+METRIC_LEASE_LOST_BEFORE_START = "LeaseLostBeforeStart"
 
 logger = Logger(service=os.getenv("POWERTOOLS_SERVICE_NAME", SERVICE_NAME))
 metrics = Metrics(
     namespace=os.getenv("POWERTOOLS_METRICS_NAMESPACE", METRICS_NAMESPACE),
     service=os.getenv("POWERTOOLS_SERVICE_NAME", SERVICE_NAME),
 )
+# Threads (the container worker's) share ``metrics``: adding a batch's metrics and flushing them take this lock.
+_metrics_lock = threading.Lock()
+
+
+def flush() -> None:
+    """Print the metrics added so far as EMF and clear them (the Lambda handler's decorator does this per invocation).
+
+    The container worker calls it after each message and before it exits.
+    """
+    with _metrics_lock:
+        if metrics.metric_set:
+            metrics.flush_metrics()
 
 
 def count(name: str, value: float = 1) -> None:
@@ -79,6 +94,10 @@ class BatchMetrics:
 
     def publish(self) -> None:
         """Add the batch's metrics to the EMF blob the handler flushes."""
+        with _metrics_lock:
+            self._add_all()
+
+    def _add_all(self) -> None:
         for name, value in self.counts.items():
             count(name, value)
         if self.durations_ms:

@@ -11,18 +11,25 @@ Every record ends in exactly one of:
 - held back: not due yet (its ``worker_tier.due_at`` is ahead of this clock, as when the
   scheduler's clock runs fast); not run, reported failed, visibility set to the time left;
   not a failure, and its receive does not count against ``max_retries`` (``Task.receive_count``);
-- released: not started (timeout guard, FIFO group stopped), reported failed with visibility 0.
+- released: not started (timeout guard, FIFO group stopped), reported failed with visibility 0;
+- lease lost: its heartbeat lost the message before its task started (another consumer may
+  hold it now); not run, reported failed, its visibility left alone (``LeaseLostBeforeStart``).
 
 All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call;
 those SQS refuses are counted (``VisibilityChangesRefused``) and logged with their message ids.
 
 Anything a task raises is its message's failure, ``BaseException`` included
-(``SystemExit``, ``KeyboardInterrupt``; ``GeneratorExit`` passes through): it is
-never re-raised, since killing the runtime mid-batch would re-run the batch's
-succeeded messages and lose every decision. A record without a usable
-``messageId`` cannot be named in ``batchItemFailures`` (Lambda always names its
-records: only a hand-built event lacks one); it is logged with what it has and,
-when it has a receipt handle, backed off.
+(``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``): it is never re-raised,
+since killing the runtime mid-batch would re-run the batch's succeeded messages and
+lose every decision. Errors are logged through ``message.safe_repr`` (an error's
+``__repr__`` can raise), and if deciding a fate raises all the same, the message
+backs off (never visibility 0), unless it already went to the DLQ. A record
+without a usable ``messageId`` cannot be named in ``batchItemFailures`` (Lambda
+always names its records: only a hand-built event lacks one); it is logged with
+what it has and, when it has a receipt handle, backed off. A named record Powertools
+or the heartbeat cannot read (no receipt handle, ``attributes`` or
+``messageAttributes`` that are not objects) is reported failed and backed off
+before either sees it.
 """
 
 from __future__ import annotations
@@ -41,8 +48,16 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, Sqs
 from worker_tier import backoff, limits, message, observability
 from worker_tier.aws import LazyClient
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
-from worker_tier.errors import MalformedBodyError, NonRetryableError, RetryLater, UnknownPathError, WorkerTierError
+from worker_tier.errors import (
+    MalformedBodyError,
+    NonRetryableError,
+    RetryLater,
+    TaskAbortedError,
+    UnknownPathError,
+    WorkerTierError,
+)
 from worker_tier.idempotency import IdempotentRunner, LeaseContext
+from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.settings import Settings
@@ -98,6 +113,10 @@ class HeldBackError(Exception):
     """The message is not due yet; it goes back until it is (not a failure)."""
 
 
+class LeaseLostError(Exception):
+    """The heartbeat lost the message's lease before its task started: another consumer may run it now."""
+
+
 class TaskFailedError(WorkerTierError):
     """Marks a record failed for the batch processor; the task's own error (any BaseException) is its cause."""
 
@@ -114,6 +133,8 @@ class _Invocation:
     heartbeat: Heartbeat | None = None
     leases: dict[str, threading.Event] = field(default_factory=dict)
     lease_context: LeaseContext | None = None
+    dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
+    left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
@@ -196,11 +217,11 @@ class Worker:
         container worker); without it, the batch gets its own when asked for.
         Raises MalformedEventError for anything that is not an SQS event.
         """
-        records, nameless = message.split_records(event)
-        received_at = self._clock() - self.settings.max_batching_window
-        invocation = _Invocation(context, self.settings.timeout_margin * 1000, received_at)
-        self._count_batch(records, invocation)
+        named, nameless = message.split_records(event)
+        invocation = _Invocation(context, self.settings.timeout_margin * 1000, self._clock() - self._receive_lag_seconds())
+        self._count_batch(named, invocation)
         self._back_off_nameless(nameless, invocation)
+        records, unreadable = _split_unreadable(named)
         processor = self._new_processor()
 
         def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
@@ -217,9 +238,20 @@ class Worker:
         response = processor.response()
         self._count_succeeded(len(processor.success_messages), invocation)
         self._release_undecided(records, response, invocation)
-        self._flush(records, invocation)
+        response["batchItemFailures"].extend(self._back_off_unreadable(unreadable, invocation))
+        self._flush(named, invocation)
         invocation.metrics.publish()
         return response
+
+    def _receive_lag_seconds(self) -> float:
+        """How long before this invocation its messages may have been received (Lambda path).
+
+        The poller waits up to the batching window, then retries a throttled invoke
+        until the messages' visibility timeout runs out, so a batch can start that much
+        after its receive:
+        https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html
+        """
+        return self.settings.visibility_timeout + self.settings.max_batching_window
 
     def sqs(self) -> Any:
         """The SQS client this worker uses (created on first use)."""
@@ -233,6 +265,9 @@ class Worker:
         invocation.heartbeat = heartbeat
         invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
         invocation.lease_context = LeaseContext(heartbeat.extension_seconds)
+        # The caller received them: count SQS's 12 hours from its receive, however long they waited since.
+        ages = [age for r in records if (age := heartbeat.held_for(r["messageId"])) is not None]
+        invocation.received_at = self._clock() - max(ages, default=0.0)
 
     def _start_heartbeat(self, records: list[Any], invocation: _Invocation) -> None:
         """Hold every message of the batch while it runs, when the setting or one of its tasks asks.
@@ -250,8 +285,8 @@ class Worker:
         from worker_tier.heartbeat import Heartbeat
 
         heartbeat = Heartbeat(self._sqs.get(), self._resolve_queue_url(records), interval_seconds=self.settings.heartbeat_interval)
-        # Received up to a batching window before the invocation started: count the cap from then.
-        received_at = time.monotonic() - self.settings.max_batching_window
+        # Received up to the receive lag before the invocation started: count the cap from then.
+        received_at = time.monotonic() - self._receive_lag_seconds()
         for record in records:
             invocation.leases[record["messageId"]] = heartbeat.hold(record["messageId"], record["receiptHandle"], received_at).expired
         invocation.heartbeat = heartbeat
@@ -283,6 +318,8 @@ class Worker:
         if invocation.time_is_short():
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
+        if task.lease is not None and task.lease.is_set():
+            self._lease_lost(task, invocation)
         attributes = record.get("messageAttributes")
         if attributes and message.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
@@ -294,23 +331,51 @@ class Worker:
             if definition.parser is not None:
                 self._parse(definition, task)
             self._call(definition, task, invocation)
-        except GeneratorExit:
-            raise
-        except BaseException as error:  # a task's failure, whatever its type (SystemExit included)
-            if self._fail(record, task, invocation, error):
+        except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
+            if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
+                error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
+            if self._fail_safely(record, task, invocation, error):
                 raise TaskFailedError(_describe(error)) from error
         else:
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
 
+    def _lease_lost(self, task: Task, invocation: _Invocation) -> None:
+        """Do not start a task whose message the heartbeat lost: report it failed and leave its visibility alone."""
+        invocation.left_alone.add(task.message_id)
+        invocation.metrics.count(observability.METRIC_LEASE_LOST_BEFORE_START)
+        logger.warning("message's lease was lost before its task started: not run, left to its new holder")
+        raise LeaseLostError(f"message {task.message_id} lost its lease before its task started")
+
+    def _fail_safely(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
+        """``_fail``, with a net: if deciding raises, the message backs off (never visibility 0) unless dead-lettered."""
+        try:
+            return self._fail(record, task, invocation, error)
+        except BaseException as failure:  # a listener, a log handler, an error's own methods: never lose the decision
+            logger.error(
+                "deciding a failed task's fate raised; its message backs off",
+                extra={"message_id": task.message_id, "error": safe_repr(failure)},
+            )
+            if task.message_id in invocation.dead_lettered:
+                return False
+            if task.message_id not in invocation.changes:
+                invocation.set_visibility(record, self._backoff(task))
+            return True
+
     def _fail(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
         """Decide a failed task's fate; True when its message stays in the queue (reported failed)."""
         if not isinstance(error, Exception):
-            logger.error("task raised a BaseException; handled as its message's failure", extra={"error": repr(error)})
+            logger.error("task raised a BaseException; handled as its message's failure", extra={"error": safe_repr(error)})
         if isinstance(error, NonRetryableError) or task.receive_count >= self.settings.max_retries:
             return self._dead_letter(record, task, invocation, error)
-        delay = error.delay_seconds if isinstance(error, RetryLater) else self._backoff(task)
-        return self._retry(record, task, invocation, delay, error)
+        return self._retry(record, task, invocation, self._retry_delay(task, error), error)
+
+    def _retry_delay(self, task: Task, error: BaseException) -> int:
+        """RetryLater's delay; the backoff for any other error (and for a RetryLater that never set its delay)."""
+        delay = getattr(error, "delay_seconds", None) if isinstance(error, RetryLater) else None
+        if type(delay) is not int:
+            return self._backoff(task)
+        return delay
 
     def _held_back(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> bool:
         """True (and its visibility set to the time left) when a delayed message is not due by this clock."""
@@ -354,9 +419,10 @@ class Worker:
         try:
             task.payload = definition.parser(task.body)  # type: ignore[misc]
         except Exception as error:
-            name = getattr(definition.parser, "__qualname__", repr(definition.parser))
+            name = getattr(definition.parser, "__qualname__", None) or safe_repr(definition.parser)  # type: ignore[arg-type]
             raise MalformedBodyError(
-                f"parser {name} of task {task.path!r} rejected the body of message {task.message_id}: {error}"
+                f"parser {name} of task {task.path!r} rejected the body of message {task.message_id}: "
+                f"{_describe(error)}"
             ) from error
 
     def _call(self, definition: TaskDefinition, task: Task, invocation: _Invocation) -> None:
@@ -364,12 +430,21 @@ class Worker:
         started = time.perf_counter()
         try:
             if definition.idempotent:
-                context = invocation.context if invocation.context is not None else invocation.lease_context
-                self._idempotency.run(definition, task, context)
+                self._run_idempotent(definition, task, invocation)
             else:
                 definition.handler(task)
         finally:
             invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
+
+    def _run_idempotent(self, definition: TaskDefinition, task: Task, invocation: _Invocation) -> None:
+        """Run through the idempotency layer; with the caller's heartbeat, the record's expiry follows the lease."""
+        if invocation.context is not None or invocation.heartbeat is None:
+            self._idempotency.run(definition, task, invocation.context)
+            return
+        heartbeat = invocation.heartbeat
+        self._idempotency.run(
+            definition, task, invocation.lease_context, on_lease=lambda extend: heartbeat.on_extended(task.message_id, extend)
+        )
 
     def _backoff(self, task: Task) -> int:
         """The full-jitter backoff after this receive."""
@@ -399,7 +474,7 @@ class Worker:
         invocation.set_visibility(record, delay)
         invocation.metrics.count(observability.METRIC_FAILED)
         invocation.metrics.count(observability.METRIC_RETRIED)
-        logger.warning("task failed; retrying", extra={"error": repr(error), "retry_in_seconds": delay})
+        logger.warning("task failed; retrying", extra={"error": safe_repr(error), "retry_in_seconds": delay})
         self._emit(OUTCOME_RETRYING, task, _describe(error), delay)
         return True
 
@@ -418,12 +493,12 @@ class Worker:
             [result] = self._client(record).send_batch([copy], _internal_attributes={0: internal})
             problem = result.error
         except Exception as failure:  # MessageError (it cannot be stored), or the table refused it
-            problem = f"{type(failure).__name__}: {failure}"
+            problem = _describe(failure)
         if problem is not None:
             logger.warning("retry could not be re-sent through the delay table", extra={"error": problem})
             return False
         invocation.metrics.count(observability.METRIC_RESCHEDULED)
-        logger.info("retry re-sent through the delay table", extra={"error": repr(error), "retry_in_seconds": delay})
+        logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
         self._emit(OUTCOME_RESCHEDULED, task, _describe(error), delay)
         return True
 
@@ -452,14 +527,14 @@ class Worker:
             )
         except Exception as failure:  # the DLQ refused it, or building the copy raised: never let it escape
             logger.error(
-                "dead-letter failed; message kept for retry",
-                extra={"message_id": task.message_id, "error": f"{type(failure).__name__}: {failure}"},
+                "dead-letter failed; message kept for retry", extra={"message_id": task.message_id, "error": _describe(failure)}
             )
             invocation.metrics.count(observability.METRIC_DEAD_LETTER_FAILED)
             return self._retry(record, task, invocation, self._backoff(task), failure)
+        invocation.dead_lettered.add(task.message_id)
         invocation.metrics.count(observability.METRIC_FAILED)
         invocation.metrics.count(observability.METRIC_DEAD_LETTERED)
-        logger.error("task dead-lettered", extra={"error": repr(error), "attempts": task.receive_count})
+        logger.error("task dead-lettered", extra={"error": safe_repr(error), "attempts": task.receive_count})
         self._emit(OUTCOME_DEAD_LETTERED, task, _describe(error))
         return False
 
@@ -491,16 +566,28 @@ class Worker:
             logger.error("record without a usable messageId: logged and backed off", extra={"index": index, "record": shown})
             invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
             if isinstance(record, Mapping):
-                delay = backoff.backoff_seconds(
-                    1, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
-                )
-                invocation.set_visibility(record, delay, key=f"record #{index} (no messageId)")
+                invocation.set_visibility(record, self._backoff_first(), key=f"record #{index} (no messageId)")
+
+    def _back_off_unreadable(self, records: list[Any], invocation: _Invocation) -> list[dict[str, str]]:
+        """Report records no processor could read as failed; log them, and back off those with a receipt handle."""
+        for record in records:
+            shown = {k: str(v)[:80] for k, v in record.items()}
+            logger.error("record the worker cannot read: reported failed and backed off", extra={"record": shown})
+            invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
+            if type(record.get("receiptHandle")) is str:
+                invocation.set_visibility(record, self._backoff_first())
+        return [{"itemIdentifier": record["messageId"]} for record in records]
+
+    def _backoff_first(self) -> int:
+        """The backoff after a first receive (a record whose receive count cannot be read)."""
+        return backoff.backoff_seconds(1, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random)
 
     def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
         """Failed records with no decision of ours (a stopped FIFO group) return at once."""
         failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
         for record in records:
-            if record["messageId"] in failed and record["messageId"] not in invocation.changes:
+            message_id = record["messageId"]
+            if message_id in failed and message_id not in invocation.changes and message_id not in invocation.left_alone:
                 task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
                 self._release(record, task, invocation, "an earlier message of its group failed")
 
@@ -535,5 +622,23 @@ class Worker:
 
 
 def _describe(error: BaseException) -> str:
-    """``Type: message`` for logs and outcomes."""
-    return f"{type(error).__name__}: {message.error_text(error)}"
+    """``Type: message`` for logs and outcomes, cut to ``message.MAX_LOGGED_ERROR_CHARS``."""
+    return f"{type(error).__name__}: {message.error_text(error, message.MAX_LOGGED_ERROR_CHARS)}"
+
+
+def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Records Powertools and the heartbeat can read, and those they cannot (no receipt handle, or
+    ``attributes`` / ``messageAttributes`` that are not objects): those must not reach either."""
+    unreadable = [
+        r for r in records
+        if type(r.get("receiptHandle")) is not str
+        or type(r.get("attributes", _NO_ATTRIBUTES)) is not dict
+        or type(r.get("messageAttributes", _NO_ATTRIBUTES)) is not dict
+    ]
+    if not unreadable:
+        return records, unreadable
+    kept = {id(r) for r in unreadable}
+    return [r for r in records if id(r) not in kept], unreadable
+
+
+_NO_ATTRIBUTES: dict[str, Any] = {}
