@@ -10,7 +10,6 @@ queues is in ``worker_tier.dedupe``).
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import os
@@ -18,13 +17,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
-from worker_tier import dedupe, delay, limits, message, sqs_rules
+from worker_tier import dedupe, delay, limits, message
+from worker_tier import outgoing as checks
 from worker_tier.aws import LazyClient, error_code
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
+from worker_tier.outgoing import OutgoingMessage, due_in_seconds
+
+__all__ = ["Client", "OutgoingMessage", "SendResult", "due_in_seconds"]
 
 _log = logging.getLogger(__name__)
 
@@ -33,32 +35,10 @@ MAX_ENTRY_ATTEMPTS = 5
 ENTRY_RETRY_BASE_SECONDS = 0.05
 ENTRY_RETRY_CAP_SECONDS = 2.0
 
-# Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
-RESERVED_ATTRIBUTE_PREFIXES = ("worker_tier.", "beanstalk.sqsd.")
 # The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(message.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
-# SQS's default MaximumMessageSize until August 2025, and the smallest configuration in common use: while a
-# queue's own maximum cannot be read, a delayed message up to this size is stored, a larger one is not (belongs
-# in limits.py): https://aws.amazon.com/about-aws/whats-new/2025/08/amazon-sqs-max-payload-size-1mib/
-SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES = 256 * 1024
 QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
-_MAX_DELAY_SECONDS = delay.MAX_DELAY_SECONDS  # due_in_seconds's parameter is named delay
-# A batch's MessageError names at most this many invalid messages, one per line.
-MAX_LISTED_PROBLEMS = 10
 
-
-
-@dataclass(frozen=True)
-class OutgoingMessage:
-    """One message for ``Client.send_batch``; the fields mean what ``Client.send``'s arguments mean."""
-
-    path: str
-    body: Any
-    delay: timedelta | float | None = None
-    at: datetime | None = None
-    attributes: Mapping[str, Any] | None = None
-    dedupe_key: str | None = None
-    group_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +64,7 @@ class Client:
     message goes to the delay table (a message sent straight to SQS is checked by
     SQS itself), and keeps it. A failed read is logged and never kept: the next
     send tries again, and meanwhile a delayed message over
-    ``SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES`` (256 KiB) comes back with
+    ``limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES`` (256 KiB) comes back with
     the retryable code ``QueueLimitUnknown``; a smaller one is stored.
 
     Examples
@@ -108,8 +88,8 @@ class Client:
         maximum_message_size: int | None = None,
     ) -> None:
         if not queue_url or not isinstance(queue_url, str):
-            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with WORKER_TIER_QUEUE_URL set), got {_shown(queue_url)}")
-        _check_settings(delay_shards, maximum_message_size)
+            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with WORKER_TIER_QUEUE_URL set), got {checks.shown(queue_url)}")
+        checks.check_settings(delay_shards, maximum_message_size)
         self.queue_url = queue_url
         self.delay_table = delay_table
         self.fifo = queue_url.endswith(".fifo")
@@ -127,7 +107,7 @@ class Client:
         """A Client for ``WORKER_TIER_QUEUE_URL`` and, when set, ``WORKER_TIER_DELAY_TABLE`` and ``WORKER_TIER_DELAY_SHARDS``."""
         shards = environ.get("WORKER_TIER_DELAY_SHARDS")
         if shards is not None:
-            kwargs.setdefault("delay_shards", _whole_number("WORKER_TIER_DELAY_SHARDS", shards, delay.MAX_SHARDS))
+            kwargs.setdefault("delay_shards", checks.whole_number("WORKER_TIER_DELAY_SHARDS", shards, delay.MAX_SHARDS))
         return cls(environ.get("WORKER_TIER_QUEUE_URL"), environ.get("WORKER_TIER_DELAY_TABLE"), **kwargs)
 
     def send(
@@ -202,8 +182,8 @@ class Client:
         extra String attributes named ``worker_tier.*``, exempt from the
         reserved-name rule but not from SQS's rules.
         """
-        messages = _outgoing_messages(messages)
-        internal = _internal_by_index(_internal_attributes or {}, len(messages))
+        messages = checks.outgoing_messages(messages)
+        internal = checks.internal_by_index(_internal_attributes or {}, len(messages))
         routed = self._route(messages, self._clock(), internal)
         results = {r.index: r for r in routed if isinstance(r, SendResult)}
         # Delayed ones first: each was routed as due more than 900 s after the clock read above, so it must be
@@ -223,10 +203,10 @@ class Client:
             try:
                 routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit))
             except MessageError as error:
-                problems.append(f"message {index} for {_shown(outgoing.path)}: {error}")
+                problems.append(f"message {index} for {checks.shown(outgoing.path)}: {error}")
         problems += dedupe.repeated_keys([m.dedupe_key for m in messages])
         if problems:
-            raise MessageError(_problem_list(problems, len(messages)))
+            raise MessageError(checks.problem_list(problems, len(messages)))
         return routed
 
     def _build_entry(
@@ -234,14 +214,14 @@ class Client:
     ) -> Any:
         """Check one message and route it: a SendMessageBatch entry, (index, DelayedMessage), or a SendResult when it cannot go yet."""
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
-            raise MessageError(f"path must be a string starting with '/', got {_shown(outgoing.path)}")
-        body = _body_text(outgoing.body)
-        attributes = _message_attributes(outgoing, internal)
-        _check_ids(outgoing)
+            raise MessageError(f"path must be a string starting with '/', got {checks.shown(outgoing.path)}")
+        body = checks.body_text(outgoing.body)
+        attributes = checks.message_attributes(outgoing, internal)
+        checks.check_ids(outgoing)
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
         if math.ceil(seconds) > self._long_delay_threshold:
             return self._delayed(index, outgoing, body, attributes, now, seconds, queue_limit)
-        size = _checked_size(body, attributes, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
+        size = checks.checked_size(body, attributes, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
         entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
         entry.update(self._queue_options(outgoing, math.ceil(seconds), now + seconds))
         entry["_size"] = size
@@ -255,7 +235,7 @@ class Client:
         self._check_delay_table_use(outgoing, math.ceil(seconds), len(attributes))
         maximum, failure = queue_limit()
         what = f"with {message.DUE_AT_ATTRIBUTE} (added at dispatch)"
-        size = _checked_size(body, attributes, maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
+        size = checks.checked_size(body, attributes, maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
         message_id = delay.new_message_id(outgoing.dedupe_key)
         delayed = DelayedMessage(
             message_id, math.ceil((now + seconds) * 1000), body, attributes, delay.shard_of(message_id, self._delay_shards), outgoing.dedupe_key
@@ -266,7 +246,7 @@ class Client:
                 f"a delayed message is stored as a DynamoDB item of at most {limits.DYNAMODB_MAX_ITEM_BYTES} bytes; "
                 f"this one needs {item_bytes}"
             )
-        if maximum is None and size > SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES:
+        if maximum is None and size > limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES:
             return SendResult(index, error=_limit_unknown_reason(size, failure), code=QUEUE_LIMIT_UNKNOWN_CODE)
         return index, delayed
 
@@ -426,191 +406,13 @@ class Client:
         return [e for e in pending if e["Id"] not in late]
 
 
-def _check_settings(delay_shards: Any, maximum_message_size: Any) -> None:
-    """MessageError for a delay_shards or maximum_message_size of the wrong type or out of range."""
-    if isinstance(delay_shards, bool) or not isinstance(delay_shards, int) or not 1 <= delay_shards <= delay.MAX_SHARDS:
-        raise MessageError(f"delay_shards must be a whole number 1..{delay.MAX_SHARDS}, got {_shown(delay_shards)}")
-    low, high = limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES, limits.SQS_MAX_MESSAGE_BYTES
-    if maximum_message_size is not None and (
-        isinstance(maximum_message_size, bool) or not isinstance(maximum_message_size, int) or not low <= maximum_message_size <= high
-    ):
-        raise MessageError(f"maximum_message_size must be {low}..{high} bytes (SQS MaximumMessageSize), got {_shown(maximum_message_size)}")
-
-
-def _whole_number(name: str, text: str, maximum: int) -> int:
-    """An environment variable's whole number 1..maximum; MessageError naming the variable and the value otherwise."""
-    try:
-        return int(text)
-    except ValueError:
-        raise MessageError(f"{name} must be a whole number 1..{maximum}, got {text!r}") from None
-
-
-def _outgoing_messages(messages: Any) -> list[OutgoingMessage]:
-    """send_batch's argument as a list of OutgoingMessage; MessageError naming each item that is not one."""
-    if isinstance(messages, (str, bytes, Mapping, OutgoingMessage)) or not isinstance(messages, Iterable):
-        raise MessageError(f"send_batch takes an iterable of OutgoingMessage, got {type(messages).__name__}")
-    messages = list(messages)
-    wrong = [f"message {i} is a {type(m).__name__}" for i, m in enumerate(messages) if not isinstance(m, OutgoingMessage)]
-    if wrong:
-        raise MessageError(f"send_batch takes OutgoingMessage objects: {', '.join(wrong[:MAX_LISTED_PROBLEMS])}")
-    return messages
-
-
-def _problem_list(problems: list[str], count: int) -> str:
-    """One problem as it is; several as one line each, capped at MAX_LISTED_PROBLEMS."""
-    if len(problems) == 1:
-        return problems[0]
-    listed = problems[:MAX_LISTED_PROBLEMS]
-    more = [f"... and {len(problems) - len(listed)} more"] if len(problems) > len(listed) else []
-    return "\n".join([f"{len(problems)} problems in a batch of {count} messages; none was sent or stored:", *listed, *more])
-
-
 def _limit_unknown_reason(size: int, failure: str) -> str:
     """The retryable error of a delayed message too big to store while the queue's maximum is unknown."""
     return (
         f"could not read the queue's MaximumMessageSize ({failure}); this delayed message is {size} bytes with "
-        f"{message.DUE_AT_ATTRIBUTE}, over the {SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES} bytes any queue takes, "
+        f"{message.DUE_AT_ATTRIBUTE}, over the {limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES} bytes any queue takes, "
         "so it was not stored: retry"
     )
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    """A value's repr for an error message, shortened; never raises (an int past 4,300 digits has no repr)."""
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__} that cannot be printed>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def due_in_seconds(delay: timedelta | float | None, at: datetime | None, now: float) -> float:
-    """Seconds from ``now`` until a message is due, from ``delay`` or ``at`` (0 when neither, or ``at`` is past).
-
-    Examples
-    --------
-    >>> due_in_seconds(timedelta(seconds=1.5), None, 0.0)
-    1.5
-    """
-    if delay is not None and at is not None:
-        raise MessageError("give delay or at, not both")
-    if at is not None:
-        if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
-            raise MessageError(f"at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got {at!r}")
-        return max(0.0, at.timestamp() - now)
-    if delay is None:
-        return 0.0
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    rule = f"delay must be a non-negative number of seconds or a timedelta, got {_shown(delay)}"
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-        raise MessageError(rule)
-    try:
-        seconds = float(seconds)
-    except OverflowError:  # an int past float's range, such as 10**400
-        raise MessageError(f"{rule}; the most is {_MAX_DELAY_SECONDS} s (366 days)") from None
-    if not math.isfinite(seconds):
-        raise MessageError(rule)
-    return seconds
-
-
-def _body_text(body: Any) -> str:
-    """The body as SQS will carry it; MessageError for a body SQS refuses."""
-    if not isinstance(body, str):
-        try:
-            body = json.dumps(body, separators=(",", ":"))
-        except (TypeError, ValueError, RecursionError) as error:  # RecursionError: nested deeper than json can encode
-            raise MessageError(f"body must be a string or JSON-serializable, got {type(body).__name__}: {error}") from None
-    problem = sqs_rules.body_problem(body)
-    if problem:
-        raise MessageError(problem)
-    return body
-
-
-def _check_ids(outgoing: OutgoingMessage) -> None:
-    """dedupe_key and group_id: SQS's MessageDeduplicationId / MessageGroupId rule, on every queue type."""
-    problem = (outgoing.dedupe_key is not None and sqs_rules.group_id_problem(outgoing.dedupe_key, "dedupe_key")) or (
-        outgoing.group_id is not None and sqs_rules.group_id_problem(outgoing.group_id, "group_id")
-    )
-    if problem:
-        raise MessageError(problem)
-
-
-def _checked_size(body: str, attributes: Mapping[str, Any], limit: int, *, extra: int = 0, what: str = "") -> int:
-    """The message's size as SQS counts it; MessageError when over the queue's maximum."""
-    size = message.message_bytes(body, attributes) + extra
-    if size > limit:
-        raise MessageError(
-            f"message is {size} bytes with its attributes{' ' + what if what else ''}; "
-            f"the queue allows at most {limit} (MaximumMessageSize)"
-        )
-    return size
-
-
-def _message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """The path, the user's attributes and any internal ones, in the SQS API's shape, checked as SQS checks them."""
-    user = outgoing.attributes or {}
-    if not isinstance(user, Mapping):
-        raise MessageError(f"attributes must be a mapping of name to value, got {type(user).__name__}")
-    if len(user) + 1 > limits.SQS_MAX_MESSAGE_ATTRIBUTES:
-        raise MessageError(
-            f"{len(user)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
-            f"and Worker Tier uses one for the path, so at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1}"
-        )
-    attributes = {message.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
-    attributes.update({_user_attribute_name(name): _attribute_value(name, value) for name, value in user.items()})
-    attributes.update({name: {"DataType": "String", "StringValue": value} for name, value in internal.items()})
-    problem = sqs_rules.attributes_problem(attributes)
-    if problem:
-        raise MessageError(problem)
-    return attributes
-
-
-def _user_attribute_name(name: Any) -> Any:
-    """Refuse the names Worker Tier and sqsd set themselves; SQS's own rules are checked with the values."""
-    if name == message.PATH_ATTRIBUTE:
-        raise MessageError(f"attribute {name!r} is set from the path argument; do not pass it")
-    if isinstance(name, str) and name.startswith(RESERVED_ATTRIBUTE_PREFIXES):
-        raise MessageError(
-            f"attribute name {name!r} is reserved: names starting with "
-            f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} are set by Worker Tier and sqsd; rename it"
-        )
-    return name
-
-
-def _attribute_value(name: Any, value: Any) -> dict[str, Any]:
-    """One attribute value in the SQS API's shape: str → String, int/float/Decimal → Number, bytes → Binary."""
-    if isinstance(value, bool):
-        raise MessageError(f"attribute {name!r} is a bool; send 'true'/'false' as a string or 1/0 as a number")
-    if isinstance(value, (int, float, Decimal)):
-        if isinstance(value, float) and not math.isfinite(value) or isinstance(value, Decimal) and not value.is_finite():
-            raise MessageError(f"attribute {name!r} must be a finite number, got {value!r}")
-        return {"DataType": "Number", "StringValue": sqs_rules.format_number(value)}
-    if isinstance(value, (bytes, bytearray)):
-        return {"DataType": "Binary", "BinaryValue": bytes(value)}
-    if isinstance(value, str):
-        return {"DataType": "String", "StringValue": value}
-    raise MessageError(f"attribute {name!r} must be str, int, float, Decimal or bytes, got {type(value).__name__}")
-
-
-def _internal_by_index(internal: Mapping[int, Mapping[str, str]], count: int) -> dict[int, Mapping[str, str]]:
-    """Check ``_internal_attributes``: indexes of this batch, reserved names (``worker_tier.*``, and
-    ``beanstalk.sqsd.*`` for a periodic task's copy), String values; never the path or ``due_at``."""
-    for index, attributes in internal.items():
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-            raise MessageError(f"_internal_attributes: index {index!r} is not a message of this batch (0..{count - 1})")
-        for name, value in attributes.items():
-            if (
-                not isinstance(name, str)
-                or not name.startswith(RESERVED_ATTRIBUTE_PREFIXES)
-                or name in (message.DUE_AT_ATTRIBUTE, message.PATH_ATTRIBUTE)
-            ):
-                raise MessageError(
-                    f"_internal_attributes: name {name!r} must start with "
-                    f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} and not be {message.DUE_AT_ATTRIBUTE!r} "
-                    f"(set by the delay scheduler) or {message.PATH_ATTRIBUTE!r} (set from the path)"
-                )
-            if not isinstance(value, str):
-                raise MessageError(f"_internal_attributes: {name!r} must be a string, got {type(value).__name__}")
-    return dict(internal)
 
 
 def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict[str, Any]]]:

@@ -28,6 +28,9 @@ SQS_MAX_ATTRIBUTE_NAME_CHARS = 256
 
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SetQueueAttributes.html (MaximumMessageSize)
 SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES = 1024
+# SQS's default MaximumMessageSize until August 2025, and the smallest configuration in common use:
+# https://aws.amazon.com/about-aws/whats-new/2025/08/amazon-sqs-max-payload-size-1mib/
+SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES = 256 * 1024
 
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html
 DYNAMODB_MAX_BATCH_WRITE_ITEMS = 25
