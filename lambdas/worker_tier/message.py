@@ -228,7 +228,7 @@ def safe_repr(error: BaseException, max_chars: int = MAX_LOGGED_ERROR_CHARS) -> 
 
     Examples
     --------
-    >>> safe_repr(ValueError("x" * 10), max_chars=12)
+    >>> safe_repr(ValueError("x" * 10), max_chars=16)
     "ValueError('x..."
     """
     try:
