@@ -8,6 +8,13 @@ DLQ as a small message of its own (a JSON body with the source message id, the
 reason and ``REASON_RECORD_NOTE``, plus the usual ``worker_tier.failure``) and the original
 follows as it came, without a reason attribute: the reason always goes first, so
 the original never arrives alone.
+
+Delivery of a reason record is at-least-once: when the original's send fails after
+its reason record went out, the message backs off and the next attempt sends a new
+reason record (its ``attempts`` and ``failed_at`` are that attempt's). A standard DLQ
+can then hold several reason records for one message; read them by
+``source_message_id``. A FIFO DLQ drops the repeat within SQS's deduplication
+window, as the reason record's deduplication id is stable (``<message id>-reason``).
 """
 
 from __future__ import annotations

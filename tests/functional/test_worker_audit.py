@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -349,3 +350,46 @@ def test_a_huge_error_message_is_cut_in_logs_and_outcomes(aws, outcomes, caplog)
     [retry_log] = [record for record in caplog.records if record.getMessage() == "task failed; retrying"]
     assert len(retry_log.error) == MAX_LOGGED_ERROR_CHARS and retry_log.error.endswith("...")
     assert len(outcomes[0].detail) <= len("RuntimeError: ") + MAX_LOGGED_ERROR_CHARS
+
+
+# -- minor: a reason record sent again after the original's send failed (documented: at-least-once) -----------------
+
+
+class FailDeadLetterSend:
+    """An SQS client whose n-th SendMessage to the DLQ is throttled."""
+
+    def __init__(self, inner, dead_letter_queue_url: str, failing_send: int) -> None:
+        self.inner, self.url, self.failing_send, self.sends = inner, dead_letter_queue_url, failing_send, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def send_message(self, **params):
+        if params["QueueUrl"] == self.url:
+            self.sends += 1
+            if self.sends == self.failing_send:
+                from botocore.exceptions import ClientError
+
+                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "SendMessage")
+        return self.inner.send_message(**params)
+
+
+def test_a_reason_record_is_sent_again_when_the_originals_send_failed_and_names_its_message(aws):
+    # GIVEN a 1 MiB message (its reason goes as a record of its own) whose original's first DLQ send is throttled
+    from worker_tier.limits import SQS_MAX_MESSAGE_BYTES
+
+    send(aws, "/refuse", "b" * (SQS_MAX_MESSAGE_BYTES - 50))
+    aws.sqs = FailDeadLetterSend(aws.sqs, aws.dead_letter_queue_url, failing_send=2)
+    worker = worker_for(aws, one_task("/refuse", raise_(NonRetryableError("no"))))
+    # WHEN it is handled, backs off, and is handled again
+    first = aws.receive_event(max_messages=1)
+    first_response = worker.handle(first, None)
+    aws.sqs.change_message_visibility(QueueUrl=aws.queue_url, ReceiptHandle=first["Records"][0]["receiptHandle"], VisibilityTimeout=0)
+    second_response = worker.handle(aws.receive_event(max_messages=1), None)
+    # THEN the DLQ holds the original once and a reason record per attempt, each naming the original (at-least-once)
+    message_id = first["Records"][0]["messageId"]
+    assert (failure_ids(first_response), second_response["batchItemFailures"]) == ({message_id}, [])
+    bodies = [dead["Body"] for dead in aws.dead_letters()]
+    records = [json.loads(body) for body in bodies if len(body) < 10_000]
+    assert [r["source_message_id"] for r in records] == [message_id, message_id]
+    assert sum(1 for body in bodies if len(body) >= 10_000) == 1
