@@ -9,8 +9,16 @@ The differences handled here:
   Weekdays are emitted as names, so numbering cannot be confused.
 - EventBridge needs ``?`` in day-of-month or day-of-week. When standard cron restricts
   both, a day matches if *either* matches; no single EventBridge expression says
-  that, so two are emitted whose union is exact. "Restricted" follows croniter: any
-  field other than a bare ``*`` (so ``*/2`` counts as restricted, unlike Vixie cron).
+  that, so two are emitted whose union is exact. "Restricted" follows croniter (which
+  ``make cron-next`` and the local environment run): a day field is unrestricted when
+  ``*`` is one of its list elements, or when it covers its whole range and the *other*
+  day field's text contains a ``*``; any other field is restricted (so ``*/2`` is, unlike
+  Vixie cron). ``0 0 *,5 * SUN`` is therefore Sundays only, and ``0 0 1-31 * */2``
+  every other weekday.
+- Day-of-week ``7/n`` starts at Sunday as ``0/n`` does (croniter's reading).
+- Refused rather than guessed: an equal range ``a-a`` (croniter reads it as the whole
+  field), a number longer than ``MAX_NUMBER_DIGITS``, and a schedule that never fires
+  (day-of-month 30 in February only): EventBridge would accept it and stay silent.
 - Steps, ranges and lists are normalised to sets and re-emitted as ``*``, ``a/n``
   (from a to the field's end) or a list of ranges and values, forms EventBridge
   documents: https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html#cron-based
@@ -34,6 +42,10 @@ MONTH_NAMES = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "O
 WEEKDAY_NAMES = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 # https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html (ScheduleExpression)
 MAX_EXPRESSION_CHARS = 256
+# No field value or useful step needs more digits (the largest value is 59); int() refuses past 4,300.
+MAX_NUMBER_DIGITS = 4
+# The most days each month can have (29 February counts: croniter and EventBridge fire on it in leap years).
+MONTH_MAX_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
 class CronExpressionError(ValueError):
@@ -88,7 +100,31 @@ def parse(expression: str) -> ParsedCron:
         )
     sets = [_parse_field(part, field) for part, field in zip(parts, _FIELDS)]
     weekdays = frozenset(day % 7 for day in sets[4])
-    return ParsedCron(sets[0], sets[1], sets[2], sets[3], weekdays, parts[2] != "*", parts[4] != "*")
+    dom_restricted = not _unrestricted(parts[2], len(sets[2]) == _FIELDS[2].high, parts[4])
+    dow_restricted = not _unrestricted(parts[4], len(weekdays) == len(WEEKDAY_NAMES), parts[2])
+    parsed = ParsedCron(sets[0], sets[1], sets[2], sets[3], weekdays, dom_restricted, dow_restricted)
+    if dom_restricted and not dow_restricted and not _days_of_month_occur(parsed):
+        raise CronExpressionError(f"never fires: {_missing_days(parsed)}")
+    return parsed
+
+
+def _unrestricted(text: str, covers_range: bool, other_text: str) -> bool:
+    """croniter's rule for a day field that does not restrict the day (see the module docstring)."""
+    return "*" in text.split(",") or (covers_range and "*" in other_text)
+
+
+def _days_of_month_occur(parsed: ParsedCron) -> bool:
+    """Whether some chosen month has some chosen day of the month."""
+    return min(parsed.days_of_month) <= max(MONTH_MAX_DAYS[month - 1] for month in parsed.months)
+
+
+def _missing_days(parsed: ParsedCron) -> str:
+    """Why no (day, month) pair exists, naming the day and the months."""
+    months = ", ".join(MONTH_NAMES[month - 1] for month in sorted(parsed.months))
+    return (
+        f"its earliest day-of-month is {min(parsed.days_of_month)}, and none of its months ({months}) has that "
+        "many days (February counts 29)"
+    )
 
 
 def to_eventbridge(expression: str) -> list[str]:
@@ -107,8 +143,10 @@ def to_eventbridge(expression: str) -> list[str]:
     month = _emit(parsed.months, _FIELDS[3])
     dom = _emit(parsed.days_of_month, _FIELDS[2])
     dow = _emit_weekdays(parsed.weekdays)
-    if parsed.dom_restricted and parsed.dow_restricted:
+    if parsed.dom_restricted and parsed.dow_restricted and _days_of_month_occur(parsed):
         day_pairs = [(dom, "?"), ("?", dow)]
+    elif parsed.dom_restricted and parsed.dow_restricted:
+        day_pairs = [("?", dow)]  # the day-of-month half never fires: the union is the day-of-week half
     elif parsed.dow_restricted:
         day_pairs = [("?", dow)]
     else:
@@ -135,7 +173,7 @@ def _parse_element(element: str, field: _Field) -> set[int]:
     """``*``, ``a``, ``a-b``, each optionally ``/step``."""
     match = _TOKEN.fullmatch(element)
     if not match:
-        raise CronExpressionError(f"{field.name} field: {element!r} is not a value, range or step")
+        raise CronExpressionError(f"{field.name} field: {_shown(element)} is not a value, range or step")
     base, step_text = match.group("base"), match.group("step")
     step = _step(step_text, field) if step_text is not None else 1
     step_high = field.high if field.step_high is None else field.step_high
@@ -144,33 +182,46 @@ def _parse_element(element: str, field: _Field) -> set[int]:
     elif "-" in base:
         low, high = (_value(v, field) for v in base.split("-"))
         if low > high:
-            raise CronExpressionError(f"{field.name} field: range {base!r} runs backwards ({low} > {high})")
+            raise CronExpressionError(f"{field.name} field: range {_shown(base)} runs backwards ({low} > {high})")
+        if low == high:
+            raise CronExpressionError(
+                f"{field.name} field: range {_shown(base)} starts and ends at {low}; write the single value {low} "
+                "(croniter, which previews schedules, reads an equal range as the whole field)"
+            )
     else:
         low = _value(base, field)
+        if step_text is not None and low > step_high:
+            low = field.low  # day-of-week "7/n": Sunday written as 7 starts where "0/n" does (croniter's reading)
         high = step_high if step_text is not None else low  # "a/n" runs from a to the field's end
     return set(range(low, high + 1, step))
 
 
-def _is_number(text: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` also accepts '²' and other digits ``int`` refuses or cron never meant."""
-    return text.isascii() and text.isdigit()
+def _is_number(text: str, field: _Field) -> bool:
+    """ASCII digits only (``str.isdigit`` also accepts '²'), at most ``MAX_NUMBER_DIGITS`` of them."""
+    if not (text.isascii() and text.isdigit()):
+        return False
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise CronExpressionError(
+            f"{field.name} field: number {_shown(text)} has {len(text)} digits; cron numbers have at most {MAX_NUMBER_DIGITS}"
+        )
+    return True
 
 
 def _step(text: str, field: _Field) -> int:
-    if not _is_number(text) or int(text) < 1:
-        raise CronExpressionError(f"{field.name} field: step {text!r} must be a whole number of at least 1")
+    if not _is_number(text, field) or int(text) < 1:
+        raise CronExpressionError(f"{field.name} field: step {_shown(text)} must be a whole number of at least 1")
     return int(text)
 
 
 def _value(text: str, field: _Field) -> int:
     """A number or name, checked against the field's range."""
-    if _is_number(text):
+    if _is_number(text, field):
         value = int(text)
     elif text.upper() in field.names:
         return field.names.index(text.upper()) + field.names_start
     else:
         known = f" or a name ({', '.join(field.names)})" if field.names else ""
-        raise CronExpressionError(f"{field.name} field: {text!r} is not a number{known}")
+        raise CronExpressionError(f"{field.name} field: {_shown(text)} is not a number{known}")
     if not field.low <= value <= field.high:
         raise CronExpressionError(f"{field.name} field: {value} is outside {field.low}-{field.high}")
     return value
@@ -211,3 +262,9 @@ def _runs(ordered: list[int], label) -> list[str]:
         if value is not None:
             start = previous = value
     return runs
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A piece of the expression's repr, shortened for an error message."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
