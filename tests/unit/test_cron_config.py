@@ -2,7 +2,7 @@
 
 import pytest
 
-from infra.cron_config import CronConfigError, parse
+from infra.cron_config import CronConfigError, check_sendable, load, parse
 
 EB_EXAMPLE = """\
 version: 1
@@ -101,9 +101,160 @@ def test_a_repeated_key_names_both_lines(text, message):
 
 def test_a_merge_key_may_be_overridden():
     # GIVEN an entry that takes shared keys from an anchor and overrides one (not a repeat)
-    text = 'version: 1\nshared: &shared {url: "/a", schedule: "@daily"}\ncron:\n - <<: *shared\n   name: "a"\n   url: "/b"\n'
+    text = 'version: 1\ncron:\n - &shared {name: "a", url: "/a", schedule: "@daily"}\n - <<: *shared\n   name: "b"\n   url: "/b"\n'
     # WHEN parsed  THEN the explicit key wins, as YAML defines
-    assert [(e.name, e.url, e.schedule) for e in parse(text)] == [("a", "/b", "@daily")]
+    assert [(e.name, e.url, e.schedule) for e in parse(text)] == [("a", "/a", "@daily"), ("b", "/b", "@daily")]
+
+
+NIGHTLY_AND_OFTEN = """\
+version: 1
+cron:
+ - &nightly {name: nightly, url: /nightly, schedule: "0 3 * * *"}
+ - &often {name: often, url: /often, schedule: "* * * * *", body: often}
+"""
+
+
+@pytest.mark.parametrize(
+    "merges, message",
+    [
+        (  # #8 audit item 2: the first '<<' was replaced silently
+            "   <<: *nightly\n   <<: *often\n",
+            "cron.yaml line 8, entry 'backup': a second '<<' merge key (first at line 7); YAML would let this one's keys "
+            "replace the first's silently, so merge them in one: '<<: [*first, *second]'",
+        ),
+        (  # YAML keeps the first source's schedule silently
+            "   <<: [*nightly, *often]\n",
+            "cron.yaml line 7, entry 'backup': the merged mappings both define 'name' (lines 3 and 4); YAML would keep "
+            "the first silently, so define it in one of them",
+        ),
+    ],
+)
+def test_merges_that_would_drop_a_key_silently_are_refused_naming_both_lines(merges, message):
+    # GIVEN an entry that merges two anchored entries
+    text = NIGHTLY_AND_OFTEN + " - name: backup\n   url: /backup\n" + merges
+    # WHEN parsed  THEN synth stops, naming both lines
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == message
+
+
+def test_merge_sources_with_different_keys_merge():
+    # GIVEN one '<<' over two mappings that share no key
+    text = (
+        'version: 1\ncron:\n - &when {name: a, url: /a, schedule: "@daily"}\n'
+        ' - {name: b, url: /b, schedule: "@hourly", enabled: false, body: x}\n'
+        ' - <<: [{schedule: "@weekly"}, {body: y}]\n   name: c\n   url: /c\n'
+    )
+    # WHEN parsed  THEN the entry has both sources' keys
+    assert [(e.name, e.schedule, e.body) for e in parse(text)][2] == ("c", "@weekly", "y")
+
+
+def test_an_unknown_top_level_key_is_refused_with_its_line():
+    # GIVEN a cron.yaml with a key EB does not define (#8 audit (e): it was ignored silently)
+    text = "version: 1\ncron: []\nschedules: []\n"
+    # WHEN parsed  THEN synth stops, naming the key and its line
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == "cron.yaml line 3: unknown top-level key 'schedules'; a cron.yaml has only 'version' and 'cron'"
+
+
+def _alias_levels(levels: int) -> str:
+    """A cron.yaml whose entry name is a list of lists of lists, each level 10 aliases of the one below."""
+    lines = ["version: 1", "cron:", " - {name: a, url: /a, schedule: '@daily', enabled: &l0 [x, x, x, x, x, x, x, x, x, x]}"]
+    for level in range(1, levels):
+        lines.append(f" - {{name: b{level}, url: /b, schedule: '@daily', enabled: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]}")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_before_it_expands():
+    # GIVEN a few hundred bytes whose aliases expand to millions of nodes (#8 audit item 7: 40 s, then MemoryError)
+    text = _alias_levels(7)
+    assert len(text) < 1000
+    # WHEN parsed  THEN synth stops at the value that expands too far
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == (
+        "cron.yaml line 7: with its aliases expanded this value has more than 100000 YAML nodes; "
+        "a cron.yaml needs far fewer, so use fewer or smaller aliases"
+    )
+
+
+def test_an_error_shows_a_large_value_in_short():
+    # GIVEN an entry whose value is a large list, built from aliases within the node limit
+    text = _alias_levels(4)
+    # WHEN parsed  THEN the error shows the value's first items, not its whole repr
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == "cron.yaml line 3, entry 'a': enabled must be true or false, got ['x', 'x', 'x', 'x', ...]"
+    assert len(str(_alias_levels(4))) < 1000
+
+
+def test_a_recursive_alias_is_refused():
+    with pytest.raises(CronConfigError) as error:
+        parse("version: 1\ncron: &entries\n - *entries\n")
+    assert str(error.value) == "cron.yaml line 2: an alias refers to a node that contains it; cron.yaml values must be finite"
+
+
+def test_a_very_long_integer_is_refused_with_its_line():
+    # GIVEN a name written as a 5,000-digit number (int() refuses past 4,300 digits with a bare ValueError)
+    text = _one(" - {name: " + "1" * 5000 + ", url: /a, schedule: '@daily'}\n")
+    # WHEN parsed  THEN a CronConfigError names the line
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == (
+        "cron.yaml line 3: the number '" + "1" * 56 + "... has 5000 characters; cron.yaml takes at most 100 "
+        "(quote it if it is a name)"
+    )
+
+
+@pytest.mark.parametrize(
+    "schedule, message",
+    [
+        ("0 0 30 2 *", "never fires: its earliest day-of-month is 30, and none of its months (FEB) has that many days (February counts 29)"),
+        ("0 0 31 4,6,9,11 *", "never fires: its earliest day-of-month is 31, and none of its months (APR, JUN, SEP, NOV) has that many days (February counts 29)"),
+        ("0 0 * * 7-7", "day-of-week field: range '7-7' starts and ends at 7; write the single value 7 (croniter, which previews schedules, reads an equal range as the whole field)"),
+        ("0" * 4400 + "5 * * * *", "minute field: number '00000000000000000000000000000000000...' has 4401 digits; cron numbers have at most 4"),
+    ],
+)
+def test_a_schedule_that_never_fires_or_croniter_reads_differently_fails_synth(schedule, message):
+    # GIVEN an entry whose schedule never fires, or which the preview would read differently (#8 audit items 5, 8)
+    text = _one(f" - name: a\n   url: /a\n   schedule: '{schedule}'\n")
+    # WHEN parsed  THEN synth stops, naming the entry and the rule, with a long schedule shortened
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    shown = repr(schedule) if len(repr(schedule)) <= 60 else repr(schedule)[:57] + "..."
+    assert str(error.value) == f"cron.yaml line 3, entry 'a': schedule {shown}: {message}"
+
+
+def test_a_file_that_is_not_utf8_is_refused_naming_the_line_and_byte(tmp_path):
+    # GIVEN a cron.yaml saved as Latin-1 (#8 audit item 6: a bare UnicodeDecodeError)
+    path = tmp_path / "cron.yaml"
+    path.write_bytes("version: 1\ncron:\n - {name: caf\u00e9-report, url: /a, schedule: '@daily'}\n".encode("latin-1"))
+    # WHEN loaded  THEN a CronConfigError names the file, the line and the byte
+    with pytest.raises(CronConfigError) as error:
+        load(path)
+    assert str(error.value) == "cron.yaml line 3: byte 0xE9 at column 14 (offset 30) is not UTF-8; save the file as UTF-8"
+
+
+def test_a_utf8_file_with_a_byte_order_mark_loads(tmp_path):
+    # GIVEN a cron.yaml saved as UTF-8 with a BOM (as some Windows editors do)
+    path = tmp_path / "cron.yaml"
+    path.write_bytes("version: 1\ncron:\n - {name: caf\u00e9, url: /a, schedule: '@daily'}\n".encode("utf-8-sig"))
+    # WHEN loaded  THEN its entry, with the name decoded
+    assert [e.name for e in load(path)] == ["caf\u00e9"]
+
+
+def test_the_size_check_uses_the_queues_maximum_message_size():
+    # GIVEN an entry with a 300,000-byte body, which fits SQS's 1 MiB but not a 256 KiB queue (#8 audit item 3)
+    [entry] = parse(_one(" - name: big\n   url: /big\n   schedule: '@daily'\n   body: " + "x" * 300_000 + "\n"))
+    check_sendable([entry], fifo=False)
+    # WHEN checked against a queue whose MaximumMessageSize is 262,144 bytes  THEN it is refused with both sizes
+    with pytest.raises(CronConfigError) as error:
+        check_sendable([entry], fifo=False, maximum_message_size=262_144)
+    assert str(error.value) == (
+        "cron.yaml line 3, entry 'big': body would fail every tick: the tick message is 300120 bytes with its "
+        "attributes; the queue's MaximumMessageSize is 262144 bytes"
+    )
 
 
 @pytest.mark.parametrize(

@@ -31,3 +31,18 @@ def test_preview_of_a_bad_file_prints_the_error(tmp_path, capsys):
     bad.write_text("version: 3\ncron: []\n")
     assert main([str(bad)]) == 1
     assert capsys.readouterr().err.strip() == "cron.yaml line 1: 'version' must be 1, got 3"
+
+
+def test_preview_of_a_schedule_that_never_fires_prints_the_error(tmp_path, capsys):
+    # GIVEN a healthy entry and one on 30 February (#8 audit item 8: croniter raised CroniterBadDateError)
+    path = tmp_path / "cron.yaml"
+    path.write_text(
+        "version: 1\ncron:\n - {name: ok, url: /ok, schedule: '* * * * *'}\n"
+        " - {name: feb30, url: /x, schedule: '0 0 30 2 *'}\n"
+    )
+    # WHEN previewed  THEN it exits 1 with the entry and the rule, not a traceback
+    assert main([str(path)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "cron.yaml line 4, entry 'feb30': schedule '0 0 30 2 *': never fires: its earliest day-of-month is 30, "
+        "and none of its months (FEB) has that many days (February counts 29)"
+    )
