@@ -39,6 +39,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -63,12 +64,22 @@ MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
 # safety net still finds the minute record when it decides an expired item (tests/unit/test_delay_recovery.py).
 DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
 DEDUPE_PREFIX = "dedupe#"
+BUCKET_KEY_PREFIX = "b#"
+# The sort key holds due_ms in 13 zero-padded digits, so text order is time order up to 10**13 - 1 ms
+# (2286-11-20); time.gmtime converts all of it. A due_ms outside 0..MAX_DUE_MS is not a message.
+MAX_DUE_MS = 10**13 - 1
+_BUCKET_KEY = re.compile(r"b#(-?[0-9]+)#(-?[0-9]+)")
+_ATTRIBUTE_VALUE_KEYS = (frozenset({"DataType", "StringValue"}), frozenset({"DataType", "BinaryValue"}))
 MAX_WRITE_ATTEMPTS = 8
 WRITE_RETRY_BASE_SECONDS = 0.05
 
 # Item attribute names.
 PK, SK = "pk", "sk"
 TTL_ATTRIBUTE = "expiration"
+
+
+class UnreadableItemError(ValueError):
+    """A delay-table item is not a delayed message as the producer writes one; the text says what is wrong."""
 
 
 class DelayStoreError(Exception):
@@ -128,6 +139,87 @@ class DelayedMessage:
 def bucket_key(bucket: int, shard: int) -> str:
     """Partition key of one shard of one minute."""
     return f"b#{bucket}#{shard}"
+
+
+def parse_bucket_key(pk: str) -> tuple[int, int] | None:
+    """The (minute, shard) a message item's pk names, however spelled; None when it names none.
+
+    Examples
+    --------
+    >>> parse_bucket_key("b#30000016#03"), parse_bucket_key("b#x#0")
+    ((30000016, 3), None)
+    """
+    match = _BUCKET_KEY.fullmatch(pk)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def is_scheduled_key(pk: str) -> bool:
+    """Whether the scheduler reads this pk: exactly ``bucket_key(m, s)`` with ``0 <= s < MAX_SHARDS``.
+
+    Examples
+    --------
+    >>> [is_scheduled_key(pk) for pk in ("b#30000016#3", "b#30000016#03", f"b#30000016#{MAX_SHARDS}")]
+    [True, False, False]
+    """
+    parsed = parse_bucket_key(pk)
+    return parsed is not None and 0 <= parsed[1] < MAX_SHARDS and pk == bucket_key(*parsed)
+
+
+def due_ms_problem(due_ms: Any) -> str | None:
+    """Why ``due_ms`` is not a due time the delay path can keep (an int in 0..MAX_DUE_MS), or None."""
+    if isinstance(due_ms, int) and not isinstance(due_ms, bool) and 0 <= due_ms <= MAX_DUE_MS:
+        return None
+    return f"due_ms {due_ms!r} is out of range: a due time is whole epoch milliseconds 0..{MAX_DUE_MS} (the sort key's 13 digits)"
+
+
+def read_item(item: Mapping[str, Mapping[str, Any]]) -> DelayedMessage:
+    """The delayed message an item holds, in the shape SQS's API takes; UnreadableItemError if not one.
+
+    A message SQS would refuse for its content (a character, an empty value) is still a
+    message: sending it gets SQS's refusal, and the sender dead-letters a copy with it.
+    A wrong shape is not: botocore refuses it before sending (ParamValidationError).
+
+    Examples
+    --------
+    >>> message = DelayedMessage("m-1", 1_800_000_900_000, "hi", {"p": {"DataType": "String", "StringValue": "/x"}})
+    >>> read_item(message.to_item()) == message
+    True
+    """
+    try:
+        message = DelayedMessage.from_item(item)
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
+        raise UnreadableItemError(f"{type(error).__name__}: {error} (a message item has id, due_ms, body and attributes)") from error
+    problem = due_ms_problem(message.due_ms) or _attribute_shape_problem(message.attributes)
+    if problem is None and not isinstance(message.body, str):
+        problem = f"body is {type(message.body).__name__} {message.body!r:.80}, not a string"
+    if problem:
+        raise UnreadableItemError(problem)
+    return message
+
+
+def _attribute_shape_problem(attributes: Any) -> str | None:
+    """Why stored attributes are not in the SQS API shape (DataType plus StringValue or BinaryValue, nothing else)."""
+    if not isinstance(attributes, Mapping):
+        return f"attributes {attributes!r:.80} are not a JSON object of SQS message attributes"
+    for name, value in attributes.items():
+        if not (isinstance(value, Mapping) and frozenset(value) in _ATTRIBUTE_VALUE_KEYS
+                and isinstance(value["DataType"], str) and isinstance(value.get("StringValue", ""), str)
+                and isinstance(value.get("BinaryValue", b""), bytes)):
+            return (f"attribute {name!r} is {value!r:.80}; an SQS message attribute has exactly DataType (a string) "
+                    "and StringValue (a string) or BinaryValue (bytes)")
+    return None
+
+
+def with_due_at(message: DelayedMessage) -> dict[str, Any]:
+    """The stored attributes plus when the message was due (``worker_tier.due_at``), as the work queue gets them.
+
+    Examples
+    --------
+    >>> with_due_at(DelayedMessage("m-1", 1_800_000_900_123, "hi", {}))["worker_tier.due_at"]["StringValue"]
+    '2027-01-15T08:15:00.123Z'
+    """
+    due = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(message.due_ms // 1000)) + f".{message.due_ms % 1000:03d}Z"
+    return {**message.attributes, DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}}
 
 
 def sort_key(due_ms: int, message_id: str) -> str:

@@ -62,28 +62,32 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from worker_tier import delay, limits, message, sqs_rules
+from worker_tier import delay, dispatch, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
 from worker_tier.delay import DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier.scheduler import (
-    BUCKET_ATTRIBUTE,
-    CURSORS_ATTRIBUTE,
     FINISHED_MS_ATTRIBUTE,
     STARTED_MS_ATTRIBUTE,
     WATERMARK_KEY,
-    _with_due_at,
+    StateError,
     minute_key,
+    parse_watermark,
 )
 
 INSERT, REMOVE = "INSERT", "REMOVE"
+SKIP, SEND, REFILE, AHEAD = "skip", "send", "refile", "ahead"  # an INSERT's fates
 # A TTL deletion is made by DynamoDB itself:
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-streams.html
 TTL_PRINCIPAL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-MESSAGE_KEY_PREFIX = "b#"
+MESSAGE_KEY_PREFIX = delay.BUCKET_KEY_PREFIX
 # ApproximateCreationDateTime is whole seconds; the scheduler's clock may be off by half the skew budget.
 STREAM_TIME_RESOLUTION_SECONDS = 1
-CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
+# The scheduler's Query is eventually consistent: a write may be missing from it for a while after it
+# succeeded. "Consistency across all copies of data is usually reached within one second":
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html
+EVENTUAL_CONSISTENCY_SECONDS = 1
+CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + EVENTUAL_CONSISTENCY_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
 DYNAMODB_STREAM_RETENTION_SECONDS = limits.DYNAMODB_STREAM_RETENTION_SECONDS
 # About 11 s of backoff before a batch stops: this also paces Lambda's retries of a failing batch.
 MAX_SEND_ATTEMPTS = 8
@@ -123,6 +127,14 @@ class StreamEvent:
     shard: int
     sort_key: str
     at_s: float  # the record's ApproximateCreationDateTime
+    scheduled: bool = True  # the pk is one the scheduler reads (delay.is_scheduled_key)
+    item: Mapping[str, Any] = field(default_factory=dict)  # the image, for a refile
+    table: str = ""  # the delay table, from the record's eventSourceARN when it has one
+
+    @property
+    def in_place(self) -> bool:
+        """Whether the scheduler reads this item where it is, in time: a key it reads, in the minute it is due."""
+        return self.scheduled and self.message.bucket == self.bucket
 
 
 @dataclass
@@ -134,6 +146,9 @@ class RecoveryReport:
     late_writes: int = 0
     recovered_from_ttl: int = 0
     dead_lettered: int = 0
+    refiled: int = 0  # inserts the scheduler would not read where they are, moved where it reads them
+    watermark_ahead: int = 0  # inserts left in place: due later than SQS can delay, behind an impossible watermark
+    state_unreadable: str = ""  # what was wrong with the watermark item, when it could not be read
     failed_sequence_number: str | None = None
 
     def count(self, counter: str) -> None:
@@ -155,27 +170,39 @@ class SchedulerState:
             return False
         return event.bucket <= self.watermark if event.kind == INSERT else event.bucket < self.watermark
 
+    def insert_fate(self, event: StreamEvent, now_s: float) -> str:
+        """SKIP (the scheduler reads it in time), SEND now, REFILE where the scheduler reads it, or leave it AHEAD.
+
+        Nothing is sent due more than SQS's longest delay from now: SQS would show it early.
+        """
+        if event.in_place and not self.insert_was_missed(event):
+            return SKIP
+        if event.message.due_ms / 1000 <= now_s + limits.SQS_MAX_DELAY_SECONDS:
+            return SEND
+        if self.watermark is None or event.message.bucket > self.watermark:
+            return REFILE
+        return AHEAD  # due later than SQS can delay, in a minute an impossible watermark has passed
+
     def insert_was_missed(self, event: StreamEvent) -> bool:
         """Whether the scheduler may have read this insert's minute before the insert."""
         if self.watermark is None or event.bucket > self.watermark:
             return False
         minute = self.minutes.get(event.bucket)
-        if minute is None:  # the watermark's minute has no record until its first Query: not read yet
-            return event.bucket < self.watermark
+        if minute is None:  # no record: behind the watermark, or in its minute with cursors, it was read
+            return event.bucket < self.watermark or bool(self.cursors)
         started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
         return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
 
     def expiry_was_undispatched(self, event: StreamEvent) -> bool:
         """Whether the TTL may have deleted this item before the scheduler read it."""
-        if self.watermark is None or event.bucket > self.watermark:
+        if not event.scheduled or self.watermark is None or event.bucket > self.watermark:
             return True
         if event.bucket == self.watermark:  # the minute in progress: dispatched up to each shard's cursor
             cursor = self.cursors.get(event.shard)
             return cursor is None or event.sort_key > cursor
-        minute = self.minutes.get(event.bucket)
-        read_s = _seconds(minute, FINISHED_MS_ATTRIBUTE)
-        if read_s is None:
-            read_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
+        # Behind the watermark the record is read eventually consistent: a stale copy may lack finished_ms
+        # (stamped at most a second ago, so after the deletion): without it, send.
+        read_s = _seconds(self.minutes.get(event.bucket), FINISHED_MS_ATTRIBUTE)
         return read_s is None or read_s >= event.at_s - CLOCK_TOLERANCE_SECONDS
 
 
@@ -191,6 +218,7 @@ class _Action:
     error: BaseException | None = None
     message_id: str = ""
     kept: str = ""  # where the item is, for a pointer message
+    refile: StreamEvent | None = None  # move this item where the scheduler reads it
 
 
 def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
@@ -202,17 +230,32 @@ def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
         if not pk.startswith(MESSAGE_KEY_PREFIX) or not _concerns_safety_net(kind, record.get("userIdentity")):
             return None
         image = change["NewImage"] if kind == INSERT else change["OldImage"]
-        _, bucket, shard = pk.split("#")
-        return StreamEvent(kind, DelayedMessage.from_item(image), int(bucket), int(shard), change["Keys"][delay.SK]["S"],
-                           float(change["ApproximateCreationDateTime"]))
+        parsed = delay.parse_bucket_key(pk)
+        if parsed is None:
+            raise ValueError(f"pk {pk!r} names no minute and shard ({MESSAGE_KEY_PREFIX}<minute>#<shard>, whole numbers)")
+        return StreamEvent(kind, delay.read_item(image), *parsed, change["Keys"][delay.SK]["S"],
+                           float(change["ApproximateCreationDateTime"]), delay.is_scheduled_key(pk), image,
+                           _table_of(record.get("eventSourceARN")))
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
         name = record.get("eventID") if isinstance(record, Mapping) else None
         raise StreamRecordError(
-            f"stream record {name!r} is not a readable delay-table message: {type(error).__name__}: {error} "
+            f"stream record {name!r} is not a readable delay-table message: {_what(error)} "
             "(an INSERT needs dynamodb.NewImage, a REMOVE dynamodb.OldImage, with id, due_ms, body and attributes)",
             json.dumps(record, ensure_ascii=True, default=str, sort_keys=True),
             str(name or ""),
         ) from error
+
+
+def _what(error: Exception) -> str:
+    """An error's text, with its type unless it already says what was wrong with the item."""
+    return str(error) if isinstance(error, delay.UnreadableItemError) else f"{type(error).__name__}: {error}"
+
+
+def _table_of(arn: Any) -> str:
+    """The table a stream ARN belongs to (arn:aws:dynamodb:...:table/<name>/stream/<label>), or ''."""
+    resource = arn.split(":", 5)[-1] if isinstance(arn, str) else ""
+    parts = resource.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "table" else ""
 
 
 def _concerns_safety_net(kind: Any, identity: Any) -> bool:
@@ -241,7 +284,9 @@ class DelayRecovery:
         dynamodb: Any = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        delay_table: str | None = None,
     ) -> None:
+        self.delay_table = delay_table  # None: each record's eventSourceARN names it
         self.state_table = state_table
         self.queue_url = queue_url
         self.dead_letter_queue_url = dead_letter_queue_url
@@ -276,7 +321,7 @@ class DelayRecovery:
             else:
                 events.append((position, event))
         readable = [event for _, event in events if isinstance(event, StreamEvent)]
-        state = self._read_state(readable) if readable else SchedulerState(None)
+        state = self._read_state(readable, report) if readable else SchedulerState(None)
         return [a for a in (self._action(p, e, state, report) for p, e in events) if a is not None]
 
     def _action(self, position: int, event: StreamEvent | StreamRecordError, state: SchedulerState,
@@ -284,37 +329,49 @@ class DelayRecovery:
         if isinstance(event, StreamRecordError):
             return _Action(position, body=event.record_text, error=event, message_id=event.event_id,
                            kept="in no readable form but this record")
-        if event.kind == INSERT and state.insert_was_missed(event):
-            return _Action(position, message=event.message, counter="late_writes")
-        if event.kind == REMOVE and state.expiry_was_undispatched(event):
-            return _Action(position, message=event.message, counter="recovered_from_ttl")
-        report.skipped += 1
+        fate = state.insert_fate(event, self._clock()) if event.kind == INSERT else (
+            SEND if state.expiry_was_undispatched(event) else SKIP)
+        if fate == SEND:
+            return _Action(position, message=event.message, counter="late_writes" if event.kind == INSERT else "recovered_from_ttl")
+        if fate == REFILE:
+            return _Action(position, message=None, counter="refiled", refile=event)
+        report.count("watermark_ahead" if fate == AHEAD else "skipped")
         return None
 
-    def _read_state(self, events: list[StreamEvent]) -> SchedulerState:
-        """The watermark and its cursors (consistent read), then the minute records the events need."""
+    def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> SchedulerState:
+        """The watermark and its cursors (consistent read), then the minute records the events need.
+
+        An unreadable watermark counts as none (the scheduler restarts from its minute
+        records): inserts are left to it, expiries sent.
+        """
         item = self._dynamodb.get().get_item(
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
         ).get("Item")
         if item is None:
             return SchedulerState(None)
-        cursors = {int(shard): value["S"] for shard, value in item.get(CURSORS_ATTRIBUTE, {}).get("M", {}).items()}
-        state = SchedulerState(int(item[BUCKET_ATTRIBUTE]["N"]), cursors)
-        state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)})
+        try:
+            state = SchedulerState(*parse_watermark(item))
+        except StateError as error:
+            report.state_unreadable = str(error)
+            return SchedulerState(None)
+        state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
         return state
 
-    def _read_minutes(self, buckets: Iterable[int]) -> dict[int, dict[str, Any]]:
-        """The minute records of ``buckets`` (one consistent GetItem each); absent ones are left out.
+    def _read_minutes(self, buckets: Iterable[int], watermark: int | None) -> dict[int, dict[str, Any]]:
+        """The minute records of ``buckets`` (one GetItem each); absent ones are left out.
 
+        Only the watermark's minute is read consistently: whether its record exists yet
+        decides an insert. Behind the watermark every record is complete (``started_ms``
+        never changes; ``finished_ms`` was stamped before the watermark passed it), and a
+        stale copy can only lack it, which sends (see SchedulerState): half the read cost.
         GetItem rather than BatchGetItem: no role may batch-read the shared state table
-        (tests/infra/test_stack.py). A batch needs few: only late writes and expiries
-        behind the watermark need one, and a batch of expiries spans the few minutes
-        that expired together.
+        (tests/infra/test_stack.py).
         """
         found: dict[int, dict[str, Any]] = {}
         for bucket in sorted(buckets):
             item = self._dynamodb.get().get_item(
-                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}}, ConsistentRead=True
+                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}},
+                ConsistentRead=bucket == watermark,
             ).get("Item")
             if item is not None:
                 found[bucket] = item
@@ -326,7 +383,10 @@ class DelayRecovery:
         """Sends (10 per SendMessageBatch) and dead-letters, in stream order; _StoppedError at the first not done."""
         batch: list[_Action] = []
         for action in actions:
-            if action.message is None:
+            if action.refile is not None:
+                self._flush(batch, report)
+                self._refile(action, report)
+            elif action.message is None:
                 self._flush(batch, report)
                 self._dead_letter(action, report)
             else:
@@ -353,22 +413,31 @@ class DelayRecovery:
         if pending:
             raise _StoppedError(min(a.position for a in pending))
 
+    def _refile(self, action: _Action, report: RecoveryReport) -> None:
+        """Move an insert the scheduler would not read in time into its due minute, on a shard it reads."""
+        event = action.refile
+        assert event is not None
+        table = self.delay_table or event.table
+        if not table:
+            raise StreamRecordError(f"cannot refile {event.item[delay.PK]} / {event.sort_key}: no delay table given "
+                                    "and the record has no eventSourceARN", "{}")
+        try:
+            dispatch.refile(self._dynamodb.get(), table, event.item, event.message.bucket, event.message.shard)
+        except Exception as error:  # transient, or access: Lambda retries from this record
+            raise _StoppedError(action.position) from error
+        report.count("refiled")
+
     def _send(self, actions: list[_Action], report: RecoveryReport) -> tuple[list[_Action], list[_Action]]:
         """One SendMessageBatch; returns the actions to try again and the dead-letter actions for refusals."""
         now = self._clock()
-        entries = [_entry(str(i), a.message, now) for i, a in enumerate(actions) if a.message is not None]
-        try:
-            response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-        except Exception:  # the call itself failed (botocore already retried throttling): all again
-            return actions, []
-        failed = {int(f["Id"]): f for f in response.get("Failed") or []}
+        entries = [dispatch.entry(str(i), a.message, now) for i, a in enumerate(actions) if a.message is not None]
+        accepted, refused_ids = dispatch.send_batch(self._sqs.get(), self.queue_url, entries)
         retry, refused = [], []
         for index, action in enumerate(actions):
-            failure = failed.get(index)
-            if failure is None:
+            if str(index) in accepted:
                 report.count(action.counter)
-            elif failure.get("SenderFault"):
-                refused.append(_refused(action, failure))
+            elif str(index) in refused_ids:
+                refused.append(_refused(action, refused_ids[str(index)]))
             else:
                 retry.append(action)
         return retry, refused
@@ -378,7 +447,7 @@ class DelayRecovery:
         assert action.error is not None
         failed_at = datetime.fromtimestamp(self._clock(), timezone.utc)
         reason = message.failure_reason(action.error, attempts=0, path=_path(action.attributes), failed_at=failed_at)
-        attributes, refused_attributes = _acceptable_attributes(action.attributes)
+        attributes, refused_attributes = dispatch.acceptable_attributes(action.attributes)
         if refused_attributes:
             reason["refused_attributes"] = refused_attributes
         copy = {"MessageBody": action.body, "MessageAttributes": message.dead_letter_attributes(attributes, reason)}
@@ -414,26 +483,15 @@ def _seconds(minute: Mapping[str, Any] | None, attribute: str) -> float | None:
     return int(value["N"]) / 1000 if value else None
 
 
-def _entry(entry_id: str, delayed: DelayedMessage, now: float) -> dict[str, Any]:
-    """A SendMessageBatch entry as the scheduler sends it: never visible before it is due."""
-    wait = math.ceil(delayed.due_ms / 1000 - now)
-    return {
-        "Id": entry_id,
-        "MessageBody": delayed.body,
-        "MessageAttributes": _with_due_at(delayed),
-        "DelaySeconds": max(0, min(limits.SQS_MAX_DELAY_SECONDS, wait)),
-    }
-
-
-def _refused(action: _Action, failure: Mapping[str, Any]) -> _Action:
+def _refused(action: _Action, refusal: str) -> _Action:
     """The dead-letter action for a message SQS refused."""
     delayed = action.message
     assert delayed is not None
     error = SendRefusedError(f"the work queue refused delayed message {delayed.message_id} (due {delayed.due_ms} ms) "
-                             f"when the safety net sent it: {failure.get('Code')}: {failure.get('Message')}")
+                             f"when the safety net sent it: {refusal}")
     kept = (f"kept in the delay table under {delay.PK} {delayed.key[delay.PK]['S']!r} and {delay.SK} "
             f"{delayed.key[delay.SK]['S']!r} until its TTL" if action.counter == "late_writes" else "already deleted by the TTL")
-    return _Action(action.position, body=delayed.body, attributes=_with_due_at(delayed), error=error,
+    return _Action(action.position, body=delayed.body, attributes=delay.with_due_at(delayed), error=error,
                    message_id=delayed.message_id, kept=kept)
 
 
@@ -442,14 +500,8 @@ def _pointer(action: _Action, reason: dict[str, Any], refusal: str) -> dict[str,
     reason = {**reason, "copy_refused": f"the dead-letter queue refused the full copy ({refusal}); the item is {action.kept}"}
     head = action.body.encode("utf-8")[:MAX_DEAD_LETTER_BODY_HEAD_BYTES].decode("utf-8", "ignore")
     body = {"message_id": action.message_id, "reason": reason, "body_head": head}
-    routing, _ = _acceptable_attributes({k: v for k, v in action.attributes.items() if k == message.PATH_ATTRIBUTE})
+    routing, _ = dispatch.acceptable_attributes({k: v for k, v in action.attributes.items() if k == message.PATH_ATTRIBUTE})
     return {"MessageBody": json.dumps(body, ensure_ascii=True), "MessageAttributes": message.dead_letter_attributes(routing, reason)}
-
-
-def _acceptable_attributes(attributes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The attributes SQS would accept, and for each other one, why not."""
-    problems = {n: sqs_rules.attribute_name_problem(n) or sqs_rules.attribute_value_problem(n, v) for n, v in attributes.items()}
-    return {n: v for n, v in attributes.items() if not problems[n]}, {n: p for n, p in problems.items() if p}
 
 
 def _path(attributes: Mapping[str, Any]) -> str:

@@ -40,27 +40,29 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
-from worker_tier import delay, limits, sqs_rules
-from worker_tier.aws import LazyClient, error_code, is_condition_failure
-from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage
+from worker_tier import delay, dispatch, limits
+from worker_tier.aws import LazyClient, is_condition_failure
+from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.message import (
-    DUE_AT_ATTRIBUTE,
-    PATH_ATTRIBUTE,
-    dead_letter_attributes,
-    failure_reason,
-    message_bytes,
-)
+from worker_tier.message import PATH_ATTRIBUTE, dead_letter_attributes, failure_reason, message_bytes
 
 # State-table keys: every key the scheduler writes starts with "scheduler#".
 LEASE_KEY = "scheduler#lease"
 WATERMARK_KEY = "scheduler#watermark"
+SCAN_KEY = "scheduler#scan"  # the first run's Scan, resumable: where it stopped and the earliest minute so far
+SCAN_EARLIEST_ATTRIBUTE = "earliest"
+SCAN_NEXT_KEY_ATTRIBUTE = "next_key"  # the Scan's LastEvaluatedKey, as JSON
 MINUTE_KEY_PREFIX = "scheduler#minute#"  # one record per minute, read by the safety net
 STARTED_MS_ATTRIBUTE = "started_ms"  # when the scheduler first began to read the minute, epoch ms
 FINISHED_MS_ATTRIBUTE = "finished_ms"  # when it had read every shard of the minute, just before passing it
 BUCKET_ATTRIBUTE = "bucket"
 CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
-MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60
+MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60  # after the minute, set when the minute is finished
+# A first run (or one after the watermark was lost) starts no earlier than this before now: older minutes'
+# items are the safety net's (their TTL REMOVE recovers them), so a stray old key cannot cost days of catch-up.
+START_LOOKBACK_SECONDS = delay.DISPATCHED_RETENTION_SECONDS + 60 * 60
+# A watermark further ahead of the clock than the horizon plus this is not one this scheduler wrote.
+WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
 LEASE_SECONDS = 120
 LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 RUN_MARGIN_MS = 10_000
@@ -73,15 +75,7 @@ QUERY_PAGE_ITEMS = 100
 QUERY_THREADS = 16
 POINTER_BODY_HEAD_BYTES = 1024
 TIME_RUNNING_OUT = "invocation time running out"
-# SQS errors that refuse a whole SendMessageBatch call because of what a message holds (botocore may
-# prefix them "AWS.SimpleQueueService."). Any other raised error (throttling, access, a missing queue) is
-# transient for this scheduler: the run stops and the next one retries, so messages are never dead-lettered
-# for a fault of the queue. https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
-MESSAGE_CONTENT_ERROR_CODES = frozenset(
-    {"BatchRequestTooLong", "InvalidMessageContents", "InvalidParameterValue", "InvalidAttributeName",
-     "InvalidAttributeValue", "MissingParameter"}
-)
-_SQS_CODE_PREFIX = "AWS.SimpleQueueService."
+SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
 
 
 def minute_key(bucket: int) -> str:
@@ -103,12 +97,12 @@ class DispatchRefusedError(Exception):
     """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
 
 
-class UnreadableItemError(Exception):
-    """A delay-table item is not a delayed message as the producer writes one: the reason its pointer was dead-lettered."""
-
-
 class LeaseLostError(Exception):
     """Another run moved the watermark: this run no longer holds the lease."""
+
+
+class StateError(ValueError):
+    """A scheduler state item (the watermark) is not as the scheduler writes it."""
 
 
 @dataclass
@@ -123,6 +117,9 @@ class RunReport:
     max_lateness_s: float = 0.0
     lag_s: float = 0.0
     stopped: str = ""
+    refiled: int = 0  # items due outside their pk's minute, moved into their due minute
+    watermark_ahead_s: float = 0.0  # how far the watermark is past the clock's horizon, when it is beyond belief
+    state_unreadable: str = ""  # what was wrong with the watermark item this run found and replaced
 
 
 @dataclass
@@ -134,6 +131,7 @@ class _Page:
     sort_keys: list[str]  # each message's sort key as stored, in page order
     unreadable: list[tuple[dict[str, Any], str]]  # (item, what is wrong with it)
     next_after: str | None = None
+    misplaced: list[tuple[dict[str, Any], DelayedMessage]] = field(default_factory=list)  # due in a later minute
 
 
 @dataclass
@@ -189,15 +187,24 @@ class DelayScheduler:
         holder = str(uuid.uuid4())
         if not self._acquire(holder):
             return RunReport(ran=False, stopped="another run holds the lease")
+        report = RunReport()
         try:
-            return self._dispatch(remaining_ms)
+            self._dispatch(report, remaining_ms)
+        except LeaseLostError as error:  # e.g. a lost response to our own watermark write: the next run resumes
+            report.stopped = str(error)
         finally:
             self._release(holder)
+        return report
 
-    def _dispatch(self, remaining_ms: Callable[[], int] | None) -> RunReport:
-        report = RunReport()
-        watermark, cursors = self._read_watermark()
+    def _dispatch(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> None:
+        start = self._read_watermark(report, remaining_ms)
+        if start is None:
+            report.stopped = SCAN_UNFINISHED
+            return
+        watermark, cursors = start
         last = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
+        if self._is_ahead(watermark, last, report):
+            return
         while watermark <= last:
             try:
                 done = _MinuteDispatch(self, watermark, cursors, report, remaining_ms).run()
@@ -212,7 +219,16 @@ class DelayScheduler:
             report.buckets += 1
         report.watermark = watermark
         report.lag_s = max(0.0, self._clock() + self.horizon_seconds - watermark * BUCKET_SECONDS)
-        return report
+
+    def _is_ahead(self, watermark: int, last: int, report: RunReport) -> bool:
+        """A watermark past the horizon by more than the allowance is not trusted, and not moved further."""
+        ahead_s = (watermark - last - 1) * BUCKET_SECONDS
+        if ahead_s <= WATERMARK_AHEAD_ALLOWANCE_SECONDS:
+            return False
+        report.watermark, report.watermark_ahead_s = watermark, float(ahead_s)
+        report.stopped = (f"watermark minute {watermark} is {ahead_s} s past the horizon (minute {last + 1}); over "
+                          f"{WATERMARK_AHEAD_ALLOWANCE_SECONDS} s is not a minute this scheduler passed: left as it is")
+        return True
 
     def _time_low(self, remaining_ms: Callable[[], int] | None) -> bool:
         return remaining_ms is not None and remaining_ms() < RUN_MARGIN_MS
@@ -244,12 +260,20 @@ class DelayScheduler:
         result = _Page(shard, [], [], [], next_key[delay.SK]["S"] if next_key else None)
         for item in page.get("Items") or []:
             try:
-                result.messages.append(_read_message(item))
-            except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
-                result.unreadable.append((item, f"{type(error).__name__}: {error}"))
-            else:
+                message = delay.read_item(item)
+            except UnreadableItemError as error:
+                result.unreadable.append((item, str(error)))
+                continue
+            if message.bucket > bucket:  # due after this minute: sent now, SQS would show it early
+                result.misplaced.append((item, message))
+            else:  # due in this minute, or before it (then it is late: sent at once)
+                result.messages.append(message)
                 result.sort_keys.append(item[delay.SK]["S"])
         return result
+
+    def _refile(self, item: dict[str, Any], message: DelayedMessage) -> None:
+        """Move an item due in a later minute than its pk's into that minute, where this scheduler reads it in time."""
+        self._with_retries(lambda: dispatch.refile(self._dynamodb.get(), self.delay_table, item, message.bucket, message.shard))
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
         """Retry a DynamoDB call that throttles or fails transiently; the last error propagates."""
@@ -280,19 +304,9 @@ class DelayScheduler:
 
     def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: _Sent) -> list[list[dict[str, Any]]]:
         """One SendMessageBatch, recorded in ``sent``; returns the batches to try again."""
-        try:
-            response = self._sqs.get().send_message_batch(QueueUrl=queue_url, Entries=batch)
-        except Exception as error:  # botocore already retried throttling; a content error names no entry
-            if not _is_content_error(error):
-                return [batch]
-            if len(batch) > 1:
-                return [[entry] for entry in batch]  # one at a time, to find the entry SQS refuses
-            sent.refused[batch[0]["Id"]] = f"{error_code(error)}: {error}"
-            return []
-        sent.accepted.update(success["Id"] for success in response.get("Successful") or [])
-        for failure in response.get("Failed") or []:
-            if failure.get("SenderFault"):
-                sent.refused[failure["Id"]] = f"{failure.get('Code')}: {failure.get('Message', '')}"
+        accepted, refused = dispatch.send_batch(self._sqs.get(), queue_url, batch)
+        sent.accepted |= accepted
+        sent.refused.update(refused)
         again = [entry for entry in batch if entry["Id"] not in sent.accepted and entry["Id"] not in sent.refused]
         return [again] if again else []
 
@@ -304,7 +318,7 @@ class DelayScheduler:
         error = DispatchRefusedError(f"the work queue refused delayed message {message.message_id} at dispatch: {refusal}")
         path = str(message.attributes.get(PATH_ATTRIBUTE, {}).get("StringValue", ""))
         reason = self._reason(error, path)
-        attributes, refused_attributes = _acceptable_attributes(_with_due_at(message))
+        attributes, refused_attributes = dispatch.acceptable_attributes(delay.with_due_at(message))
         if refused_attributes:
             reason["refused_attributes"] = refused_attributes
         copy = {"Id": "0", "MessageBody": message.body, "MessageAttributes": dead_letter_attributes(attributes, reason)}
@@ -357,7 +371,7 @@ class DelayScheduler:
             "reason": reason,
             "body_head": message.body.encode("utf-8", "replace")[:POINTER_BODY_HEAD_BYTES].decode("utf-8", "ignore"),
         }
-        routing, _ = _acceptable_attributes({k: v for k, v in message.attributes.items() if k == PATH_ATTRIBUTE})
+        routing, _ = dispatch.acceptable_attributes({k: v for k, v in message.attributes.items() if k == PATH_ATTRIBUTE})
         return {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes(routing, reason)}
 
     # -- state table: lease, watermark with cursors, minute records --------------------------
@@ -394,34 +408,80 @@ class DelayScheduler:
             if not is_condition_failure(error):
                 raise
 
-    def _read_watermark(self) -> tuple[int, dict[int, str]]:
-        """The first minute not fully dispatched, and its cursors."""
-        item = self._dynamodb.get().get_item(
-            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
-        ).get("Item")
-        if item is None:
-            return self._initial_watermark(), {}
-        cursors = item.get(CURSORS_ATTRIBUTE, {}).get("M", {})
-        return int(item[BUCKET_ATTRIBUTE]["N"]), {int(shard): value["S"] for shard, value in cursors.items()}
+    def _read_watermark(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> tuple[int, dict[int, str]] | None:
+        """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished."""
+        item = self._get_state(WATERMARK_KEY)
+        if item is not None:
+            try:
+                return parse_watermark(item)
+            except StateError as error:  # not ours: start again as if it were lost (the next write replaces it)
+                report.state_unreadable = str(error)
+                self._with_retries(lambda: self._dynamodb.get().delete_item(
+                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}))
+        start = self._restart_minute(remaining_ms)
+        return None if start is None else (start, {})
 
-    def _initial_watermark(self) -> int:
-        """The first run ever starts at the earliest minute in the table, or now.
+    def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
+        """One state-table item, or None."""
+        return self._with_retries(lambda: self._dynamodb.get().get_item(
+            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent
+        )).get("Item")
 
-        A one-time Scan (keys only): messages stored before the scheduler first
-        ran may be due in minutes that are already past. A producer writing
-        meanwhile writes only minutes after now (the module invariant).
+    def _restart_minute(self, remaining_ms: Callable[[], int] | None) -> int | None:
+        """Without a watermark: after the latest finished minute, else the earliest minute a Scan finds.
+
+        Never earlier than ``START_LOOKBACK_SECONDS`` ago: the TTL's REMOVE of older items
+        reaches the safety net, which sends what was not dispatched.
         """
-        now_bucket = math.floor(self._clock() / BUCKET_SECONDS)
-        earliest = now_bucket
+        floor = math.floor((self._clock() - START_LOOKBACK_SECONDS) / BUCKET_SECONDS)
+        scan = self._get_state(SCAN_KEY)
+        if scan is None:
+            finished = self._latest_finished_minute(floor, remaining_ms)
+            if finished is not None:
+                return finished + 1
+        earliest = self._scan_earliest(scan, remaining_ms)
+        return None if earliest is None else max(floor, earliest)
+
+    def _latest_finished_minute(self, floor: int, remaining_ms: Callable[[], int] | None) -> int | None:
+        """Probe minute records back from the horizon to ``floor``; the first with ``finished_ms``, or None."""
+        bucket = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
+        while bucket >= floor and not self._time_low(remaining_ms):
+            record = self._get_state(minute_key(bucket), consistent=False)
+            if record is not None and FINISHED_MS_ATTRIBUTE in record:
+                return bucket
+            bucket -= 1
+        return None
+
+    def _scan_earliest(self, scan: dict[str, Any] | None, remaining_ms: Callable[[], int] | None) -> int | None:
+        """The earliest minute among the scheduler's keys (keys only), or now; None when time ran low first.
+
+        Messages stored before the scheduler first ran may be due in minutes already past.
+        Resumable: between pages, the Scan's position and running minimum are saved
+        under ``SCAN_KEY``. Keys the scheduler does not read are the safety net's.
+        """
+        earliest = math.floor(self._clock() / BUCKET_SECONDS)
         request: dict[str, Any] = {"TableName": self.delay_table, "ProjectionExpression": "pk, sk"}
-        while True:
+        if scan is not None:
+            earliest = min(earliest, int(scan[SCAN_EARLIEST_ATTRIBUTE]["N"]))
+            request["ExclusiveStartKey"] = json.loads(scan[SCAN_NEXT_KEY_ATTRIBUTE]["S"])
+        while not self._time_low(remaining_ms):
             page = self._with_retries(lambda: self._dynamodb.get().scan(**request))
-            for item in page.get("Items") or []:
-                if item["pk"]["S"].startswith("b#"):
-                    earliest = min(earliest, int(item["pk"]["S"].split("#")[1]))
+            earliest = min([earliest, *(_scheduled_minute(item) for item in page.get("Items") or [])])
             if "LastEvaluatedKey" not in page:
+                self._with_retries(lambda: self._dynamodb.get().delete_item(
+                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": SCAN_KEY}}))
                 return earliest
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            self._save_scan(earliest, page["LastEvaluatedKey"])
+        return None
+
+    def _save_scan(self, earliest: int, next_key: dict[str, Any]) -> None:
+        """Where the first run's Scan stopped, and the earliest minute it found so far."""
+        self._with_retries(lambda: self._dynamodb.get().put_item(TableName=self.state_table, Item={
+            STATE_TABLE_PARTITION_KEY: {"S": SCAN_KEY},
+            SCAN_EARLIEST_ATTRIBUTE: {"N": str(earliest)},
+            SCAN_NEXT_KEY_ATTRIBUTE: {"S": json.dumps(next_key, sort_keys=True)},
+        }))
 
     def _write_watermark(self, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
         """Put the watermark (minute and cursors), only over the minute this run found; else LeaseLostError."""
@@ -457,11 +517,14 @@ class DelayScheduler:
         ))
 
     def _record_start(self, bucket: int) -> None:
-        """Write minute ``bucket``'s start record unless one exists: the first start time is kept."""
+        """Write minute ``bucket``'s start record unless one exists: the first start time is kept.
+
+        No TTL yet: however long the minute stays the watermark's, its record stays
+        (the safety net needs it); ``_record_finish`` sets the TTL.
+        """
         item = {
             STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)},
             STARTED_MS_ATTRIBUTE: {"N": str(int(self._clock() * 1000))},
-            STATE_TABLE_TTL_ATTRIBUTE: {"N": str(bucket * BUCKET_SECONDS + MINUTE_RECORD_RETENTION_SECONDS)},
         }
         try:
             self._with_retries(lambda: self._dynamodb.get().put_item(
@@ -501,11 +564,24 @@ class _MinuteDispatch:
                 return False
             pages = self.scheduler._read_pages(self.bucket, open_shards)
             open_shards = {page.shard: page.next_after for page in pages if page.next_after is not None}
-            for item, problem in [pair for page in pages for pair in page.unreadable]:  # before any send: see _save_cursors
-                self.scheduler._dead_letter_unreadable(item, problem)
-                self.report.dead_lettered += 1
-            if not self._round(pages, bool(open_shards)):
+            if not self._set_aside(pages) or not self._round(pages, bool(open_shards)):
                 return False
+        return True
+
+    def _set_aside(self, pages: list[_Page]) -> bool:
+        """Before any send (see _save_cursors): refile items due in a later minute, dead-letter unreadable ones.
+
+        False when time ran low between two of them (the next run reads the round again).
+        """
+        for item, message in [pair for page in pages for pair in page.misplaced]:
+            self.scheduler._refile(item, message)
+            self.report.refiled += 1
+        for item, problem in [pair for page in pages for pair in page.unreadable]:
+            if self.scheduler._time_low(self.remaining_ms):
+                self.report.stopped = TIME_RUNNING_OUT
+                return False
+            self.scheduler._dead_letter_unreadable(item, problem)
+            self.report.dead_lettered += 1
         return True
 
     def _round(self, pages: list[_Page], more: bool) -> bool:
@@ -526,7 +602,7 @@ class _MinuteDispatch:
 
     def _send_all(self, messages: list[DelayedMessage]) -> bool:
         """Send in batches, checking the time before each; False when time ran low."""
-        attributes = [_with_due_at(m) for m in messages]
+        attributes = [delay.with_due_at(m) for m in messages]
         for batch in _batches([message_bytes(m.body, a) for m, a in zip(messages, attributes)]):
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
@@ -553,8 +629,7 @@ class _MinuteDispatch:
         wait = message.due_ms / 1000 - now
         if wait < 0:
             self.report.max_lateness_s = max(self.report.max_lateness_s, -wait)
-        delay_seconds = max(0, min(limits.SQS_MAX_DELAY_SECONDS, math.ceil(wait)))
-        return {"Id": str(index), "MessageBody": message.body, "MessageAttributes": attributes, "DelaySeconds": delay_seconds}
+        return {**dispatch.entry(str(index), message, now), "MessageAttributes": attributes}
 
     def _save_cursors(self, pages: list[_Page], messages: list[DelayedMessage]) -> None:
         """Move each shard's cursor over the handled prefix of its page (in stored order), and save them if any moved.
@@ -587,20 +662,29 @@ def _batches(sizes: list[int]) -> Iterator[list[int]]:
         yield batch
 
 
-def _read_message(item: dict[str, Any]) -> DelayedMessage:
-    """The delayed message in an item; ValueError (or KeyError...) when it is not one as the producer writes it."""
-    message = DelayedMessage.from_item(item)
-    for name, value in message.attributes.items():
-        if not (
-            isinstance(value, dict)
-            and isinstance(value.get("DataType"), str)
-            and isinstance(value.get("StringValue", ""), str)
-            and isinstance(value.get("BinaryValue", b""), bytes)
-        ):
-            raise ValueError(f"attribute {name!r} is {value!r}, not an SQS message attribute (DataType, StringValue or BinaryValue)")
-    if not isinstance(message.body, str):
-        raise ValueError(f"body is {type(message.body).__name__}, not a string")
-    return message
+def parse_watermark(item: dict[str, Any]) -> tuple[int, dict[int, str]]:
+    """The watermark item's minute and per-shard cursors; StateError when it is not as the scheduler writes it.
+
+    Examples
+    --------
+    >>> parse_watermark({"bucket": {"N": "30000016"}, "cursors": {"M": {"3": {"S": "1800000960000#m-1"}}}})
+    (30000016, {3: '1800000960000#m-1'})
+    """
+    try:
+        bucket = int(item[BUCKET_ATTRIBUTE]["N"])
+        cursors = {int(shard): value["S"] for shard, value in item.get(CURSORS_ATTRIBUTE, {"M": {}})["M"].items()}
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise StateError(f"watermark item {json.dumps(item, default=repr)[:200]} is unreadable ({type(error).__name__}: "
+                         f"{error}); it needs {BUCKET_ATTRIBUTE} as a number and {CURSORS_ATTRIBUTE} as a map of shard to "
+                         "string sort key") from error
+    return bucket, cursors
+
+
+def _scheduled_minute(item: dict[str, Any]) -> int:
+    """The minute of a key the scheduler reads; a big number for any other key, so a minimum ignores it."""
+    pk = item.get(delay.PK, {}).get("S", "")
+    parsed = delay.parse_bucket_key(pk) if isinstance(pk, str) and delay.is_scheduled_key(pk) else None
+    return parsed[0] if parsed else delay.MAX_DUE_MS
 
 
 def _due_order(message: DelayedMessage) -> tuple[int, str]:
@@ -608,30 +692,5 @@ def _due_order(message: DelayedMessage) -> tuple[int, str]:
     return message.due_ms, message.message_id
 
 
-def _is_content_error(error: BaseException) -> bool:
-    """True when SQS refused a whole call for what a message holds (not the queue's or the network's fault)."""
-    code = error_code(error)
-    return code.removeprefix(_SQS_CODE_PREFIX) in MESSAGE_CONTENT_ERROR_CODES
-
-
-def _acceptable_attributes(attributes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Split attributes into those SQS accepts and, for the rest, why not (name -> problem)."""
-    kept: dict[str, Any] = {}
-    refused: dict[str, str] = {}
-    for name, value in attributes.items():
-        problem = sqs_rules.attribute_name_problem(name) or sqs_rules.attribute_value_problem(name, value)
-        if problem:
-            refused[name] = problem
-        else:
-            kept[name] = value
-    return kept, refused
-
-
 def _backoff_seconds(attempt: int) -> float:
     return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
-
-
-def _with_due_at(message: DelayedMessage) -> dict[str, Any]:
-    """The stored attributes plus when the message was due, for ``Task.due_at``."""
-    due = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(message.due_ms // 1000)) + f".{message.due_ms % 1000:03d}Z"
-    return {**message.attributes, DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}}

@@ -171,7 +171,7 @@ def test_in_the_minute_in_progress_an_expiry_is_sent_only_past_its_shards_cursor
 def test_a_dispatched_items_expiry_is_ignored(world):
     # GIVEN minute M dispatched long ago: the scheduler started it 14 minutes before it began, and moved on
     due = START + 30
-    world.minute(MINUTE, started_s=START - 840)
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 780)
     world.watermark(MINUTE + 500)
     # WHEN its item expires 6 h later
     world.now = due + delay.DISPATCHED_RETENTION_SECONDS + 5
