@@ -153,7 +153,7 @@ class Worker(Fates):
         invocation = _Invocation(context, self.settings.timeout_margin * 1000, self._clock() - self._receive_lag_seconds())
         self._count_batch(named, invocation)
         self._back_off_nameless(nameless, invocation)
-        records, unreadable = _split_unreadable(named)
+        records, set_aside = self._set_aside_unreadable(named, invocation)
         processor = self._new_processor()
 
         def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
@@ -170,7 +170,7 @@ class Worker(Fates):
         response = processor.response()
         self._count_succeeded(len(processor.success_messages), invocation)
         self._release_undecided(records, response, invocation)
-        response["batchItemFailures"].extend(self._back_off_unreadable(unreadable, invocation))
+        response["batchItemFailures"].extend(set_aside)
         self._flush(named, invocation)
         invocation.metrics.publish()
         return response
@@ -353,15 +353,29 @@ class Worker(Fates):
             if isinstance(record, Mapping):
                 invocation.set_visibility(record, self._backoff_first(), key=f"record #{index} (no messageId)")
 
-    def _back_off_unreadable(self, records: list[Any], invocation: _Invocation) -> list[dict[str, str]]:
-        """Report records no processor could read as failed; log them, and back off those with a receipt handle."""
-        for record in records:
+    def _set_aside_unreadable(self, named: list[Any], invocation: _Invocation) -> tuple[list[Any], list[dict[str, str]]]:
+        """The records to process, and failure items for those set aside before the processor and heartbeat see them.
+
+        Unreadable records are logged and backed off; on a FIFO queue, the later records of
+        their groups (of every group, when an unreadable record's group cannot be read) are
+        released, as Powertools stops a group after a failure.
+        """
+        records, unreadable = _split_unreadable(named)
+        if not unreadable:
+            return records, []
+        for record in unreadable:
             shown = {k: str(v)[:80] for k, v in record.items()}
             logger.error("record the worker cannot read: reported failed and backed off", extra={"record": shown})
             invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
             if type(record.get("receiptHandle")) is str:
                 invocation.set_visibility(record, self._backoff_first())
-        return [{"itemIdentifier": record["messageId"]} for record in records]
+        stopped = _fifo_stopped(named, unreadable) if self.settings.fifo else []
+        for record in stopped:
+            task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
+            self._release(record, task, invocation, "an earlier message of its group could not be read")
+        kept = {id(r) for r in stopped}
+        failures = [{"itemIdentifier": record["messageId"]} for record in unreadable + stopped]
+        return [r for r in records if id(r) not in kept], failures
 
     def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
         """Failed records with no decision of ours (a stopped FIFO group) return at once."""
@@ -408,3 +422,20 @@ def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
 
 
 _NO_ATTRIBUTES: dict[str, Any] = {}
+
+
+def _fifo_stopped(named: list[Any], unreadable: list[Any]) -> list[Any]:
+    """Readable records that follow an unreadable one of their FIFO group (any group, when its group is unknown)."""
+    unreadable_ids = {id(r) for r in unreadable}
+    stopped_groups: set[str] = set()
+    every_group = False
+    stopped = []
+    for record in named:
+        system = record.get("attributes")
+        group = system.get("MessageGroupId") if isinstance(system, dict) else None
+        if id(record) in unreadable_ids:
+            every_group = every_group or group is None
+            stopped_groups.add(group)
+        elif every_group or group in stopped_groups:
+            stopped.append(record)
+    return stopped

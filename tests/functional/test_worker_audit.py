@@ -269,11 +269,10 @@ def test_generator_exit_from_a_task_fails_only_its_message(aws):
 @pytest.mark.parametrize(
     "fifo, settings, break_record, backed_off",
     [
-        (True, {"fifo": True}, lambda r: r.update(attributes=None), [2]),
         (False, {"heartbeat": True}, lambda r: r.pop("receiptHandle"), []),
         (False, {}, lambda r: r.update(messageAttributes=5), [2]),
     ],
-    ids=["fifo-attributes-None", "no-receipt-handle-with-heartbeat", "messageAttributes-not-an-object"],
+    ids=["no-receipt-handle-with-heartbeat", "messageAttributes-not-an-object"],
 )
 def test_a_record_that_cannot_be_read_fails_only_itself(fifo, settings, break_record, backed_off, published):
     from moto import mock_aws
@@ -393,3 +392,29 @@ def test_a_reason_record_is_sent_again_when_the_originals_send_failed_and_names_
     records = [json.loads(body) for body in bodies if len(body) < 10_000]
     assert [r["source_message_id"] for r in records] == [message_id, message_id]
     assert sum(1 for body in bodies if len(body) >= 10_000) == 1
+
+
+@pytest.mark.parametrize(
+    "break_record, stopped_bodies",
+    [(lambda r: r.update(messageAttributes=5), ["m2"]), (lambda r: r.update(attributes=None), ["m2", "m3"])],
+    ids=["group-known", "group-unknown"],
+)
+def test_a_fifo_record_that_cannot_be_read_stops_the_later_messages_of_its_group(aws_fifo, break_record, stopped_bodies):
+    # GIVEN a FIFO batch: group g holds m0, m1, m2 in order and group h holds m3; m1's record is broken
+    for body, group in [("m0", "g"), ("m1", "g"), ("m2", "g"), ("m3", "h")]:
+        aws_fifo.sqs.send_message(
+            QueueUrl=aws_fifo.queue_url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=body,
+            MessageAttributes={"beanstalk.sqsd.path": {"DataType": "String", "StringValue": "/ok"}},
+        )
+    event = aws_fifo.receive_event()
+    by_body = {r["body"]: r for r in event["Records"]}
+    break_record(by_body["m1"])
+    ran: list[str] = []
+    # WHEN handled
+    response = worker_for(aws_fifo, one_task("/ok", lambda t: ran.append(t.body)), settings=Settings(fifo=True)).handle(event, None)
+    # THEN m1 is backed off; the later messages of its group (of every group, when m1's group is unknown) are not run
+    # but released at once, in order; the rest ran
+    assert failure_ids(response) == {by_body[b]["messageId"] for b in ["m1", *stopped_bodies]}
+    assert ran == [b for b in ["m0", "m3"] if b not in stopped_bodies]
+    released = {e["ReceiptHandle"] for e in entries(aws_fifo) if e["VisibilityTimeout"] == 0}
+    assert released == {by_body[b]["receiptHandle"] for b in stopped_bodies}
