@@ -20,6 +20,9 @@ from worker_tier.scheduler import (
     MINUTE_KEY_PREFIX,
     MINUTE_RECORD_RETENTION_SECONDS,
     RUN_MARGIN_MS,
+    SCAN_KEY,
+    SCAN_UNFINISHED,
+    START_LOOKBACK_SECONDS,
     STARTED_MS_ATTRIBUTE,
     WATERMARK_KEY,
     DelayScheduler,
@@ -469,3 +472,188 @@ def test_watermark_moved_by_another_run_stops_this_one(world):
 
 def test_horizon_leaves_room_for_sqs_delay_and_clock_skew():
     assert DISPATCH_HORIZON_SECONDS == 840
+
+
+# -- issue #8, delay-path audit ----------------------------------------------------------------
+
+
+def _store_item(world: World, message: DelayedMessage, **overrides) -> dict:
+    """Put an item as no current producer would (hand-written, or an old version), beside the good ones."""
+    item = {**message.to_item(), **overrides}
+    world.dynamodb.put_item(TableName="delay", Item=item)
+    return item
+
+
+def test_a_due_ms_beyond_the_sort_keys_range_is_a_pointer_not_a_crash(world):
+    # GIVEN a good message and, in its minute, an item whose due_ms time.gmtime cannot convert
+    good = world.store("id-good", "good", 1000, shard=1)
+    _store_item(world, good, id={"S": "id-huge"}, sk={"S": good.key["sk"]["S"] + "x"}, due_ms={"N": str(10**17)})
+    world.now += 200
+    # WHEN the scheduler runs
+    report = world.scheduler().run()
+    # THEN it completes the minute, sends the good one, and the DLQ has a pointer naming the value and the rule
+    assert _bodies(world.sqs.by_queue[QUEUE]) == ["good"] and report.watermark > good.bucket
+    [pointer] = [json.loads(e["MessageBody"]) for e in world.sqs.by_queue[DLQ]]
+    assert f"due_ms {10**17} is out of range: a due time is whole epoch milliseconds 0..9999999999999" in (
+        pointer["reason"]["error_message"])
+
+
+def test_an_attribute_with_an_extra_key_is_a_pointer_and_its_batch_mate_is_sent(world):
+    # GIVEN a good message and one whose stored attribute has a key SQS's API does not take (botocore refuses it)
+    good = world.store("id-good", "good", 1000, shard=1)
+    odd = DelayedMessage("id-odd", good.due_ms + 1, "odd", {"n": {"DataType": "String", "StringValue": "a", "stringValue": "a"}}, 1)
+    DelayStore("delay", world.dynamodb).put_many([odd])
+    world.now += 200
+    # WHEN the scheduler runs
+    report = world.scheduler().run()
+    # THEN the good one goes out, and the odd one is a pointer naming the attribute and the shape SQS takes
+    assert _bodies(world.sqs.by_queue[QUEUE]) == ["good"] and report.stopped == ""
+    [pointer] = [json.loads(e["MessageBody"]) for e in world.sqs.by_queue[DLQ]]
+    assert pointer["sk"] == odd.key["sk"]["S"]
+    assert "attribute 'n' is {'DataType': 'String', 'StringValue': 'a', 'stringValue': 'a'}; an SQS message attribute " \
+           "has exactly DataType (a string) and StringValue (a string) or BinaryValue (bytes)" in pointer["reason"]["error_message"]
+
+
+class ParamCheckingSQS(FakeSQS):
+    """A FakeSQS whose client refuses, before sending, any call holding the body ``bad`` (as botocore's checks do)."""
+
+    def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        if any(entry["MessageBody"] == "bad" for entry in Entries):
+            from botocore.exceptions import ParamValidationError
+            raise ParamValidationError(report="Unknown parameter in MessageAttributes.n: \"stringValue\"")
+        return super().send_message_batch(QueueUrl, Entries)
+
+
+def test_a_client_side_parameter_error_dead_letters_that_message_and_sends_the_rest(world):
+    # GIVEN two messages in one minute, one of which the SQS client refuses before sending
+    world.store("id-a", "good", 1000, shard=1)
+    world.store("id-b", "bad", 1001, shard=1)
+    sqs = ParamCheckingSQS(clock=lambda: world.now)
+    world.now += 200
+    # WHEN the scheduler runs
+    report = world.scheduler(sqs).run()
+    # THEN the good one is sent, the refused one is dead-lettered with botocore's reason, and the minute completes
+    assert _bodies(sqs.by_queue[QUEUE]) == ["good"] and report.stopped == ""
+    assert (report.sent, report.dead_lettered) == (1, 1)
+    [dead] = [json.loads(e["MessageBody"]) for e in sqs.by_queue[DLQ]]
+    assert "ParamValidationError: Parameter validation failed:\nUnknown parameter in MessageAttributes.n" in (
+        dead["reason"]["error_message"])
+
+
+def test_an_item_due_after_its_pks_minute_is_refiled_into_its_due_minute_not_sent_early(world):
+    # GIVEN an item filed under the minute due in 1000 s but due a week later
+    week_ms = 7 * 24 * 3600 * 1000
+    message = world.store("id-far", "far", 1000, shard=5)
+    far = DelayedMessage("id-far", message.due_ms + week_ms, "far", message.attributes, 5)
+    _store_item(world, far, pk=message.key["pk"])
+    world.dynamodb.delete_item(TableName="delay", Key=message.key)
+    world.now += 200
+    # WHEN the scheduler passes that minute
+    report = world.scheduler().run()
+    # THEN nothing is sent: the item now sits in its due minute, same shard and sort key, and the odd copy is gone
+    assert world.sqs.by_queue.get(QUEUE, []) == [] and report.refiled == 1
+    assert report.watermark > message.bucket
+    assert (bucket_key(far.bucket, 5), far.key["sk"]["S"]) in world.dynamodb.tables["delay"]
+    assert (message.key["pk"]["S"], far.key["sk"]["S"]) not in world.dynamodb.tables["delay"]
+
+
+def test_a_watermark_far_ahead_of_the_clock_is_not_trusted_or_moved(world):
+    # GIVEN a watermark ten days ahead of the clock
+    ahead = int(START // 60) + 10 * 24 * 60
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(ahead)}})
+    # WHEN the scheduler runs
+    report = world.scheduler().run()
+    # THEN it reports how far ahead it is, and leaves it where it is
+    last = math.floor((START + DISPATCH_HORIZON_SECONDS) / BUCKET_SECONDS) - 1
+    assert report.watermark_ahead_s == (ahead - last - 1) * BUCKET_SECONDS
+    assert report.stopped.startswith(f"watermark minute {ahead} is {(ahead - last - 1) * 60} s past the horizon")
+    assert world.watermark()["bucket"] == {"N": str(ahead)}
+
+
+def test_a_first_run_ignores_keys_it_cannot_parse_and_never_starts_before_the_lookback(world):
+    # GIVEN a fresh table holding a good message, a key naming no minute, and a 1970 key
+    good = world.store("id-good", "good", 1000, shard=0)
+    for pk in ("b#x#0", "b#0#0"):
+        _store_item(world, good, pk={"S": pk})
+    world.now += 200
+    # WHEN the scheduler runs for the first time
+    report = world.scheduler().run()
+    # THEN it delivers the good one, having started no earlier than the lookback allows
+    assert _bodies(world.sqs.by_queue[QUEUE]) == ["good"] and report.stopped == ""
+    started = sorted(int(k.removeprefix(MINUTE_KEY_PREFIX)) for (k,) in world.dynamodb.tables["state"] if k.startswith(MINUTE_KEY_PREFIX))
+    assert started[0] == math.floor((world.now - START_LOOKBACK_SECONDS) / BUCKET_SECONDS)
+
+
+def test_the_first_runs_scan_stops_in_time_and_the_next_run_resumes_it(world):
+    # GIVEN a fresh table of 250 items in three pages, an old one last in scan order, and little time per run
+    world.dynamodb.page_size = 100
+    for index in range(250):
+        world.store(f"id-{index:03d}", f"m{index}", 1000 + index, shard=index % MAX_SHARDS)
+    old = DelayedMessage("id-old", int((START - 3600) * 1000), "old", {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/x"}}, 15)
+    DelayStore("delay", world.dynamodb).put_many([old])
+    # WHEN a run has time for two Scan pages
+    report = world.scheduler().run(lambda: 0 if world.dynamodb.count("Scan") >= 2 else RUN_MARGIN_MS + 1)
+    # THEN it stops without a watermark, saving where the Scan stopped and the earliest minute so far
+    assert report.stopped == SCAN_UNFINISHED and (WATERMARK_KEY,) not in world.dynamodb.tables["state"]
+    assert (SCAN_KEY,) in world.dynamodb.tables["state"]
+    scans_before = world.dynamodb.count("Scan")
+    # WHEN the next run has time
+    report = world.scheduler().run()
+    # THEN it resumes from there (one page more), starts at the old item's minute, and delivers it
+    assert world.dynamodb.count("Scan") == scans_before + 1 and (SCAN_KEY,) not in world.dynamodb.tables["state"]
+    assert "old" in _bodies(world.sqs.by_queue[QUEUE]) and report.stopped == ""
+
+
+def test_a_deleted_watermark_restarts_after_the_last_finished_minute_and_resends_nothing(world):
+    # GIVEN an hour of messages, all dispatched
+    for minute in range(60):
+        world.store(f"id-{minute}", f"m{minute}", 1000 + 60 * minute)
+    for _ in range(80):
+        world.now += 60
+        world.scheduler().run()
+    sent = len(world.sqs.by_queue[QUEUE])
+    assert sent == 60
+    # WHEN the watermark item is deleted and the scheduler runs again
+    world.dynamodb.delete_item(TableName="state", Key={"pk": {"S": WATERMARK_KEY}})
+    world.now += 60
+    report = world.scheduler().run()
+    # THEN nothing is sent twice
+    assert len(world.sqs.by_queue[QUEUE]) == sent and report.stopped == ""
+
+
+@pytest.mark.parametrize("watermark", [
+    {"bucket": {"S": "30000016"}},
+    {"bucket": {"N": "30000016"}, "cursors": {"M": {"0": {"N": "5"}}}},
+])
+def test_a_corrupt_watermark_is_reported_and_replaced_from_the_minute_records(world, watermark):
+    # GIVEN a dispatched message, then a watermark item the scheduler never writes
+    world.store("id-1", "first", 1000)
+    world.now += 200
+    world.scheduler().run()
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, **watermark})
+    world.store("id-2", "second", 1000)
+    world.now += 300
+    # WHEN the scheduler runs
+    report = world.scheduler().run()
+    # THEN it reports what was wrong, restarts after the last finished minute, and sends only the new message
+    assert report.state_unreadable.startswith("watermark item {")
+    assert "it needs bucket as a number and cursors as a map of shard to string sort key" in report.state_unreadable
+    assert _bodies(world.sqs.by_queue[QUEUE]) == ["first", "second"]
+    assert world.watermark()["bucket"]["N"] == str(report.watermark)
+
+
+def test_a_minute_record_gets_its_ttl_when_finished_not_when_started(world):
+    # GIVEN a running scheduler, and a minute larger than one run
+    world.scheduler().run()
+    for index in range(150):
+        world.store(f"id-{index:03d}", f"m{index}", 1000 + index / 1000)
+    world.now += 200
+    bucket = int((START + 1000) // 60)
+    # WHEN a run stops inside it  THEN its record has no TTL (the safety net needs it while it is the watermark's)
+    world.scheduler().run(lambda: 0 if len(world.sqs.sent) >= 40 else RUN_MARGIN_MS + 1)
+    assert world.watermark()["bucket"]["N"] == str(bucket)
+    assert "expiration" not in world.dynamodb.tables["state"][(minute_key(bucket),)]
+    # WHEN a later run finishes it  THEN the TTL is set, from the minute
+    world.scheduler().run()
+    record = world.dynamodb.tables["state"][(minute_key(bucket),)]
+    assert record["expiration"] == {"N": str(bucket * 60 + MINUTE_RECORD_RETENTION_SECONDS)}
