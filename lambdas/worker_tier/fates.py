@@ -117,12 +117,12 @@ class Fates:
     _producer: Client | None
     _resolve_queue_url: Callable[[list[Any]], str]
 
-    def _lease_lost(self, task: Task, invocation: _Invocation) -> None:
-        """Do not start a task whose message the heartbeat lost: report it failed and leave its visibility alone."""
+    def _lease_lost(self, task: Task, invocation: _Invocation) -> LeaseLostError:
+        """A task whose message the heartbeat lost is not started: the error to report it failed with, its visibility left alone."""
         invocation.left_alone.add(task.message_id)
         invocation.metrics.count(observability.METRIC_LEASE_LOST_BEFORE_START)
         logger.warning("message's lease was lost before its task started: not run, left to its new holder")
-        raise LeaseLostError(f"message {task.message_id} lost its lease before its task started")
+        return LeaseLostError(f"message {task.message_id} lost its lease before its task started")
 
     def _fail_safely(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
         """``_fail``, with a net: if deciding raises, the message backs off (never visibility 0) unless dead-lettered."""

@@ -251,7 +251,7 @@ class Worker(Fates):
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         if task.lease is not None and task.lease.is_set():
-            self._lease_lost(task, invocation)
+            raise self._lease_lost(task, invocation)
         attributes = record.get("messageAttributes")
         if attributes and message.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
