@@ -13,9 +13,12 @@ enqueue one message. A tick has three fates:
   every attempt goes to the tick dead-letter queue (``PeriodicTasks``).
 
 The claim is a lease held by one invocation: if the holder dies between the claim
-and the send, a retry after the lease takes over. The one duplicate left is a
-crash after the send and before the claim is marked sent; on a FIFO queue the
-deduplication id derived from the tick removes that one too.
+and the send, a retry after the lease takes over. Once SQS has taken the message
+the tick is sent, whatever follows: marking the claim sent is retried a few times,
+only while this invocation still holds it, and a mark that still fails is logged
+and counted (``TickMarkFailed``), never raised, since a raise would make Lambda send
+the tick again. The one duplicate left is a crash, or a mark that failed, after the
+send; on a FIFO queue the deduplication id derived from the tick removes that one too.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from worker_tier import message
+from worker_tier import message, observability, sqs_rules
 from worker_tier.aws import LazyClient, error_code, is_condition_failure
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.observability import logger
 
 # Every state-table key a tick writes starts with this (roles are limited to it).
 TICK_KEY_PREFIX = "cron#"
@@ -39,6 +43,11 @@ TICK_LEASE_SECONDS = 60
 # A duplicate invocation waits this long for the holder to send before asking for a retry.
 TICK_PENDING_POLLS = 10
 TICK_PENDING_POLL_SECONDS = 1
+# After SQS took the message, marking the claim sent is tried this often, this far apart, then given up (never raised).
+TICK_MARK_ATTEMPTS = 3
+TICK_MARK_RETRY_SECONDS = 1
+# Counted when a sent tick's claim could not be marked sent: a retry or duplicate may send the tick again.
+METRIC_TICK_MARK_FAILED = "TickMarkFailed"
 STATUS_PENDING = "pending"
 STATUS_SENT = "sent"
 _EVENT_FIELDS = ("name", "url", "scheduled_time")
@@ -174,12 +183,39 @@ class TickEnqueuer:
             )
             self._release(tick, holder, failure)
             raise failure from error
+        self._mark_sent(tick, holder)
+
+    def _mark_sent(self, tick: Tick, holder: str) -> None:
+        """Mark the claim sent while ``holder`` still has it; never raises, since SQS already has the message."""
+        for attempt in range(1, TICK_MARK_ATTEMPTS + 1):
+            try:
+                self._update_status(tick, holder)
+                return
+            except Exception as error:
+                if is_condition_failure(error):
+                    return self._mark_failed(tick, "the claim is no longer this invocation's (its lease ran out)")
+                if attempt == TICK_MARK_ATTEMPTS:
+                    return self._mark_failed(tick, f"UpdateItem failed {attempt} times, last with {error_code(error)}: {error}")
+            self._sleep(TICK_MARK_RETRY_SECONDS)
+
+    def _update_status(self, tick: Tick, holder: str) -> None:
+        """The conditional update: a claim given back or taken over is never recreated, so no record lacks a TTL."""
         self._dynamodb.get().update_item(
             TableName=self.state_table,
             Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}},
             UpdateExpression="SET #status = :sent",
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={":sent": {"S": STATUS_SENT}},
+            ConditionExpression="#holder = :holder",
+            ExpressionAttributeNames={"#status": "status", "#holder": "holder"},
+            ExpressionAttributeValues={":sent": {"S": STATUS_SENT}, ":holder": {"S": holder}},
+        )
+
+    def _mark_failed(self, tick: Tick, reason: str) -> None:
+        """Log and count a sent tick whose claim is not marked sent (a later invocation may send it again)."""
+        observability.count(METRIC_TICK_MARK_FAILED)
+        logger.error(
+            f"tick {tick.key!r} was sent but its claim was not marked sent: {reason}; "
+            "a retry or duplicate invocation may send it again (a FIFO queue deduplicates it)",
+            extra={"tick": tick.key},
         )
 
     def _release(self, tick: Tick, holder: str, failure: Exception) -> None:
@@ -227,13 +263,38 @@ def tick_from_event(event: Any) -> Tick:
     missing = [key for key in _EVENT_FIELDS if not isinstance(event.get(key), str)]
     if missing:
         raise ValueError(f"cron event needs string fields name, url and scheduled_time; missing {missing} in {event!r:.500}")
-    try:
-        scheduled = datetime.fromisoformat(event["scheduled_time"].replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"cron event scheduled_time must be ISO-8601, got {event['scheduled_time']!r}") from None
-    if scheduled.tzinfo is None:
-        scheduled = scheduled.replace(tzinfo=timezone.utc)
     body = event.get("body") or message.SCHEDULED_JOB_BODY
     if not isinstance(body, str):
         raise ValueError(f"cron event body must be a string, got {type(body).__name__}: {body!r:.200}")
-    return Tick(event["name"], event["url"], scheduled, body)
+    tick = Tick(event["name"], event["url"], _scheduled_time(event["scheduled_time"]), body)
+    problem = _send_problem(tick)
+    if problem:
+        raise ValueError(f"cron event would be refused by SQS: {problem}")
+    return tick
+
+
+def _scheduled_time(text: str) -> datetime:
+    """An ISO-8601 time as an aware UTC datetime (UTC when it has no offset); ValueError naming the text."""
+    try:
+        scheduled = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"cron event scheduled_time must be ISO-8601, got {text!r:.200}") from None
+    if scheduled.tzinfo is None:
+        return scheduled.replace(tzinfo=timezone.utc)
+    try:
+        return scheduled.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(
+            f"cron event scheduled_time {text!r} is outside years 1-9999 once converted to UTC; "
+            "a tick time must fall within them"
+        ) from None
+
+
+def _send_problem(tick: Tick) -> str | None:
+    """The first reason SQS would refuse the tick's attributes or body (the checks synth runs on cron.yaml), or None."""
+    attributes = tick.message_attributes()
+    for name in (message.TASK_NAME_ATTRIBUTE, message.PATH_ATTRIBUTE):
+        problem = sqs_rules.attribute_value_problem(name, attributes[name])
+        if problem:
+            return problem
+    return sqs_rules.body_problem(tick.body)

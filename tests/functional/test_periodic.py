@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -13,9 +14,14 @@ from botocore.exceptions import ClientError
 from infra.cron_config import CronConfigError, parse
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
+from worker_tier import observability
+from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier.local.cron import CronEmulator
 from worker_tier.periodic import (
+    METRIC_TICK_MARK_FAILED,
     TICK_LEASE_SECONDS,
+    TICK_MARK_ATTEMPTS,
+    TICK_MARK_RETRY_SECONDS,
     TICK_PENDING_POLL_SECONDS,
     TICK_PENDING_POLLS,
     Tick,
@@ -113,6 +119,92 @@ def test_failed_send_gives_the_claim_back_so_an_early_retry_sends(aws):
     assert [r["messageAttributes"]["beanstalk.sqsd.task_name"]["stringValue"] for r in received(aws)] == ["backup-job"]
 
 
+class FlakyDynamoDB:
+    """Wraps the moto client; the first ``failures`` UpdateItem calls are throttled."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        self._inner = inner
+        self._failures = failures
+
+    def update_item(self, **params: Any) -> Any:
+        if self._failures > 0:
+            self._failures -= 1
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "throttled"}}, "UpdateItem")
+        return self._inner.update_item(**params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.fixture
+def published():
+    """The metrics this test published, summed by name."""
+    observability.metrics.clear_metrics()
+    yield lambda: {name: sum(metric["Value"]) for name, metric in observability.metrics.metric_set.items()}
+    observability.metrics.clear_metrics()
+
+
+def marking_enqueuer(aws: AwsWorld, sqs: Any, dynamodb: Any, now: list[float], sleeps: list[float]) -> TickEnqueuer:
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    return TickEnqueuer(aws.queue_url, aws.state_table, sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0], sleep=sleep)
+
+
+def claim(aws: AwsWorld, tick: Tick) -> dict | None:
+    return aws.dynamodb.get_item(TableName=aws.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}}).get("Item")
+
+
+def test_a_throttled_mark_after_the_send_is_retried_and_the_tick_is_sent_once(aws, published):
+    # GIVEN a state table that throttles the first UpdateItem, the one marking the claim sent (#8 audit item 1)
+    now, sleeps = [1_800_000_000.0], []
+    first = marking_enqueuer(aws, StrictSQS(aws.sqs), FlakyDynamoDB(aws.dynamodb, failures=1), now, sleeps)
+    # WHEN the tick is enqueued  THEN it reports the tick sent (it was: raising would make Lambda send it again)
+    assert first.enqueue(TICK) is True
+    # AND the mark was retried after a pause, and holds
+    assert sleeps == [TICK_MARK_RETRY_SECONDS]
+    assert claim(aws, TICK)["status"] == {"S": "sent"}
+    # WHEN a duplicate comes after the lease  THEN it finds the tick sent: one message, nothing counted as failed
+    now[0] += TICK_LEASE_SECONDS + 1
+    assert enqueuer(aws, now).enqueue(TICK) is False
+    assert len(received(aws)) == 1
+    assert METRIC_TICK_MARK_FAILED not in published()
+
+
+def test_a_mark_that_keeps_failing_is_counted_and_logged_never_raised(aws, published, caplog):
+    # GIVEN a state table that throttles every UpdateItem
+    caplog.set_level(logging.ERROR, logger=observability.logger.name)
+    now, sleeps = [1_800_000_000.0], []
+    sends = marking_enqueuer(aws, StrictSQS(aws.sqs), FlakyDynamoDB(aws.dynamodb, failures=99), now, sleeps)
+    # WHEN the tick is enqueued  THEN it is reported sent after every attempt, not raised for a retry that sends again
+    assert sends.enqueue(TICK) is True
+    assert sleeps == [TICK_MARK_RETRY_SECONDS] * (TICK_MARK_ATTEMPTS - 1)
+    assert len(received(aws)) == 1
+    # AND the failure is counted and logged with its cause
+    assert published()[METRIC_TICK_MARK_FAILED] == 1
+    [log] = [record for record in caplog.records if "was sent but" in record.getMessage()]
+    assert log.levelno == logging.ERROR
+    assert log.getMessage() == (
+        "tick 'cron#backup-job#2026-11-22 12:00:00 UTC' was sent but its claim was not marked sent: UpdateItem failed "
+        f"{TICK_MARK_ATTEMPTS} times, last with ProvisionedThroughputExceededException: An error occurred "
+        "(ProvisionedThroughputExceededException) when calling the UpdateItem operation: throttled; a retry or duplicate "
+        "invocation may send it again (a FIFO queue deduplicates it)"
+    )
+
+
+def test_a_mark_never_recreates_a_claim_that_is_gone(aws, published):
+    # GIVEN a holder whose claim disappears while it sends (its lease ran out; another invocation took it and gave it back)
+    now = [1_800_000_000.0]
+    sqs = FlakySQS(StrictSQS(aws.sqs), failures=0)
+    sqs.on_send = lambda: aws.dynamodb.delete_item(TableName=aws.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": TICK.key}})
+    # WHEN it sends and marks  THEN it reports the tick sent
+    assert flaky_enqueuer(aws, sqs, now).enqueue(TICK) is True
+    # AND no record without a holder or TTL was upserted (#8 audit (a)), and the lost mark is counted
+    assert claim(aws, TICK) is None
+    assert published()[METRIC_TICK_MARK_FAILED] == 1
+
+
 def test_duplicate_finding_a_claim_the_holder_never_sends_raises_for_a_retry(aws):
     # GIVEN an invocation that claimed the tick and died before sending (a timeout: no cleanup runs)
     now = [1_800_000_000.0]
@@ -201,6 +293,40 @@ def test_handler_event_from_scheduler_input():
         tick_from_event({"name": "a", "scheduled_time": "2026-11-22T12:00:00Z"})
     with pytest.raises(ValueError, match=r"cron event scheduled_time must be ISO-8601, got 'noon'"):
         tick_from_event({"name": "a", "url": "/a", "scheduled_time": "noon"})
+
+
+@pytest.mark.parametrize(
+    "event, message",
+    [
+        (
+            {"name": "", "url": "/a", "scheduled_time": "2026-11-22T12:00:00Z"},
+            "cron event would be refused by SQS: attribute 'beanstalk.sqsd.task_name' of type String needs a non-empty "
+            "StringValue (and no BinaryValue), got {'DataType': 'String', 'StringValue': ''}",
+        ),
+        (
+            {"name": "a", "url": "/a\x00", "scheduled_time": "2026-11-22T12:00:00Z"},
+            "cron event would be refused by SQS: attribute 'beanstalk.sqsd.path' value has character '\\x00' (U+0000) "
+            "at offset 2, which SQS does not allow (allowed: tab, newline, carriage return, U+0020-U+D7FF, "
+            "U+E000-U+FFFD, U+10000-U+10FFFF)",
+        ),
+        (
+            {"name": "a", "url": "/a", "scheduled_time": "0001-01-01T00:30:00+01:00"},
+            "cron event scheduled_time '0001-01-01T00:30:00+01:00' is outside years 1-9999 once converted to UTC; "
+            "a tick time must fall within them",
+        ),
+        (
+            {"name": "a", "url": "/a", "scheduled_time": "9999-12-31T23:00:00-05:00"},
+            "cron event scheduled_time '9999-12-31T23:00:00-05:00' is outside years 1-9999 once converted to UTC; "
+            "a tick time must fall within them",
+        ),
+    ],
+)
+def test_an_event_sqs_would_refuse_or_out_of_range_is_refused_clearly(event, message):
+    # GIVEN an event synth would never produce (#8 audit (c)): an empty name, a NUL in the url, a time past year 9999 in UTC
+    # WHEN read  THEN a ValueError with the rule synth applies, not a tick SQS refuses or a bare OverflowError
+    with pytest.raises(ValueError) as error:
+        tick_from_event(event)
+    assert str(error.value) == message
 
 
 @pytest.mark.parametrize("event", [None, ["backup-job"], "backup-job", 42])
