@@ -17,6 +17,7 @@ from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
 from worker_tier.delay_recovery import (
     CLOCK_TOLERANCE_SECONDS,
     DYNAMODB_STREAM_RETENTION_SECONDS,
+    STREAM_TIME_RESOLUTION_SECONDS,
     DelayRecovery,
     StreamRecordError,
     read_record,
@@ -605,3 +606,172 @@ def test_each_minute_record_a_batch_needs_is_read_once(world):
     report = world.recovery().process(records)
     # THEN the state table was read three times: the watermark, and each minute once
     assert report.skipped == 5 and world.dynamodb.count("GetItem") == 3
+
+
+# -- issue #8, delay-path audit ----------------------------------------------------------------
+
+
+def _with_delay_table(world: World, *items: dict) -> DelayRecovery:
+    """The delay table holding ``items``, and a safety net that may refile into it."""
+    world.dynamodb.create_table("delay", "pk", "sk")
+    for one in items:
+        world.dynamodb.put_item(TableName="delay", Item=one)
+    return DelayRecovery("state", QUEUE, DLQ, sqs=world.sqs, dynamodb=world.dynamodb, clock=lambda: world.now,
+                         sleep=lambda s: None, delay_table="delay")
+
+
+@pytest.mark.parametrize("pk_shard", [f"{delay.MAX_SHARDS}", "03", f"{delay.MAX_SHARDS * 4 - 1}"])
+def test_an_insert_on_a_shard_the_scheduler_does_not_read_is_refiled_onto_one_it_reads(world, pk_shard):
+    # GIVEN the watermark at M, and an old producer's item due an hour later on a key the scheduler never queries
+    world.watermark(MINUTE)
+    odd = {**item(START + 3600), "pk": {"S": f"b#{MINUTE + 60}#{pk_shard}"}}
+    recovery = _with_delay_table(world, odd)
+    # WHEN its INSERT is processed
+    report = recovery.process([world.insert(odd, START)])
+    # THEN it is moved, same sort key, onto shard (its shard mod MAX_SHARDS) of its minute, and the odd key is gone
+    moved = f"b#{MINUTE + 60}#{int(pk_shard) % delay.MAX_SHARDS}"
+    assert report.refiled == 1 and world.sqs.sent == []
+    assert set(world.dynamodb.tables["delay"]) == {(moved, odd["sk"]["S"])}
+
+
+def test_an_insert_on_an_odd_key_in_a_passed_minute_is_sent_as_a_late_write(world):
+    # GIVEN a scheduler past minute M, and an item due in M on a key it never queries
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 800)
+    world.watermark(MINUTE + 1)
+    odd = {**item(START + 50), "pk": {"S": f"b#{MINUTE}#{delay.MAX_SHARDS + 3}"}}
+    recovery = _with_delay_table(world, odd)
+    world.now = START - 100
+    # WHEN its INSERT is processed
+    report = recovery.process([world.insert(odd, START - 100)])
+    # THEN it is sent now, delayed to its due time
+    assert report.late_writes == 1
+    (sent,) = world.sqs.sent
+    assert sent["visible_at"] == START + 50
+
+
+def test_a_ttl_removal_on_an_odd_key_is_recovered_whatever_the_minute_records_say(world):
+    # GIVEN minute M dispatched long ago, and an item of M on a shard the scheduler never read
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 780)
+    world.watermark(MINUTE + 500)
+    odd = {**item(START + 30), "pk": {"S": f"b#{MINUTE}#{delay.MAX_SHARDS}"}}
+    # WHEN the TTL deletes it
+    world.now = START + 30 + delay.DISPATCHED_RETENTION_SECONDS + 5
+    report = world.recovery().process([world.expire(odd, world.now)])
+    # THEN it is sent
+    assert report.recovered_from_ttl == 1 and len(world.sqs.sent) == 1
+
+
+def test_a_message_key_naming_no_minute_is_dead_lettered_with_the_key_and_the_rule(world):
+    # GIVEN an item under a key that starts like a message key but names no minute
+    world.watermark(MINUTE)
+    odd = {**item(START + 3600), "pk": {"S": "b#x#0"}}
+    # WHEN its INSERT is processed
+    report = world.recovery().process([world.insert(odd, START)])
+    # THEN it is dead-lettered, the reason naming the key and what a key must be
+    assert report.dead_lettered == 1 and world.sqs.sent == []
+    (dead,) = world.sqs.dead_letters()
+    reason = json.loads(dead["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
+    assert "pk 'b#x#0' names no minute and shard (b#<minute>#<shard>, whole numbers)" in reason["error_message"]
+
+
+def test_a_due_ms_beyond_the_sort_keys_range_is_dead_lettered_and_the_batch_goes_on(world):
+    # GIVEN an expired item whose due_ms time.gmtime cannot convert, then a good one
+    world.watermark(MINUTE)
+    huge = {**item(START), "due_ms": {"N": str(10**17)}}
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    records = [world.expire(huge, world.now), world.expire(item(START, "fine", "m-2"), world.now)]
+    # WHEN processed
+    report = world.recovery().process(records)
+    # THEN the good one is sent and the odd one dead-lettered with the value and the rule
+    assert (report.recovered_from_ttl, report.dead_lettered, report.failed_sequence_number) == (1, 1, None)
+    (dead,) = world.sqs.dead_letters()
+    reason = json.loads(dead["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
+    assert f"due_ms {10**17} is out of range: a due time is whole epoch milliseconds 0..9999999999999" in reason["error_message"]
+
+
+class ParamCheckingSQS(SingleSendSQS):
+    """SingleSendSQS whose client refuses, before sending, a batch holding the body ``bad`` (as botocore's checks do)."""
+
+    def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        if any(entry["MessageBody"] == "bad" for entry in Entries):
+            from botocore.exceptions import ParamValidationError
+            raise ParamValidationError(report="Unknown parameter in MessageAttributes.n")
+        return super().send_message_batch(QueueUrl, Entries)
+
+
+def test_a_client_side_parameter_error_dead_letters_that_message_not_the_batch():
+    # GIVEN two expired items in one batch, one of which the SQS client refuses before sending
+    world = World(ParamCheckingSQS())
+    world.watermark(MINUTE)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 60
+    records = [world.expire(item(START, "bad", "m-1"), world.now), world.expire(item(START, "good", "m-2"), world.now)]
+    # WHEN processed
+    report = world.recovery().process(records)
+    # THEN the good one is sent, the other dead-lettered with botocore's reason, and nothing is retried
+    assert (report.recovered_from_ttl, report.dead_lettered, report.failed_sequence_number) == (1, 1, None)
+    assert [e["MessageBody"] for e in world.sqs.sent] == ["good"]
+    (dead,) = world.sqs.dead_letters()
+    reason = json.loads(dead["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
+    assert "ParamValidationError: Parameter validation failed:\nUnknown parameter in MessageAttributes.n" in reason["error_message"]
+
+
+def test_a_late_insert_due_long_after_its_pks_minute_is_refiled_into_its_due_minute(world):
+    # GIVEN a scheduler past minute M, and an item filed under M but due ten days later
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 800)
+    world.watermark(MINUTE + 1)
+    far = DelayedMessage("m-far", int((START + 10 * 86400) * 1000), "far", {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/x"}}, 3)
+    odd = {**far.to_item(), "pk": {"S": delay.bucket_key(MINUTE, 3)}}
+    recovery = _with_delay_table(world, odd)
+    # WHEN its INSERT is processed
+    report = recovery.process([world.insert(odd, START - 100)])
+    # THEN it is not sent (SQS would show it 10 days early) but moved into its due minute
+    assert world.sqs.sent == [] and report.refiled == 1
+    assert set(world.dynamodb.tables["delay"]) == {(far.key["pk"]["S"], far.key["sk"]["S"])}
+
+
+def test_an_insert_behind_a_watermark_days_ahead_is_left_in_place_and_counted(world):
+    # GIVEN a watermark ten days ahead of the clock
+    world.watermark(MINUTE + 10 * 24 * 60)
+    # WHEN a message due in an hour is stored
+    report = world.recovery().process([world.insert(item(START + 3600), START)])
+    # THEN it is not sent 59 minutes early, but left in place and counted
+    assert world.sqs.sent == [] and report.watermark_ahead == 1
+
+
+def test_an_insert_into_the_watermarks_minute_with_cursors_but_no_record_is_sent(world):
+    # GIVEN the watermark at M with cursors (the scheduler has read M) but M's record gone
+    world.watermark(MINUTE, {0: f"{int(START * 1000) + 5:013d}#m-0"})
+    world.now = START - 700
+    # WHEN a message due in M is stored
+    report = world.recovery().process([world.insert(item(START + 10), START - 700)])
+    # THEN it is sent: the scheduler may have passed its shard
+    assert report.late_writes == 1
+
+
+def test_the_tolerance_covers_a_query_that_does_not_yet_see_a_write_made_a_second_before(world):
+    # GIVEN a minute first queried just past the old tolerance (skew and stream rounding) after an insert: an
+    # eventually consistent Query may still have missed it
+    inserted_at = START - 800.0
+    world.minute(MINUTE, started_s=inserted_at + STREAM_TIME_RESOLUTION_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2 + 0.5)
+    world.watermark(MINUTE)
+    world.now = inserted_at + 40
+    # WHEN the INSERT is processed
+    report = world.recovery().process([world.insert(item(START + 10), inserted_at)])
+    # THEN it is sent
+    assert report.late_writes == 1 and CLOCK_TOLERANCE_SECONDS == 32
+
+
+def test_only_the_watermarks_minute_record_is_read_consistently(world):
+    # GIVEN expiries in two passed minutes and a late insert into the watermark's minute
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 780)
+    world.minute(MINUTE + 1, started_s=START - 780, finished_s=START - 720)
+    world.minute(MINUTE + 2, started_s=START - 720)
+    world.watermark(MINUTE + 2)
+    world.now = START + delay.DISPATCHED_RETENTION_SECONDS + 200
+    reads: list[tuple[str, bool]] = []
+    world.dynamodb.fault = lambda op, params: reads.append((params["Key"]["pk"]["S"], params["ConsistentRead"])) if op == "GetItem" else None
+    # WHEN a batch needs all three records
+    world.recovery().process([world.expire(item(START + 5), world.now), world.expire(item(START + 65, message_id="m-2"), world.now),
+                              world.insert(item(START + 130, message_id="m-3"), START - 900)])
+    # THEN the watermark and its minute's record are consistent reads, the others eventually consistent
+    assert reads == [(WATERMARK_KEY, True), (minute_key(MINUTE), False), (minute_key(MINUTE + 1), False), (minute_key(MINUTE + 2), True)]
