@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, Annotations, Duration, Validations
-from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecs as ecs
+from aws_cdk import Acknowledgment, Annotations, Duration, Stack, Validations
+from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecs as ecs, aws_iam as iam
 from aws_cdk import aws_applicationautoscaling as autoscaling, aws_logs as logs, aws_sqs as sqs
 from aws_cdk.aws_ecr_assets import Platform
 from constructs import Construct
@@ -60,6 +60,7 @@ class ContainerWorkerProps:
     dead_letter_queue: sqs.IQueue
     state_table: dynamodb.ITableV2
     vpc: ec2.IVpc | None = None
+    work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (WORKER_TIER_SEND_QUEUE_URL)
 
 
 class ContainerWorker(Construct):
@@ -96,6 +97,12 @@ class ContainerWorker(Construct):
         props.dead_letter_queue.grant_send_messages(task_definition.task_role)
         grant_items(props.state_table, task_definition.task_role, actions=IDEMPOTENCY_ACTIONS,
                     leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
+        if props.work_queue is not None:
+            props.work_queue.grant_send_messages(task_definition.task_role)
+            task_definition.default_container.add_environment(  # type: ignore[union-attr]
+                "WORKER_TIER_SEND_QUEUE_URL", props.work_queue.queue_url
+            )
+        self._grant_task_protection(task_definition.task_role)
         self.scaling_policy = self._scaling(settings)
 
     def _new_vpc(self, public: bool) -> ec2.Vpc:
@@ -141,6 +148,9 @@ class ContainerWorker(Construct):
                 id="AwsSolutions::AwsSolutions-ECS2",
                 reason="The environment carries only settings and resource names (queue URLs, table names), no secrets.",
             ),
+        )
+        # On the execution role only, so a wildcard on the task role would still fail synth.
+        Validations.of(task_definition.obtain_execution_role()).acknowledge(
             Acknowledgment(
                 id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
                 reason="The execution role's ecr:GetAuthorizationToken, which pulls the image, has no resource-level "
@@ -148,6 +158,28 @@ class ContainerWorker(Construct):
             ),
         )
         return task_definition
+
+    def _grant_task_protection(self, task_role: iam.IRole) -> None:
+        """ECS scale-in protection: the agent calls UpdateTaskProtection with the task role, on this cluster's tasks.
+
+        https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html
+        """
+        stack = Stack.of(self)
+        task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["ecs:UpdateTaskProtection", "ecs:GetTaskProtection"],
+                resources=[stack.format_arn(service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*")],
+            )
+        )
+        cluster = stack.get_logical_id(self.cluster.node.default_child)  # type: ignore[arg-type]
+        Validations.of(task_role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:"
+                f"task/<{cluster}>/*]",
+                reason="A task protects itself by its own task ARN, known only once it runs: the grant is every task of "
+                "this cluster, and nothing else.",
+            )
+        )
 
     def _image(self, settings: Settings) -> ecs.ContainerImage:
         """docker/worker.Dockerfile on the configured base image; a warning at synth unless it is pinned by digest."""

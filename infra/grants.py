@@ -38,8 +38,9 @@ CRON_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"
 # Producers store delayed messages by BatchWriteItem, or by a TransactWriteItems of two Puts (marker and
 # message), which IAM authorises as PutItem on each item.
 DELAYED_MESSAGE_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem")
-# Dedupe-key markers of immediate sends: claim (conditional Put), read the holder, settle or give back.
-DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem")
+# Dedupe-key markers of immediate sends: claim (a conditional Put, which returns the holder when refused),
+# settle (Put) or give back (Delete).
+DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
 LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
 

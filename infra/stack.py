@@ -82,7 +82,10 @@ class WorkerTierStack(Stack):
             self,
             "LongTasks",
             ContainerWorkerProps(
-                settings=self.settings, dead_letter_queue=self.worker.dead_letter_queue, state_table=self.state_table
+                settings=self.settings,
+                dead_letter_queue=self.worker.dead_letter_queue,
+                state_table=self.state_table,
+                work_queue=self.worker.queue,
             ),
         )
         self.worker.function.add_environment("WORKER_TIER_LONG_QUEUE_URL", container.queue.queue_url)

@@ -81,6 +81,7 @@ class WorkerQueue(Construct):
         )
         self.function = worker.function
         self.dead_letter_queue.grant_send_messages(self.function)
+        self.queue.grant_send_messages(self.function)  # tasks send follow-ups (Client.from_env)
         if props.state_table is not None:
             grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
                         leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])

@@ -104,11 +104,17 @@ class Client:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
-        """A Client for ``WORKER_TIER_QUEUE_URL`` and, when set, ``WORKER_TIER_DELAY_TABLE`` and ``WORKER_TIER_DELAY_SHARDS``."""
+        """A Client for the work queue and, when set, ``WORKER_TIER_DELAY_TABLE`` and ``WORKER_TIER_DELAY_SHARDS``.
+
+        The work queue is ``WORKER_TIER_SEND_QUEUE_URL`` where a process consumes another queue (the
+        container worker consumes its long-task queue, but its tasks' follow-ups go to the work queue),
+        else ``WORKER_TIER_QUEUE_URL``.
+        """
         shards = environ.get("WORKER_TIER_DELAY_SHARDS")
         if shards is not None:
             kwargs.setdefault("delay_shards", checks.whole_number("WORKER_TIER_DELAY_SHARDS", shards, delay.MAX_SHARDS))
-        return cls(environ.get("WORKER_TIER_QUEUE_URL"), environ.get("WORKER_TIER_DELAY_TABLE"), **kwargs)
+        queue_url = environ.get("WORKER_TIER_SEND_QUEUE_URL") or environ.get("WORKER_TIER_QUEUE_URL")
+        return cls(queue_url, environ.get("WORKER_TIER_DELAY_TABLE"), **kwargs)
 
     def send(
         self,

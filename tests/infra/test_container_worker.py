@@ -188,3 +188,34 @@ def test_task_role_reaches_only_idempotency_records_of_the_state_table(template)
     assert [(s["Action"], s["Condition"]) for s in statements] == [
         (list(IDEMPOTENCY_ACTIONS), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}})
     ]
+
+
+def test_tasks_may_protect_themselves_from_scale_in_on_their_own_cluster_only(template):
+    # GIVEN the task role  THEN ECS task protection (the agent calls it with the task's credentials) is allowed,
+    # on this cluster's tasks and nothing else
+    statements = [
+        s for policy in template.find_resources("AWS::IAM::Policy").values()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "ecs:UpdateTaskProtection" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    ]
+    assert len(statements) == 1
+    assert "task/" in json.dumps(statements[0]["Resource"]) and "LongTasksCluster" in json.dumps(statements[0]["Resource"])
+
+
+def test_a_wildcard_on_the_task_role_still_fails_synth(tmp_path):
+    # GIVEN the container worker, whose only acknowledged wildcard is the execution role's ECR token
+    from aws_cdk import aws_iam as iam
+
+    from infra.nag import add_checks
+    from infra.stack import WorkerTierStack
+
+    app = cdk.App(outdir=str(tmp_path))
+    stack = WorkerTierStack(app, "WorkerTier", settings=SETTINGS, cron_entries=[])
+    # WHEN someone grants the task role a wildcard
+    stack.container_worker.service.task_definition.task_role.add_to_principal_policy(
+        iam.PolicyStatement(actions=["s3:GetObject"], resources=["*"])
+    )
+    add_checks(app)
+    # THEN cdk-nag refuses it: the acknowledgement does not reach the task role
+    with pytest.raises(Exception, match="AwsSolutions-IAM5"):
+        app.synth()

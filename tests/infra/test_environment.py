@@ -37,6 +37,8 @@ TASK_MODULES_VARIABLE = ENVIRONMENT_PREFIX + "TASK_MODULES"
 LONG_QUEUE_URL = "WORKER_TIER_LONG_QUEUE_URL"
 # Read by the code but absent from every deployed resource on purpose.
 LOCAL_ONLY = frozenset({"WORKER_TIER_DELAY_HORIZON"})  # only the local environment lowers the dispatch horizon
+CONTAINER_ENTRY_MODULE = "worker_tier.__main__"
+SEND_QUEUE_URL = "WORKER_TIER_SEND_QUEUE_URL"  # only where the consumed queue is not the work queue (the container)
 # A FIFO queue has no per-message delay, so a FIFO stack has no delay table to produce into.
 DELAY_TABLE_VARIABLES = frozenset({"WORKER_TIER_DELAY_TABLE", "WORKER_TIER_DELAY_SHARDS"})
 
@@ -138,6 +140,8 @@ def absent_by_design(settings: Settings, entry_module: str) -> set[str]:
         absent.add(LONG_QUEUE_URL)  # only the Lambda worker forwards, and only to a container worker
     if settings.fifo:
         absent |= DELAY_TABLE_VARIABLES
+    if entry_module != CONTAINER_ENTRY_MODULE:
+        absent.add(SEND_QUEUE_URL)  # WORKER_TIER_QUEUE_URL is already the work queue there
     return absent
 
 
@@ -188,9 +192,19 @@ def test_every_resource_has_every_variable_its_code_reads(stack_template):
 def test_the_container_worker_is_not_told_to_forward_to_itself(stack_template):
     # GIVEN a stack with the container worker  THEN its container has no long-task queue to forward to
     settings, template = stack_template
-    containers = [r for r in resources(template) if r.entry_module == "worker_tier.__main__"]
+    containers = [r for r in resources(template) if r.entry_module == CONTAINER_ENTRY_MODULE]
     assert len(containers) == (1 if settings.container_worker else 0)
     assert all(LONG_QUEUE_URL not in c.environment for c in containers)
+
+
+def test_the_container_workers_tasks_send_follow_ups_to_the_work_queue(stack_template):
+    # GIVEN a stack with the container worker, which consumes its long-task queue
+    settings, template = stack_template
+    queues = {r.entry_module: r.environment.get("WORKER_TIER_QUEUE_URL") for r in resources(template)}
+    for container in [r for r in resources(template) if r.entry_module == CONTAINER_ENTRY_MODULE]:
+        # THEN Client.from_env in its tasks sends to the queue the Lambda worker consumes, not its own
+        assert container.environment[SEND_QUEUE_URL] == queues[WORKER_HANDLER.rpartition(".")[0]]
+        assert container.environment["WORKER_TIER_QUEUE_URL"] != container.environment[SEND_QUEUE_URL]
 
 
 def test_code_derivation_finds_what_the_worker_reads():

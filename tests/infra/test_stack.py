@@ -113,6 +113,19 @@ def test_alarms_on_dead_letters_and_oldest_message(template):
     )
 
 
+def test_tasks_may_send_follow_ups_to_the_work_queue(template):
+    # GIVEN the worker function's role  THEN it may send to the queue it consumes (Client.from_env in a task)
+    worker_role = next(
+        name for name, role in template.find_resources("AWS::IAM::Role").items() if name.startswith("WorkerRole")
+    )
+    statements = [
+        s for name, policy in template.find_resources("AWS::IAM::Policy").items()
+        if {"Ref": worker_role} in policy["Properties"]["Roles"] for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    sends = [s for s in statements if "sqs:SendMessage" in actions_of(s)]
+    assert any("WorkerQueue" in json.dumps(s["Resource"]) and "DeadLetter" not in json.dumps(s["Resource"]) for s in sends)
+
+
 @pytest.mark.parametrize(
     "metric_name", ["DeadLetterFailed", "VisibilityChangesRefused", "MalformedRecords", "RetryDelayShortened"]
 )
@@ -319,10 +332,10 @@ def test_delay_producers_write_only_messages_and_dedupe_markers():
     role = iam.Role(stack, "Producer", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     # WHEN it is granted production
     grant_delay_produce(table, role)
-    # THEN it may batch-write and put b# messages, and put, read and delete dedupe# markers; nothing else
+    # THEN it may batch-write and put b# messages, and put and delete dedupe# markers; nothing else
     [policy] = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     assert [(s["Action"], s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]) for s in statements] == [
         (["dynamodb:BatchWriteItem", "dynamodb:PutItem"], ["b#*"]),
-        (["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"], ["dedupe#*"]),
+        (["dynamodb:PutItem", "dynamodb:DeleteItem"], ["dedupe#*"]),
     ]
