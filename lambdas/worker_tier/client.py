@@ -227,6 +227,8 @@ class Client:
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
         if math.ceil(seconds) > self._long_delay_threshold:
             return self._delayed(index, outgoing, body, attributes, now, seconds, queue_limit)
+        if outgoing.at is not None and seconds > 0 and not self.fifo:
+            attributes = _with_due_at(attributes, math.ceil((now + seconds) * 1000))
         size = checks.checked_size(body, attributes, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
         entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
         entry.update(self._queue_options(outgoing, math.ceil(seconds), now + seconds))
@@ -410,6 +412,19 @@ class Client:
         late = dedupe.late_claims({e["Id"]: claims[e["Id"]] for e in pending if e["Id"] in claims}, int(self._clock() * 1000))
         results.update({int(i): SendResult(int(i), error=reason, code=dedupe.LEASE_OVER_CODE) for i, reason in late.items()})
         return [e for e in pending if e["Id"] not in late]
+
+
+def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
+    """A direct ``at=`` send's attributes plus ``worker_tier.due_at``, so a worker holds it back if the producer's
+    clock ran ahead (DelaySeconds comes from that clock); MessageError when there is no attribute left for it."""
+    if len(attributes) > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
+        raise MessageError(
+            f"a message sent with at= carries {message.DUE_AT_ATTRIBUTE}, so it is never delivered early whatever this "
+            f"clock says: it may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
+            f"(the path and {message.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
+            f"got {len(attributes) - 1}"
+        )
+    return {**attributes, message.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
 
 
 def _limit_unknown_reason(size: int, failure: str) -> str:

@@ -191,6 +191,18 @@ def parse_scheduled_time(text: str | None) -> datetime | None:
         return None
 
 
+def format_due_at(due_ms: int) -> str:
+    """``worker_tier.due_at`` text for a due time in epoch milliseconds (millisecond precision, UTC).
+
+    Examples
+    --------
+    >>> format_due_at(1_800_000_000_250)
+    '2027-01-15T08:00:00.250Z'
+    """
+    moment = datetime.fromtimestamp(due_ms // 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{due_ms % 1000:03d}Z"
+
+
 def parse_due_at(text: Any, message_id: Any = None) -> datetime | None:
     """A ``worker_tier.due_at`` value as an aware UTC datetime; None (logged) when absent or unreadable.
 

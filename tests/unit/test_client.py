@@ -928,3 +928,32 @@ def test_delayed_messages_are_written_before_slow_direct_sends_eat_their_margin(
     # THEN all are accepted, and the delayed one was written at once: still more than 900 s before it is due
     assert all(r.ok for r in results)
     assert written_at == [NOW]
+
+
+# -- at= on the direct path: never early, whatever the producer's clock ------------------------------
+
+
+def test_a_direct_send_at_a_time_carries_its_due_time_for_the_worker_to_hold_back():
+    # GIVEN a producer whose clock runs 60 s ahead, sending for a moment 10 minutes ahead by its clock
+    sqs = StrictSQS(FakeSQS())
+    at = datetime.fromtimestamp(NOW + 600, tz=timezone.utc)
+    # WHEN it sends straight to SQS (DelaySeconds comes from its clock, so the message would be 60 s early)
+    client(sqs).send("/remind", "b", at=at)
+    # THEN the message carries worker_tier.due_at, which the worker compares with its own clock
+    [entry] = sqs.sent
+    assert entry["DelaySeconds"] == 600
+    assert entry["MessageAttributes"]["worker_tier.due_at"]["StringValue"] == at.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def test_a_relative_delay_needs_no_due_time_since_sqs_counts_it():
+    sqs = StrictSQS(FakeSQS())
+    client(sqs).send("/remind", "b", delay=600)
+    assert "worker_tier.due_at" not in sqs.sent[0]["MessageAttributes"]
+
+
+def test_a_direct_send_at_a_time_leaves_room_for_its_due_time():
+    # GIVEN nine attributes of the user's own (the path makes ten)
+    attributes = {f"a{n}": "v" for n in range(9)}
+    # WHEN sent for a moment ahead  THEN the error names the rule
+    with pytest.raises(MessageError, match="a message sent with at= carries worker_tier.due_at.*at most 8 attributes of its own"):
+        client().send("/x", "b", at=datetime.fromtimestamp(NOW + 60, tz=timezone.utc), attributes=attributes)
