@@ -26,20 +26,23 @@ from constructs import Construct
 from infra import defaults
 from infra.alarms import count_alarm, queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
-from infra.grants import SCHEDULER_KEY_PREFIX, grant_items
-from worker_tier import delay_recovery
-from worker_tier.handlers.recovery import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL
+from infra.grants import DELAYED_MESSAGE_KEY_PREFIX, SCHEDULER_KEY_PREFIX, grant_items
+from worker_tier import delay_recovery, limits
+from worker_tier.handlers.recovery import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_WATERMARK_AHEAD
 from worker_tier.settings import Settings
 
 RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
 # A batch of 1,000 records needs at most 100 SendMessageBatch calls; a run of transient failures
 # (delay_recovery's backoff) costs about 11 s before the batch stops.
 RECOVERY_TIMEOUT_SECONDS = 90
-RECOVERY_MEMORY_MB = 256
+# Measured in bench/scheduler_bench.py: the safety net is a few GetItems and SendMessageBatch calls per batch.
+RECOVERY_MEMORY_MB = limits.LAMBDA_MIN_MEMORY_MB
 # https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html
 STREAM_BATCH_SIZE = 1000
-# Late writes are due within 15 minutes; a minute's wait costs them nothing (DelaySeconds covers the rest).
-STREAM_MAX_BATCHING_WINDOW_SECONDS = 60
+# DynamoDB stream mappings allow 0..300 s: https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html
+# The longest window makes the fewest invocations (bench/scheduler_bench.py). It delays only what is already
+# late (late writes, TTL recoveries) by up to 5 minutes, and refiles, which go into minutes > 15 min ahead.
+STREAM_MAX_BATCHING_WINDOW_SECONDS = 300
 # The binding bound is the record age: half the stream's 24-hour retention, leaving the other half to replay.
 STREAM_MAX_RECORD_AGE_SECONDS = delay_recovery.DYNAMODB_STREAM_RETENTION_SECONDS // 2
 STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record age first
@@ -47,6 +50,8 @@ STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record a
 ITERATOR_AGE_ALARM_SECONDS = 30 * 60
 STREAM_READ_ACTIONS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
 STATE_READ_ACTIONS = ("dynamodb:GetItem",)
+# Moving a message item the scheduler would not read in time to where it reads it (worker_tier.dispatch.refile).
+REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
 
 @dataclass
@@ -66,7 +71,7 @@ class DelayRecoveryProps:
 
 class DelayRecovery(Construct):
     """Public attributes: ``function``, ``mapping``, ``failure_queue``, ``failure_alarm``,
-    ``iterator_age_alarm``, ``late_write_alarm`` and ``ttl_recovery_alarm``."""
+    ``iterator_age_alarm``, ``late_write_alarm``, ``ttl_recovery_alarm`` and ``watermark_ahead_alarm``."""
 
     def __init__(self, scope: Construct, construct_id: str, props: DelayRecoveryProps) -> None:
         super().__init__(scope, construct_id)
@@ -79,6 +84,7 @@ class DelayRecovery(Construct):
                 memory_mb=RECOVERY_MEMORY_MB,
                 environment={
                     "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
+                    "WORKER_TIER_DELAY_TABLE": props.delay_table.table_name,
                     "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
                     "WORKER_TIER_DLQ_URL": props.dead_letter_queue.queue_url,
                 },
@@ -93,11 +99,12 @@ class DelayRecovery(Construct):
         self._add_alarms(props.alarm_actions)
 
     def _grant(self, props: DelayRecoveryProps) -> None:
-        """Read the stream and the scheduler's items (watermark, minute records); send to the work queue and its DLQ."""
+        """Read the stream and the scheduler's items (watermark, minute records); refile message items; send to the queues."""
         self.function.add_to_role_policy(
             iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[props.delay_table.table_stream_arn])
         )
         grant_items(props.state_table, self.function, actions=STATE_READ_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
+        grant_items(props.delay_table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         props.queue.grant_send_messages(self.function)
         props.dead_letter_queue.grant_send_messages(self.function)
 
@@ -155,7 +162,12 @@ class DelayRecovery(Construct):
         self.ttl_recovery_alarm = count_alarm(self, "RecoveredFromTtl", METRIC_RECOVERED_FROM_TTL,
                                                "The TTL deleted delayed messages the scheduler had not sent (an outage or a "
                                                "stuck minute longer than the TTL margin). They were delivered late.")
-        for alarm in (self.failure_alarm, self.iterator_age_alarm, self.late_write_alarm, self.ttl_recovery_alarm):
+        self.watermark_ahead_alarm = count_alarm(self, "WatermarkAhead", METRIC_WATERMARK_AHEAD,
+                                                  "The scheduler's watermark is past minutes it cannot have reached: "
+                                                  "delayed messages behind it were left in the delay table, unsent. "
+                                                  "Inspect the scheduler#watermark item.")
+        for alarm in (self.failure_alarm, self.iterator_age_alarm, self.late_write_alarm, self.ttl_recovery_alarm,
+                      self.watermark_ahead_alarm):
             alarm.add_alarm_action(*actions)
 
 

@@ -8,12 +8,13 @@ from aws_cdk import Duration, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_d
 from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_sqs as sqs
 from constructs import Construct
 
-from infra.delay_recovery import DelayRecovery, DelayRecoveryProps
+from infra.alarms import count_alarm
+from infra.delay_recovery import REFILE_ACTIONS, DelayRecovery, DelayRecoveryProps
 from infra.function import ServiceFunction, ServiceFunctionProps
-from infra.grants import SCHEDULER_KEY_PREFIX, SCHEDULER_STATE_ACTIONS, grant_delay_produce, grant_items
+from infra.grants import DELAYED_MESSAGE_KEY_PREFIX, SCHEDULER_KEY_PREFIX, SCHEDULER_STATE_ACTIONS, grant_delay_produce, grant_items
 from infra.settings import Settings
 from worker_tier import delay
-from worker_tier.handlers.scheduler import METRIC_LAG
+from worker_tier.handlers.scheduler import METRIC_LAG, METRIC_STATE_UNREADABLE, METRIC_WATERMARK_AHEAD
 from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
 
 SCHEDULER_HANDLER = "worker_tier.handlers.scheduler.lambda_handler"
@@ -34,7 +35,8 @@ class DelaySchedulerProps:
 
 
 class DelayScheduler(Construct):
-    """Public attributes: ``table`` (the delay table), ``function``, ``rule``, ``lag_alarm`` and ``recovery`` (its safety net)."""
+    """Public attributes: ``table`` (the delay table), ``function``, ``rule``, ``lag_alarm``, ``watermark_ahead_alarm``,
+    ``state_unreadable_alarm`` and ``recovery`` (its safety net)."""
 
     def __init__(self, scope: Construct, construct_id: str, props: DelaySchedulerProps) -> None:
         super().__init__(scope, construct_id)
@@ -76,6 +78,8 @@ class DelayScheduler(Construct):
         props.dead_letter_queue.grant_send_messages(self.function)
         # Query the minutes, Scan once for the first watermark.
         self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan")
+        # Move an item due after its minute into its due minute (worker_tier.dispatch.refile).
+        grant_items(self.table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update): scheduler# items only.
         grant_items(props.state_table, self.function, actions=SCHEDULER_STATE_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
         self.rule = events.Rule(
@@ -101,6 +105,13 @@ class DelayScheduler(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
             alarm_description="The delay scheduler's watermark trails now + horizon by minutes: runs fail or do not happen.",
         )
+        self.watermark_ahead_alarm = count_alarm(
+            self, "WatermarkAhead", METRIC_WATERMARK_AHEAD,
+            "The delay scheduler found its watermark further ahead of its clock than it ever moves it, and stopped: "
+            "inspect the scheduler#watermark item (delete it to restart from the minute records).")
+        self.state_unreadable_alarm = count_alarm(
+            self, "StateUnreadable", METRIC_STATE_UNREADABLE,
+            "The delay scheduler found a watermark item it cannot read, and restarted from its minute records.")
         # Delivers what the scheduler could have missed: TTL-expired undispatched items, late writes.
         self.recovery = DelayRecovery(self, "Recovery", DelayRecoveryProps(
             delay_table=self.table, state_table=props.state_table, queue=props.queue, dead_letter_queue=props.dead_letter_queue,

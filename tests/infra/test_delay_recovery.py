@@ -12,6 +12,7 @@ from aws_cdk.assertions import Match, Template
 from infra import defaults
 from infra.delay_recovery import (
     ITERATOR_AGE_ALARM_SECONDS,
+    RECOVERY_MEMORY_MB,
     STREAM_BATCH_SIZE,
     STREAM_MAX_BATCHING_WINDOW_SECONDS,
     STREAM_MAX_RECORD_AGE_SECONDS,
@@ -110,7 +111,7 @@ def test_alarms_on_iterator_age_late_writes_and_ttl_recoveries(recovery_template
         {"MetricName": "IteratorAge", "Namespace": "AWS/Lambda", "Threshold": ITERATOR_AGE_ALARM_SECONDS * 1000,
          "Statistic": "Maximum"},
     )
-    for metric in ("DelayedLateWrites", "DelayedRecoveredFromTtl"):
+    for metric in ("DelayedLateWrites", "DelayedRecoveredFromTtl", "DelayedWatermarkAhead"):
         template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {"MetricName": metric, "Namespace": "WorkerTier", "Threshold": 0, "Statistic": "Sum",
@@ -118,7 +119,7 @@ def test_alarms_on_iterator_age_late_writes_and_ttl_recoveries(recovery_template
         )
 
 
-def test_the_role_reads_only_the_stream_and_the_state_tables_items(recovery_template):
+def test_the_role_reads_the_stream_and_scheduler_items_and_moves_only_message_items(recovery_template):
     template = recovery_template
     statements = [
         s for policy in template.find_resources("AWS::IAM::Policy").values()
@@ -129,9 +130,23 @@ def test_the_role_reads_only_the_stream_and_the_state_tables_items(recovery_temp
                                         "dynamodb:ListStreams"]
     logical_id, attribute = stream["Resource"]["Fn::GetAtt"]
     assert logical_id.startswith("Delay") and attribute == "StreamArn"
-    state = next(s for s in statements if s.get("Condition"))
-    assert state["Action"] == "dynamodb:GetItem"
-    assert state["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}}
+    items = {(json.dumps(s["Action"]), json.dumps(s["Resource"]["Fn::GetAtt"][0][:5]),
+              json.dumps(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]))
+             for s in statements if s.get("Condition")}
+    assert items == {
+        ('"dynamodb:GetItem"', '"State"', '["scheduler#*"]'),
+        ('["dynamodb:PutItem", "dynamodb:DeleteItem"]', '"Delay"', '["b#*"]'),
+    }
+
+
+def test_the_function_is_the_smallest_size_knows_the_delay_table_and_waits_the_longest_window(recovery_template):
+    # THEN it runs at Lambda's smallest memory, is told the delay table, and batches for DynamoDB's longest window
+    assert (RECOVERY_MEMORY_MB, STREAM_MAX_BATCHING_WINDOW_SECONDS) == (128, 300)
+    recovery_template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.recovery.lambda_handler", "MemorySize": 128,
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": {"Ref": Match.string_like_regexp("Delay")}})}},
+    )
 
 
 def test_the_stack_streams_the_delay_table_into_its_safety_net(template):

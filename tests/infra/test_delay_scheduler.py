@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk.assertions import Match
 
 from infra.delay_scheduler import LAG_ALARM_SECONDS
@@ -79,7 +80,7 @@ def test_scheduler_may_dead_letter_what_the_work_queue_refuses(stack, template):
 def test_worker_may_store_delayed_messages_and_knows_the_table(template):
     statements = [(_actions(s), _leading_keys(s)) for s in _policy_statements(template, "WorkerRole")]
     assert (("dynamodb:BatchWriteItem", "dynamodb:PutItem"), ["b#*"]) in statements
-    assert (("dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"), ["dedupe#*"]) in statements
+    assert (("dynamodb:PutItem", "dynamodb:DeleteItem"), ["dedupe#*"]) in statements
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.worker.lambda_handler",
@@ -92,4 +93,18 @@ def test_lag_alarm_treats_silence_as_lag(template):
         "AWS::CloudWatch::Alarm",
         {"MetricName": "SchedulerLag", "Namespace": "WorkerTier", "Threshold": LAG_ALARM_SECONDS,
          "TreatMissingData": "breaching", "Dimensions": [{"Name": "service", "Value": "worker-tier"}]},
+    )
+
+
+def test_the_scheduler_may_move_message_items_only(template):
+    # THEN besides Query and Scan, the scheduler may Put and Delete b# items of the delay table (a refile), no others
+    statements = [(_actions(s), _leading_keys(s)) for s in _policy_statements(template, "DelaysScheduler")]
+    assert (("dynamodb:PutItem", "dynamodb:DeleteItem"), ["b#*"]) in statements
+
+
+@pytest.mark.parametrize("metric", ["SchedulerWatermarkAhead", "SchedulerStateUnreadable"])
+def test_the_scheduler_alarms_on_a_watermark_it_cannot_trust(template, metric):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": metric, "Namespace": "WorkerTier", "Threshold": 0, "Statistic": "Sum"},
     )

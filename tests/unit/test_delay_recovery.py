@@ -450,7 +450,7 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
         now = time.time()
         world = World()
         dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(int(now // 60) - 300)}})
-        for name, value in {"WORKER_TIER_STATE_TABLE": "state", "WORKER_TIER_QUEUE_URL": queue, "WORKER_TIER_DLQ_URL": dlq,
+        for name, value in {"WORKER_TIER_STATE_TABLE": "state", "WORKER_TIER_DELAY_TABLE": "delay", "WORKER_TIER_QUEUE_URL": queue, "WORKER_TIER_DLQ_URL": dlq,
                             "POWERTOOLS_METRICS_DISABLED": "false"}.items():
             monkeypatch.setenv(name, value)
         handler.recovery.reset()

@@ -12,6 +12,8 @@ from worker_tier.observability import count, logger, metrics
 METRIC_LATE_WRITES = "DelayedLateWrites"
 METRIC_RECOVERED_FROM_TTL = "DelayedRecoveredFromTtl"
 METRIC_RECOVERY_DEAD_LETTERED = "DelayedRecoveryDeadLettered"
+METRIC_REFILED = "DelayedRefiled"
+METRIC_WATERMARK_AHEAD = "DelayedWatermarkAhead"
 
 
 class StreamEventError(ValueError):
@@ -20,7 +22,8 @@ class StreamEventError(ValueError):
 
 def _new_recovery() -> DelayRecovery:
     return DelayRecovery(
-        os.environ["WORKER_TIER_STATE_TABLE"], os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_DLQ_URL"]
+        os.environ["WORKER_TIER_STATE_TABLE"], os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_DLQ_URL"],
+        delay_table=os.environ.get("WORKER_TIER_DELAY_TABLE"),  # else each record's eventSourceARN names it
     )
 
 
@@ -46,8 +49,15 @@ def _publish(report: RecoveryReport) -> None:
     count(METRIC_LATE_WRITES, report.late_writes)
     count(METRIC_RECOVERED_FROM_TTL, report.recovered_from_ttl)
     count(METRIC_RECOVERY_DEAD_LETTERED, report.dead_lettered)
-    logger.info("delay recovery batch", extra={
+    count(METRIC_REFILED, report.refiled)
+    count(METRIC_WATERMARK_AHEAD, report.watermark_ahead)
+    summary = {
         "records": report.records, "skipped": report.skipped, "late_writes": report.late_writes,
         "recovered_from_ttl": report.recovered_from_ttl, "dead_lettered": report.dead_lettered,
-        "retry_from": report.failed_sequence_number,
-    })
+        "refiled": report.refiled, "watermark_ahead": report.watermark_ahead,
+        "state_unreadable": report.state_unreadable, "retry_from": report.failed_sequence_number,
+    }
+    if report.watermark_ahead or report.state_unreadable:
+        logger.warning("delay recovery left messages to a watermark it cannot trust", extra=summary)
+    else:
+        logger.info("delay recovery batch", extra=summary)

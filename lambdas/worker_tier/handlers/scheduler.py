@@ -15,6 +15,9 @@ METRIC_DEAD_LETTERED = "DelayedDeadLettered"
 METRIC_LAG = "SchedulerLag"
 METRIC_LATENESS = "DelayedMaxLateness"
 METRIC_BUCKETS = "DelayBucketsDispatched"
+METRIC_REFILED = "DelayedRefiled"
+METRIC_WATERMARK_AHEAD = "SchedulerWatermarkAhead"
+METRIC_STATE_UNREADABLE = "SchedulerStateUnreadable"
 
 
 def _new_scheduler() -> DelayScheduler:
@@ -42,8 +45,13 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         metrics.add_metric(name=METRIC_BUCKETS, unit="Count", value=report.buckets)
         metrics.add_metric(name=METRIC_LAG, unit="Seconds", value=report.lag_s)
         metrics.add_metric(name=METRIC_LATENESS, unit="Seconds", value=report.max_lateness_s)
+        metrics.add_metric(name=METRIC_REFILED, unit="Count", value=report.refiled)
+        metrics.add_metric(name=METRIC_WATERMARK_AHEAD, unit="Count", value=int(report.watermark_ahead_s > 0))
+        metrics.add_metric(name=METRIC_STATE_UNREADABLE, unit="Count", value=int(bool(report.state_unreadable)))
     summary = {"ran": report.ran, "sent": report.sent, "dead_lettered": report.dead_lettered, "buckets": report.buckets,
                "watermark": report.watermark, "lag_s": report.lag_s, "max_lateness_s": report.max_lateness_s,
-               "stopped": report.stopped}
-    logger.info("delay scheduler run", extra=summary)
+               "refiled": report.refiled, "watermark_ahead_s": report.watermark_ahead_s,
+               "state_unreadable": report.state_unreadable, "stopped": report.stopped}
+    trouble = report.watermark_ahead_s > 0 or report.state_unreadable
+    (logger.warning if trouble else logger.info)("delay scheduler run", extra=summary)
     return summary
