@@ -13,27 +13,31 @@ dead-letter queue, whose alarm fires:
 - Lambda retries an invocation that raised (``CRON_ASYNC_RETRY_ATTEMPTS``), then sends
   it to the same queue through the function's on-failure destination.
   ``worker_tier.periodic`` raises whenever a tick is not surely enqueued.
+
+A tick sent whose claim could not be marked sent is counted (``TickMarkFailed``) and
+alarmed, as a retry may send it twice. Every alarm takes the ``alarm_actions``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, TimeZone, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, TimeZone, Token, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam
 from aws_cdk import aws_lambda_destinations as destinations, aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets, aws_sqs as sqs
 from constructs import Construct
 
 from infra import defaults
-from infra.alarms import queue_not_empty_alarm
+from infra.alarms import count_alarm, queue_not_empty_alarm
 from infra.cron_config import CronEntry, check_sendable
 from infra.cron_expression import parse
 from infra.function import ServiceFunction, ServiceFunctionProps
 from infra.grants import CRON_ACTIONS, CRON_KEY_PREFIX, grant_items
 from infra.settings import Settings
 from worker_tier import limits
+from worker_tier.periodic import METRIC_TICK_MARK_FAILED
 
 CRON_HANDLER = "worker_tier.handlers.cron.lambda_handler"
 # Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.
@@ -55,24 +59,34 @@ CRON_ERRORS_ALARM_PERIOD_SECONDS = 60
 class PeriodicTasksProps:
     """The cron.yaml entries and the resources their ticks use.
 
-    The entries are checked against the queue: on a FIFO queue each name must be a valid
-    MessageGroupId (``cron_config.check_sendable``), so a synth fails rather than every tick.
+    The entries are checked against the queue (``cron_config.check_sendable``), so a synth
+    fails rather than every tick: on a FIFO queue each name must be a valid MessageGroupId,
+    and each tick must fit the queue's MaximumMessageSize. That size is read from a queue
+    created in the app (SQS's 1 MiB when unset); for an imported queue it is
+    ``maximum_message_size_bytes``, by default SQS's former default of 256 KiB, the
+    smallest in common use. ``alarm_actions`` are added to every alarm.
     """
 
     entries: Sequence[CronEntry]
     queue: sqs.IQueue
     state_table: dynamodb.ITableV2
+    maximum_message_size_bytes: int | None = None
+    alarm_actions: Sequence[cloudwatch.IAlarmAction] = field(default_factory=list)
 
 
 class PeriodicTasks(Construct):
     """Public attributes: ``function``, ``errors_alarm``, ``schedule_group``, ``schedules`` (in
     cron.yaml order), ``dead_letter_queue`` (ticks not delivered or not enqueued after every
-    retry) and ``dead_letter_alarm``.
+    retry), ``dead_letter_alarm`` and ``mark_failed_alarm``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: PeriodicTasksProps) -> None:
         super().__init__(scope, construct_id)
-        check_sendable(props.entries, fifo=props.queue.fifo)
+        check_sendable(
+            props.entries,
+            fifo=props.queue.fifo,
+            maximum_message_size=queue_maximum_message_size(props.queue, props.maximum_message_size_bytes),
+        )
         cron = ServiceFunction(
             self,
             "Cron",
@@ -92,6 +106,14 @@ class PeriodicTasks(Construct):
         grant_items(props.state_table, self.function, actions=CRON_ACTIONS, leading_key_prefixes=[CRON_KEY_PREFIX])
         self._add_dead_letter_queue()
         self._add_retries()
+        self.mark_failed_alarm = count_alarm(
+            self,
+            "TickMarkFailed",
+            METRIC_TICK_MARK_FAILED,
+            "A tick was sent but its claim could not be marked sent: a retry or duplicate may send it twice.",
+        )
+        for alarm in (self.dead_letter_alarm, self.errors_alarm, self.mark_failed_alarm):
+            alarm.add_alarm_action(*props.alarm_actions)
         self.schedule_group = scheduler.ScheduleGroup(self, "Group", removal_policy=RemovalPolicy.DESTROY)
         role = self._scheduler_role(self.dead_letter_queue)
         self.schedules = [
@@ -193,6 +215,31 @@ class PeriodicTasks(Construct):
             enabled=entry.enabled,
             description=f"cron.yaml {entry.name}: {entry.schedule} ({entry.timezone}) -> {entry.url}"[:512],
         )
+
+
+def queue_maximum_message_size(queue: sqs.IQueue, imported_maximum_bytes: int | None) -> int:
+    """The queue's MaximumMessageSize: its own when created in the app, else ``imported_maximum_bytes``.
+
+    A queue created in the app with no MaximumMessageSize gets SQS's 1 MiB; an imported one
+    (or one whose size is a token) SQS's former default of 256 KiB unless the prop says otherwise.
+    """
+    resource = queue.node.default_child
+    if isinstance(resource, sqs.CfnQueue) and not Token.is_unresolved(resource.maximum_message_size):
+        if imported_maximum_bytes is not None:
+            raise ValueError(
+                f"maximum_message_size_bytes is for an imported queue, got {imported_maximum_bytes} for a queue "
+                "created in the app, whose own MaximumMessageSize is used; remove the prop"
+            )
+        own = resource.maximum_message_size
+        return limits.SQS_MAX_MESSAGE_BYTES if own is None else int(own)
+    if imported_maximum_bytes is None:
+        return limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES
+    if not limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES <= imported_maximum_bytes <= limits.SQS_MAX_MESSAGE_BYTES:
+        raise ValueError(
+            f"maximum_message_size_bytes must be {limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES}.."
+            f"{limits.SQS_MAX_MESSAGE_BYTES} (SQS MaximumMessageSize), got {imported_maximum_bytes}"
+        )
+    return imported_maximum_bytes
 
 
 def max_event_age_seconds(entry: CronEntry) -> int:

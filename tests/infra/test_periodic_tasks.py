@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch, aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_dynamodb as dynamodb, aws_sns as sns, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
+from infra import defaults
 from infra.cron_config import CronConfigError, parse
 from infra.periodic_tasks import (
     CRON_TIMEOUT_SECONDS,
+    PeriodicTasks,
+    PeriodicTasksProps,
     max_event_age_seconds,
 )
+from worker_tier import limits
 from tests.infra.conftest import synth
 from worker_tier.periodic import TICK_LEASE_SECONDS, TICK_PENDING_POLL_SECONDS, TICK_PENDING_POLLS
 from worker_tier.limits import LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS, LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
@@ -201,3 +208,77 @@ def test_on_a_fifo_queue_a_name_sqs_refuses_as_group_id_fails_synth(tmp_path):
         "cron.yaml line 3, entry 'nightly report': name (the MessageGroupId on a FIFO queue) would fail every tick: "
         "MessageGroupId 'nightly report' is not allowed: SQS takes 1 to 128 ASCII letters, digits and punctuation (no spaces)"
     )
+
+
+BIG_BODY_ENTRIES = parse("version: 1\ncron:\n - name: big\n   url: /big\n   schedule: '@daily'\n   body: " + "x" * 300_000 + "\n")
+BIG_BODY_REFUSED = (
+    "cron.yaml line 3, entry 'big': body would fail every tick: the tick message is 300120 bytes with its attributes; "
+    "the queue's MaximumMessageSize is 262144 bytes"
+)
+
+
+def periodic_tasks(queue_factory, entries=BIG_BODY_ENTRIES, stack: Stack | None = None, **props) -> PeriodicTasks:
+    """PeriodicTasks in a fresh stack (or ``stack``), on the queue ``queue_factory(stack)`` makes."""
+    stack = stack or Stack(App(), "Periodic")
+    table = dynamodb.TableV2(stack, "State", **defaults.state_table_props())
+    return PeriodicTasks(stack, "PeriodicTasks", PeriodicTasksProps(entries=entries, queue=queue_factory(stack), state_table=table, **props))
+
+
+def imported_queue(stack: Stack) -> sqs.IQueue:
+    return sqs.Queue.from_queue_arn(stack, "Imported", "arn:aws:sqs:us-east-1:123456789012:work")
+
+
+def test_a_tick_larger_than_the_queues_maximum_message_size_fails_synth():
+    # GIVEN a queue created in the app with SQS's former default size, 256 KiB, and a 300,000-byte body (#8 audit item 3)
+    # WHEN PeriodicTasks is built  THEN synth stops, naming the entry and the queue's size
+    with pytest.raises(CronConfigError) as error:
+        periodic_tasks(lambda stack: sqs.Queue(stack, "Queue", max_message_size_bytes=256 * 1024))
+    assert str(error.value) == BIG_BODY_REFUSED
+    # AND on a queue with no MaximumMessageSize set, SQS's 1 MiB applies and the entry is accepted
+    assert periodic_tasks(lambda stack: sqs.Queue(stack, "Queue")).schedules
+
+
+def test_an_imported_queue_is_taken_as_256_kib_unless_the_prop_says_otherwise():
+    # GIVEN an imported queue, whose MaximumMessageSize synth cannot read
+    # WHEN built with no size  THEN SQS's former default, 256 KiB, is assumed
+    with pytest.raises(CronConfigError) as error:
+        periodic_tasks(imported_queue)
+    assert str(error.value) == BIG_BODY_REFUSED
+    # WHEN the prop gives the queue's size  THEN that size is used
+    assert periodic_tasks(imported_queue, maximum_message_size_bytes=limits.SQS_MAX_MESSAGE_BYTES).schedules
+
+
+@pytest.mark.parametrize(
+    "queue_factory, size, message",
+    [
+        (
+            imported_queue,
+            1023,
+            "maximum_message_size_bytes must be 1024..1048576 (SQS MaximumMessageSize), got 1023",
+        ),
+        (
+            lambda stack: sqs.Queue(stack, "Queue"),
+            262144,
+            "maximum_message_size_bytes is for an imported queue, got 262144 for a queue created in the app, whose own "
+            "MaximumMessageSize is used; remove the prop",
+        ),
+    ],
+)
+def test_a_maximum_message_size_prop_that_cannot_apply_is_refused(queue_factory, size, message):
+    with pytest.raises(ValueError) as error:
+        periodic_tasks(queue_factory, entries=parse(CRON), maximum_message_size_bytes=size)
+    assert str(error.value) == message
+
+
+def test_alarm_actions_go_on_every_alarm():
+    # GIVEN an SNS topic as the alarm action (#8 audit (f): PeriodicTasks had no alarm_actions, unlike WorkerQueue)
+    stack = Stack(App(), "Periodic")
+    topic = sns.Topic(stack, "Alarms")
+    # WHEN PeriodicTasks is built with it
+    tasks = periodic_tasks(lambda s: sqs.Queue(s, "Queue"), entries=parse(CRON), stack=stack, alarm_actions=[cloudwatch_actions.SnsAction(topic)])
+    # THEN the errors, dead-letter and mark-failed alarms all notify it
+    alarms = Template.from_stack(stack).find_resources("AWS::CloudWatch::Alarm")
+    assert sorted(a["Properties"].get("MetricName") for a in alarms.values()) == ["ApproximateNumberOfMessagesVisible", "Errors", "TickMarkFailed"]
+    assert tasks.mark_failed_alarm.alarm_arn
+    topic_ref = {"Ref": stack.get_logical_id(topic.node.default_child)}
+    assert [a["Properties"]["AlarmActions"] for a in alarms.values()] == [[topic_ref]] * 3
