@@ -339,3 +339,19 @@ def test_delay_producers_write_only_messages_and_dedupe_markers():
         (["dynamodb:BatchWriteItem", "dynamodb:PutItem"], ["b#*"]),
         (["dynamodb:PutItem", "dynamodb:DeleteItem"], ["dedupe#*"]),
     ]
+
+
+def test_every_role_reaches_only_its_own_items_of_the_shared_tables(template):
+    # GIVEN every DynamoDB statement on the state table, and every write to the delay table
+    statements = [
+        (role, s) for role, s in dynamodb_statements(template)
+        if on_table(s, "StateTable")
+        or (on_table(s, "DelaysDelayTable") and set(actions_of(s)) - {"dynamodb:Query", "dynamodb:Scan"})
+    ]
+    # (the recovery function's stream reads are on the stream's ARN, not on items)
+    statements = [(role, s) for role, s in statements if "StreamArn" not in json.dumps(s["Resource"])]
+    assert len({role for role, _ in statements}) >= 4  # worker, scheduler, recovery, cron
+    # THEN each is limited by its partition-key prefix
+    for role, statement in statements:
+        keys = statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        assert keys and all(k.endswith("#*") for k in keys), (role, statement)
