@@ -418,9 +418,14 @@ class DelayRecovery:
         event = action.refile
         assert event is not None
         table = self.delay_table or event.table
-        if not table:
-            raise StreamRecordError(f"cannot refile {event.item[delay.PK]} / {event.sort_key}: no delay table given "
-                                    "and the record has no eventSourceARN", "{}")
+        if not table:  # a wiring fault: say so with the item, rather than send it early or drop it
+            text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
+            error = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} where the "
+                                      "scheduler reads it: no delay table given (WORKER_TIER_DELAY_TABLE) and the record "
+                                      "has no eventSourceARN", text)
+            self._dead_letter(_Action(action.position, body=text, error=error, message_id=event.message.message_id,
+                                      attributes=dict(event.message.attributes), kept="still in the delay table"), report)
+            return
         try:
             dispatch.refile(self._dynamodb.get(), table, event.item, event.message.bucket, event.message.shard)
         except Exception as error:  # transient, or access: Lambda retries from this record

@@ -128,10 +128,10 @@ class _Page:
 
     shard: int
     messages: list[DelayedMessage]
-    sort_keys: list[str]  # each message's sort key as stored, in page order
     unreadable: list[tuple[dict[str, Any], str]]  # (item, what is wrong with it)
     next_after: str | None = None
     misplaced: list[tuple[dict[str, Any], DelayedMessage]] = field(default_factory=list)  # due in a later minute
+    stored: list[tuple[str, DelayedMessage | None]] = field(default_factory=list)  # every sort key in page order; None: set aside
 
 
 @dataclass
@@ -257,18 +257,20 @@ class DelayScheduler:
             request["ExclusiveStartKey"] = {delay.PK: pk, delay.SK: {"S": after}}
         page = self._with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")
-        result = _Page(shard, [], [], [], next_key[delay.SK]["S"] if next_key else None)
+        result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
         for item in page.get("Items") or []:
             try:
-                message = delay.read_item(item)
+                message: DelayedMessage | None = delay.read_item(item)
             except UnreadableItemError as error:
                 result.unreadable.append((item, str(error)))
-                continue
-            if message.bucket > bucket:  # due after this minute: sent now, SQS would show it early
-                result.misplaced.append((item, message))
-            else:  # due in this minute, or before it (then it is late: sent at once)
-                result.messages.append(message)
-                result.sort_keys.append(item[delay.SK]["S"])
+                message = None
+            else:
+                if message.bucket > bucket:  # due after this minute: sent now, SQS would show it early
+                    result.misplaced.append((item, message))
+                    message = None
+                else:  # due in this minute, or before it (then it is late: sent at once)
+                    result.messages.append(message)
+            result.stored.append((item[delay.SK]["S"], message))
         return result
 
     def _refile(self, item: dict[str, Any], message: DelayedMessage) -> None:
@@ -551,7 +553,8 @@ class _MinuteDispatch:
         self.cursors = dict(cursors)
         self.report = report
         self.remaining_ms = remaining_ms
-        self.handled: set[int] = set()
+        self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
+        self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
 
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
@@ -571,16 +574,22 @@ class _MinuteDispatch:
     def _set_aside(self, pages: list[_Page]) -> bool:
         """Before any send (see _save_cursors): refile items due in a later minute, dead-letter unreadable ones.
 
-        False when time ran low between two of them (the next run reads the round again).
+        False when time ran low between two of them: the cursors pass what was set aside
+        ahead of the first message of each shard, so the next run goes on from there.
         """
-        for item, message in [pair for page in pages for pair in page.misplaced]:
-            self.scheduler._refile(item, message)
-            self.report.refiled += 1
-        for item, problem in [pair for page in pages for pair in page.unreadable]:
+        self.set_aside, self.handled = set(), set()
+        for page in pages:
+            for item, message in page.misplaced:
+                self.scheduler._refile(item, message)
+                self.set_aside.add((page.shard, item[delay.SK]["S"]))
+                self.report.refiled += 1
+        for page, (item, problem) in [(page, pair) for page in pages for pair in page.unreadable]:
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
+                self._save_cursors(pages, [])
                 return False
             self.scheduler._dead_letter_unreadable(item, problem)
+            self.set_aside.add((page.shard, item[delay.SK]["S"]))
             self.report.dead_lettered += 1
         return True
 
@@ -590,7 +599,6 @@ class _MinuteDispatch:
         False when the run must stop.
         """
         messages = sorted((m for page in pages for m in page.messages), key=_due_order)
-        self.handled = set()
         try:
             complete = self._send_all(messages)
         except Exception:
@@ -634,13 +642,15 @@ class _MinuteDispatch:
     def _save_cursors(self, pages: list[_Page], messages: list[DelayedMessage]) -> None:
         """Move each shard's cursor over the handled prefix of its page (in stored order), and save them if any moved.
 
-        The round's unreadable items were all dead-lettered before its first send, so a cursor may pass them.
+        Handled: a message accepted or dead-lettered, or an item set aside (refiled, or
+        its pointer dead-lettered) before the round's first send.
         """
         position = {id(message): index for index, message in enumerate(messages)}
         moved = False
         for page in pages:
-            for message, sort_key in zip(page.messages, page.sort_keys):
-                if position[id(message)] not in self.handled:
+            for sort_key, message in page.stored:
+                done = (page.shard, sort_key) in self.set_aside if message is None else position.get(id(message)) in self.handled
+                if not done:
                     break
                 self.cursors[page.shard] = sort_key
                 moved = True
