@@ -188,3 +188,42 @@ def test_container_worker_defaults_to_private_subnets_and_a_named_base_image():
 )
 def test_container_base_image_accepts_tags_and_digests(image):
     assert Settings(container_base_image=image).container_base_image == image
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"container_cpu": 300},
+            "container_cpu must be one of Fargate's cpu values 256, 512, 1024, 2048, 4096, 8192, 16384, "
+            "got 300 (with container_memory_mb 2048)",
+        ),
+        (
+            {"container_cpu": 256, "container_memory_mb": 30000},
+            "container_memory_mb 30000 is not a Fargate size for container_cpu 256; it allows 512, 1024, 2048 MB",
+        ),
+        (
+            {"container_cpu": 512, "container_memory_mb": 1536},
+            "container_memory_mb 1536 is not a Fargate size for container_cpu 512; it allows 1024..4096 in steps of 1024 MB",
+        ),
+        (
+            {"container_cpu": 8192, "container_memory_mb": 17408},
+            "container_memory_mb 17408 is not a Fargate size for container_cpu 8192; "
+            "it allows 16384..61440 in steps of 4096 MB",
+        ),
+    ],
+)
+def test_a_cpu_and_memory_pair_fargate_refuses_is_an_error_naming_both(values, message):
+    # GIVEN a container size that is no Fargate task size
+    # WHEN the settings are built  THEN the error names both values and what the cpu allows
+    with pytest.raises(SettingsError) as error:
+        Settings.from_mapping(values)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("cpu, memory", [(256, 512), (256, 2048), (4096, 30720), (16384, 122880), (1024, 2048)])
+def test_every_fargate_task_size_is_accepted(cpu, memory):
+    # GIVEN / WHEN a pair from Fargate's table
+    settings = Settings.from_mapping({"container_cpu": cpu, "container_memory_mb": memory})
+    # THEN it is kept
+    assert (settings.container_cpu, settings.container_memory_mb) == (cpu, memory)
