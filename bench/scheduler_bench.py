@@ -6,11 +6,13 @@ minute) on a simulated clock. Every API call is metered in the units AWS bills,
 including the scheduler's Query of every possible shard (MAX_SHARDS) of every minute (0.5 read unit
 each when empty) and its state writes (minute records, cursors, watermark).
 
-Two costs the simulation does not run are added as line items: the safety net, a
-Lambda on the delay table's stream invoked once per 1,000 stream records, with two
-records per message (its INSERT and its TTL REMOVE), 100 ms at 128 MB each (the
-stream reads themselves are free to Lambda); and the fixed cost of the empty shard
-Queries per month, reported on its own since it does not scale with messages.
+The safety net is run too, as deployed: the real DelayRecovery gets the delay
+table's stream the traffic makes (each message's INSERT when stored, and its TTL
+REMOVE when it expires), batched as its event source mapping batches them (up to
+``STREAM_BATCH_SIZE`` records or ``STREAM_MAX_BATCHING_WINDOW_SECONDS``), on the same
+metered fakes; its Lambda time is billed at ``RECOVERY_MEMORY_MB``. The stream reads
+themselves are free to Lambda. The fixed cost of the empty shard Queries per month is
+reported on its own, since it does not scale with messages.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import time
 from typing import Any
 
 from bench import results
+from infra.delay_recovery import RECOVERY_MEMORY_MB, STREAM_BATCH_SIZE, STREAM_MAX_BATCHING_WINDOW_SECONDS
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
-from worker_tier.delay import MAX_SHARDS
+from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
+from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
 from worker_tier.scheduler import DelayScheduler
 
 MESSAGES = 100_000
@@ -45,11 +49,10 @@ PRICE_PER_SCHEDULER_INVOCATION = 1.00e-6
 SQS_BILLING_CHUNK_BYTES = 64 * 1024
 ASSUMED_RUN_SECONDS = 1.0  # per-minute run's billed duration at 256 MB: generous for a few dozen API calls
 SCHEDULER_MEMORY_GB = 0.25
-# The safety net: https://aws.amazon.com/dynamodb/pricing/on-demand/ (GetRecords by a Lambda trigger is free)
-STREAM_RECORDS_PER_MESSAGE = 2  # the INSERT, and the TTL's REMOVE
-STREAM_BATCH_RECORDS = 1000
-STREAM_CONSUMER_SECONDS = 0.1
-STREAM_CONSUMER_MEMORY_GB = 0.125
+# The safety net's billed duration: a Python handler's fixed work, plus one round trip per AWS call it makes.
+# (GetRecords by a Lambda trigger is free: https://aws.amazon.com/dynamodb/pricing/on-demand/)
+STREAM_CONSUMER_BASE_SECONDS = 0.05
+AWS_CALL_SECONDS = 0.01
 MINUTES_PER_MONTH = 30 * 24 * 60
 EMPTY_QUERY_READ_UNITS = 0.5  # eventually consistent, under 4 KB
 EVENTBRIDGE_SCHEDULER_PLUS_SQS_USD_PER_MILLION = (PRICE_PER_SCHEDULER_INVOCATION + PRICE_PER_SQS_REQUEST) * 1e6
@@ -67,13 +70,15 @@ def item_bytes(item: dict[str, dict[str, Any]]) -> int:
 class MeteredDynamoDB(FakeDynamoDB):
     """Counts request units as on-demand DynamoDB bills them."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock) -> None:  # type: ignore[no-untyped-def]
         super().__init__()
         self.copy_items = False
-        self.write_units = {"producer": 0.0, "scheduler": 0.0}
-        self.read_units = 0.0
+        self.write_units = {"producer": 0.0, "scheduler": 0.0, "safety_net": 0.0}
+        self.read_units = {"producer": 0.0, "scheduler": 0.0, "safety_net": 0.0}
         self.side = "producer"
         self.sizes: dict[tuple[str, str], int] = {}  # measured when written, so reads are metered cheaply
+        self.stream: list[dict[str, Any]] = []  # the delay table's INSERT records, as the mapping passes them
+        self._clock = clock
 
     def batch_write_item(self, RequestItems: dict) -> dict:  # noqa: N803
         for requests in RequestItems.values():
@@ -82,6 +87,7 @@ class MeteredDynamoDB(FakeDynamoDB):
                 size = item_bytes(item)
                 self.sizes[(item["pk"]["S"], item["sk"]["S"])] = size
                 self.write_units[self.side] += math.ceil(size / 1024)
+                self.stream.append(stream_record(INSERT, item, self._clock()))
         return super().batch_write_item(RequestItems)
 
     def put_item(self, **kwargs: Any) -> dict:
@@ -97,18 +103,18 @@ class MeteredDynamoDB(FakeDynamoDB):
         return super().update_item(**kwargs)
 
     def get_item(self, **kwargs: Any) -> dict:
-        self.read_units += 1  # strongly consistent, under 4 KB
+        self.read_units[self.side] += 1 if kwargs.get("ConsistentRead") else 0.5  # under 4 KB
         return super().get_item(**kwargs)
 
     def query(self, **kwargs: Any) -> dict:
         page = super().query(**kwargs)
         read_bytes = sum(self.sizes[(item["pk"]["S"], item["sk"]["S"])] for item in page["Items"])
-        self.read_units += max(1, math.ceil(read_bytes / 4096)) * 0.5  # eventually consistent
+        self.read_units[self.side] += max(1, math.ceil(read_bytes / 4096)) * 0.5  # eventually consistent
         return page
 
     def scan(self, **kwargs: Any) -> dict:
         page = super().scan(**kwargs)
-        self.read_units += max(1, math.ceil(sum(item_bytes(i) for i in page["Items"]) / 4096)) * 0.5
+        self.read_units[self.side] += max(1, math.ceil(sum(item_bytes(i) for i in page["Items"]) / 4096)) * 0.5
         return page
 
 
@@ -129,7 +135,7 @@ def simulate() -> dict[str, float]:
     """Store MESSAGES, run the scheduler each minute until all are out; measure everything."""
     rng = random.Random(7)
     now = [START]
-    dynamodb = MeteredDynamoDB()
+    dynamodb = MeteredDynamoDB(clock=lambda: now[0])
     dynamodb.create_table("delay", "pk", "sk")
     dynamodb.create_table("state", "pk")
     sqs = MeteredSQS(clock=lambda: now[0])
@@ -143,6 +149,8 @@ def simulate() -> dict[str, float]:
         for message, result in zip(outgoing, client.send_batch(outgoing)):
             due[result.message_id] = START + message.delay  # type: ignore[operator]
     producer_calls = len(dynamodb.calls)
+    safety_net = SafetyNet(dynamodb, sqs, now)
+    safety_net.process(dynamodb.stream)  # the producers' INSERTs, a few minutes after they were written
     dynamodb.side = "scheduler"
     runs, cpu = 0, 0.0
     minute = math.floor(START / 60) * 60
@@ -153,25 +161,104 @@ def simulate() -> dict[str, float]:
         scheduler.run()
         cpu += time.process_time() - started
         runs += 1
-    return _figures(dynamodb, sqs, due, runs, cpu, producer_calls)
+    scheduler_calls = len(dynamodb.calls) - producer_calls + len(sqs.calls) - safety_net.calls
+    safety_net.process(_ttl_removals(dynamodb))  # each item's TTL REMOVE, after the scheduler sent it
+    figures = _figures(dynamodb, sqs, due, runs, cpu, producer_calls, scheduler_calls, safety_net)
+    return {**figures, **safety_net.figures()}
+
+
+def stream_record(kind: str, item: dict[str, Any], at_s: float) -> dict[str, Any]:
+    """A delay-table stream record as Lambda delivers it (NEW_AND_OLD_IMAGES); a REMOVE is the TTL's."""
+    image = "NewImage" if kind == INSERT else "OldImage"
+    record = {"eventName": kind, "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/bench",
+              "dynamodb": {"ApproximateCreationDateTime": float(int(at_s)), "Keys": {"pk": item["pk"], "sk": item["sk"]},
+                           "SequenceNumber": "0", image: item}}
+    if kind == REMOVE:
+        record["userIdentity"] = dict(TTL_PRINCIPAL)
+    return record
+
+
+def _ttl_removals(dynamodb: MeteredDynamoDB) -> list[dict[str, Any]]:
+    """Each message item's TTL REMOVE, at its expiration time, in time order."""
+    items = [item for item in dynamodb.tables["delay"].values() if item["pk"]["S"].startswith(BUCKET_KEY_PREFIX)]
+    return [stream_record(REMOVE, item, float(item[TTL_ATTRIBUTE]["N"]))
+            for item in sorted(items, key=lambda item: int(item[TTL_ATTRIBUTE]["N"]))]
+
+
+class SafetyNet:
+    """The real DelayRecovery, fed stream records in the batches its event source mapping makes, metered."""
+
+    def __init__(self, dynamodb: MeteredDynamoDB, sqs: MeteredSQS, now: list[float]) -> None:
+        self.dynamodb, self.sqs, self.now = dynamodb, sqs, now
+        self.recovery = DelayRecovery("state", QUEUE, QUEUE + "-dlq", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0],
+                                      sleep=lambda s: None, delay_table="delay")
+        self.invocations = self.calls = 0
+        self.billed_seconds = 0.0
+        self.sent = 0
+
+    def process(self, records: list[dict[str, Any]]) -> None:
+        """Invoke the recovery once per batch, at the time the batch closes."""
+        side, self.dynamodb.side = self.dynamodb.side, "safety_net"
+        for closes_at, batch in _mapping_batches(records):
+            self.now[0] = max(self.now[0], closes_at)
+            calls_before = len(self.dynamodb.calls) + len(self.sqs.calls)
+            report = self.recovery.process(batch)
+            calls = len(self.dynamodb.calls) + len(self.sqs.calls) - calls_before
+            self.invocations += 1
+            self.calls += calls
+            self.billed_seconds += STREAM_CONSUMER_BASE_SECONDS + calls * AWS_CALL_SECONDS
+            self.sent += report.late_writes + report.recovered_from_ttl
+        self.dynamodb.side = side
+
+    def cost(self) -> float:
+        """Lambda requests and duration at the deployed memory size, plus the state-table reads."""
+        lambda_cost = (self.invocations * PRICE_PER_LAMBDA_REQUEST
+                       + self.billed_seconds * RECOVERY_MEMORY_MB / 1024 * PRICE_PER_LAMBDA_GB_SECOND_ARM)
+        return lambda_cost + self.dynamodb.read_units["safety_net"] * PRICE_PER_READ_UNIT
+
+    def figures(self) -> dict[str, float]:
+        return {
+            "safety_net_invocations": self.invocations,
+            "safety_net_read_units": self.dynamodb.read_units["safety_net"],
+            "safety_net_aws_calls": self.calls,
+            "safety_net_sent": self.sent,
+        }
+
+
+def _mapping_batches(records: list[dict[str, Any]]) -> Any:
+    """(closing time, records) as a stream mapping batches: up to STREAM_BATCH_SIZE, or its batching window."""
+    batch: list[dict[str, Any]] = []
+    opened = 0.0
+    for record in records:
+        at = record["dynamodb"]["ApproximateCreationDateTime"]
+        if batch and at >= opened + STREAM_MAX_BATCHING_WINDOW_SECONDS:
+            yield opened + STREAM_MAX_BATCHING_WINDOW_SECONDS, batch
+            batch = []
+        if not batch:
+            opened = at
+        batch.append(record)
+        if len(batch) == STREAM_BATCH_SIZE:
+            yield at, batch
+            batch = []
+    if batch:
+        yield opened + STREAM_MAX_BATCHING_WINDOW_SECONDS, batch
 
 
 def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], runs: int, cpu: float,
-             producer_calls: int) -> dict[str, float]:
+             producer_calls: int, scheduler_calls: int, safety_net: SafetyNet) -> dict[str, float]:
     by_body_order = [entry for entry in sqs.sent]
     due_by_at = [entry["MessageAttributes"]["worker_tier.due_at"]["StringValue"] for entry in by_body_order]
     lateness = sorted(entry["visible_at"] - _epoch(at) for entry, at in zip(by_body_order, due_by_at))
-    scheduler_calls = len(dynamodb.calls) - producer_calls + len(sqs.calls)  # (the first, empty run's few calls included)
     lambda_cost = runs * (PRICE_PER_LAMBDA_REQUEST + ASSUMED_RUN_SECONDS * SCHEDULER_MEMORY_GB * PRICE_PER_LAMBDA_GB_SECOND_ARM)
-    safety_net_cost = _safety_net_cost(MESSAGES)
+    safety_net_cost = safety_net.cost()
     ours = (
         sum(dynamodb.write_units.values()) * PRICE_PER_WRITE_UNIT
-        + dynamodb.read_units * PRICE_PER_READ_UNIT
+        + (dynamodb.read_units["producer"] + dynamodb.read_units["scheduler"]) * PRICE_PER_READ_UNIT
         + sqs.requests * PRICE_PER_SQS_REQUEST
         + lambda_cost
         + safety_net_cost
     )
-    per_message_read = dynamodb.read_units / MESSAGES
+    per_message_read = (dynamodb.read_units["producer"] + dynamodb.read_units["scheduler"]) / MESSAGES
     reference = (2 * PRICE_PER_WRITE_UNIT + per_message_read * PRICE_PER_READ_UNIT + PRICE_PER_SQS_REQUEST) * MESSAGES + lambda_cost
     ours_per_million = ours / MESSAGES * 1e6
     return {
@@ -197,13 +284,6 @@ def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], 
         "api_calls_per_1000_messages": scheduler_calls / MESSAGES * 1000,
         "producer_api_calls_per_1000_messages": producer_calls / MESSAGES * 1000,
     }
-
-
-def _safety_net_cost(messages: int) -> float:
-    """The stream consumer: one invocation per STREAM_BATCH_RECORDS stream records."""
-    invocations = messages * STREAM_RECORDS_PER_MESSAGE / STREAM_BATCH_RECORDS
-    per_invocation = PRICE_PER_LAMBDA_REQUEST + STREAM_CONSUMER_SECONDS * STREAM_CONSUMER_MEMORY_GB * PRICE_PER_LAMBDA_GB_SECOND_ARM
-    return invocations * per_invocation
 
 
 def _empty_query_cost(runs: int) -> float:
