@@ -28,6 +28,7 @@ import json
 import time
 from typing import Any, Callable
 
+from worker_tier import message
 from worker_tier.aws import is_condition_failure
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
@@ -174,10 +175,14 @@ def record_key(path: str, data: dict[str, str]) -> str:
 
 
 def idempotency_key(definition: TaskDefinition, task: Task) -> str:
-    """The task's key: its own callable, a JMESPath into the JSON body, or the message id."""
+    """The task's key: its own callable, a JMESPath into the JSON body, or the message id.
+
+    The message id of a forwarded message is its source's (``worker_tier.source_message_id``), so the
+    container runs a source message delivered twice once, as the Lambda worker would.
+    """
     key = definition.idempotency_key
     if key is None:
-        return task.message_id
+        return task.attributes.get(message.SOURCE_MESSAGE_ID_ATTRIBUTE) or task.message_id
     if callable(key):
         return str(key(task))
     import jmespath

@@ -32,6 +32,7 @@ ROUTING_ATTRIBUTES = (PATH_ATTRIBUTE, TASK_NAME_ATTRIBUTE, SCHEDULED_TIME_ATTRIB
 WORKER_TIER_ATTRIBUTE_PREFIX = "worker_tier."
 FAILURE_ATTRIBUTE = "worker_tier.failure"
 DUE_AT_ATTRIBUTE = "worker_tier.due_at"
+SOURCE_MESSAGE_ID_ATTRIBUTE = "worker_tier.source_message_id"  # a forward's source message: the default idempotency key
 # Receives a message's earlier copies used (a retry re-sent through the delay table); Task.receive_count adds it.
 ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 MAX_ERROR_MESSAGE_BYTES = 1024

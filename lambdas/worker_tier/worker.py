@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
 
-from worker_tier import message, observability
+from worker_tier import limits, message, observability
 from worker_tier.aws import LazyClient
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
@@ -277,6 +277,7 @@ class Worker(Fates):
         attributes, dropped = message.sqs_attributes(record.get("messageAttributes") or {})
         if dropped:
             logger.warning("attributes SQS would refuse were left out of the forward", extra={"dropped_attributes": dropped})
+        _carry_source_id(attributes, task)
         request: dict[str, Any] = {"QueueUrl": self._long_queue_url, "MessageBody": task.body, "MessageAttributes": attributes}
         if task.group_id is not None:  # a FIFO queue: keep the group, and deduplicate on the source message
             request["MessageGroupId"] = task.group_id
@@ -403,6 +404,23 @@ class Worker(Fates):
             self._queue_url = self._sqs.get().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
         return self._queue_url
 
+
+
+def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
+    """Add ``worker_tier.source_message_id`` to a forward's attributes (kept when it already has one), room permitting.
+
+    The container's default idempotency key is this id, so a source message delivered twice runs once.
+    """
+    if message.SOURCE_MESSAGE_ID_ATTRIBUTE in attributes:
+        return
+    if len(attributes) >= limits.SQS_MAX_MESSAGE_ATTRIBUTES:
+        logger.warning(
+            "no room for the source message id on the forward: the container's default idempotency key is the "
+            "forwarded message's own id",
+            extra={"attribute_count": len(attributes), "limit": limits.SQS_MAX_MESSAGE_ATTRIBUTES},
+        )
+        return
+    attributes[message.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
 
 
 def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
