@@ -15,7 +15,9 @@ The lease is lost the same way when SQS says the message is no longer ours (its
 receipt handle is invalid or the message is not in flight: deleted, or received
 again elsewhere), and when no extension has succeeded for longer than the
 extension window (a run of failed calls: the message may already be visible). A
-failed call is otherwise retried on the next beat.
+failed extension is retried at once, up to ``EXTENSION_RETRIES`` times about a second
+apart while its window lasts (the next beat comes after the window ends); when those
+fail too and the window ends before the next beat, the lease is lost then.
 
 A beat never overwrites a visibility decided elsewhere: ``release`` waits for a beat
 in progress (snapshot to send), so the caller's own change goes out after it. After
@@ -35,6 +37,10 @@ from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_HEARTBEAT_INTERVAL_SECONDS, HEARTBEAT_MARGIN_SECONDS
 from worker_tier.visibility import VisibilityChange, VisibilityRefusal, change_visibility
+
+# Retries of a failed extension within its window: deployed (interval 30 s, margin 10 s) three tries 1 s apart.
+EXTENSION_RETRIES = 3
+EXTENSION_RETRY_PAUSE_SECONDS = 1.0
 
 
 @dataclass
@@ -72,12 +78,16 @@ class Heartbeat:
         margin_seconds: float = HEARTBEAT_MARGIN_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         max_visibility_seconds: float = limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS,
+        sleep: Callable[[float], Any] = time.sleep,
     ) -> None:
         self._sqs = sqs
         self._queue_url = queue_url
         self.interval_seconds = interval_seconds
         self.extension_seconds = max(1, round(interval_seconds + margin_seconds))
         self._clock = clock
+        self._sleep = sleep
+        # Retries fit in the margin, the window's time left after the next scheduled beat.
+        self.retry_pause_seconds = min(EXTENSION_RETRY_PAUSE_SECONDS, margin_seconds / (EXTENSION_RETRIES + 1))
         self._max_visibility_seconds = max_visibility_seconds
         self._held: dict[str, HeldMessage] = {}
         self._lock = threading.Lock()
@@ -149,14 +159,49 @@ class Heartbeat:
             self._thread = None
 
     def beat(self) -> None:
-        """One round: extend every held message, 10 per call; release those at SQS's 12-hour cap; drop lost ones."""
+        """One round: extend every held message, 10 per call; release those at SQS's 12-hour cap; drop lost ones.
+
+        Extensions that failed are retried within their window; the lease is lost if they never succeed in time.
+        """
         with self._sending:
-            extended = self._beat_and_send()
+            extended, failed = self._beat_and_send()
+        for _ in range(EXTENSION_RETRIES):
+            if not failed:
+                break
+            self._sleep(self.retry_pause_seconds)
+            with self._sending:
+                done, failed = self._retry(failed)
+            extended += done
+        self._give_up(failed)
         for message in extended:
             self._after_extension(message)
 
-    def _beat_and_send(self) -> list[HeldMessage]:
-        """Snapshot, decide and send one round; the messages extended."""
+    def _retry(self, failed: list[HeldMessage]) -> tuple[list[HeldMessage], list[HeldMessage]]:
+        """Send the failed extensions again, for messages still held whose window has not ended."""
+        now = self._clock()
+        with self._lock:
+            still = [m for m in failed if self._held.get(m.message_id) is m]
+        late = [m for m in still if now - m.extended_at >= self.extension_seconds]  # type: ignore[operator]
+        for message in late:
+            self._lose(message, "no extension succeeded within the extension window")
+        retry = [m for m in still if m not in late]
+        if not retry:
+            return [], []
+        changes = [VisibilityChange(m.message_id, m.receipt_handle, self.extension_seconds) for m in retry]
+        self.calls += -(-len(changes) // limits.SQS_MAX_BATCH_ENTRIES)
+        return self._settle(retry, change_visibility(self._sqs, self._queue_url, changes), now)
+
+    def _give_up(self, failed: list[HeldMessage]) -> None:
+        """After the retries: a message whose window ends before the next beat has lost its lease."""
+        now = self._clock()
+        with self._lock:
+            still = [m for m in failed if self._held.get(m.message_id) is m]
+        for message in still:
+            if message.extended_at + self.extension_seconds < now + self.interval_seconds:  # type: ignore[operator]
+                self._lose(message, f"the extension and {EXTENSION_RETRIES} retries failed within the extension window")
+
+    def _beat_and_send(self) -> tuple[list[HeldMessage], list[HeldMessage]]:
+        """Snapshot, decide and send one round; the messages extended, and those whose extension failed."""
         now = self._clock()
         with self._lock:
             held = list(self._held.values())
@@ -174,14 +219,19 @@ class Heartbeat:
             message.expired.set()
             self.release(message.message_id)
         if not changes:
-            return []
+            return [], []
         self.calls += -(-len(changes) // limits.SQS_MAX_BATCH_ENTRIES)
         return self._settle(extend, change_visibility(self._sqs, self._queue_url, changes), now)
 
-    def _settle(self, extended: list[HeldMessage], refusals: list[VisibilityRefusal], now: float) -> list[HeldMessage]:
-        """Record successful extensions (returned); a message SQS says is no longer ours loses its lease at once."""
+    def _settle(
+        self, extended: list[HeldMessage], refusals: list[VisibilityRefusal], now: float
+    ) -> tuple[list[HeldMessage], list[HeldMessage]]:
+        """Record successful extensions; a message SQS says is no longer ours loses its lease at once.
+
+        Returns the messages extended and those whose extension failed for now (worth a retry).
+        """
         refused = {r.message_id: r for r in refusals}
-        succeeded = []
+        succeeded, failed = [], []
         for message in extended:
             refusal = refused.get(message.message_id)
             if refusal is None:
@@ -189,7 +239,9 @@ class Heartbeat:
                 succeeded.append(message)
             elif refusal.lost():
                 self._lose(message, f"SQS refused the extension: {refusal.code}: {refusal.message}")
-        return succeeded
+            else:
+                failed.append(message)
+        return succeeded, failed
 
     @staticmethod
     def _after_extension(message: HeldMessage) -> None:
