@@ -24,6 +24,7 @@ from worker_tier.scheduler import (
     SCAN_UNFINISHED,
     START_LOOKBACK_SECONDS,
     STARTED_MS_ATTRIBUTE,
+    TIME_RUNNING_OUT,
     WATERMARK_KEY,
     DelayScheduler,
     LeaseLostError,
@@ -657,3 +658,27 @@ def test_a_minute_record_gets_its_ttl_when_finished_not_when_started(world):
     world.scheduler().run()
     record = world.dynamodb.tables["state"][(minute_key(bucket),)]
     assert record["expiration"] == {"N": str(bucket * 60 + MINUTE_RECORD_RETENTION_SECONDS)}
+
+
+def test_a_round_of_unreadable_items_longer_than_a_run_makes_progress_and_repeats_no_pointer(world):
+    # GIVEN a minute of 300 unreadable items over 3 shards, then a good message, and runs with time for 100 pointers
+    world.scheduler().run()
+    good = world.store("id-good", "good", 1000 + 60, shard=0)
+    for shard in range(3):
+        for index in range(100):
+            bad = DelayedMessage(f"bad-{shard}-{index:03d}", good.due_ms - 60_000 + index, "x", {}, shard)
+            _store_item(world, bad, attributes={"S": "{not json"})
+    world.now += 300
+    runs = []
+    # WHEN runs each stop once they have sent 100 more pointers, until one finishes
+    for _ in range(5):
+        budget = len(world.sqs.by_queue.get(DLQ, [])) + 100
+        runs.append(world.scheduler().run(lambda: 0 if len(world.sqs.by_queue.get(DLQ, [])) >= budget else RUN_MARGIN_MS + 1))
+        if runs[-1].stopped == "":
+            break
+        world.now += 60
+    # THEN each item got exactly one pointer, the minute passed, and the good message went out
+    pointers = [json.loads(e["MessageBody"])["sk"] for e in world.sqs.by_queue[DLQ]]
+    assert len(pointers) == len(set(pointers)) == 300
+    assert [r.stopped for r in runs[:3]] == [TIME_RUNNING_OUT] * 3 and runs[-1].stopped == ""
+    assert _bodies(world.sqs.by_queue[QUEUE]) == ["good"]

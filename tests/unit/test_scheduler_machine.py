@@ -2,7 +2,7 @@
 
 Random interleavings of: sends with random delays from producers whose clocks are
 up to ±30 s off (or, now and then, far beyond that) and whose shard counts are
-anything from 1 to 64; poison items (an attribute SQS refuses, or a body over the
+anything from 1 to MAX_SHARDS (16); poison items (an attribute SQS refuses, or a body over the
 queues' MaximumMessageSize) stored as an older producer could have; bursts of
 one minute larger than a run; scheduler runs at random times, duplicated, after
 missed minutes or outages longer than the old 6-hour TTL, short of time
