@@ -7,8 +7,16 @@ Heartbeats are always on. On SIGTERM it stops receiving, releases (visibility 0)
 it had not started, and lets running tasks finish within a grace period. A message
 whose task is still running is never released: two workers would run it at once.
 Instead the heartbeat keeps it hidden and the process exits, so the task dies with
-it; the message returns when its last extension lapses (interval + margin). On ECS
-it keeps task scale-in protection on while it holds work.
+it; the message returns when its last extension lapses (interval + margin). The grace
+period counts from SIGTERM, and messages a poll returns after it are released at once.
+On ECS it keeps task scale-in protection on while it holds work (``protection``).
+
+A failed ReceiveMessage is logged and retried after a capped backoff; only a
+configuration error (access denied, no such queue) stops the worker, after the
+same drain as SIGTERM. Messages are received hidden for the heartbeat's window, so a
+crash before the first beat gives them back within it. On a FIFO queue the messages
+of one group run one after another; after a failure the rest of the group is
+released (visibility 0), so the group keeps its order.
 
 It receives no more messages than it has free threads, so none waits hidden behind a
 long task, and the Worker counts SQS's 12 hours from each message's real receive.
@@ -17,27 +25,38 @@ Its metrics are printed (EMF) after each message and before it exits.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from worker_tier import limits, observability
+from worker_tier.aws import error_code
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.message import lambda_record, safe_repr
 from worker_tier.observability import logger
+from worker_tier.protection import PROTECTION_MINUTES, TaskProtection  # noqa: F401 - imported from here too
 from worker_tier.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINER_GRACE_SECONDS
 from worker_tier.visibility import VisibilityChange, change_visibility
 from worker_tier.worker import Worker
 
+# SQS's longest long poll: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html
 POLL_WAIT_SECONDS = 20
-PROTECTION_MINUTES = 60
+# After the grace period: time to release messages, flush metrics and exit before the stop timeout's SIGKILL.
+RELEASE_SECONDS = 5
 # EX_TEMPFAIL (sysexits.h): tasks were cut short by the shutdown; their messages return for a retry.
 EXIT_CODE_TASKS_ABANDONED = 75
+# A failed ReceiveMessage (after botocore's own retries) waits 1, 2, 4... seconds, at most 30, before the next.
+RECEIVE_BACKOFF_BASE_SECONDS = 1.0
+RECEIVE_BACKOFF_MAX_SECONDS = 30.0
+# ReceiveMessage errors no retry can fix: the worker drains and exits. The query protocol spells the queue's
+# code AWS.SimpleQueueService.NonExistentQueue, the JSON protocol QueueDoesNotExist.
+CONFIGURATION_ERROR_CODES = frozenset(
+    {"AccessDenied", "AccessDeniedException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
+)
 
 
 def exit_now(code: int) -> None:
@@ -47,42 +66,28 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-class TaskProtection:
-    """ECS task scale-in protection through the agent's endpoint; a no-op outside ECS.
+class StopSignal(threading.Event):
+    """An event that remembers when it was first set (the grace period counts from then)."""
 
-    https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection-endpoint.html
-    """
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        self.set_at: float | None = None
 
-    def __init__(self, agent_uri: str | None = None, expires_minutes: int = PROTECTION_MINUTES) -> None:
-        self.agent_uri = agent_uri if agent_uri is not None else os.environ.get("ECS_AGENT_URI")
-        self.expires_minutes = expires_minutes
-        self.enabled = False
-        self._set_at = 0.0
+    def set(self) -> None:
+        """Set it, and note the time on the first call."""
+        if self.set_at is None:
+            self.set_at = self._clock()
+        super().set()
 
-    def hold(self, busy: bool) -> None:
-        """Protect while busy (renewed at half its expiry), unprotect when idle."""
-        if not self.agent_uri:
-            return
-        renew = busy and time.monotonic() - self._set_at > self.expires_minutes * 30
-        if busy != self.enabled or renew:
-            self._put(busy)
 
-    def _put(self, enabled: bool) -> None:
-        body: dict[str, Any] = {"ProtectionEnabled": enabled}
-        if enabled:
-            body["ExpiresInMinutes"] = self.expires_minutes
-        request = urllib.request.Request(
-            f"{self.agent_uri}/task-protection/v1/state",
-            data=json.dumps(body).encode(),
-            method="PUT",
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            urllib.request.urlopen(request, timeout=5).close()
-        except OSError as error:  # protection is best effort: work goes on, the failure is logged
-            logger.warning("task protection update failed", extra={"enabled": enabled, "error": repr(error)})
-            return
-        self.enabled, self._set_at = enabled, time.monotonic()
+@dataclass
+class _Chain:
+    """Messages run one after another on one thread: one message, or one FIFO group's in receive order."""
+
+    waiting: list[dict[str, Any]]
+    current: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Consumer:
@@ -96,74 +101,160 @@ class Consumer:
         *,
         concurrency: int = DEFAULT_CONTAINER_CONCURRENCY,
         grace_seconds: float = DEFAULT_CONTAINER_GRACE_SECONDS,
-        poll_wait_seconds: int = POLL_WAIT_SECONDS,
+        poll_wait_seconds: int | None = None,
         heartbeat_interval: float | None = None,
         heartbeat: Heartbeat | None = None,
         protection: TaskProtection | None = None,
         exit_process: Callable[[int], None] = exit_now,
+        stop_timeout_seconds: float = limits.ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.worker = worker
         self.sqs = sqs
         self.queue_url = queue_url
         self.concurrency = concurrency
         self.grace_seconds = grace_seconds
-        self.poll_wait_seconds = poll_wait_seconds
+        self.poll_wait_seconds = _poll_wait(poll_wait_seconds, grace_seconds, stop_timeout_seconds)
         interval = heartbeat_interval if heartbeat_interval is not None else worker.settings.heartbeat_interval
         self.heartbeat = heartbeat if heartbeat is not None else Heartbeat(sqs, queue_url, interval_seconds=interval)
         self.protection = protection or TaskProtection()
         self._exit_process = exit_process
-        self.stopping = threading.Event()
+        self._clock = clock
+        self.stopping = StopSignal(clock)
         self._queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         self._region = self._queue_arn.split(":")[3]
-        self._pending: dict[Future, dict[str, Any]] = {}
+        self._pending: dict[Future, _Chain] = {}
         self._lock = threading.Lock()
+        self._receive_failures = 0
+        self._fatal: Exception | None = None
 
     def run(self) -> None:
-        """Consume until ``stopping`` is set, then drain within the grace period.
+        """Consume until ``stopping`` is set, then drain within the grace period (counted from the stop).
 
         If tasks still run after it, their messages stay held and the process exits
-        (``exit_process``) with ``EXIT_CODE_TASKS_ABANDONED``.
+        (``exit_process``) with ``EXIT_CODE_TASKS_ABANDONED``. A configuration error
+        from ReceiveMessage stops consuming the same way, and is raised after the drain.
         """
         self.heartbeat.start()
+        self.protection.start(lambda: self._in_flight() > 0)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
         try:
-            while not self.stopping.is_set():
-                if self._in_flight() >= self.concurrency:
-                    wait(list(self._pending), timeout=1, return_when="FIRST_COMPLETED")
-                    continue
-                self._receive_into(pool)
-                self.protection.hold(self._in_flight() > 0)
+            self._consume(pool)
         except Exception:  # logged here: an exit for abandoned tasks below would hide it
             logger.exception("container worker stopped consuming on an error")
             raise
         finally:
-            observability.flush()
-            still_running = self._drain(pool)
-            if still_running:
-                self._abandon(still_running)
-            else:
-                self.heartbeat.stop()
-                self.protection.hold(False)
+            self._finish(pool)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _consume(self, pool: ThreadPoolExecutor) -> None:
+        """Receive while there are free threads, until stopping."""
+        while not self.stopping.is_set():
+            if self._in_flight() >= self.concurrency:
+                with self._lock:
+                    running = list(self._pending)
+                wait(running, timeout=1, return_when="FIRST_COMPLETED")
+                continue
+            self._receive_into(pool)
+            self.protection.hold(self._in_flight() > 0)
+
+    def _finish(self, pool: ThreadPoolExecutor) -> None:
+        """Drain; exit with the messages still running held, or stop the heartbeat and protection."""
+        self.stopping.set()
+        observability.flush()
+        still_running = self._drain(pool)
+        self.protection.stop()
+        if still_running:
+            self._abandon(still_running)
+        else:
+            self.heartbeat.stop()
+            self.protection.hold(False)
 
     def _receive_into(self, pool: ThreadPoolExecutor) -> None:
         """One long poll for as many messages as there are free threads; each is held by the heartbeat from its arrival."""
         free = min(self.concurrency - self._in_flight(), limits.SQS_MAX_BATCH_ENTRIES)
-        messages = self.sqs.receive_message(
-            QueueUrl=self.queue_url,
-            MaxNumberOfMessages=free,
-            WaitTimeSeconds=self.poll_wait_seconds,
-            MessageSystemAttributeNames=["All"],
-            MessageAttributeNames=["All"],
-        ).get("Messages") or []
+        messages = self._receive(free)
+        if messages and self.stopping.is_set():
+            self._release(messages, "received after the stop")
+            return
         for message in messages:
             self.heartbeat.hold(message["MessageId"], message["ReceiptHandle"])
-            future = pool.submit(self._process, message)
+        for chain in _chains(messages):
+            future = pool.submit(self._run_chain, chain)
             with self._lock:
-                self._pending[future] = message
+                self._pending[future] = chain
             future.add_done_callback(self._done)
 
-    def _process(self, message: dict[str, Any]) -> None:
-        """Run one message through the shared Worker core; delete it unless it was reported failed.
+    def _receive(self, free: int) -> list[dict[str, Any]]:
+        """One ReceiveMessage, hidden for the heartbeat's window; a failure is handled and gives no messages."""
+        try:
+            response = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=free,
+                WaitTimeSeconds=self.poll_wait_seconds,
+                VisibilityTimeout=self.heartbeat.extension_seconds,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+        except Exception as error:  # any AWS or network error: decide between a pause and a stop
+            self._receive_failed(error)
+            return []
+        self._receive_failures = 0
+        return response.get("Messages") or []
+
+    def _receive_failed(self, error: Exception) -> None:
+        """Stop (after a drain) on a configuration error; otherwise pause, longer each time, and poll again."""
+        code = error_code(error)
+        if code in CONFIGURATION_ERROR_CODES:
+            logger.error(
+                "the queue cannot be read: draining running tasks, then exiting",
+                extra={"queue": self.queue_url, "code": code, "error": safe_repr(error)},
+            )
+            self._fatal = error
+            self.stopping.set()
+            return
+        self._receive_failures += 1
+        exponent = min(self._receive_failures - 1, 10)
+        pause = min(RECEIVE_BACKOFF_MAX_SECONDS, RECEIVE_BACKOFF_BASE_SECONDS * 2**exponent)
+        logger.warning(
+            "ReceiveMessage failed: polling again after a pause; running tasks go on",
+            extra={"code": code, "error": safe_repr(error), "failures_in_a_row": self._receive_failures, "pause_seconds": pause},
+        )
+        self.stopping.wait(pause)
+
+    def _run_chain(self, chain: _Chain) -> None:
+        """Run a chain's messages in order; after a failure, release the rest of it (visibility 0)."""
+        while (message := self._next(chain)) is not None:
+            try:
+                succeeded = self._process(message)
+            except BaseException:
+                self._release_rest(chain, "an earlier message of its group failed")
+                raise
+            finally:
+                with self._lock:
+                    chain.current = None
+            if not succeeded:
+                self._release_rest(chain, "an earlier message of its group failed")
+                return
+
+    def _next(self, chain: _Chain) -> dict[str, Any] | None:
+        """The chain's next message, now current; None when it is done, or stopping (the rest is released)."""
+        with self._lock:
+            if chain.waiting and not self.stopping.is_set():
+                chain.current = chain.waiting.pop(0)
+                return chain.current
+        self._release_rest(chain, "not started before the stop")
+        return None
+
+    def _release_rest(self, chain: _Chain, why: str) -> None:
+        """Release the chain's messages not yet started."""
+        with self._lock:
+            rest, chain.waiting = chain.waiting, []
+        self._release(rest, why)
+
+    def _process(self, message: dict[str, Any]) -> bool:
+        """Run one message through the shared Worker core; delete it unless it was reported failed (False).
 
         Whatever happens, the heartbeat stops holding it and the metrics are printed.
         """
@@ -173,8 +264,10 @@ class Consumer:
         finally:
             self.heartbeat.release(message["MessageId"])
             observability.flush()
-        if not response["batchItemFailures"]:
-            self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        if response["batchItemFailures"]:
+            return False
+        self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return True
 
     def _done(self, future: Future) -> None:
         with self._lock:
@@ -183,19 +276,28 @@ class Consumer:
             logger.error("message processing crashed", extra={"error": safe_repr(future.exception())})
 
     def _in_flight(self) -> int:
+        """Messages received and not yet finished (running or waiting in a chain)."""
         with self._lock:
-            return len(self._pending)
+            return sum(len(c.waiting) + (c.current is not None) for c in self._pending.values())
 
     def _drain(self, pool: ThreadPoolExecutor) -> list[dict[str, Any]]:
-        """Release what never started, give running work the grace period; return the messages still running."""
+        """Release what never started, give running work the rest of the grace period; return the messages still running."""
         with self._lock:
             pending = dict(self._pending)
-        unstarted = [message for future, message in pending.items() if future.cancel()]
-        running = [future for future in pending if not future.cancelled()]
-        self._release(unstarted)
-        _, still_running = wait(running, timeout=self.grace_seconds)
+            unstarted = [m for chain in pending.values() for m in chain.waiting]
+            for chain in pending.values():
+                chain.waiting = []
+        running = [future for future in pending if not future.cancel()]
+        self._release(unstarted, "not started before the stop")
+        _, still_running = wait(running, timeout=self._grace_left())
         pool.shutdown(wait=False, cancel_futures=True)
-        return [pending[future] for future in still_running]
+        with self._lock:
+            return [pending[f].current for f in still_running if pending[f].current is not None]  # type: ignore[misc]
+
+    def _grace_left(self) -> float:
+        """Seconds of the grace period left: it counts from the stop (SIGTERM), not from the end of the poll."""
+        stopped_at = self.stopping.set_at if self.stopping.set_at is not None else self._clock()
+        return max(0.0, stopped_at + self.grace_seconds - self._clock())
 
     def _abandon(self, messages: list[dict[str, Any]]) -> None:
         """Exit with the heartbeat still holding ``messages``: they return once its last extension lapses."""
@@ -210,12 +312,49 @@ class Consumer:
         )
         self._exit_process(EXIT_CODE_TASKS_ABANDONED)
 
-    def _release(self, messages: list[dict[str, Any]]) -> None:
+    def _release(self, messages: list[dict[str, Any]], why: str) -> None:
         """Visibility 0: another worker takes them at once."""
         for message in messages:
             self.heartbeat.release(message["MessageId"])
         if messages:
-            logger.info("released messages on shutdown", extra={"count": len(messages)})
+            logger.info("released messages", extra={"count": len(messages), "reason": why})
             change_visibility(
                 self.sqs, self.queue_url, [VisibilityChange(m["MessageId"], m["ReceiptHandle"], 0) for m in messages]
             )
+
+
+def _chains(messages: list[dict[str, Any]]) -> list[_Chain]:
+    """One chain per message, except on a FIFO queue: one per message group, in receive order."""
+    groups: dict[str, _Chain] = {}
+    chains: list[_Chain] = []
+    for message in messages:
+        group = (message.get("Attributes") or {}).get("MessageGroupId")
+        if group is None:
+            chains.append(_Chain([message]))
+            continue
+        if group not in groups:
+            groups[group] = _Chain([])
+            chains.append(groups[group])
+        groups[group].waiting.append(message)
+    return chains
+
+
+def _poll_wait(requested: int | None, grace_seconds: float, stop_timeout_seconds: float) -> int:
+    """The long poll's wait: at most SQS's 20 s and the stop timeout less the grace and the release time.
+
+    A poll in progress at SIGTERM is not interrupted, so a longer one could push the drain past SIGKILL.
+    """
+    budget = stop_timeout_seconds - grace_seconds - RELEASE_SECONDS
+    allowed = max(1, min(POLL_WAIT_SECONDS, int(budget)))
+    if budget < 1:
+        logger.warning(
+            f"grace_seconds {grace_seconds} + {RELEASE_SECONDS} s to release and exit leave no room for a long poll "
+            f"within the {stop_timeout_seconds} s stop timeout: SIGKILL may land during the drain; polling 1 s"
+        )
+    if requested is None or requested <= allowed:
+        return allowed if requested is None else requested
+    logger.warning(
+        f"poll_wait_seconds cut from {requested} to {allowed}: it must be <= stop timeout {stop_timeout_seconds} s "
+        f"- grace_seconds {grace_seconds} - {RELEASE_SECONDS} s to release, so the drain ends before SIGKILL"
+    )
+    return allowed
