@@ -36,7 +36,9 @@ CONDITION_FAILED = "ConditionalCheckFailedException"
 
 def error_code(error: BaseException) -> str:
     """The AWS error code of a botocore ClientError, else the exception's type name."""
-    return getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
+    # botocore's ReadTimeoutError, ConnectionClosedError and the like carry ``response = None``.
+    response = getattr(error, "response", None) or {}
+    return (response.get("Error") or {}).get("Code") or type(error).__name__
 
 
 def is_condition_failure(error: BaseException) -> bool:

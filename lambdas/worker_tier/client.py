@@ -140,7 +140,8 @@ class Client:
             now). Up to SQS's 15 minutes through DelaySeconds; beyond that, up to
             366 days, through the delay table.
         attributes
-            Up to 9 (8 with a delay past 15 minutes): str → String, int, float or
+            Up to 9 (8 with ``at=`` in the future or a delay past 15 minutes,
+            which carry ``worker_tier.due_at``): str → String, int, float or
             Decimal → Number (a Decimal keeps its digits), bytes → Binary. Names
             starting with ``worker_tier.`` or ``beanstalk.sqsd.`` are Worker Tier's
             and sqsd's own and are refused.

@@ -119,7 +119,7 @@ def body_text(body: Any) -> str:
     """The body as SQS will carry it; MessageError for a body SQS refuses."""
     if not isinstance(body, str):
         try:
-            body = json.dumps(body, separators=(",", ":"))
+            body = json.dumps(body, separators=(",", ":"), allow_nan=False)  # NaN and Infinity are not JSON
         except (TypeError, ValueError, RecursionError) as error:  # RecursionError: nested deeper than json can encode
             raise MessageError(f"body must be a string or JSON-serializable, got {type(body).__name__}: {error}") from None
     problem = sqs_rules.body_problem(body)

@@ -66,7 +66,7 @@ class Task:
         count = _whole_number(self._system.get("ApproximateReceiveCount"), 1)
         attributes = self.record.get("messageAttributes")
         if isinstance(attributes, dict) and (message.ATTEMPTS_ATTRIBUTE in attributes or message.DUE_AT_ATTRIBUTE in attributes):
-            count += _whole_number(self.attributes.get(message.ATTEMPTS_ATTRIBUTE), 0) - self._held_back_receives()
+            count += max(0, _whole_number(self.attributes.get(message.ATTEMPTS_ATTRIBUTE), 0)) - self._held_back_receives()
         return max(1, count)
 
     def _held_back_receives(self) -> int:

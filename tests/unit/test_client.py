@@ -957,3 +957,21 @@ def test_a_direct_send_at_a_time_leaves_room_for_its_due_time():
     # WHEN sent for a moment ahead  THEN the error names the rule
     with pytest.raises(MessageError, match="a message sent with at= carries worker_tier.due_at.*at most 8 attributes of its own"):
         client().send("/x", "b", at=datetime.fromtimestamp(NOW + 60, tz=timezone.utc), attributes=attributes)
+
+
+def test_a_body_with_nan_is_refused_since_it_would_not_be_json():
+    with pytest.raises(MessageError, match="body must be a string or JSON-serializable"):
+        client().send("/x", {"ratio": float("nan")})
+
+
+def test_a_timeout_after_the_call_went_out_is_reported_per_message_not_raised():
+    # GIVEN an SQS whose SendMessageBatch times out on reading the answer (botocore's ReadTimeoutError: no response)
+    from botocore.exceptions import ReadTimeoutError
+
+    class TimingOut(FakeSQS):
+        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+            raise ReadTimeoutError(endpoint_url=QueueUrl)
+
+    # WHEN a batch is sent  THEN every message is reported with the error's type as its code
+    results = client(TimingOut()).send_batch([OutgoingMessage("/x", "a"), OutgoingMessage("/x", "b")])
+    assert [(r.ok, r.code) for r in results] == [(False, "ReadTimeoutError")] * 2

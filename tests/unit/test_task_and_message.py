@@ -102,3 +102,11 @@ def test_a_second_handler_for_a_path_is_refused():
     registry.task("/x")(first)
     with pytest.raises(TaskRegistrationError, match=r"path '/x' is already registered to .*first; cannot register .*second too"):
         registry.task("/x")(second)
+
+
+def test_a_negative_attempts_attribute_cannot_reset_the_retry_count():
+    # GIVEN a message from a producer outside the Client that carries worker_tier.attempts = -100
+    record = {"messageId": "m", "body": "b", "attributes": {"ApproximateReceiveCount": "3"},
+              "messageAttributes": {"worker_tier.attempts": {"dataType": "String", "stringValue": "-100"}}}
+    # WHEN its receive count is read  THEN the attribute adds nothing, so max_retries still bounds it
+    assert Task.from_record(record, default_path="/", content_type="application/json").receive_count == 3

@@ -1,0 +1,28 @@
+"""aws.py: error codes from every kind of botocore failure, including those that carry no response."""
+
+import pytest
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
+
+from worker_tier.aws import error_code, is_condition_failure
+
+
+@pytest.mark.parametrize(
+    "error, code",
+    [
+        (ClientError({"Error": {"Code": "ThrottlingException"}}, "SendMessage"), "ThrottlingException"),
+        (ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "PutItem"), "ConditionalCheckFailedException"),
+        (ReadTimeoutError(endpoint_url="https://sqs.example"), "ReadTimeoutError"),
+        (ConnectionClosedError(endpoint_url="https://sqs.example"), "ConnectionClosedError"),
+        (EndpointConnectionError(endpoint_url="https://sqs.example"), "EndpointConnectionError"),
+        (ClientError({}, "SendMessage"), "ClientError"),
+        (ValueError("plain"), "ValueError"),
+    ],
+)
+def test_error_code_never_raises_whatever_the_error_carries(error, code):
+    # GIVEN a botocore error whose response is None (timeouts, closed connections) or lacks a code
+    # WHEN / THEN its code is the AWS code, else its type name: never an AttributeError
+    assert error_code(error) == code
+
+
+def test_a_timeout_is_not_a_condition_failure():
+    assert not is_condition_failure(ReadTimeoutError(endpoint_url="https://dynamodb.example"))
