@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from worker_tier import backoff, limits, message, observability
+from worker_tier.delay import MAX_CLOCK_SKEW_SECONDS
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
 from worker_tier.errors import NonRetryableError, RetryLater
 from worker_tier.idempotency import LeaseContext
@@ -157,7 +158,7 @@ class Fates:
     def _held_back(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> bool:
         """True (and its visibility set to the time left) when a delayed message is not due by this clock."""
         due_at = task.due_at
-        wait = math.ceil(due_at.timestamp() - self._clock()) if due_at is not None else 0
+        wait = math.ceil(_trusted_due(task, due_at) - self._clock()) if due_at is not None else 0
         if wait <= 0:
             return False
         wait = min(wait, self._longest_visibility(invocation))
@@ -284,3 +285,26 @@ class Fates:
 def _describe(error: BaseException) -> str:
     """``Type: message`` for logs and outcomes, cut to ``message.MAX_LOGGED_ERROR_CHARS``."""
     return f"{type(error).__name__}: {message.error_text(error, message.MAX_LOGGED_ERROR_CHARS)}"
+
+
+def _trusted_due(task: Task, due_at: datetime) -> float:
+    """The due time to hold a message to: its ``due_at``, but never past what its sender could have meant.
+
+    Whoever sent it (the delay scheduler, or a Client's ``at=``) gave it at most SQS's 900 s of DelaySeconds,
+    so by SQS's own clock it was due at most 900 s plus the clock-skew tolerance after it was sent. A
+    ``due_at`` beyond that comes from a sender's clock far ahead: holding the message to it would only
+    spend receives until the redrive took it without a reason.
+    """
+    due = due_at.timestamp()
+    sent = task.sent_at
+    if sent is None:
+        return due
+    latest = sent.timestamp() + limits.SQS_MAX_DELAY_SECONDS + MAX_CLOCK_SKEW_SECONDS
+    if due > latest:
+        logger.warning(
+            f"{message.DUE_AT_ATTRIBUTE} is further ahead than its sender could have meant: held to send time + "
+            f"{limits.SQS_MAX_DELAY_SECONDS + MAX_CLOCK_SKEW_SECONDS} s instead",
+            extra={"due_at": str(due_at), "sent_at": str(sent)},
+        )
+        return latest
+    return due

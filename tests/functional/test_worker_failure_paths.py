@@ -213,6 +213,7 @@ def test_message_not_due_by_the_worker_clock_is_held_back_not_run(aws, published
     due = datetime.fromtimestamp(START + 29.2, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     send(aws, "/due", **{DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}})
     event = aws.receive_event()
+    event["Records"][0]["attributes"]["SentTimestamp"] = str(int(START * 1000))  # SQS's clock agrees with the worker's
     # WHEN the worker receives it 29.2 s early
     response = worker_for(aws, one_task("/due", ran.append), clock).handle(event, None)
     # THEN the task does not run; the message comes back when due; it is not a failure or a retry
@@ -468,3 +469,19 @@ def test_the_receive_a_message_was_held_back_on_does_not_count_against_its_retri
     # THEN this was its first attempt: it is retried, not dead-lettered
     assert failure_ids(response) == {event["Records"][0]["messageId"]}
     assert aws.dead_letters() == []
+
+
+def test_a_due_time_further_ahead_than_any_sender_meant_is_held_only_to_what_sqs_allows(aws, outcomes):
+    # GIVEN a message sent at=now+1s by a producer whose clock ran 7 days ahead (due_at is 7 days out),
+    # sent (by SQS's clock, which agrees with the worker's) just now
+    clock = Clock()
+    ran = []
+    due = datetime.fromtimestamp(START + 7 * 86400 + 1, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    send(aws, "/due", **{DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}})
+    event = aws.receive_event()
+    event["Records"][0]["attributes"]["SentTimestamp"] = str(int(START * 1000))
+    # WHEN the worker receives it
+    worker_for(aws, one_task("/due", ran.append), clock).handle(event, None)
+    # THEN it is held only to send time + 900 s + the skew tolerance, not for days of receives the redrive would end
+    assert ran == []
+    assert [(o.status, o.visibility_seconds) for o in outcomes] == [(OUTCOME_HELD_BACK, 960)]
