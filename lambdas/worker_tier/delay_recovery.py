@@ -18,18 +18,26 @@ decides each from the scheduler's state, read once per batch: the watermark ``W`
 of ``W`` is dispatched), and the record of each minute ``m`` concerned, which the
 scheduler writes before its first Query of ``m`` (``started_ms``) and, when it
 passes ``m``, completes (``finished_ms``). ``t`` is the record's stream time;
-``CLOCK_TOLERANCE_SECONDS`` covers the stream's whole-second timestamps and the
-scheduler's clock skew.
+``CLOCK_TOLERANCE_SECONDS`` covers the stream's whole-second timestamps, the
+scheduler's clock skew, and its eventually consistent Query. An item is *in place*
+when its pk is exactly ``bucket_key(m, s)`` with ``0 <= s < MAX_SHARDS`` and it is due in
+``m``; only such items does the scheduler read in time. A pk naming no minute is
+dead-lettered.
 
-- INSERT, ``m > W``, or ``m = W`` with no record of ``m``: skip; the scheduler reads ``m`` later.
-- INSERT, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that Query saw it.
-- INSERT, otherwise: **send now**, a late write (``late_writes``).
-- REMOVE, ``m > W``, or ``m = W`` past its shard's cursor: **send now** (``recovered_from_ttl``);
-  the scheduler has not read it, and no longer can.
+- INSERT in place, ``m > W``, or ``m = W`` with neither a record of ``m`` nor cursors: skip;
+  the scheduler reads ``m`` later.
+- INSERT in place, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that Query saw it.
+- INSERT otherwise, due within SQS's 900 s: **send now** (``late_writes``).
+- INSERT otherwise, due later, its due minute not passed: **refile** it into that minute on
+  shard ``s % MAX_SHARDS`` (``refiled``); sending it would show it early.
+- INSERT otherwise: the watermark is past minutes it cannot have reached: leave the item,
+  count it (``watermark_ahead``, alarmed).
+- REMOVE of an item not in a scheduled key, ``m > W``, or ``m = W`` past its shard's cursor:
+  **send now** (``recovered_from_ttl``); the scheduler has not read it, and no longer can.
 - REMOVE, ``m = W`` up to its shard's cursor: skip; dispatched.
-- REMOVE, ``m < W``, ``m`` finished (or, without ``finished_ms``, first queried) before
-  ``t - tolerance``: skip; the scheduler read the item while it existed.
-- REMOVE, otherwise (no record of ``m``, or ``m`` read after the deletion): **send now**.
+- REMOVE, ``m < W``, ``m`` finished before ``t - tolerance``: skip; the scheduler read the item
+  while it existed.
+- REMOVE, otherwise (no record of ``m``, no ``finished_ms``, or ``m`` finished after the deletion): **send now**.
 
 Every doubtful case sends, so a doubt costs a duplicate, never a loss. A message
 sent here goes to the work queue as the scheduler sends it (attributes plus
@@ -41,9 +49,10 @@ the batch item failure, and Lambda retries from there.
 
 ``finished_ms`` matters for one case: a minute the scheduler began before the TTL
 deleted one of its items and finished after (a stuck minute that thawed, resumed
-from its cursors, and never saw the item). A record without it (written before the
-scheduler stamped it) falls back to ``started_ms``, which takes such an item as
-dispatched.
+from its cursors, and never saw the item). Records behind the watermark are read
+eventually consistent (half the cost); a stale copy can only lack ``finished_ms``,
+and a record without it sends. The watermark and its minute's record are read
+consistently. An unreadable watermark counts as none (``state_unreadable``).
 
 The guarantee, and its assumption: no message is lost to the TTL or to a late
 write **provided this function processes each stream record within the stream's

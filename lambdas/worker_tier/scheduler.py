@@ -3,7 +3,13 @@
 One run, under a lease in the state table so runs never overlap:
 
 1. read the watermark: the first minute not yet fully dispatched, and that
-   minute's per-shard cursors (how far each shard has been dispatched);
+   minute's per-shard cursors (how far each shard has been dispatched). Without
+   one (first run, deleted, or unreadable: reported), start after the latest
+   minute whose record has ``finished_ms``, else at the earliest minute a
+   resumable, time-checked Scan finds; never before ``START_LOOKBACK_SECONDS``
+   ago (older items are the safety net's). A watermark further ahead of the
+   clock than the horizon plus ``WATERMARK_AHEAD_ALLOWANCE_SECONDS`` is reported
+   and left alone;
 2. for each minute from the watermark to the last one that has ended by
    now + ``DISPATCH_HORIZON_SECONDS``: write the minute's record (``started_ms``
    once, before its first Query ever), then go in rounds. A round reads the next
@@ -15,6 +21,11 @@ One run, under a lease in the state table so runs never overlap:
    reads these records);
 3. stop before the invocation's time runs out, between any two batches; the
    cursors and the watermark stay true.
+
+Before a round's first send, each item that is not a delayed message (``delay.read_item``)
+goes to the DLQ as a pointer with its reason, and each item due in a later minute
+than its pk's is refiled there (``dispatch.refile``): SQS would show it early. The
+cursors pass both.
 
 A message has one of three fates at dispatch: SQS accepts it; SQS refuses it for
 a sender fault, and it goes to the dead-letter queue with a ``worker_tier.failure``
