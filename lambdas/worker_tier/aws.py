@@ -34,11 +34,26 @@ class LazyClient:
 CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
+def error_response(error: BaseException) -> dict:
+    """A botocore error's parsed response; {} for errors that carry none (``ReadTimeoutError`` has ``response = None``)."""
+    return getattr(error, "response", None) or {}
+
+
 def error_code(error: BaseException) -> str:
     """The AWS error code of a botocore ClientError, else the exception's type name."""
-    # botocore's ReadTimeoutError, ConnectionClosedError and the like carry ``response = None``.
-    response = getattr(error, "response", None) or {}
-    return (response.get("Error") or {}).get("Code") or type(error).__name__
+    return (error_response(error).get("Error") or {}).get("Code") or type(error).__name__
+
+
+# Failures after which a request may still have been carried out: the answer was lost, not refused.
+_OUTCOME_UNKNOWN_ERRORS = ("ReadTimeoutError", "ConnectionClosedError", "ResponseStreamingError", "IncompleteReadError")
+
+
+def outcome_unknown(error: BaseException) -> bool:
+    """True when a failed call may still have been carried out: its answer timed out or broke, or AWS said 5xx."""
+    if type(error).__name__ in _OUTCOME_UNKNOWN_ERRORS:
+        return True
+    status = (error_response(error).get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return isinstance(status, int) and status >= 500
 
 
 def is_condition_failure(error: BaseException) -> bool:

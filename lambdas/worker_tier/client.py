@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier import dedupe, delay, limits, message
 from worker_tier import outgoing as checks
-from worker_tier.aws import LazyClient, error_code
+from worker_tier.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
 from worker_tier.outgoing import OutgoingMessage, due_in_seconds
@@ -38,6 +38,8 @@ ENTRY_RETRY_CAP_SECONDS = 2.0
 # The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(message.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
 QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
+# A send whose answer was lost (read timeout, closed connection, 5xx): SQS may or may not have the message.
+OUTCOME_UNKNOWN_CODE = "SendOutcomeUnknown"
 
 
 
@@ -369,6 +371,8 @@ class Client:
         for entry in keyed:
             index, key = int(entry["Id"]), entry["_dedupe_key"]
             result = results[index]
+            if result.code == OUTCOME_UNKNOWN_CODE:
+                continue  # maybe sent: the key stays held unsent, so a retry waits out the lease rather than sending twice
             markers.settle(key, entry["_due"], entry["_claimed_ms"], result.message_id)
             if result.ok:
                 results[index] = SendResult(index, message_id=delay.new_message_id(key))
@@ -385,8 +389,10 @@ class Client:
             try:
                 response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=pending)
             except Exception as error:  # botocore already retried call-level throttling
-                code = error_code(error)
-                return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=str(error), code=code) for e in pending}}
+                code, text = error_code(error), str(error)
+                if outcome_unknown(error):  # SQS may have taken them: a dedupe key stays held (see _settle_dedupe_keys)
+                    code, text = OUTCOME_UNKNOWN_CODE, f"SQS may have taken the message; its answer was lost ({code}: {text})"
+                return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=text, code=code) for e in pending}}
             retry_ids = self._read_batch_response(response, results)
             pending = [e for e in pending if e["Id"] in retry_ids]
             if pending and attempt < MAX_ENTRY_ATTEMPTS:

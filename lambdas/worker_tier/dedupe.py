@@ -31,8 +31,13 @@ thing the sender can check; it cannot see another producer's clock, nor recall a
 message once SQS has it. A call that botocore keeps retrying past that is the
 slow send the guarantee leaves out.
 
+A send whose answer is lost (a read timeout, a closed connection, a 5xx: SQS may
+have the message) is reported ``SendOutcomeUnknown`` and keeps the key held
+unsent: a retry inside the lease is told ``DedupeKeyInFlight``, and one after it
+sends again, which is the second window the guarantee leaves out.
+
 The guarantee: **at most one message per key, provided a send completes within
-the lease; a send slower than that may duplicate, never lose.** A message is
+the lease and its answer arrives; otherwise it may duplicate, never lose.** A message is
 also never reported sent when it was not: a key whose marker could not be marked
 sent waits out its lease unsent, and a later send with the key sends it again.
 """
@@ -44,7 +49,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from worker_tier.aws import error_code, is_condition_failure
+from worker_tier.aws import error_code, error_response, is_condition_failure
 from worker_tier.delay import DEDUPE_PREFIX, DISPATCHED_RETENTION_SECONDS, MAX_CLOCK_SKEW_SECONDS, PK, SK, TTL_ATTRIBUTE, new_message_id
 
 _log = logging.getLogger(__name__)
@@ -180,7 +185,7 @@ class DedupeMarkers:
         except Exception as error:
             if not is_condition_failure(error):
                 return Claim(key, UNANSWERED, now_ms, error=error)
-            holder = getattr(error, "response", {}).get("Item")
+            holder = error_response(error).get("Item")
             return Claim(key, held_outcome(holder), now_ms, holder)
         return Claim(key, CLAIMED, now_ms)
 
@@ -209,7 +214,7 @@ def store_with_marker(dynamodb: Any, table: str, key: str, item: dict[str, Any],
     try:
         dynamodb.transact_write_items(TransactItems=[{"Put": marker}, {"Put": {"TableName": table, "Item": item}}])
     except Exception as error:
-        reasons = getattr(error, "response", {}).get("CancellationReasons") or []
+        reasons = error_response(error).get("CancellationReasons") or []
         if not reasons or reasons[0].get("Code") != "ConditionalCheckFailed":
             raise
         holder = reasons[0].get("Item")

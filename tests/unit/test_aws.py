@@ -26,3 +26,20 @@ def test_error_code_never_raises_whatever_the_error_carries(error, code):
 
 def test_a_timeout_is_not_a_condition_failure():
     assert not is_condition_failure(ReadTimeoutError(endpoint_url="https://dynamodb.example"))
+
+
+@pytest.mark.parametrize(
+    "error, unknown",
+    [
+        (ReadTimeoutError(endpoint_url="https://sqs.example"), True),
+        (ConnectionClosedError(endpoint_url="https://sqs.example"), True),
+        (ClientError({"Error": {"Code": "InternalError"}, "ResponseMetadata": {"HTTPStatusCode": 500}}, "SendMessageBatch"), True),
+        (ClientError({"Error": {"Code": "ThrottlingException"}, "ResponseMetadata": {"HTTPStatusCode": 400}}, "SendMessageBatch"), False),
+        (EndpointConnectionError(endpoint_url="https://sqs.example"), False),
+    ],
+)
+def test_outcome_unknown_only_when_the_answer_was_lost(error, unknown):
+    # GIVEN a failed call  THEN it may have been carried out only when its answer was lost or AWS said 5xx
+    from worker_tier.aws import outcome_unknown
+
+    assert outcome_unknown(error) is unknown

@@ -972,6 +972,36 @@ def test_a_timeout_after_the_call_went_out_is_reported_per_message_not_raised():
         def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
             raise ReadTimeoutError(endpoint_url=QueueUrl)
 
-    # WHEN a batch is sent  THEN every message is reported with the error's type as its code
+    # WHEN a batch is sent  THEN every message is reported as maybe sent: its answer was lost
     results = client(TimingOut()).send_batch([OutgoingMessage("/x", "a"), OutgoingMessage("/x", "b")])
-    assert [(r.ok, r.code) for r in results] == [(False, "ReadTimeoutError")] * 2
+    assert [(r.ok, r.code) for r in results] == [(False, "SendOutcomeUnknown")] * 2
+    assert "SQS may have taken the message" in results[0].error and "ReadTimeoutError" in results[0].error
+
+
+@pytest.mark.parametrize("failure", ["timeout", "500"])
+def test_a_dedupe_key_whose_send_may_have_gone_through_is_not_sent_again_within_the_lease(failure):
+    # GIVEN SQS that takes the message but whose answer is lost (a read timeout, or a 500 after the work was done)
+    from botocore.exceptions import ReadTimeoutError
+
+    class AnswerLost(FakeSQS):
+        lost = True
+
+        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+            response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+            if self.lost:
+                self.lost = False
+                if failure == "timeout":
+                    raise ReadTimeoutError(endpoint_url=QueueUrl)
+                raise ClientError({"Error": {"Code": "InternalError"}, "ResponseMetadata": {"HTTPStatusCode": 500}}, "SendMessageBatch")
+            return response
+
+    sqs, clock = AnswerLost(), Clock()
+    producer = table_client(sqs, delay_table(), clock=clock)
+    # WHEN the send fails that way and is retried a second later
+    first = producer.send_batch([OutgoingMessage("/x", "b", dedupe_key="k")])[0]
+    clock.now += 1
+    retry = producer.send_batch([OutgoingMessage("/x", "b", dedupe_key="k")])[0]
+    # THEN the first is reported as maybe sent, the retry is told to wait (the key stays held), and SQS holds one
+    assert (first.ok, first.code) == (False, "SendOutcomeUnknown")
+    assert (retry.ok, retry.code) == (False, "DedupeKeyInFlight")
+    assert len(sqs.sent) == 1
