@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from worker_tier.consumer import Consumer
+from worker_tier.consumer import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 from worker_tier.worker import Worker
@@ -36,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: consumer.stopping.set())
     logger.info("container worker started", extra={"queue": queue_url, "concurrency": args.concurrency})
-    consumer.run()
+    try:
+        consumer.run()
+    except QueueConfigurationError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CODE_CONFIGURATION
     logger.info("container worker stopped")
     return 0
 

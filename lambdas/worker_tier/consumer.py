@@ -30,11 +30,12 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from worker_tier import limits, observability
 from worker_tier.aws import error_code
+from worker_tier.errors import WorkerTierError
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.message import lambda_record, safe_repr
 from worker_tier.observability import logger
@@ -49,6 +50,8 @@ POLL_WAIT_SECONDS = 20
 RELEASE_SECONDS = 5
 # EX_TEMPFAIL (sysexits.h): tasks were cut short by the shutdown; their messages return for a retry.
 EXIT_CODE_TASKS_ABANDONED = 75
+# EX_CONFIG (sysexits.h): the queue cannot be read (access denied, no such queue); no retry can fix it.
+EXIT_CODE_CONFIGURATION = 78
 # A failed ReceiveMessage (after botocore's own retries) waits 1, 2, 4... seconds, at most 30, before the next.
 RECEIVE_BACKOFF_BASE_SECONDS = 1.0
 RECEIVE_BACKOFF_MAX_SECONDS = 30.0
@@ -57,6 +60,10 @@ RECEIVE_BACKOFF_MAX_SECONDS = 30.0
 CONFIGURATION_ERROR_CODES = frozenset(
     {"AccessDenied", "AccessDeniedException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 )
+
+
+class QueueConfigurationError(WorkerTierError):
+    """ReceiveMessage was refused in a way no retry fixes (access denied, no such queue); raised after the drain."""
 
 
 def exit_now(code: int) -> None:
@@ -87,7 +94,6 @@ class _Chain:
 
     waiting: list[dict[str, Any]]
     current: dict[str, Any] | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Consumer:
@@ -126,14 +132,14 @@ class Consumer:
         self._pending: dict[Future, _Chain] = {}
         self._lock = threading.Lock()
         self._receive_failures = 0
-        self._fatal: Exception | None = None
+        self._fatal: QueueConfigurationError | None = None
 
     def run(self) -> None:
         """Consume until ``stopping`` is set, then drain within the grace period (counted from the stop).
 
         If tasks still run after it, their messages stay held and the process exits
         (``exit_process``) with ``EXIT_CODE_TASKS_ABANDONED``. A configuration error
-        from ReceiveMessage stops consuming the same way, and is raised after the drain.
+        from ReceiveMessage stops consuming the same way; ``QueueConfigurationError`` is raised after the drain.
         """
         self.heartbeat.start()
         self.protection.start(lambda: self._in_flight() > 0)
@@ -211,7 +217,11 @@ class Consumer:
                 "the queue cannot be read: draining running tasks, then exiting",
                 extra={"queue": self.queue_url, "code": code, "error": safe_repr(error)},
             )
-            self._fatal = error
+            self._fatal = QueueConfigurationError(
+                f"ReceiveMessage on {self.queue_url} was refused with {code}: check the queue URL "
+                "(WORKER_TIER_QUEUE_URL) and the task role's sqs:ReceiveMessage permission"
+            )
+            self._fatal.__cause__ = error
             self.stopping.set()
             return
         self._receive_failures += 1

@@ -16,7 +16,7 @@ from tests.functional.conftest import AwsWorld
 from tests.functional.test_consumer import depth, run_until
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage, Task, observability
-from worker_tier.consumer import Consumer, TaskProtection
+from worker_tier.consumer import Consumer, QueueConfigurationError, TaskProtection
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
@@ -311,22 +311,27 @@ def test_a_failed_receive_is_retried_and_running_work_goes_on(aws):
     assert exits == [] and not thread.is_alive()
 
 
-def test_access_denied_on_receive_drains_running_work_then_raises(aws):
-    # GIVEN a running task, and ReceiveMessage then refused for want of permission
+@pytest.mark.parametrize("code", ["AccessDenied", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"])
+def test_a_configuration_error_on_receive_drains_running_work_then_raises(aws, code):
+    # GIVEN a running task, and ReceiveMessage then refused for want of permission or of the queue
     tasks = Registry()
     finished: list[str] = []
     tasks.task("/slow")(lambda t: (time.sleep(1), finished.append(t.body)))
     Client(aws.queue_url, sqs=aws.sqs).send("/slow", "x")
-    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "not authorized to sqs:ReceiveMessage"}}, "ReceiveMessage")
+    denied = ClientError({"Error": {"Code": code, "Message": "refused"}}, "ReceiveMessage")
     sqs = FailingReceives(aws.sqs, set(range(2, 100)), denied)
     exits: list[int] = []
     consumer = container_on(aws, tasks, aws.queue_url, sqs=sqs, grace_seconds=10)
     consumer._exit_process = exits.append
     # WHEN it runs
-    with pytest.raises(ClientError) as raised:
+    with pytest.raises(QueueConfigurationError) as raised:
         consumer.run()
     # THEN it stopped receiving at once, let the running task finish (deleted), and raised the error after the drain
-    assert raised.value is denied and sqs.calls == 2
+    assert str(raised.value) == (
+        f"ReceiveMessage on {aws.queue_url} was refused with {code}: check the queue URL "
+        "(WORKER_TIER_QUEUE_URL) and the task role's sqs:ReceiveMessage permission"
+    )
+    assert raised.value.__cause__ is denied and sqs.calls == 2
     assert (finished, exits, depth(aws)) == (["x"], [], 0)
 
 
