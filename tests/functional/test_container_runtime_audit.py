@@ -62,6 +62,26 @@ def test_a_source_message_delivered_twice_runs_its_idempotent_container_task_onc
     assert len(runs) == 1
 
 
+def test_a_forward_with_no_room_for_the_source_id_still_goes_and_says_so(aws, caplog):
+    # GIVEN a source message carrying SQS's 10 attributes (the path and 9 of its own)
+    caplog.set_level(logging.WARNING, logger=observability.logger.name)
+    long_queue = aws.sqs.create_queue(QueueName="long")["QueueUrl"]
+    tasks = Registry()
+    tasks.task("/render", container=True)(lambda t: None)
+    Client(aws.queue_url, sqs=aws.sqs).send("/render", "{}", attributes={f"a{i}": str(i) for i in range(9)})
+    lambda_worker = worker_on(aws, tasks, aws.queue_url, StrictSQS(aws.sqs), long_queue_url=long_queue)
+    # WHEN the Lambda worker forwards it
+    assert lambda_worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
+    # THEN the forward keeps its 10 attributes (an 11th would be refused), and the log says the key falls back
+    [forwarded] = aws.sqs.receive_message(QueueUrl=long_queue, MessageAttributeNames=["All"])["Messages"]
+    assert len(forwarded["MessageAttributes"]) == 10
+    assert "worker_tier.source_message_id" not in forwarded["MessageAttributes"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "no room for the source message id on the forward: the container's default idempotency key is the "
+        "forwarded message's own id"
+    ]
+
+
 # -- item 4: one failed heartbeat extension is retried within the window, not left to the next beat -------------------
 
 
