@@ -19,7 +19,8 @@ of one group run one after another; after a failure the rest of the group is
 released (visibility 0), so the group keeps its order.
 
 It receives no more messages than it has free threads, so none waits hidden behind a
-long task, and the Worker counts SQS's 12 hours from each message's real receive.
+long task (but for the earlier messages of its own FIFO group), and the Worker counts
+SQS's 12 hours from each message's real receive.
 Its metrics are printed (EMF) after each message and before it exits.
 """
 
