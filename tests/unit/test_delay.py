@@ -9,7 +9,7 @@ import pytest
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
-from worker_tier import Client, MessageError, OutgoingMessage, SendError
+from worker_tier import Client, MessageError, OutgoingMessage, SendError, delay
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
 from worker_tier.delay import (
     BUCKET_SECONDS,
@@ -326,3 +326,36 @@ def test_put_many_names_only_the_messages_it_did_not_store(dynamodb):
     assert error.value.failures == {"id-0": ("UnprocessedItems", "delay table delay left 1 items unprocessed after 8 attempts")}
     assert str(error.value) == "delay table delay did not store 1 of 3 messages"
     assert len(items(dynamodb)) == 2
+
+
+# -- the item reader shared by the scheduler and the safety net (issue #8, delay-path audit) ----------
+
+
+@pytest.mark.parametrize("pk, parsed, scheduled", [
+    ("b#30000016#3", (30000016, 3), True),
+    ("b#30000016#03", (30000016, 3), False),
+    (f"b#30000016#{delay.MAX_SHARDS}", (30000016, delay.MAX_SHARDS), False),
+    ("b#30000016#-1", (30000016, -1), False),
+    ("b#x#0", None, False),
+    ("b#1#2#3", None, False),
+])
+def test_only_exact_keys_of_readable_shards_are_the_schedulers(pk, parsed, scheduled):
+    # WHEN a pk is parsed  THEN it names its minute and shard however spelled, but the scheduler reads only exact ones
+    assert (delay.parse_bucket_key(pk), delay.is_scheduled_key(pk)) == (parsed, scheduled)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"due_ms": {"N": "-1"}}, "due_ms -1 is out of range: a due time is whole epoch milliseconds 0..9999999999999"),
+    ({"due_ms": {"N": str(10**13)}}, f"due_ms {10**13} is out of range"),
+    ({"attributes": {"S": '{"n": {"DataType": "String", "StringValue": 5}}'}},
+     "attribute 'n' is {'DataType': 'String', 'StringValue': 5}; an SQS message attribute has exactly DataType"),
+    ({"attributes": {"S": '{"n": {"DataType": "String"}}'}}, "attribute 'n' is {'DataType': 'String'}; an SQS"),
+    ({"attributes": {"S": "[]"}}, "AttributeError: 'list' object has no attribute 'items' (a message item has id, due_ms"),
+])
+def test_an_item_not_in_the_shape_sqs_takes_is_unreadable_with_the_value_and_the_rule(change, problem):
+    # GIVEN a stored message changed by hand
+    item = {**delay.DelayedMessage("m-1", 1_800_000_900_000, "hi", {}).to_item(), **change}
+    # WHEN it is read  THEN UnreadableItemError names the value and the rule
+    with pytest.raises(delay.UnreadableItemError) as raised:
+        delay.read_item(item)
+    assert str(raised.value).startswith(problem)
