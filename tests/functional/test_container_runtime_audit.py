@@ -171,6 +171,25 @@ def hanging_task(tasks: Registry, path: str = "/hang"):
     return started, release
 
 
+def test_one_failed_extension_never_lets_a_second_consumer_take_a_live_message(aws):
+    # GIVEN a message held by a 1.5 s heartbeat (2 s window) whose first extension fails
+    Client(aws.queue_url, sqs=aws.sqs).send("/long", "x")
+    [message] = aws.sqs.receive_message(QueueUrl=aws.queue_url, VisibilityTimeout=2)["Messages"]
+    sqs = FailingExtensions(aws.sqs, failures=1)
+    seen_by_second: list[str] = []
+    # WHEN a second consumer polls for 4 s while the task lives
+    with Heartbeat(sqs, aws.queue_url, interval_seconds=1.5, margin_seconds=0.5) as heartbeat:
+        heartbeat.hold(message["MessageId"], message["ReceiptHandle"])
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            got = aws.sqs.receive_message(QueueUrl=aws.queue_url, VisibilityTimeout=30).get("Messages") or []
+            seen_by_second += [m["MessageId"] for m in got]
+            time.sleep(0.1)
+        lease = heartbeat.lease(message["MessageId"])
+    # THEN the retry kept the message hidden: the second consumer never got it, and the lease still holds
+    assert seen_by_second == [] and lease is not None and not lease.is_set()
+
+
 # -- item 3: scale-in protection is renewed by a timer while every slot is busy ---------------------------------------
 
 
