@@ -175,8 +175,8 @@ class SchedulerState:
 
     def needs_minute_record(self, event: StreamEvent) -> bool:
         """Whether deciding ``event`` needs the scheduler's record of its minute."""
-        if self.watermark is None:
-            return False
+        if self.watermark is None:  # lost: the scheduler restarts after its latest finished minute
+            return event.kind == INSERT
         return event.bucket <= self.watermark if event.kind == INSERT else event.bucket < self.watermark
 
     def insert_fate(self, event: StreamEvent, now_s: float) -> str:
@@ -194,9 +194,11 @@ class SchedulerState:
 
     def insert_was_missed(self, event: StreamEvent) -> bool:
         """Whether the scheduler may have read this insert's minute before the insert."""
-        if self.watermark is None or event.bucket > self.watermark:
+        if self.watermark is not None and event.bucket > self.watermark:
             return False
         minute = self.minutes.get(event.bucket)
+        if minute is None and self.watermark is None:  # no watermark (lost, or never written): not read yet
+            return False
         if minute is None:  # no record: behind the watermark, or in its minute with cursors, it was read
             return event.bucket < self.watermark or bool(self.cursors)
         started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
@@ -350,19 +352,18 @@ class DelayRecovery:
     def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> SchedulerState:
         """The watermark and its cursors (consistent read), then the minute records the events need.
 
-        An unreadable watermark counts as none (the scheduler restarts from its minute
-        records): inserts are left to it, expiries sent.
+        An unreadable watermark counts as none (the scheduler restarts after its latest
+        finished minute): an insert into a minute it started is sent, other inserts are
+        left to it, expiries sent.
         """
         item = self._dynamodb.get().get_item(
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
         ).get("Item")
-        if item is None:
-            return SchedulerState(None)
         try:
-            state = SchedulerState(*parse_watermark(item))
+            state = SchedulerState(None) if item is None else SchedulerState(*parse_watermark(item))
         except StateError as error:
             report.state_unreadable = str(error)
-            return SchedulerState(None)
+            state = SchedulerState(None)
         state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
         return state
 
@@ -380,7 +381,7 @@ class DelayRecovery:
         for bucket in sorted(buckets):
             item = self._dynamodb.get().get_item(
                 TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}},
-                ConsistentRead=bucket == watermark,
+                ConsistentRead=watermark is None or bucket == watermark,
             ).get("Item")
             if item is not None:
                 found[bucket] = item

@@ -775,3 +775,15 @@ def test_only_the_watermarks_minute_record_is_read_consistently(world):
                               world.insert(item(START + 130, message_id="m-3"), START - 900)])
     # THEN the watermark and its minute's record are consistent reads, the others eventually consistent
     assert reads == [(WATERMARK_KEY, True), (minute_key(MINUTE), False), (minute_key(MINUTE + 1), False), (minute_key(MINUTE + 2), True)]
+
+
+def test_without_a_watermark_an_insert_into_a_minute_the_scheduler_started_is_sent(world):
+    # GIVEN no watermark (deleted: the scheduler restarts after its latest finished minute), and minute M started
+    world.minute(MINUTE, started_s=START - 840, finished_s=START - 800)
+    world.now = START - 100
+    # WHEN a producer whose clock is behind stores a message due in M, and another due in a minute never started
+    report = world.recovery().process([world.insert(item(START + 50), START - 100),
+                                       world.insert(item(START + 3000, message_id="m-2"), START - 100)])
+    # THEN the first is sent as a late write, the second left to the scheduler
+    assert (report.late_writes, report.skipped) == (1, 1)
+    assert [due_at(e) for e in world.sqs.sent] == ["2027-01-15T08:00:50.000Z"]
