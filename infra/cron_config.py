@@ -184,6 +184,11 @@ def _document(text: str, source: str) -> tuple[Any, int]:
         return loader.construct_document(node), node.start_mark.line + 1
     except yaml.YAMLError as error:
         raise CronConfigError(f"{source}{_yaml_error_line(error)}: not valid YAML: {_yaml_problem(error)}") from None
+    except RecursionError:
+        raise CronConfigError(
+            f"{source}: values are nested too deeply for the YAML loader (Python's recursion limit); "
+            "a cron.yaml needs only a list of flat mappings"
+        ) from None
     finally:
         loader.dispose()
 

@@ -195,6 +195,18 @@ def test_a_recursive_alias_is_refused():
     assert str(error.value) == "cron.yaml line 2: an alias refers to a node that contains it; cron.yaml values must be finite"
 
 
+def test_a_value_nested_past_the_loaders_recursion_limit_is_refused():
+    # GIVEN 2,000 nested lists (PyYAML's composer recurses once per level: a bare RecursionError)
+    text = "version: 1\ncron: " + "[" * 2000 + "]" * 2000 + "\n"
+    # WHEN parsed  THEN a CronConfigError says why
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == (
+        "cron.yaml: values are nested too deeply for the YAML loader (Python's recursion limit); "
+        "a cron.yaml needs only a list of flat mappings"
+    )
+
+
 def test_a_very_long_integer_is_refused_with_its_line():
     # GIVEN a name written as a 5,000-digit number (int() refuses past 4,300 digits with a bare ValueError)
     text = _one(" - {name: " + "1" * 5000 + ", url: /a, schedule: '@daily'}\n")
