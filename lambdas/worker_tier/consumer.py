@@ -45,8 +45,7 @@ from worker_tier.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINE
 from worker_tier.visibility import VisibilityChange, change_visibility
 from worker_tier.worker import Worker
 
-# SQS's longest long poll: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html
-POLL_WAIT_SECONDS = 20
+POLL_WAIT_SECONDS = limits.SQS_MAX_WAIT_TIME_SECONDS
 # After the grace period: time to release messages, flush metrics and exit before the stop timeout's SIGKILL.
 RELEASE_SECONDS = 5
 # EX_TEMPFAIL (sysexits.h): tasks were cut short by the shutdown; their messages return for a retry.

@@ -54,6 +54,21 @@ LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS = 6 * 60 * 60
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout, Fargate)
 ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
 
+# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
+# Fargate's task sizes: the memory (MB) each cpu (units) allows; CloudFormation refuses any other pair.
+FARGATE_MEMORY_MB_BY_CPU: dict[int, tuple[int, ...]] = {
+    256: (512, 1024, 2048),
+    512: tuple(range(1024, 4096 + 1, 1024)),
+    1024: tuple(range(2048, 8192 + 1, 1024)),
+    2048: tuple(range(4096, 16384 + 1, 1024)),
+    4096: tuple(range(8192, 30720 + 1, 1024)),
+    8192: tuple(range(16384, 61440 + 1, 4096)),
+    16384: tuple(range(32768, 122880 + 1, 8192)),
+}
+
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html (WaitTimeSeconds)
+SQS_MAX_WAIT_TIME_SECONDS = 20
+
 # https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html
 LAMBDA_MIN_MEMORY_MB = 128
 LAMBDA_MAX_MEMORY_MB = 10240

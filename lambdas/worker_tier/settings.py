@@ -51,19 +51,6 @@ DEFAULT_CONTAINER_MAX_TASKS = 10
 DEFAULT_CONTAINER_CONCURRENCY = 4
 DEFAULT_CONTAINER_CPU = 1024
 DEFAULT_CONTAINER_MEMORY_MB = 2048
-# Fargate's task sizes: the memory (MB) each cpu (units) allows; CloudFormation refuses any other pair (a limits.py
-# candidate): https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
-FARGATE_MEMORY_MB_BY_CPU: dict[int, tuple[int, ...]] = {
-    256: (512, 1024, 2048),
-    512: tuple(range(1024, 4096 + 1, 1024)),
-    1024: tuple(range(2048, 8192 + 1, 1024)),
-    2048: tuple(range(4096, 16384 + 1, 1024)),
-    4096: tuple(range(8192, 30720 + 1, 1024)),
-    8192: tuple(range(16384, 61440 + 1, 4096)),
-    16384: tuple(range(32768, 122880 + 1, 8192)),
-}
-# Fargate's largest stopTimeout, SIGTERM to SIGKILL (a limits.py candidate):
-# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
 # Running tasks get this long after SIGTERM; the rest of the stop timeout is for releasing and exiting.
 DEFAULT_CONTAINER_GRACE_SECONDS = 100
 CONTAINER_SUBNETS_PRIVATE = "private"  # private subnets behind one NAT gateway, no public IP
@@ -268,10 +255,10 @@ class Settings:
 
     def _check_fargate_size(self) -> None:
         """Raise SettingsError unless container_cpu and container_memory_mb are a Fargate task size."""
-        allowed = FARGATE_MEMORY_MB_BY_CPU.get(self.container_cpu)
+        allowed = limits.FARGATE_MEMORY_MB_BY_CPU.get(self.container_cpu)
         if allowed is None:
             raise SettingsError(
-                f"container_cpu must be one of Fargate's cpu values {', '.join(map(str, FARGATE_MEMORY_MB_BY_CPU))}, "
+                f"container_cpu must be one of Fargate's cpu values {', '.join(map(str, limits.FARGATE_MEMORY_MB_BY_CPU))}, "
                 f"got {self.container_cpu} (with container_memory_mb {self.container_memory_mb})"
             )
         if self.container_memory_mb not in allowed:
