@@ -6,19 +6,27 @@ attributes plus ``worker_tier.due_at``, ``DelaySeconds`` = ceil(due − now) in
 accepted, refused for what a message holds (never retried: the caller
 dead-letters it with the reason), and neither (transient: the caller retries or
 stops). ``refile`` moves an item the scheduler would not read where it is into the
-minute and shard it reads.
+minute and shard it reads. ``Delivery`` is the scheduler's use of them: batches
+retried until each entry is accepted or refused, and a refused message (or an
+unreadable item) dead-lettered with its ``worker_tier.failure`` reason, or as a
+pointer to its delay-table item when the DLQ refuses the copy.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Mapping
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
 
 from botocore.exceptions import ParamValidationError
 
 from worker_tier import delay, limits, sqs_rules
 from worker_tier.aws import error_code
-from worker_tier.delay import DelayedMessage
+from worker_tier.delay import DelayedMessage, UnreadableItemError
+from worker_tier.message import PATH_ATTRIBUTE, dead_letter_attributes, failure_reason
 
 # SQS errors that refuse a whole SendMessageBatch call because of what a message holds (botocore may
 # prefix them "AWS.SimpleQueueService."). Any other raised error (throttling, access, a missing queue) is
@@ -29,6 +37,26 @@ MESSAGE_CONTENT_ERROR_CODES = frozenset(
      "InvalidAttributeValue", "MissingParameter"}
 )
 _SQS_CODE_PREFIX = "AWS.SimpleQueueService."
+MAX_SEND_ATTEMPTS = 10
+RETRY_BASE_SECONDS = 0.05
+RETRY_CAP_SECONDS = 1.0
+POINTER_BODY_HEAD_BYTES = 1024
+
+
+class DispatchIncompleteError(Exception):
+    """Some messages were neither accepted by SQS nor dead-lettered, after retries; the run stops there."""
+
+
+class DispatchRefusedError(Exception):
+    """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
+
+
+@dataclass
+class Sent:
+    """What a sequence of SendMessageBatch attempts achieved, by entry id."""
+
+    accepted: set[str] = field(default_factory=set)
+    refused: dict[str, str] = field(default_factory=dict)  # id -> "Code: message"
 
 
 def is_content_error(error: BaseException) -> bool:
@@ -112,3 +140,106 @@ def refile(dynamodb: Any, table: str, item: Mapping[str, Any], bucket: int, shar
     if item[delay.PK]["S"] != pk:
         dynamodb.delete_item(TableName=table, Key={delay.PK: item[delay.PK], delay.SK: item[delay.SK]})
     return pk
+
+
+def backoff_seconds(attempt: int) -> float:
+    """The wait before retry ``attempt`` (0-based): doubling from RETRY_BASE_SECONDS, capped."""
+    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
+
+
+class Delivery:
+    """The scheduler's sends: batches retried until accepted or refused, and dead letters with their reasons."""
+
+    def __init__(self, sqs: Any, dead_letter_queue_url: str, delay_table: str, *,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._sqs = sqs  # a worker_tier.aws.LazyClient
+        self.dead_letter_queue_url = dead_letter_queue_url
+        self.delay_table = delay_table
+        self._clock = clock
+        self._sleep = sleep
+
+    def deliver(self, queue_url: str, entries: list[dict[str, Any]]) -> Sent:
+        """Send one batch until each entry is accepted or refused for a sender fault, or attempts run out.
+
+        Entries in neither set kept failing transiently.
+        """
+        sent = Sent()
+        batches = [entries]
+        for attempt in range(MAX_SEND_ATTEMPTS):
+            batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent)]
+            if not batches:
+                break
+            self._sleep(backoff_seconds(attempt))
+        return sent
+
+    def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: Sent) -> list[list[dict[str, Any]]]:
+        """One SendMessageBatch, recorded in ``sent``; returns the batches to try again."""
+        accepted, refused = send_batch(self._sqs.get(), queue_url, batch)
+        sent.accepted |= accepted
+        sent.refused.update(refused)
+        again = [entry for entry in batch if entry["Id"] not in sent.accepted and entry["Id"] not in sent.refused]
+        return [again] if again else []
+
+    def dead_letter(self, message: DelayedMessage, refusal: str) -> None:
+        """Send a message the work queue refused to the DLQ with its reason; a pointer if the DLQ refuses the copy.
+
+        Raises DispatchIncompleteError when the DLQ takes neither (the run stops; the message is retried).
+        """
+        error = DispatchRefusedError(f"the work queue refused delayed message {message.message_id} at dispatch: {refusal}")
+        path = str(message.attributes.get(PATH_ATTRIBUTE, {}).get("StringValue", ""))
+        reason = self._reason(error, path)
+        attributes, refused_attributes = acceptable_attributes(delay.with_due_at(message))
+        if refused_attributes:
+            reason["refused_attributes"] = refused_attributes
+        copy = {"Id": "0", "MessageBody": message.body, "MessageAttributes": dead_letter_attributes(attributes, reason)}
+        sent = self.deliver(self.dead_letter_queue_url, [copy])
+        if not sent.accepted and sent.refused:
+            sent = self.deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])])
+        if not sent.accepted:
+            raise DispatchIncompleteError(
+                f"dead-letter queue {self.dead_letter_queue_url} did not take message {message.message_id} "
+                f"(refused by the work queue: {refusal}): {sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
+            )
+
+    def dead_letter_unreadable(self, item: dict[str, Any], problem: str) -> None:
+        """Send the DLQ a pointer to an item that is not a delayed message; it stays in the table until its TTL.
+
+        Raises DispatchIncompleteError when the DLQ does not take it.
+        """
+        pk, sk = item[delay.PK]["S"], item[delay.SK]["S"]
+        reason = self._reason(UnreadableItemError(
+            f"delay-table item {pk} / {sk} is not a delayed message ({problem}); it is kept in delay table "
+            f"{self.delay_table} until its TTL ({delay.TTL_ATTRIBUTE})"
+        ), "")
+        body = {"delay_table": self.delay_table, delay.PK: pk, delay.SK: sk, "reason": reason,
+                "item_head": json.dumps(item, default=repr)[:POINTER_BODY_HEAD_BYTES]}
+        entry = {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes({}, reason)}
+        sent = self.deliver(self.dead_letter_queue_url, [entry])
+        if not sent.accepted:
+            raise DispatchIncompleteError(
+                f"dead-letter queue {self.dead_letter_queue_url} did not take the pointer to unreadable item {pk} / {sk}: "
+                f"{sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
+            )
+
+    def _reason(self, error: Exception, path: str) -> dict[str, Any]:
+        """The ``worker_tier.failure`` fields for a dispatch that never reached a worker."""
+        return failure_reason(error, attempts=0, path=path, failed_at=datetime.fromtimestamp(self._clock(), timezone.utc))
+
+    def _pointer(self, message: DelayedMessage, reason: dict[str, Any], copy_refusal: str) -> dict[str, Any]:
+        """A small DLQ entry naming the delay-table item of a message whose full copy the DLQ refused."""
+        reason = {
+            **reason,
+            "copy_refused": f"the dead-letter queue refused the full copy ({copy_refusal}); the message is kept in "
+            f"delay table {self.delay_table} under this pk and sk until its TTL ({delay.TTL_ATTRIBUTE})",
+        }
+        key = message.key
+        body = {
+            "delay_table": self.delay_table,
+            delay.PK: key[delay.PK]["S"],
+            delay.SK: key[delay.SK]["S"],
+            "message_id": message.message_id,
+            "reason": reason,
+            "body_head": message.body.encode("utf-8", "replace")[:POINTER_BODY_HEAD_BYTES].decode("utf-8", "ignore"),
+        }
+        routing, _ = acceptable_attributes({k: v for k, v in message.attributes.items() if k == PATH_ATTRIBUTE})
+        return {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes(routing, reason)}

@@ -48,14 +48,20 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from worker_tier import delay, dispatch, limits
 from worker_tier.aws import LazyClient, is_condition_failure
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.message import PATH_ATTRIBUTE, dead_letter_attributes, failure_reason, message_bytes
+from worker_tier.dispatch import (  # noqa: F401 (MAX_SEND_ATTEMPTS and the errors: part of this module's API)
+    MAX_SEND_ATTEMPTS,
+    DispatchIncompleteError,
+    DispatchRefusedError,
+    Delivery,
+    backoff_seconds,
+)
+from worker_tier.message import message_bytes
 
 # State-table keys: every key the scheduler writes starts with "scheduler#".
 LEASE_KEY = "scheduler#lease"
@@ -77,14 +83,10 @@ WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
 LEASE_SECONDS = 120
 LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 RUN_MARGIN_MS = 10_000
-MAX_SEND_ATTEMPTS = 10
 MAX_READ_ATTEMPTS = 8
-RETRY_BASE_SECONDS = 0.05
-RETRY_CAP_SECONDS = 1.0
 # A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
 QUERY_PAGE_ITEMS = 100
 QUERY_THREADS = 16
-POINTER_BODY_HEAD_BYTES = 1024
 TIME_RUNNING_OUT = "invocation time running out"
 SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
 
@@ -98,14 +100,6 @@ def minute_key(bucket: int) -> str:
     'scheduler#minute#30000000'
     """
     return f"{MINUTE_KEY_PREFIX}{bucket}"
-
-
-class DispatchIncompleteError(Exception):
-    """Some messages were neither accepted by SQS nor dead-lettered, after retries; the run stops there."""
-
-
-class DispatchRefusedError(Exception):
-    """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
 
 
 class LeaseLostError(Exception):
@@ -145,14 +139,6 @@ class _Page:
     stored: list[tuple[str, DelayedMessage | None]] = field(default_factory=list)  # every sort key in page order; None: set aside
 
 
-@dataclass
-class _Sent:
-    """What a sequence of SendMessageBatch attempts achieved, by entry id."""
-
-    accepted: set[str] = field(default_factory=set)
-    refused: dict[str, str] = field(default_factory=dict)  # id -> "Code: message"
-
-
 class DelayScheduler:
     """Dispatches the delay table into the work queue.
 
@@ -187,10 +173,10 @@ class DelayScheduler:
         self.queue_url = queue_url
         self.dead_letter_queue_url = dead_letter_queue_url
         self.horizon_seconds = horizon_seconds
-        self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._clock = clock
         self._sleep = sleep
+        self.delivery = Delivery(LazyClient("sqs", sqs), dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
         self._pool = ThreadPoolExecutor(max_workers=QUERY_THREADS) if parallel else None
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
@@ -296,96 +282,10 @@ class DelayScheduler:
             except Exception as error:
                 if attempt == MAX_READ_ATTEMPTS - 1 or is_condition_failure(error):
                     raise
-                self._sleep(_backoff_seconds(attempt))
+                self._sleep(backoff_seconds(attempt))
         raise AssertionError("unreachable")
 
     # -- SQS ------------------------------------------------------------------------------
-
-    def _deliver(self, queue_url: str, entries: list[dict[str, Any]]) -> _Sent:
-        """Send one batch until each entry is accepted or refused for a sender fault, or attempts run out.
-
-        Entries in neither set kept failing transiently.
-        """
-        sent = _Sent()
-        batches = [entries]
-        for attempt in range(MAX_SEND_ATTEMPTS):
-            batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent)]
-            if not batches:
-                break
-            self._sleep(_backoff_seconds(attempt))
-        return sent
-
-    def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: _Sent) -> list[list[dict[str, Any]]]:
-        """One SendMessageBatch, recorded in ``sent``; returns the batches to try again."""
-        accepted, refused = dispatch.send_batch(self._sqs.get(), queue_url, batch)
-        sent.accepted |= accepted
-        sent.refused.update(refused)
-        again = [entry for entry in batch if entry["Id"] not in sent.accepted and entry["Id"] not in sent.refused]
-        return [again] if again else []
-
-    def _dead_letter(self, message: DelayedMessage, refusal: str) -> None:
-        """Send a message the work queue refused to the DLQ with its reason; a pointer if the DLQ refuses the copy.
-
-        Raises DispatchIncompleteError when the DLQ takes neither (the run stops; the message is retried).
-        """
-        error = DispatchRefusedError(f"the work queue refused delayed message {message.message_id} at dispatch: {refusal}")
-        path = str(message.attributes.get(PATH_ATTRIBUTE, {}).get("StringValue", ""))
-        reason = self._reason(error, path)
-        attributes, refused_attributes = dispatch.acceptable_attributes(delay.with_due_at(message))
-        if refused_attributes:
-            reason["refused_attributes"] = refused_attributes
-        copy = {"Id": "0", "MessageBody": message.body, "MessageAttributes": dead_letter_attributes(attributes, reason)}
-        sent = self._deliver(self.dead_letter_queue_url, [copy])
-        if not sent.accepted and sent.refused:
-            sent = self._deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])])
-        if not sent.accepted:
-            raise DispatchIncompleteError(
-                f"dead-letter queue {self.dead_letter_queue_url} did not take message {message.message_id} "
-                f"(refused by the work queue: {refusal}): {sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
-            )
-
-    def _dead_letter_unreadable(self, item: dict[str, Any], problem: str) -> None:
-        """Send the DLQ a pointer to an item that is not a delayed message; it stays in the table until its TTL.
-
-        Raises DispatchIncompleteError when the DLQ does not take it.
-        """
-        pk, sk = item[delay.PK]["S"], item[delay.SK]["S"]
-        reason = self._reason(UnreadableItemError(
-            f"delay-table item {pk} / {sk} is not a delayed message ({problem}); it is kept in delay table "
-            f"{self.delay_table} until its TTL ({delay.TTL_ATTRIBUTE})"
-        ), "")
-        body = {"delay_table": self.delay_table, delay.PK: pk, delay.SK: sk, "reason": reason,
-                "item_head": json.dumps(item, default=repr)[:POINTER_BODY_HEAD_BYTES]}
-        entry = {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes({}, reason)}
-        sent = self._deliver(self.dead_letter_queue_url, [entry])
-        if not sent.accepted:
-            raise DispatchIncompleteError(
-                f"dead-letter queue {self.dead_letter_queue_url} did not take the pointer to unreadable item {pk} / {sk}: "
-                f"{sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
-            )
-
-    def _reason(self, error: Exception, path: str) -> dict[str, Any]:
-        """The ``worker_tier.failure`` fields for a dispatch that never reached a worker."""
-        return failure_reason(error, attempts=0, path=path, failed_at=datetime.fromtimestamp(self._clock(), timezone.utc))
-
-    def _pointer(self, message: DelayedMessage, reason: dict[str, Any], copy_refusal: str) -> dict[str, Any]:
-        """A small DLQ entry naming the delay-table item of a message whose full copy the DLQ refused."""
-        reason = {
-            **reason,
-            "copy_refused": f"the dead-letter queue refused the full copy ({copy_refusal}); the message is kept in "
-            f"delay table {self.delay_table} under this pk and sk until its TTL ({delay.TTL_ATTRIBUTE})",
-        }
-        key = message.key
-        body = {
-            "delay_table": self.delay_table,
-            delay.PK: key[delay.PK]["S"],
-            delay.SK: key[delay.SK]["S"],
-            "message_id": message.message_id,
-            "reason": reason,
-            "body_head": message.body.encode("utf-8", "replace")[:POINTER_BODY_HEAD_BYTES].decode("utf-8", "ignore"),
-        }
-        routing, _ = dispatch.acceptable_attributes({k: v for k, v in message.attributes.items() if k == PATH_ATTRIBUTE})
-        return {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes(routing, reason)}
 
     # -- state table: lease, watermark with cursors, minute records --------------------------
 
@@ -599,7 +499,7 @@ class _MinuteDispatch:
                 self.report.stopped = TIME_RUNNING_OUT
                 self._save_cursors(pages, [])
                 return False
-            self.scheduler._dead_letter_unreadable(item, problem)
+            self.scheduler.delivery.dead_letter_unreadable(item, problem)
             self.set_aside.add((page.shard, item[delay.SK]["S"]))
             self.report.dead_lettered += 1
         return True
@@ -633,11 +533,11 @@ class _MinuteDispatch:
         """Send one batch; dead-letter what SQS refuses; DispatchIncompleteError when some keep failing."""
         now = self.scheduler._clock()
         entries = [self._entry(index, messages[index], attributes[index], now) for index in batch]
-        sent = self.scheduler._deliver(self.scheduler.queue_url, entries)
+        sent = self.scheduler.delivery.deliver(self.scheduler.queue_url, entries)
         self.handled.update(int(i) for i in sent.accepted)
         self.report.sent += len(sent.accepted)
         for entry_id, refusal in sent.refused.items():
-            self.scheduler._dead_letter(messages[int(entry_id)], refusal)
+            self.scheduler.delivery.dead_letter(messages[int(entry_id)], refusal)
             self.handled.add(int(entry_id))
             self.report.dead_lettered += 1
         left = len(batch) - len(sent.accepted) - len(sent.refused)
@@ -711,7 +611,3 @@ def _scheduled_minute(item: dict[str, Any]) -> int:
 def _due_order(message: DelayedMessage) -> tuple[int, str]:
     """A round's send order: due time, then id (each shard's sort-key order too)."""
     return message.due_ms, message.message_id
-
-
-def _backoff_seconds(attempt: int) -> float:
-    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
