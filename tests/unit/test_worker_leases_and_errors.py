@@ -48,38 +48,41 @@ def test_heartbeat_refused_because_the_message_is_not_ours_loses_the_lease_at_on
     assert heartbeat.held() == []
 
 
-def test_transient_heartbeat_failures_lose_the_lease_once_the_extension_window_has_passed():
+def test_transient_heartbeat_failures_lose_the_lease_when_the_retries_end_before_the_next_beat():
     # GIVEN every extension fails on SQS's side (not the sender's fault), interval 30 s so a 40 s window
     now = [0.0]
     sqs = FakeSQS(fail=lambda call, entry: ("InternalError", False))
-    heartbeat = Heartbeat(sqs, "q", interval_seconds=30, clock=lambda: now[0])
+    heartbeat = Heartbeat(sqs, "q", interval_seconds=30, clock=lambda: now[0], sleep=lambda s: None)
     held = heartbeat.hold("m1", "r1")
-    # WHEN it beats within the window
+    # WHEN it beats at 30 s and the extension and its retries all fail
     now[0] = 30.0
     heartbeat.beat()
-    # THEN the message is still held: the next beat retries
-    assert not held.expired.is_set() and heartbeat.held() == ["m1"]
-    # WHEN the window has passed with no successful extension
-    now[0] = 60.0
-    heartbeat.beat()
-    # THEN the lease is lost
+    # THEN the lease is lost now: the window ends at 40 s, before the next beat at 60 s could extend it
     assert held.expired.is_set() and heartbeat.held() == []
+    assert sqs.count("ChangeMessageVisibilityBatch") > 1  # the extension was retried first
 
 
-def test_a_successful_extension_renews_the_window():
-    # GIVEN extensions that succeed, then fail for one beat
+def test_a_retry_that_succeeds_keeps_the_lease_and_renews_the_window():
+    # GIVEN an extension that fails once on SQS's side, then succeeds
     now = [0.0]
-    failing = [False]
-    sqs = FakeSQS(fail=lambda call, entry: ("InternalError", False) if failing[0] else None)
-    heartbeat = Heartbeat(sqs, "q", interval_seconds=30, clock=lambda: now[0])
+    failures = [1]
+
+    def fail(call, entry):
+        if failures[0]:
+            failures[0] -= 1
+            return ("InternalError", False)
+        return None
+
+    sqs = FakeSQS(fail=fail)
+    heartbeat = Heartbeat(sqs, "q", interval_seconds=30, clock=lambda: now[0], sleep=lambda s: None)
     held = heartbeat.hold("m1", "r1")
+    # WHEN it beats at 30 s
     now[0] = 30.0
     heartbeat.beat()
-    failing[0] = True
-    # WHEN the next beat fails, 30 s after the last success
+    # THEN the retry extended it: still held, and the next beat (60 s) is inside the renewed window (to 70 s)
+    assert not held.expired.is_set() and heartbeat.held() == ["m1"]
     now[0] = 60.0
     heartbeat.beat()
-    # THEN the lease holds (the last extension runs to 70 s)
     assert not held.expired.is_set()
 
 
