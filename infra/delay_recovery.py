@@ -26,7 +26,7 @@ from constructs import Construct
 from infra import defaults
 from infra.alarms import count_alarm, queue_not_empty_alarm
 from infra.function import ServiceFunction, ServiceFunctionProps
-from infra.grants import DELAYED_MESSAGE_KEY_PREFIX, SCHEDULER_KEY_PREFIX, grant_items
+from infra.grants import DELAYED_MESSAGE_KEY_PREFIX, REFILE_ACTIONS, SCHEDULER_KEY_PREFIX, grant_items
 from worker_tier import delay_recovery, limits
 from worker_tier.handlers.recovery import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_WATERMARK_AHEAD
 from worker_tier.settings import Settings
@@ -39,10 +39,10 @@ RECOVERY_TIMEOUT_SECONDS = 90
 RECOVERY_MEMORY_MB = limits.LAMBDA_MIN_MEMORY_MB
 # https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html
 STREAM_BATCH_SIZE = 1000
-# DynamoDB stream mappings allow 0..300 s: https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html
-# The longest window makes the fewest invocations (bench/scheduler_bench.py). It delays only what is already
-# late (late writes, TTL recoveries) by up to 5 minutes, and refiles, which go into minutes > 15 min ahead.
-STREAM_MAX_BATCHING_WINDOW_SECONDS = 300
+# The longest window a stream mapping allows makes the fewest invocations (bench/scheduler_bench.py). It delays
+# only what is already late (late writes, TTL recoveries) by up to 5 minutes, and refiles, which go into minutes
+# more than 15 minutes ahead.
+STREAM_MAX_BATCHING_WINDOW_SECONDS = limits.LAMBDA_STREAM_MAX_BATCHING_WINDOW_SECONDS
 # The binding bound is the record age: half the stream's 24-hour retention, leaving the other half to replay.
 STREAM_MAX_RECORD_AGE_SECONDS = delay_recovery.DYNAMODB_STREAM_RETENTION_SECONDS // 2
 STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record age first
@@ -50,8 +50,6 @@ STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record a
 ITERATOR_AGE_ALARM_SECONDS = 30 * 60
 STREAM_READ_ACTIONS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
 STATE_READ_ACTIONS = ("dynamodb:GetItem",)
-# Moving a message item the scheduler would not read in time to where it reads it (worker_tier.dispatch.refile).
-REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
 
 @dataclass

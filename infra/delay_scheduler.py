@@ -9,9 +9,16 @@ from aws_cdk import aws_events as events, aws_events_targets as events_targets, 
 from constructs import Construct
 
 from infra.alarms import count_alarm
-from infra.delay_recovery import REFILE_ACTIONS, DelayRecovery, DelayRecoveryProps
+from infra.delay_recovery import DelayRecovery, DelayRecoveryProps
 from infra.function import ServiceFunction, ServiceFunctionProps
-from infra.grants import DELAYED_MESSAGE_KEY_PREFIX, SCHEDULER_KEY_PREFIX, SCHEDULER_STATE_ACTIONS, grant_delay_produce, grant_items
+from infra.grants import (
+    DELAYED_MESSAGE_KEY_PREFIX,
+    REFILE_ACTIONS,
+    SCHEDULER_KEY_PREFIX,
+    SCHEDULER_STATE_ACTIONS,
+    grant_delay_produce,
+    grant_items,
+)
 from infra.settings import Settings
 from worker_tier import delay
 from worker_tier.handlers.scheduler import METRIC_LAG, METRIC_STATE_UNREADABLE, METRIC_WATERMARK_AHEAD

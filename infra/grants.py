@@ -38,6 +38,8 @@ CRON_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"
 # Producers store delayed messages by BatchWriteItem, or by a TransactWriteItems of two Puts (marker and
 # message), which IAM authorises as PutItem on each item.
 DELAYED_MESSAGE_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem")
+# Moving a message item the scheduler would not read in time to where it reads it (worker_tier.dispatch.refile).
+REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 # Dedupe-key markers of immediate sends: claim (a conditional Put, which returns the holder when refused),
 # settle (Put) or give back (Delete).
 DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
 from worker_tier.aws import error_code
-from worker_tier.message import DUE_AT_ATTRIBUTE
+from worker_tier.message import DUE_AT_ATTRIBUTE, format_due_at
 from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def with_due_at(message: DelayedMessage) -> dict[str, Any]:
     >>> with_due_at(DelayedMessage("m-1", 1_800_000_900_123, "hi", {}))["worker_tier.due_at"]["StringValue"]
     '2027-01-15T08:15:00.123Z'
     """
-    due = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(message.due_ms // 1000)) + f".{message.due_ms % 1000:03d}Z"
+    due = format_due_at(message.due_ms)
     return {**message.attributes, DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": due}}
 
 

@@ -44,6 +44,9 @@ DYNAMODB_MAX_PARTITION_KEY_BYTES = 2048
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html (records are kept 24 hours)
 DYNAMODB_STREAM_RETENTION_SECONDS = 24 * 60 * 60
 
+# https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html (MaximumBatchingWindowInSeconds 0..300)
+LAMBDA_STREAM_MAX_BATCHING_WINDOW_SECONDS = 300
+
 # https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html
 LAMBDA_MAX_TIMEOUT_SECONDS = 15 * 60
 
