@@ -15,7 +15,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from worker_tier import backoff, limits, message, observability
-from worker_tier.delay import MAX_CLOCK_SKEW_SECONDS
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
 from worker_tier.errors import NonRetryableError, RetryLater
 from worker_tier.idempotency import LeaseContext
@@ -299,6 +298,8 @@ def _trusted_due(task: Task, due_at: datetime) -> float:
     sent = task.sent_at
     if sent is None:
         return due
+    from worker_tier.delay import MAX_CLOCK_SKEW_SECONDS  # the delay path's module, kept off the worker's cold start
+
     latest = sent.timestamp() + limits.SQS_MAX_DELAY_SECONDS + MAX_CLOCK_SKEW_SECONDS
     if due > latest:
         logger.warning(

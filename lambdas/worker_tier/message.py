@@ -10,10 +10,8 @@ value SQS would accept; the rest are named, never raised).
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from datetime import datetime, timezone
-from decimal import Decimal
 from typing import Any, Mapping
 
 from worker_tier import limits
@@ -162,7 +160,11 @@ def _python_value(value: Mapping[str, Any]) -> Any:
     if base == "Binary":
         return value["BinaryValue"]
     text = value["StringValue"]
-    return Decimal(text) if base == "Number" else text  # Decimal keeps every digit; float() would round past 17
+    if base != "Number":
+        return text
+    from decimal import Decimal  # only a copy needs it: kept off the worker's cold start
+
+    return Decimal(text)  # Decimal keeps every digit; float() would round past 17
 
 
 def attribute_bytes(name: str, value: Mapping[str, Any]) -> int:
@@ -317,7 +319,7 @@ def lambda_record(received: dict[str, Any], queue_arn: str, region: str) -> dict
         "messageAttributes": {
             name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
         },
-        "md5OfBody": received.get("MD5OfBody") or hashlib.md5(body.encode("utf-8")).hexdigest(),
+        "md5OfBody": received.get("MD5OfBody") or _md5(body),
         "eventSource": "aws:sqs",
         "eventSourceARN": queue_arn,
         "awsRegion": region,
@@ -332,3 +334,10 @@ def _event_attribute(value: dict[str, Any]) -> dict[str, Any]:
     else:
         attribute["stringValue"] = value.get("StringValue")
     return attribute
+
+
+def _md5(body: str) -> str:
+    """The body's MD5, as SQS reports it; hashlib (OpenSSL, ~5 ms) is imported only when a record is built here."""
+    import hashlib
+
+    return hashlib.md5(body.encode("utf-8")).hexdigest()
