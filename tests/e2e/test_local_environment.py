@@ -156,14 +156,11 @@ def test_container_worker_process_drains_on_sigterm():
         environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "20"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 20
-        while int(env.sqs.get_queue_attributes(QueueUrl=env.queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
-                  ["Attributes"]["ApproximateNumberOfMessagesNotVisible"]) == 0:
-            assert time.monotonic() < deadline and process.poll() is None, process.stderr.read() if process.poll() is not None else ""
-            time.sleep(0.1)
-        # WHEN ECS sends SIGTERM mid-task
+        started = _wait_for_line(process, "rendering 3 frames")
+        # WHEN ECS sends SIGTERM mid-task (a message received but not yet started would be released instead)
         process.send_signal(signal.SIGTERM)
         output, errors = process.communicate(timeout=30)
+        output = started + output
         # THEN the task finished, its message was deleted, and the process exited cleanly
         assert process.returncode == 0, errors
         assert "rendered 3 frames" in output
@@ -186,10 +183,7 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
         environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "1"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 20
-        while env.queue_depth() == 0 or _not_visible(env) == 0:
-            assert time.monotonic() < deadline and process.poll() is None, process.stderr.read() if process.poll() is not None else ""
-            time.sleep(0.1)
+        _wait_for_line(process, "rendering 60 frames")
         # WHEN ECS sends SIGTERM and the task outlives the grace period
         process.send_signal(signal.SIGTERM)
         output, errors = process.communicate(timeout=30)
@@ -207,6 +201,17 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
         assert [m["Body"] for m in again] == ['{"frames": 60}']
 
 
-def _not_visible(env: LocalEnvironment) -> int:
-    attributes = env.sqs.get_queue_attributes(QueueUrl=env.queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
-    return int(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"])
+def _wait_for_line(process: subprocess.Popen, expected: str, seconds: float = 30) -> str:
+    """Read the process's stdout until a line holds ``expected`` (its task has started); what was read."""
+    import selectors
+    import time
+
+    read, deadline = "", time.monotonic() + seconds
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while expected not in read:
+            left = deadline - time.monotonic()
+            assert left > 0 and process.poll() is None, f"{expected!r} never appeared; stdout so far: {read[-500:]!r}"
+            if selector.select(timeout=min(left, 1.0)):
+                read += process.stdout.readline()
+    return read
