@@ -438,8 +438,16 @@ class DelayRecovery:
             return
         try:
             dispatch.refile(self._dynamodb.get(), table, event.item, event.message.bucket, event.message.shard)
-        except Exception as error:  # transient, or access: Lambda retries from this record
-            raise _StoppedError(action.position) from error
+        except Exception as error:
+            if not dispatch.is_permanent_write_error(error):  # transient, or access: Lambda retries from this record
+                raise _StoppedError(action.position) from error
+            text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
+            refused = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} into minute "
+                                        f"{event.message.bucket}, where the scheduler reads it: DynamoDB refused the copy "
+                                        f"({error}); the item stays where it is", text)
+            self._dead_letter(_Action(action.position, body=text, error=refused, message_id=event.message.message_id,
+                                      attributes=dict(event.message.attributes), kept="still in the delay table"), report)
+            return
         report.count("refiled")
 
     def _send(self, actions: list[_Action], report: RecoveryReport) -> tuple[list[_Action], list[_Action]]:

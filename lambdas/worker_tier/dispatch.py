@@ -128,6 +128,15 @@ def acceptable_attributes(attributes: Mapping[str, Any]) -> tuple[dict[str, Any]
     return {n: v for n, v in attributes.items() if not problems[n]}, {n: p for n, p in problems.items() if p}
 
 
+# DynamoDB refusals of an item itself (too large, bad key): retrying never helps.
+PERMANENT_WRITE_ERROR_CODES = frozenset({"ValidationException", "ItemCollectionSizeLimitExceededException"})
+
+
+def is_permanent_write_error(error: BaseException) -> bool:
+    """True when DynamoDB refused a write for what the item is, so it must be given up with a reason."""
+    return isinstance(error, ParamValidationError) or error_code(error) in PERMANENT_WRITE_ERROR_CODES
+
+
 def refile(dynamodb: Any, table: str, item: Mapping[str, Any], bucket: int, shard: int) -> str:
     """Move a message item to ``bucket_key(bucket, shard % MAX_SHARDS)``, same sort key; return the new pk.
 
@@ -136,7 +145,12 @@ def refile(dynamodb: Any, table: str, item: Mapping[str, Any], bucket: int, shar
     safety net ignores; the copy's INSERT reaches it like any write.
     """
     pk = delay.bucket_key(bucket, shard % delay.MAX_SHARDS)
-    dynamodb.put_item(TableName=table, Item={**item, delay.PK: {"S": pk}})
+    copy = {**item, delay.PK: {"S": pk}}
+    due_s = int(item["due_ms"]["N"]) // 1000 if "due_ms" in item else None
+    if due_s is not None:  # the copy keeps its TTL at least as long after its due time as the producer's
+        expiration = max(int((item.get(delay.TTL_ATTRIBUTE) or {}).get("N", 0)), due_s + delay.DISPATCHED_RETENTION_SECONDS)
+        copy[delay.TTL_ATTRIBUTE] = {"N": str(expiration)}
+    dynamodb.put_item(TableName=table, Item=copy)
     if item[delay.PK]["S"] != pk:
         dynamodb.delete_item(TableName=table, Key={delay.PK: item[delay.PK], delay.SK: item[delay.SK]})
     return pk

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from worker_tier import delay, dispatch, limits
-from worker_tier.aws import LazyClient, is_condition_failure
+from worker_tier.aws import LazyClient, error_code, is_condition_failure
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.dispatch import (  # noqa: F401 (MAX_SEND_ATTEMPTS and the errors: part of this module's API)
@@ -178,6 +178,7 @@ class DelayScheduler:
         self._sleep = sleep
         self.delivery = Delivery(LazyClient("sqs", sqs), dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
         self._pool = ThreadPoolExecutor(max_workers=QUERY_THREADS) if parallel else None
+        self._refiled_buckets: set[int] = set()  # minutes this scheduler refiled into: Queried consistently
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
         """One dispatch run; see the module docstring."""
@@ -252,6 +253,8 @@ class DelayScheduler:
         }
         if after is not None:
             request["ExclusiveStartKey"] = {delay.PK: pk, delay.SK: {"S": after}}
+        if bucket in self._refiled_buckets:
+            request["ConsistentRead"] = True
         page = self._with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")
         result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
@@ -270,17 +273,34 @@ class DelayScheduler:
             result.stored.append((item[delay.SK]["S"], message))
         return result
 
-    def _refile(self, item: dict[str, Any], message: DelayedMessage) -> None:
-        """Move an item due in a later minute than its pk's into that minute, where this scheduler reads it in time."""
-        self._with_retries(lambda: dispatch.refile(self._dynamodb.get(), self.delay_table, item, message.bucket, message.shard))
+    def _refile(self, item: dict[str, Any], message: DelayedMessage) -> bool:
+        """Move an item due in a later minute than its pk's into that minute, where this scheduler reads it in time.
 
-    def _with_retries(self, call: Callable[[], Any]) -> Any:
-        """Retry a DynamoDB call that throttles or fails transiently; the last error propagates."""
+        False when DynamoDB refuses the copy for what it is (too large, say): then it goes to the DLQ as a
+        pointer with the reason, and the minute goes on. That minute is read consistently in this run, so a
+        Query right after the copy cannot miss it (the safety net leaves inserts ahead of the watermark to us).
+        """
+        try:
+            self._with_retries(
+                lambda: dispatch.refile(self._dynamodb.get(), self.delay_table, item, message.bucket, message.shard),
+                give_up=dispatch.is_permanent_write_error,
+            )
+        except Exception as error:
+            if not dispatch.is_permanent_write_error(error):
+                raise
+            self.delivery.dead_letter_unreadable(item, f"it is due in minute {message.bucket}, and moving it there was "
+                                                       f"refused: {error_code(error)}: {error}")
+            return False
+        self._refiled_buckets.add(message.bucket)
+        return True
+
+    def _with_retries(self, call: Callable[[], Any], give_up: Callable[[BaseException], bool] = lambda error: False) -> Any:
+        """Retry a DynamoDB call that throttles or fails transiently; the last error (or one ``give_up`` names) propagates."""
         for attempt in range(MAX_READ_ATTEMPTS):
             try:
                 return call()
             except Exception as error:
-                if attempt == MAX_READ_ATTEMPTS - 1 or is_condition_failure(error):
+                if attempt == MAX_READ_ATTEMPTS - 1 or is_condition_failure(error) or give_up(error):
                     raise
                 self._sleep(backoff_seconds(attempt))
         raise AssertionError("unreachable")
@@ -491,9 +511,11 @@ class _MinuteDispatch:
         self.set_aside, self.handled = set(), set()
         for page in pages:
             for item, message in page.misplaced:
-                self.scheduler._refile(item, message)
+                if self.scheduler._refile(item, message):
+                    self.report.refiled += 1
+                else:
+                    self.report.dead_lettered += 1
                 self.set_aside.add((page.shard, item[delay.SK]["S"]))
-                self.report.refiled += 1
         for page, (item, problem) in [(page, pair) for page in pages for pair in page.unreadable]:
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT

@@ -787,3 +787,18 @@ def test_without_a_watermark_an_insert_into_a_minute_the_scheduler_started_is_se
     # THEN the first is sent as a late write, the second left to the scheduler
     assert (report.late_writes, report.skipped) == (1, 1)
     assert [due_at(e) for e in world.sqs.sent] == ["2027-01-15T08:00:50.000Z"]
+
+
+def test_a_refile_dynamodb_refuses_for_good_is_dead_lettered_and_the_batch_goes_on(world):
+    # GIVEN an odd-key insert whose copy DynamoDB refuses for what it is, and a late write behind it in the batch
+    world.watermark(MINUTE)
+    odd = {**item(START + 3600), "pk": {"S": f"b#{MINUTE + 60}#{delay.MAX_SHARDS + 1}"}}
+    recovery = _with_delay_table(world, odd)
+    world.dynamodb.fault = lambda op, params: "ValidationException" if op == "PutItem" and params.get("TableName") == "delay" else None
+    # WHEN its INSERT is processed
+    report = recovery.process([world.insert(odd, START)])
+    # THEN it is in the DLQ with the reason, the item stays where it is, and the batch does not stop there
+    assert report.failed_sequence_number is None and report.refiled == 0
+    (dead,) = world.sqs.dead_letters()
+    assert "DynamoDB refused the copy" in json.dumps(dead)
+    assert set(world.dynamodb.tables["delay"]) == {(odd["pk"]["S"], odd["sk"]["S"])}

@@ -682,3 +682,67 @@ def test_a_round_of_unreadable_items_longer_than_a_run_makes_progress_and_repeat
     assert len(pointers) == len(set(pointers)) == 300
     assert [r.stopped for r in runs[:3]] == [TIME_RUNNING_OUT] * 3 and runs[-1].stopped == ""
     assert _bodies(world.sqs.by_queue[QUEUE]) == ["good"]
+
+
+def test_a_refile_dynamodb_refuses_for_good_goes_to_the_dlq_and_the_minute_goes_on(world):
+    # GIVEN an item due a week after its pk's minute, whose copy DynamoDB refuses for what it is, beside a good message
+    from tests.fake_dynamodb import client_error
+
+    week_ms = 7 * 24 * 3600 * 1000
+    odd = world.store("id-odd", "odd", 1000, shard=5)
+    far = DelayedMessage("id-odd", odd.due_ms + week_ms, "odd", odd.attributes, 5)
+    _store_item(world, far, pk=odd.key["pk"])
+    world.dynamodb.delete_item(TableName="delay", Key=odd.key)
+    world.store("id-good", "good", 1000, shard=2)
+    world.dynamodb.fault = lambda operation, params: (
+        "ValidationException" if operation == "PutItem" and params.get("TableName") == "delay" else None
+    )
+    world.now += 200
+    # WHEN the scheduler passes that minute
+    report = world.scheduler().run()
+    # THEN the good message is sent, the odd one is a pointer in the DLQ with the reason, and the minute is done
+    assert _bodies(world.sqs.by_queue.get(QUEUE, [])) == ["good"]
+    [pointer] = world.sqs.by_queue[DLQ]
+    assert "moving it there was refused: ValidationException" in pointer["MessageBody"]
+    assert report.watermark > odd.bucket and report.dead_lettered == 1
+
+
+def test_a_minute_it_refiled_into_is_queried_consistently(world):
+    # GIVEN an item filed a minute early (due in the next minute), and a log of the scheduler's Queries
+    queries = []
+    query = world.dynamodb.query
+
+    def logged(**request):
+        queries.append(request)
+        return query(**request)
+
+    world.dynamodb.query = logged
+    early = world.store("id-early", "early", 1000, shard=1)
+    later = DelayedMessage("id-early", early.due_ms + 60_000, "early", early.attributes, 1)
+    _store_item(world, later, pk=early.key["pk"])
+    world.dynamodb.delete_item(TableName="delay", Key=early.key)
+    world.now += 260
+    # WHEN it refiles the item into its due minute and then reads that minute in the same run
+    world.scheduler().run()
+    # THEN that minute's Queries are consistent (a Query right after the copy cannot miss it), and others are not
+    consistent = {q["ExpressionAttributeValues"][":pk"]["S"] for q in queries if q.get("ConsistentRead")}
+    assert consistent and all(pk.startswith(f"b#{later.bucket}#") for pk in consistent)
+    assert len(world.sqs.by_queue[QUEUE]) == 1
+
+
+def test_a_refiled_copy_keeps_its_ttl_past_its_due_time(world):
+    # GIVEN an item due a week after its pk's minute, whose TTL was set from the pk's minute (too short for it)
+    week_ms = 7 * 24 * 3600 * 1000
+    odd = world.store("id-ttl", "ttl", 1000, shard=3)
+    far = DelayedMessage("id-ttl", odd.due_ms + week_ms, "ttl", odd.attributes, 3)
+    item = far.to_item()
+    item["pk"] = odd.key["pk"]
+    item["expiration"] = {"N": str(odd.due_ms // 1000 + 3600)}
+    world.dynamodb.put_item(TableName="delay", Item=item)
+    world.dynamodb.delete_item(TableName="delay", Key=odd.key)
+    world.now += 200
+    # WHEN it is refiled
+    world.scheduler().run()
+    # THEN the copy's TTL is at least its due time plus the producer's retention
+    copy = world.dynamodb.tables["delay"][(bucket_key(far.bucket, 3), far.key["sk"]["S"])]
+    assert int(copy["expiration"]["N"]) >= far.due_ms // 1000 + 6 * 3600
