@@ -11,7 +11,9 @@ import os
 import signal
 import sys
 
+from worker_tier.aws import new_heartbeat_client
 from worker_tier.consumer import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError
+from worker_tier.heartbeat import Heartbeat
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 from worker_tier.worker import Worker
@@ -32,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     if not queue_url:
         print("WORKER_TIER_QUEUE_URL must be set to the queue to consume", file=sys.stderr)
         return 2
-    consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace)
+    heartbeat = Heartbeat(new_heartbeat_client(), queue_url, interval_seconds=core.settings.heartbeat_interval)
+    consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace, heartbeat=heartbeat)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: consumer.stopping.set())
     logger.info("container worker started", extra={"queue": queue_url, "concurrency": args.concurrency})

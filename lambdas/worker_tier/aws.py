@@ -9,25 +9,48 @@ from typing import Any
 CLIENT_MAX_ATTEMPTS = 5
 
 
-def new_client(service: str) -> Any:
-    """A boto3 client with standard retries; honours AWS_ENDPOINT_URL (moto, the local environment)."""
+# A heartbeat must land inside its margin (10 s) or the message goes to another worker, so its calls are
+# bounded well inside it (botocore's defaults are 60 s to connect and 60 s to read, with retries): one attempt
+# of at most 2 + 3 s, and the heartbeat's own retries within the window do the rest.
+# https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
+HEARTBEAT_CONNECT_TIMEOUT_SECONDS = 2
+HEARTBEAT_READ_TIMEOUT_SECONDS = 3
+
+
+def new_client(service: str, **config: Any) -> Any:
+    """A boto3 client with standard retries; honours AWS_ENDPOINT_URL (moto, the local environment).
+
+    ``config`` overrides botocore Config fields (for example ``read_timeout``).
+    """
     import boto3
     from botocore.config import Config
 
-    return boto3.client(service, config=Config(retries={"mode": "standard", "max_attempts": CLIENT_MAX_ATTEMPTS}))
+    retries = {"mode": "standard", "max_attempts": config.pop("max_attempts", CLIENT_MAX_ATTEMPTS)}
+    return boto3.client(service, config=Config(retries=retries, **config))
+
+
+def new_heartbeat_client() -> Any:
+    """An SQS client whose every call ends within a heartbeat's margin: one short attempt, no botocore retries."""
+    return new_client(
+        "sqs",
+        connect_timeout=HEARTBEAT_CONNECT_TIMEOUT_SECONDS,
+        read_timeout=HEARTBEAT_READ_TIMEOUT_SECONDS,
+        max_attempts=0,  # botocore's max_attempts counts retries: 0 is the first attempt alone
+    )
 
 
 class LazyClient:
     """Holds an injected client, or creates one on first use."""
 
-    def __init__(self, service: str, client: Any = None) -> None:
+    def __init__(self, service: str, client: Any = None, factory: Any = None) -> None:
         self._service = service
         self._client = client
+        self._factory = factory
 
     def get(self) -> Any:
-        """The client, created now if none was injected."""
+        """The client, created now (by ``factory``, else with the defaults) if none was injected."""
         if self._client is None:
-            self._client = new_client(self._service)
+            self._client = self._factory() if self._factory is not None else new_client(self._service)
         return self._client
 
 

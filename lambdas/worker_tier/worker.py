@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
 
 from worker_tier import limits, message, observability
-from worker_tier.aws import LazyClient
+from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
     OUTCOME_DEAD_LETTERED,
@@ -119,6 +119,8 @@ class Worker(Fates):
         self._dead_letter_queue_url = dead_letter_queue_url
         self._delay_table = delay_table
         self._sqs = LazyClient("sqs", sqs)
+        # Heartbeats need calls that end within their margin; an injected client (tests) serves both.
+        self._heartbeat_sqs = LazyClient("sqs", sqs, factory=new_heartbeat_client)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._idempotency = IdempotentRunner(state_table, self._dynamodb.get)
         self._clock = clock
@@ -216,7 +218,9 @@ class Worker(Fates):
             return
         from worker_tier.heartbeat import Heartbeat
 
-        heartbeat = Heartbeat(self._sqs.get(), self._resolve_queue_url(records), interval_seconds=self.settings.heartbeat_interval)
+        heartbeat = Heartbeat(
+            self._heartbeat_sqs.get(), self._resolve_queue_url(records), interval_seconds=self.settings.heartbeat_interval
+        )
         # Received up to the receive lag before the invocation started: count the cap from then.
         received_at = time.monotonic() - self._receive_lag_seconds()
         for record in records:

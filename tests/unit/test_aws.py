@@ -43,3 +43,14 @@ def test_outcome_unknown_only_when_the_answer_was_lost(error, unknown):
     from worker_tier.aws import outcome_unknown
 
     assert outcome_unknown(error) is unknown
+
+
+def test_a_heartbeat_client_ends_every_call_within_the_heartbeats_margin():
+    # GIVEN the client heartbeats use outside tests  THEN one attempt of at most connect + read timeout,
+    # well inside the 10 s margin (botocore's defaults, 60 s + 60 s with retries, would let a hung call outlast it)
+    from worker_tier.aws import new_heartbeat_client
+    from worker_tier.settings import HEARTBEAT_MARGIN_SECONDS
+
+    config = new_heartbeat_client().meta.config
+    assert config.retries["total_max_attempts"] == 1
+    assert config.connect_timeout + config.read_timeout < HEARTBEAT_MARGIN_SECONDS
