@@ -17,8 +17,10 @@ and the send, a retry after the lease takes over. Once SQS has taken the message
 the tick is sent, whatever follows: marking the claim sent is retried a few times,
 only while this invocation still holds it, and a mark that still fails is logged
 and counted (``TickMarkFailed``), never raised, since a raise would make Lambda send
-the tick again. The one duplicate left is a crash, or a mark that failed, after the
-send; on a FIFO queue the deduplication id derived from the tick removes that one too.
+the tick again. The duplicates left: a crash, or a mark that failed, after the send;
+and a send whose answer was lost (a read timeout, a 5xx) although SQS took the
+message, which looks like a failed send and is retried. On a FIFO queue the
+deduplication id derived from the tick removes them too.
 """
 
 from __future__ import annotations
