@@ -4,7 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-export PYTHONPATH := lambdas:.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
@@ -12,14 +11,14 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $(STAMP)
 
 ## make run ARGS="--duration 60": the local environment on embedded moto
 run: $(STAMP)
-	$(PY) -m worker_tier.local $(ARGS)
+	$(PY) -m worker_tier_local $(ARGS)
 
 ## make test: unit, functional, infra and e2e tests
 test: $(STAMP)
@@ -31,7 +30,7 @@ synth: $(STAMP)
 
 ## make cron-next: each cron.yaml entry's next 5 run times, UTC and local
 cron-next: $(STAMP)
-	$(PY) -m infra.cron_preview $(ARGS)
+	$(PY) -m worker_tier_cdk.cron_preview $(ARGS)
 
 ## make bench: benchmarks; JSON in bench/results/
 bench: $(STAMP)

@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""CDK app entry: wires the stack and cdk-nag; makes no AWS calls."""
+"""This repo's example CDK app: the stack with ./tasks and ./cron.yaml, and cdk-nag; makes no AWS calls."""
+
+from pathlib import Path
 
 import aws_cdk as cdk
 
-from infra.nag import add_checks
-from infra.stack import WorkerTierStack
+from worker_tier_cdk import TaskCode
+from worker_tier_cdk.nag import add_checks
+from worker_tier_cdk.stack import WorkerTierStack
+
+HERE = Path(__file__).resolve().parent
 
 app = cdk.App()
-WorkerTierStack(app, "WorkerTier")
+WorkerTierStack(app, "WorkerTier", task_code=TaskCode.from_directories(HERE / "tasks"), cron_file=HERE / "cron.yaml")
 add_checks(app)
 app.synth()

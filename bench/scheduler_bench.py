@@ -1,7 +1,7 @@
 """Delay-path benchmarks: cost per million, punctuality, CPU and API calls, counted with in-memory AWS fakes.
 
 100,000 messages are stored through the real Client, due over six hours, and the
-real DelayScheduler runs once a minute (EventBridge fires a few seconds into the
+real DelayDispatcher runs once a minute (EventBridge fires a few seconds into the
 minute) on a simulated clock. Every API call is metered in the units AWS bills,
 including the scheduler's Query of every possible shard (MAX_SHARDS) of every minute (0.5 read unit
 each when empty) and its state writes (minute records, cursors, watermark).
@@ -23,13 +23,13 @@ import time
 from typing import Any
 
 from bench import results
-from infra.delay_recovery import RECOVERY_MEMORY_MB, STREAM_BATCH_SIZE, STREAM_MAX_BATCHING_WINDOW_SECONDS
+from worker_tier_cdk.delay_recovery import RECOVERY_MEMORY_MB, STREAM_BATCH_SIZE, STREAM_MAX_BATCHING_WINDOW_SECONDS
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
 from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
-from worker_tier.scheduler import DelayScheduler
+from worker_tier.dispatcher import DelayDispatcher
 
 MESSAGES = 100_000
 SPREAD_SECONDS = 6 * 3600
@@ -140,7 +140,7 @@ def simulate() -> dict[str, float]:
     dynamodb.create_table("state", "pk")
     sqs = MeteredSQS(clock=lambda: now[0])
     client = Client(QUEUE, "delay", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0], sleep=lambda s: None)
-    scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0],
+    scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0],
                                sleep=lambda s: None, parallel=False)
     scheduler.run()  # deployed before any message: the first watermark is now, as in a real stack
     due: dict[str, float] = {}

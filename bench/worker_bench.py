@@ -81,7 +81,7 @@ def per_message_cpu_ratio() -> dict[str, float]:
     from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
     from worker_tier.handlers import worker as handler
-    from worker_tier.local.context import LocalContext
+    from worker_tier_local.context import LocalContext
 
     handler.worker.reset()
     processor = BatchProcessor(event_type=EventType.SQS)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worker_tier.local import LocalEnvironment
+from worker_tier_local import LocalEnvironment
 from worker_tier.settings import Settings
 from worker_tier.worker import (
     OUTCOME_DEAD_LETTERED,
@@ -73,7 +73,7 @@ def test_make_run_prints_each_outcome(tmp_path):
     environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}"}
     # WHEN `make run`'s entry point runs for a while
     result = subprocess.run(
-        [sys.executable, "-m", "worker_tier.local", "--duration", "12", "--settings", str(tmp_path / "cdk.json")],
+        [sys.executable, "-m", "worker_tier_local", "--duration", "12", "--settings", str(tmp_path / "cdk.json")],
         capture_output=True, text=True, timeout=60, env=environment, cwd=REPO,
     )
     # THEN a person sees each of the three outcomes, and the dead letter's reason
@@ -87,7 +87,7 @@ def test_make_run_prints_each_outcome(tmp_path):
 
 def test_cron_entry_tick_reaches_its_task(outcomes):
     # GIVEN an every-minute cron.yaml entry and a clock 30 s before a minute boundary
-    from infra.cron_config import parse
+    from worker_tier_cdk.cron_config import parse
 
     entries = parse('version: 1\ncron:\n - name: "minutely-report"\n   url: "/report"\n   schedule: "* * * * *"\n')
     now = [1_800_000_030.0]  # 2027-01-15 08:00:30 UTC
@@ -172,7 +172,7 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
     import signal
     import time
 
-    from worker_tier.consumer import EXIT_CODE_TASKS_ABANDONED
+    from worker_tier.container import EXIT_CODE_TASKS_ABANDONED
     from worker_tier.settings import HEARTBEAT_MARGIN_SECONDS
 
     settings = Settings(heartbeat_interval=1)

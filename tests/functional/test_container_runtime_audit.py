@@ -13,10 +13,10 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.functional.conftest import AwsWorld
-from tests.functional.test_consumer import depth, run_until
+from tests.functional.test_container import depth, run_until
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage, Task, observability
-from worker_tier.consumer import Consumer, QueueConfigurationError, TaskProtection
+from worker_tier.container import Consumer, QueueConfigurationError, TaskProtection
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings

@@ -11,12 +11,12 @@ from typing import Any, Callable
 import pytest
 from botocore.exceptions import ClientError
 
-from infra.cron_config import CronConfigError, parse
+from worker_tier_cdk.cron_config import CronConfigError, parse
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
 from worker_tier import observability
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
-from worker_tier.local.cron import CronEmulator
+from worker_tier_local.cron import CronEmulator
 from worker_tier.periodic import (
     METRIC_TICK_MARK_FAILED,
     TICK_LEASE_SECONDS,

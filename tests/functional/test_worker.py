@@ -8,7 +8,7 @@ import pytest
 
 from tests.functional.conftest import AwsWorld
 from worker_tier import Client, NonRetryableError, RetryLater, Task
-from worker_tier.local.context import LocalContext
+from worker_tier_local.context import LocalContext
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.worker import OUTCOME_RELEASED, Outcome, Worker, add_outcome_listener, remove_outcome_listener

@@ -160,7 +160,7 @@ def test_a_base_exception_in_an_idempotent_task_frees_its_key_for_the_retry(aws,
 
     send(aws, "/charge", "x")
     worker = worker_for(aws, tasks, settings_values={"max_retries": 3})
-    from worker_tier.local.context import LocalContext
+    from worker_tier_local.context import LocalContext
 
     context = LocalContext("fn", 300, 128, "us-east-1", "123456789012")
     # WHEN it is handled, then received again

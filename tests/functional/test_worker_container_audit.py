@@ -7,7 +7,7 @@ import threading
 import time
 
 from tests.functional.conftest import AwsWorld
-from tests.functional.test_consumer import consumer_for, depth, run_until
+from tests.functional.test_container import consumer_for, depth, run_until
 from tests.functional.test_worker_failure_paths import Clock, entries, one_task, raise_, send
 from tests.strict_sqs import StrictSQS
 from worker_tier import RetryLater, Task, observability

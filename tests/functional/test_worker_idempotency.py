@@ -9,7 +9,7 @@ from tests.functional.conftest import AwsWorld
 from worker_tier import Client, Task
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.idempotency import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.local.context import LocalContext
+from worker_tier_local.context import LocalContext
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.worker import Worker

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from infra.nag import add_checks
-from infra.stack import WorkerTierStack
+from worker_tier_cdk import TaskCode, cron_config
+from worker_tier_cdk.nag import add_checks
+from worker_tier_cdk.stack import WorkerTierStack
 from worker_tier.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+TASK_CODE = TaskCode.from_directories(REPO / "tasks")
 
 
 def synth(settings: Settings | None = None, context: dict | None = None, outdir: str | None = None, cron_entries=None):
     """An app with nag, the stack, and its synthesized assembly (synth fails on any nag finding)."""
     app = cdk.App(context=context or {}, outdir=outdir)
-    stack = WorkerTierStack(app, "WorkerTier", settings=settings, cron_entries=cron_entries)
+    if cron_entries is None:
+        cron_entries = cron_config.load(REPO / "cron.yaml", fifo=(settings or Settings()).fifo)
+    stack = WorkerTierStack(app, "WorkerTier", settings=settings, cron_entries=cron_entries, task_code=TASK_CODE)
     add_checks(app)
     assembly = app.synth()
     return stack, assembly

@@ -11,8 +11,9 @@ import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match, Template
 
-from infra.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
-from infra.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX
+from tests.infra.conftest import TASK_CODE
+from worker_tier_cdk.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX
 from tests.infra.conftest import dynamodb_statements, on_table, synth
 from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 
@@ -81,7 +82,7 @@ def test_only_wildcard_is_the_image_pull_token(template):
 
 def test_container_image_pins_agree_with_requirements():
     pins = {line for line in (REPO / "requirements.txt").read_text().splitlines() if "==" in line}
-    container = {line for line in (REPO / "docker" / "requirements.txt").read_text().splitlines() if "==" in line}
+    container = {line for line in (REPO / "src" / "worker_tier_cdk" / "docker" / "requirements.txt").read_text().splitlines() if "==" in line}
     assert container <= pins
 
 
@@ -131,6 +132,7 @@ def test_an_existing_vpc_is_used_instead_of_a_new_one():
         dead_letter_queue=sqs.Queue(stack, "Dlq"),
         state_table=dynamodb.TableV2(stack, "State", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING)),
         vpc=vpc,
+        task_code=TASK_CODE,
     )
     # WHEN the container worker is built
     worker = ContainerWorker(stack, "LongTasks", props)
@@ -150,11 +152,11 @@ def test_base_image_is_a_build_argument_from_the_setting(synthesized):
     [image] = manifest["dockerImages"].values()
     # THEN the Dockerfile gets the configured base image as BASE_IMAGE
     assert image["source"]["dockerBuildArgs"] == {"BASE_IMAGE": DEFAULT_CONTAINER_BASE_IMAGE}
-    assert image["source"]["dockerFile"] == "docker/worker.Dockerfile"
+    assert image["source"]["dockerFile"] == "worker.Dockerfile"
 
 
 def test_dockerfile_default_base_image_is_the_settings_default():
-    dockerfile = (REPO / "docker" / "worker.Dockerfile").read_text()
+    dockerfile = (REPO / "src" / "worker_tier_cdk" / "docker" / "worker.Dockerfile").read_text()
     assert f"ARG BASE_IMAGE={DEFAULT_CONTAINER_BASE_IMAGE}\nFROM ${{BASE_IMAGE}}\n" in dockerfile
 
 
@@ -206,11 +208,11 @@ def test_a_wildcard_on_the_task_role_still_fails_synth(tmp_path):
     # GIVEN the container worker, whose only acknowledged wildcard is the execution role's ECR token
     from aws_cdk import aws_iam as iam
 
-    from infra.nag import add_checks
-    from infra.stack import WorkerTierStack
+    from worker_tier_cdk.nag import add_checks
+    from worker_tier_cdk.stack import WorkerTierStack
 
     app = cdk.App(outdir=str(tmp_path))
-    stack = WorkerTierStack(app, "WorkerTier", settings=SETTINGS, cron_entries=[])
+    stack = WorkerTierStack(app, "WorkerTier", settings=SETTINGS, cron_entries=[], task_code=TASK_CODE)
     # WHEN someone grants the task role a wildcard
     stack.container_worker.service.task_definition.task_role.add_to_principal_policy(
         iam.PolicyStatement(actions=["s3:GetObject"], resources=["*"])

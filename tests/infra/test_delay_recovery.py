@@ -9,8 +9,8 @@ import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
-from infra import defaults
-from infra.delay_recovery import (
+from worker_tier_cdk import defaults
+from worker_tier_cdk.delay_recovery import (
     ITERATOR_AGE_ALARM_SECONDS,
     RECOVERY_MEMORY_MB,
     STREAM_BATCH_SIZE,
@@ -20,7 +20,7 @@ from infra.delay_recovery import (
     DelayRecovery,
     DelayRecoveryProps,
 )
-from infra.nag import add_checks
+from worker_tier_cdk.nag import add_checks
 from worker_tier import delay
 from worker_tier.delay_recovery import DYNAMODB_STREAM_RETENTION_SECONDS
 

@@ -26,8 +26,10 @@ from pathlib import Path
 import pytest
 from aws_cdk.assertions import Template
 
-from infra import LAMBDAS_DIR
-from infra.worker_queue import WORKER_HANDLER
+from pathlib import Path as _Path
+
+LAMBDAS_DIR = _Path(__file__).resolve().parents[2] / "src"
+from worker_tier_cdk.worker_queue import WORKER_HANDLER
 from tests.infra.conftest import synth
 from worker_tier.settings import ENVIRONMENT_PREFIX, Settings
 
@@ -218,6 +220,6 @@ def test_code_derivation_finds_what_the_worker_reads():
 
 def test_code_derivation_does_not_follow_parent_packages():
     # GIVEN the cron handler, which imports no Client  WHEN derived  THEN the delay table is not required of it
-    required = required_variables("worker_tier.handlers.cron", Settings().task_modules)
+    required = required_variables("worker_tier.handlers.periodic", Settings().task_modules)
     assert {"WORKER_TIER_QUEUE_URL", "WORKER_TIER_STATE_TABLE"} <= required
     assert not required & (DELAY_TABLE_VARIABLES | SETTINGS_VARIABLES)

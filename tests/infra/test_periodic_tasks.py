@@ -10,9 +10,9 @@ from aws_cdk import aws_cloudwatch as cloudwatch, aws_cloudwatch_actions as clou
 from aws_cdk import aws_dynamodb as dynamodb, aws_sns as sns, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
-from infra import defaults
-from infra.cron_config import CronConfigError, parse
-from infra.periodic_tasks import (
+from worker_tier_cdk import defaults
+from worker_tier_cdk.cron_config import CronConfigError, parse
+from worker_tier_cdk.periodic_tasks import (
     CRON_TIMEOUT_SECONDS,
     PeriodicTasks,
     PeriodicTasksProps,

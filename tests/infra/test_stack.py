@@ -14,7 +14,8 @@ from aws_cdk.assertions import Match, Template
 
 from aws_cdk.assertions import Annotations
 
-from infra.grants import (
+from tests.infra.conftest import TASK_CODE
+from worker_tier_cdk.grants import (
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
     IDEMPOTENCY_KEY_PREFIX,
@@ -23,10 +24,10 @@ from infra.grants import (
     grant_delay_produce,
     grant_items,
 )
-from infra.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
-from infra.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
+from worker_tier_cdk.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
+from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
 from tests.infra.conftest import actions_of, dynamodb_statements, on_table, synth
-from worker_tier import delay, scheduler
+from worker_tier import delay, dispatcher
 from worker_tier.settings import Settings, SettingsError
 
 # What grant_read_write_data gives: every item of the table, to read and write.
@@ -187,10 +188,10 @@ def test_cfn_lint_finds_nothing_but_w3005(synthesized):
 def test_nag_fails_synth_on_a_finding(tmp_path):
     # GIVEN the stack plus an unencrypted, non-TLS queue: the nag plugin must catch it (so the clean run means something)
     app = cdk.App(outdir=str(tmp_path))
-    from infra.nag import add_checks
-    from infra.stack import WorkerTierStack
+    from worker_tier_cdk.nag import add_checks
+    from worker_tier_cdk.stack import WorkerTierStack
 
-    stack = WorkerTierStack(app, "WorkerTier", settings=Settings())
+    stack = WorkerTierStack(app, "WorkerTier", settings=Settings(), task_code=TASK_CODE)
     sqs.Queue(stack, "Careless", encryption=sqs.QueueEncryption.UNENCRYPTED)
     add_checks(app)
     # WHEN synthesized  THEN it fails with AwsSolutions findings
@@ -303,9 +304,9 @@ def test_no_role_has_a_dynamodb_wildcard_or_reads_across_the_state_table(templat
 
 def test_key_prefixes_match_the_keys_the_code_writes():
     # GIVEN the prefixes the grants allow  THEN the keys the scheduler and producers write start with them
-    assert scheduler.LEASE_KEY.startswith(SCHEDULER_KEY_PREFIX)
-    assert scheduler.WATERMARK_KEY.startswith(SCHEDULER_KEY_PREFIX)
-    assert scheduler.minute_key(29_000_000).startswith(SCHEDULER_KEY_PREFIX)
+    assert dispatcher.LEASE_KEY.startswith(SCHEDULER_KEY_PREFIX)
+    assert dispatcher.WATERMARK_KEY.startswith(SCHEDULER_KEY_PREFIX)
+    assert dispatcher.minute_key(29_000_000).startswith(SCHEDULER_KEY_PREFIX)
     assert delay.bucket_key(29_000_000, 3).startswith(DELAYED_MESSAGE_KEY_PREFIX)
 
 

@@ -23,7 +23,7 @@ from worker_tier.delay_recovery import (
     read_record,
 )
 from worker_tier.message import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.scheduler import (
+from worker_tier.dispatcher import (
     FINISHED_MS_ATTRIBUTE,
     MINUTE_RECORD_RETENTION_SECONDS,
     STARTED_MS_ATTRIBUTE,
@@ -425,7 +425,7 @@ def test_a_dlq_that_fails_transiently_stops_the_batch_at_that_record():
 
 def test_the_handler_refuses_an_event_that_is_not_a_stream_batch():
     from worker_tier.handlers.recovery import StreamEventError, lambda_handler
-    from worker_tier.local.context import LocalContext
+    from worker_tier_local.context import LocalContext
 
     # WHEN the handler gets a list instead of {"Records": [...]} / THEN the error says what a stream event is
     with pytest.raises(StreamEventError, match=r"a DynamoDB stream event is a mapping with a 'Records' list, got list '\[\]'"):
@@ -439,7 +439,7 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
     from moto import mock_aws
 
     from worker_tier.handlers import recovery as handler
-    from worker_tier.local.context import LocalContext
+    from worker_tier_local.context import LocalContext
 
     with mock_aws():
         # GIVEN a work queue, its DLQ and a state table on (moto) AWS, a watermark, and the handler's environment
@@ -467,7 +467,7 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
         handler.recovery.reset()
 
 
-# -- end to end: the real Client and DelayScheduler, DynamoDB's TTL and the stream ------------------
+# -- end to end: the real Client and DelayDispatcher, DynamoDB's TTL and the stream ------------------
 
 
 class StreamedDynamoDB(FakeDynamoDB):
@@ -503,14 +503,14 @@ class Timeline:
 
     def __init__(self, producer_clock_offset_s: float = 0.0, fail=None) -> None:  # type: ignore[no-untyped-def]
         from worker_tier import Client
-        from worker_tier.scheduler import DelayScheduler
+        from worker_tier.dispatcher import DelayDispatcher
 
         self.now = START
         self.dynamodb = StreamedDynamoDB(clock=lambda: self.now)
         self.sqs = SingleSendSQS(clock=lambda: self.now, fail=fail)
         self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now + producer_clock_offset_s,
                              sleep=lambda s: None, maximum_message_size=1024 * 1024)
-        self.scheduler = DelayScheduler("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
+        self.scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
                                         clock=lambda: self.now, sleep=lambda s: None, parallel=False)
         self.recovery = DelayRecovery("state", QUEUE, DLQ, sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now,
                                       sleep=lambda s: None)

@@ -174,14 +174,14 @@ def test_container_worker_defaults_to_private_subnets_and_a_named_base_image():
     settings = Settings()
     # THEN tasks get no public IP by default, and the base image is the named default (a tag: pin yours by digest)
     assert settings.container_subnets == "private"
-    assert settings.container_base_image == "public.ecr.aws/docker/library/python:3.13-slim"
+    assert settings.container_base_image == "public.ecr.aws/docker/library/python:3.14-slim"
 
 
 @pytest.mark.parametrize(
     "image",
     [
-        "public.ecr.aws/docker/library/python:3.13-slim",
-        "python:3.13-slim@sha256:" + "0" * 64,
+        "public.ecr.aws/docker/library/python:3.14-slim",
+        "python:3.14-slim@sha256:" + "0" * 64,
         "123456789012.dkr.ecr.eu-west-1.amazonaws.com/base/python:3.13",
         "localhost:5000/python",
     ],

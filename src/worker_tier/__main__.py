@@ -1,0 +1,52 @@
+"""``python -m worker_tier worker``: the container worker, for tasks longer than Lambda's 15 minutes.
+
+Configured like the Lambda worker, by WORKER_TIER_* variables; the container_concurrency
+setting (WORKER_TIER_CONTAINER_CONCURRENCY) is how many tasks run at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from worker_tier.aws import new_heartbeat_client
+from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError
+from worker_tier.heartbeat import Heartbeat
+from worker_tier.observability import logger
+from worker_tier.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings
+from worker_tier.worker import Worker
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = Settings.from_environment(os.environ)
+    parser = argparse.ArgumentParser(prog="python -m worker_tier", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="consume the queue until SIGTERM")
+    worker.add_argument("--concurrency", type=int, default=settings.container_concurrency,
+                        help="tasks run at once (default: the container_concurrency setting)")
+    worker.add_argument("--grace", type=float, default=DEFAULT_CONTAINER_GRACE_SECONDS,
+                        help="seconds running tasks get after SIGTERM before the process exits without them")
+    args = parser.parse_args(argv)
+    core = Worker.from_environment()
+    queue_url = os.environ.get("WORKER_TIER_QUEUE_URL")
+    if not queue_url:
+        print("WORKER_TIER_QUEUE_URL must be set to the queue to consume", file=sys.stderr)
+        return 2
+    heartbeat = Heartbeat(new_heartbeat_client(), queue_url, interval_seconds=core.settings.heartbeat_interval)
+    consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace, heartbeat=heartbeat)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, frame: consumer.stopping.set())
+    logger.info("container worker started", extra={"queue": queue_url, "concurrency": args.concurrency})
+    try:
+        consumer.run()
+    except QueueConfigurationError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CODE_CONFIGURATION
+    logger.info("container worker stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

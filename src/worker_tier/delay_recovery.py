@@ -1,0 +1,533 @@
+"""The delay table's safety net: from the table's stream, deliver every message the scheduler could have missed.
+
+The scheduler (``worker_tier.dispatcher``) reads each minute of the delay table once,
+in order, from its watermark. Two kinds of item can escape that read:
+
+- a **late write** (issue #8, item 6): an item stored in a minute the scheduler had
+  already started reading, because the producer's clock was more than
+  ``delay.MAX_CLOCK_SKEW_SECONDS`` behind;
+- an **expired** item (item 2): deleted by the table's TTL
+  (``delay.DISPATCHED_RETENTION_SECONDS`` after it was due) before the scheduler read
+  it, because the scheduler was stopped or stuck on one minute for longer than that.
+
+The table's stream (NEW_AND_OLD_IMAGES) carries both: the INSERT holds the new item,
+the TTL's REMOVE the old one. The event source mapping passes only those two events
+of message items (``b#...``; see ``infra/delay_recovery.py``), and ``DelayRecovery``
+decides each from the scheduler's state, read once per batch: the watermark ``W``
+(first minute not fully dispatched) with its per-shard cursors (how far each shard
+of ``W`` is dispatched), and the record of each minute ``m`` concerned, which the
+scheduler writes before its first Query of ``m`` (``started_ms``) and, when it
+passes ``m``, completes (``finished_ms``). ``t`` is the record's stream time;
+``CLOCK_TOLERANCE_SECONDS`` covers the stream's whole-second timestamps, the
+scheduler's clock skew, and its eventually consistent Query. An item is *in place*
+when its pk is exactly ``bucket_key(m, s)`` with ``0 <= s < MAX_SHARDS`` and it is due in
+``m``; only such items does the scheduler read in time. A pk naming no minute is
+dead-lettered.
+
+- INSERT in place, ``m > W``, or ``m = W`` with neither a record of ``m`` nor cursors: skip;
+  the scheduler reads ``m`` later.
+- INSERT in place, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that Query saw it.
+- INSERT otherwise, due within SQS's 900 s: **send now** (``late_writes``).
+- INSERT otherwise, due later, its due minute not passed: **refile** it into that minute on
+  shard ``s % MAX_SHARDS`` (``refiled``); sending it would show it early.
+- INSERT otherwise: the watermark is past minutes it cannot have reached: leave the item,
+  count it (``watermark_ahead``, alarmed).
+- REMOVE of an item not in a scheduled key, ``m > W``, or ``m = W`` past its shard's cursor:
+  **send now** (``recovered_from_ttl``); the scheduler has not read it, and no longer can.
+- REMOVE, ``m = W`` up to its shard's cursor: skip; dispatched.
+- REMOVE, ``m < W``, ``m`` finished before ``t - tolerance``: skip; the scheduler read the item
+  while it existed.
+- REMOVE, otherwise (no record of ``m``, no ``finished_ms``, or ``m`` finished after the deletion): **send now**.
+
+Every doubtful case sends, so a doubt costs a duplicate, never a loss. A message
+sent here goes to the work queue as the scheduler sends it (attributes plus
+``worker_tier.due_at``, ``DelaySeconds`` = ceil(due - now) in 0..900), so it is
+never early. A record that cannot be read, or a message SQS refuses for a sender
+fault, goes to the work queue's DLQ with a ``worker_tier.failure`` reason. Anything
+transient stops the batch at the first record not done; the handler reports it as
+the batch item failure, and Lambda retries from there.
+
+``finished_ms`` matters for one case: a minute the scheduler began before the TTL
+deleted one of its items and finished after (a stuck minute that thawed, resumed
+from its cursors, and never saw the item). Records behind the watermark are read
+eventually consistent (half the cost); a stale copy can only lack ``finished_ms``,
+and a record without it sends. The watermark and its minute's record are read
+consistently. An unreadable watermark counts as none (``state_unreadable``).
+
+The guarantee, and its assumption: no message is lost to the TTL or to a late
+write **provided this function processes each stream record within the stream's
+24-hour retention** (``DYNAMODB_STREAM_RETENTION_SECONDS``) (records older than that are trimmed by DynamoDB). The
+event source mapping retries for ``worker_tier_cdk.delay_recovery.STREAM_MAX_RECORD_AGE_SECONDS``,
+then names the batch in its failure queue (alarmed), leaving the rest of the 24 h
+to replay it; the IteratorAge alarm fires long before.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from worker_tier import delay, delivery, limits, message, sqs_rules
+from worker_tier.aws import LazyClient
+from worker_tier.delay import DelayedMessage
+from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
+from worker_tier.dispatcher import (
+    FINISHED_MS_ATTRIBUTE,
+    STARTED_MS_ATTRIBUTE,
+    WATERMARK_KEY,
+    StateError,
+    minute_key,
+    parse_watermark,
+)
+
+INSERT, REMOVE = "INSERT", "REMOVE"
+SKIP, SEND, REFILE, AHEAD = "skip", "send", "refile", "ahead"  # an INSERT's fates
+# A TTL deletion is made by DynamoDB itself:
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-streams.html
+TTL_PRINCIPAL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+MESSAGE_KEY_PREFIX = delay.BUCKET_KEY_PREFIX
+# ApproximateCreationDateTime is whole seconds; the scheduler's clock may be off by half the skew budget.
+STREAM_TIME_RESOLUTION_SECONDS = 1
+# The scheduler's Query is eventually consistent: a write may be missing from it for a while after it
+# succeeded. "Consistency across all copies of data is usually reached within one second":
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html
+EVENTUAL_CONSISTENCY_SECONDS = 1
+CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + EVENTUAL_CONSISTENCY_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
+DYNAMODB_STREAM_RETENTION_SECONDS = limits.DYNAMODB_STREAM_RETENTION_SECONDS
+# About 11 s of backoff before a batch stops: this also paces Lambda's retries of a failing batch.
+MAX_SEND_ATTEMPTS = 8
+RETRY_BASE_SECONDS = 0.1
+RETRY_CAP_SECONDS = 5.0
+MAX_DEAD_LETTER_BODY_HEAD_BYTES = 1024
+
+
+class StreamRecordError(Exception):
+    """A stream record of the delay table that cannot be read as a message; ``record_text`` is the record as JSON."""
+
+    def __init__(self, text: str, record_text: str, event_id: str = "") -> None:
+        super().__init__(text)
+        self.record_text = record_text
+        self.event_id = event_id
+
+
+class SendRefusedError(Exception):
+    """SQS refused a recovered message for a sender fault: it can never be sent as it is."""
+
+
+class _StoppedError(Exception):
+    """SQS kept failing transiently; ``position`` is the first record not done."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.position = position
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """An INSERT or TTL REMOVE of one message item."""
+
+    kind: str
+    message: DelayedMessage
+    bucket: int
+    shard: int
+    sort_key: str
+    at_s: float  # the record's ApproximateCreationDateTime
+    scheduled: bool = True  # the pk is one the scheduler reads (delay.is_scheduled_key)
+    item: Mapping[str, Any] = field(default_factory=dict)  # the image, for a refile
+    table: str = ""  # the delay table, from the record's eventSourceARN when it has one
+
+    @property
+    def in_place(self) -> bool:
+        """Whether the scheduler reads this item where it is, in time: a key it reads, in the minute it is due."""
+        return self.scheduled and self.message.bucket == self.bucket
+
+
+@dataclass
+class RecoveryReport:
+    """What one batch did; ``failed_sequence_number`` is where Lambda must retry from, if anywhere."""
+
+    records: int = 0
+    skipped: int = 0
+    late_writes: int = 0
+    recovered_from_ttl: int = 0
+    dead_lettered: int = 0
+    refiled: int = 0  # inserts the scheduler would not read where they are, moved where it reads them
+    watermark_ahead: int = 0  # inserts left in place: due later than SQS can delay, behind an impossible watermark
+    state_unreadable: str = ""  # what was wrong with the watermark item, when it could not be read
+    failed_sequence_number: str | None = None
+
+    def count(self, counter: str) -> None:
+        """Add one to the named counter."""
+        setattr(self, counter, getattr(self, counter) + 1)
+
+
+@dataclass
+class SchedulerState:
+    """What the scheduler has read: its watermark (None before its first run), that minute's cursors, minute records."""
+
+    watermark: int | None
+    cursors: Mapping[int, str] = field(default_factory=dict)
+    minutes: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    def needs_minute_record(self, event: StreamEvent) -> bool:
+        """Whether deciding ``event`` needs the scheduler's record of its minute."""
+        if self.watermark is None:  # lost: the scheduler restarts after its latest finished minute
+            return event.kind == INSERT
+        return event.bucket <= self.watermark if event.kind == INSERT else event.bucket < self.watermark
+
+    def insert_fate(self, event: StreamEvent, now_s: float) -> str:
+        """SKIP (the scheduler reads it in time), SEND now, REFILE where the scheduler reads it, or leave it AHEAD.
+
+        Nothing is sent due more than SQS's longest delay from now: SQS would show it early.
+        """
+        if event.in_place and not self.insert_was_missed(event):
+            return SKIP
+        if event.message.due_ms / 1000 <= now_s + limits.SQS_MAX_DELAY_SECONDS:
+            return SEND
+        if self.watermark is None or event.message.bucket > self.watermark:
+            return REFILE
+        return AHEAD  # due later than SQS can delay, in a minute an impossible watermark has passed
+
+    def insert_was_missed(self, event: StreamEvent) -> bool:
+        """Whether the scheduler may have read this insert's minute before the insert."""
+        if self.watermark is not None and event.bucket > self.watermark:
+            return False
+        minute = self.minutes.get(event.bucket)
+        if minute is None and self.watermark is None:  # no watermark (lost, or never written): not read yet
+            return False
+        if minute is None:  # no record: behind the watermark, or in its minute with cursors, it was read
+            return event.bucket < self.watermark or bool(self.cursors)
+        started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
+        return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
+
+    def expiry_was_undispatched(self, event: StreamEvent) -> bool:
+        """Whether the TTL may have deleted this item before the scheduler read it."""
+        if not event.scheduled or self.watermark is None or event.bucket > self.watermark:
+            return True
+        if event.bucket == self.watermark:  # the minute in progress: dispatched up to each shard's cursor
+            cursor = self.cursors.get(event.shard)
+            return cursor is None or event.sort_key > cursor
+        # Behind the watermark the record is read eventually consistent: a stale copy may lack finished_ms
+        # (stamped at most a second ago, so after the deletion): without it, send.
+        read_s = _seconds(self.minutes.get(event.bucket), FINISHED_MS_ATTRIBUTE)
+        return read_s is None or read_s >= event.at_s - CLOCK_TOLERANCE_SECONDS
+
+
+@dataclass
+class _Action:
+    """One record's fate, in stream order: send ``message``, or dead-letter ``body`` with ``error``."""
+
+    position: int
+    message: DelayedMessage | None = None
+    counter: str = ""
+    body: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = None
+    message_id: str = ""
+    kept: str = ""  # where the item is, for a pointer message
+    refile: StreamEvent | None = None  # move this item where the scheduler reads it
+
+
+def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
+    """The message event in one stream record; None for anything else; StreamRecordError if unreadable."""
+    try:
+        kind = record.get("eventName")
+        change = record["dynamodb"]
+        pk = change["Keys"][delay.PK]["S"]
+        if not pk.startswith(MESSAGE_KEY_PREFIX) or not _concerns_safety_net(kind, record.get("userIdentity")):
+            return None
+        image = change["NewImage"] if kind == INSERT else change["OldImage"]
+        parsed = delay.parse_bucket_key(pk)
+        if parsed is None:
+            raise ValueError(f"pk {pk!r} names no minute and shard ({MESSAGE_KEY_PREFIX}<minute>#<shard>, whole numbers)")
+        return StreamEvent(kind, delay.read_item(image), *parsed, change["Keys"][delay.SK]["S"],
+                           float(change["ApproximateCreationDateTime"]), delay.is_scheduled_key(pk), image,
+                           _table_of(record.get("eventSourceARN")))
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
+        name = record.get("eventID") if isinstance(record, Mapping) else None
+        raise StreamRecordError(
+            f"stream record {name!r} is not a readable delay-table message: {_what(error)} "
+            "(an INSERT needs dynamodb.NewImage, a REMOVE dynamodb.OldImage, with id, due_ms, body and attributes)",
+            json.dumps(record, ensure_ascii=True, default=str, sort_keys=True),
+            str(name or ""),
+        ) from error
+
+
+def _what(error: Exception) -> str:
+    """An error's text, with its type unless it already says what was wrong with the item."""
+    return str(error) if isinstance(error, delay.UnreadableItemError) else f"{type(error).__name__}: {error}"
+
+
+def _table_of(arn: Any) -> str:
+    """The table a stream ARN belongs to (arn:aws:dynamodb:...:table/<name>/stream/<label>), or ''."""
+    resource = arn.split(":", 5)[-1] if isinstance(arn, str) else ""
+    parts = resource.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "table" else ""
+
+
+def _concerns_safety_net(kind: Any, identity: Any) -> bool:
+    """INSERTs, and REMOVEs made by the TTL (a user's delete is not a loss)."""
+    return kind == INSERT or (kind == REMOVE and isinstance(identity, Mapping)
+                              and all(identity.get(k) == v for k, v in TTL_PRINCIPAL.items()))
+
+
+class DelayRecovery:
+    """Sends to the work queue what the scheduler could have missed; see the module docstring.
+
+    Examples
+    --------
+    >>> recovery = DelayRecovery("state", "https://sqs/work", "https://sqs/dlq", sqs=sqs, dynamodb=dynamodb)  # doctest: +SKIP
+    >>> recovery.process(event["Records"]).failed_sequence_number is None  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        state_table: str,
+        queue_url: str,
+        dead_letter_queue_url: str,
+        *,
+        sqs: Any = None,
+        dynamodb: Any = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        delay_table: str | None = None,
+    ) -> None:
+        self.delay_table = delay_table  # None: each record's eventSourceARN names it
+        self.state_table = state_table
+        self.queue_url = queue_url
+        self.dead_letter_queue_url = dead_letter_queue_url
+        self._sqs = LazyClient("sqs", sqs)
+        self._dynamodb = LazyClient("dynamodb", dynamodb)
+        self._clock = clock
+        self._sleep = sleep
+
+    def process(self, records: Sequence[Mapping[str, Any]]) -> RecoveryReport:
+        """Decide and carry out every record's fate, in stream order; transient state-table errors raise."""
+        report = RecoveryReport(records=len(records))
+        actions = self._decide(records, report)
+        try:
+            self._carry_out(actions, report)
+        except _StoppedError as stopped:
+            report.failed_sequence_number = _sequence_number(records[stopped.position])
+        return report
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def _decide(self, records: Sequence[Mapping[str, Any]], report: RecoveryReport) -> list[_Action]:
+        """Each record's action; skipped records have none."""
+        events: list[tuple[int, StreamEvent | StreamRecordError]] = []
+        for position, record in enumerate(records):
+            try:
+                event = read_record(record)
+            except StreamRecordError as error:
+                events.append((position, error))
+                continue
+            if event is None:
+                report.skipped += 1
+            else:
+                events.append((position, event))
+        readable = [event for _, event in events if isinstance(event, StreamEvent)]
+        state = self._read_state(readable, report) if readable else SchedulerState(None)
+        return [a for a in (self._action(p, e, state, report) for p, e in events) if a is not None]
+
+    def _action(self, position: int, event: StreamEvent | StreamRecordError, state: SchedulerState,
+                report: RecoveryReport) -> _Action | None:
+        if isinstance(event, StreamRecordError):
+            return _Action(position, body=event.record_text, error=event, message_id=event.event_id,
+                           kept="in no readable form but this record")
+        fate = state.insert_fate(event, self._clock()) if event.kind == INSERT else (
+            SEND if state.expiry_was_undispatched(event) else SKIP)
+        if fate == SEND:
+            return _Action(position, message=event.message, counter="late_writes" if event.kind == INSERT else "recovered_from_ttl")
+        if fate == REFILE:
+            return _Action(position, message=None, counter="refiled", refile=event)
+        report.count("watermark_ahead" if fate == AHEAD else "skipped")
+        return None
+
+    def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> SchedulerState:
+        """The watermark and its cursors (consistent read), then the minute records the events need.
+
+        An unreadable watermark counts as none (the scheduler restarts after its latest
+        finished minute): an insert into a minute it started is sent, other inserts are
+        left to it, expiries sent.
+        """
+        item = self._dynamodb.get().get_item(
+            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
+        ).get("Item")
+        try:
+            state = SchedulerState(None) if item is None else SchedulerState(*parse_watermark(item))
+        except StateError as error:
+            report.state_unreadable = str(error)
+            state = SchedulerState(None)
+        state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
+        return state
+
+    def _read_minutes(self, buckets: Iterable[int], watermark: int | None) -> dict[int, dict[str, Any]]:
+        """The minute records of ``buckets`` (one GetItem each); absent ones are left out.
+
+        Only the watermark's minute is read consistently: whether its record exists yet
+        decides an insert. Behind the watermark every record is complete (``started_ms``
+        never changes; ``finished_ms`` was stamped before the watermark passed it), and a
+        stale copy can only lack it, which sends (see SchedulerState): half the read cost.
+        GetItem rather than BatchGetItem: no role may batch-read the shared state table
+        (tests/infra/test_stack.py).
+        """
+        found: dict[int, dict[str, Any]] = {}
+        for bucket in sorted(buckets):
+            item = self._dynamodb.get().get_item(
+                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}},
+                ConsistentRead=watermark is None or bucket == watermark,
+            ).get("Item")
+            if item is not None:
+                found[bucket] = item
+        return found
+
+    # -- carrying out ---------------------------------------------------------------------------
+
+    def _carry_out(self, actions: list[_Action], report: RecoveryReport) -> None:
+        """Sends (10 per SendMessageBatch) and dead-letters, in stream order; _StoppedError at the first not done."""
+        batch: list[_Action] = []
+        for action in actions:
+            if action.refile is not None:
+                self._flush(batch, report)
+                self._refile(action, report)
+            elif action.message is None:
+                self._flush(batch, report)
+                self._dead_letter(action, report)
+            else:
+                batch.append(action)
+                if len(batch) == limits.SQS_MAX_BATCH_ENTRIES:
+                    self._flush(batch, report)
+        self._flush(batch, report)
+
+    def _flush(self, batch: list[_Action], report: RecoveryReport) -> None:
+        """Send the batch, retrying transient failures; a sender fault dead-letters that message."""
+        pending = list(batch)
+        batch.clear()
+        for attempt in range(MAX_SEND_ATTEMPTS):
+            if not pending:
+                return
+            if attempt:
+                self._sleep(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (attempt - 1)))
+            pending, refused = self._send(pending, report)
+            for index, action in enumerate(refused):
+                try:
+                    self._dead_letter(action, report)
+                except _StoppedError as stopped:
+                    raise _StoppedError(min(a.position for a in pending + refused[index:])) from stopped
+        if pending:
+            raise _StoppedError(min(a.position for a in pending))
+
+    def _refile(self, action: _Action, report: RecoveryReport) -> None:
+        """Move an insert the scheduler would not read in time into its due minute, on a shard it reads."""
+        event = action.refile
+        assert event is not None
+        table = self.delay_table or event.table
+        if not table:  # a wiring fault: say so with the item, rather than send it early or drop it
+            text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
+            error = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} where the "
+                                      "scheduler reads it: no delay table given (WORKER_TIER_DELAY_TABLE) and the record "
+                                      "has no eventSourceARN", text)
+            self._dead_letter(_Action(action.position, body=text, error=error, message_id=event.message.message_id,
+                                      attributes=dict(event.message.attributes), kept="still in the delay table"), report)
+            return
+        try:
+            delivery.refile(self._dynamodb.get(), table, event.item, event.message.bucket, event.message.shard)
+        except Exception as error:
+            if not delivery.is_permanent_write_error(error):  # transient, or access: Lambda retries from this record
+                raise _StoppedError(action.position) from error
+            text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
+            refused = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} into minute "
+                                        f"{event.message.bucket}, where the scheduler reads it: DynamoDB refused the copy "
+                                        f"({error}); the item stays where it is", text)
+            self._dead_letter(_Action(action.position, body=text, error=refused, message_id=event.message.message_id,
+                                      attributes=dict(event.message.attributes), kept="still in the delay table"), report)
+            return
+        report.count("refiled")
+
+    def _send(self, actions: list[_Action], report: RecoveryReport) -> tuple[list[_Action], list[_Action]]:
+        """One SendMessageBatch; returns the actions to try again and the dead-letter actions for refusals."""
+        now = self._clock()
+        entries = [delivery.entry(str(i), a.message, now) for i, a in enumerate(actions) if a.message is not None]
+        accepted, refused_ids = delivery.send_batch(self._sqs.get(), self.queue_url, entries)
+        retry, refused = [], []
+        for index, action in enumerate(actions):
+            if str(index) in accepted:
+                report.count(action.counter)
+            elif str(index) in refused_ids:
+                refused.append(_refused(action, refused_ids[str(index)]))
+            else:
+                retry.append(action)
+        return retry, refused
+
+    def _dead_letter(self, action: _Action, report: RecoveryReport) -> None:
+        """Send to the DLQ with its reason; if the DLQ refuses that copy, a small pointer naming it instead."""
+        assert action.error is not None
+        failed_at = datetime.fromtimestamp(self._clock(), timezone.utc)
+        reason = message.failure_reason(action.error, attempts=0, path=_path(action.attributes), failed_at=failed_at)
+        attributes, refused_attributes = delivery.acceptable_attributes(action.attributes)
+        if refused_attributes:
+            reason["refused_attributes"] = refused_attributes
+        copy = {"MessageBody": action.body, "MessageAttributes": message.dead_letter_attributes(attributes, reason)}
+        refusal = sqs_rules.body_problem(action.body) or self._send_dead_letter(copy, action.position, quiet=True)
+        if refusal:
+            self._send_dead_letter(_pointer(action, reason, refusal), action.position)
+        report.count("dead_lettered")
+
+    def _send_dead_letter(self, request: dict[str, Any], position: int, quiet: bool = False) -> str | None:
+        """SendMessage to the DLQ: None if taken; SQS's refusal if ``quiet`` and a sender fault; else _StoppedError."""
+        try:
+            self._sqs.get().send_message(QueueUrl=self.dead_letter_queue_url, **request)
+            return None
+        except Exception as error:
+            details = getattr(error, "response", {}).get("Error", {})
+            if quiet and details.get("Type") == "Sender":
+                return f"{details.get('Code')}: {details.get('Message')}"
+            raise _StoppedError(position) from error
+
+
+def _sequence_number(record: Mapping[str, Any]) -> str:
+    """Where Lambda must retry from; a record without one cannot be retried alone, so the whole batch fails."""
+    try:
+        return str(record["dynamodb"]["SequenceNumber"])
+    except (KeyError, TypeError) as error:
+        raise StreamRecordError(f"stream record {record!r:.200} has no dynamodb.SequenceNumber to retry from",
+                                json.dumps(record, default=str)) from error
+
+
+def _seconds(minute: Mapping[str, Any] | None, attribute: str) -> float | None:
+    """An epoch-ms attribute of a minute record, in seconds; None when absent."""
+    value = (minute or {}).get(attribute)
+    return int(value["N"]) / 1000 if value else None
+
+
+def _refused(action: _Action, refusal: str) -> _Action:
+    """The dead-letter action for a message SQS refused."""
+    delayed = action.message
+    assert delayed is not None
+    error = SendRefusedError(f"the work queue refused delayed message {delayed.message_id} (due {delayed.due_ms} ms) "
+                             f"when the safety net sent it: {refusal}")
+    kept = (f"kept in the delay table under {delay.PK} {delayed.key[delay.PK]['S']!r} and {delay.SK} "
+            f"{delayed.key[delay.SK]['S']!r} until its TTL" if action.counter == "late_writes" else "already deleted by the TTL")
+    return _Action(action.position, body=delayed.body, attributes=delay.with_due_at(delayed), error=error,
+                   message_id=delayed.message_id, kept=kept)
+
+
+def _pointer(action: _Action, reason: dict[str, Any], refusal: str) -> dict[str, Any]:
+    """A small DLQ message naming a message whose full copy the DLQ refused, with the head of its body."""
+    reason = {**reason, "copy_refused": f"the dead-letter queue refused the full copy ({refusal}); the item is {action.kept}"}
+    head = action.body.encode("utf-8")[:MAX_DEAD_LETTER_BODY_HEAD_BYTES].decode("utf-8", "ignore")
+    body = {"message_id": action.message_id, "reason": reason, "body_head": head}
+    routing, _ = delivery.acceptable_attributes({k: v for k, v in action.attributes.items() if k == message.PATH_ATTRIBUTE})
+    return {"MessageBody": json.dumps(body, ensure_ascii=True), "MessageAttributes": message.dead_letter_attributes(routing, reason)}
+
+
+def _path(attributes: Mapping[str, Any]) -> str:
+    """The message's route, for the reason."""
+    value = attributes.get(message.PATH_ATTRIBUTE)
+    return str(value.get("StringValue") or "") if isinstance(value, Mapping) else ""

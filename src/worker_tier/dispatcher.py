@@ -1,0 +1,635 @@
+"""The delay scheduler: each minute, move what falls due within the horizon from the delay table into SQS.
+
+One run, under a lease in the state table so runs never overlap:
+
+1. read the watermark: the first minute not yet fully dispatched, and that
+   minute's per-shard cursors (how far each shard has been dispatched). Without
+   one (first run, deleted, or unreadable: reported), start after the latest
+   minute whose record has ``finished_ms``, else at the earliest minute a
+   resumable, time-checked Scan finds; never before ``START_LOOKBACK_SECONDS``
+   ago (older items are the safety net's). A watermark further ahead of the
+   clock than the horizon plus ``WATERMARK_AHEAD_ALLOWANCE_SECONDS`` is reported
+   and left alone;
+2. for each minute from the watermark to the last one that has ended by
+   now + ``DISPATCH_HORIZON_SECONDS``: write the minute's record (``started_ms``
+   once, before its first Query ever), then go in rounds. A round reads the next
+   page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
+   the producers used (in parallel), sends the pages merged in due order with
+   ``DelaySeconds = ceil(due − now)`` (0..900), then saves each shard's cursor.
+   When every shard is done the record gets ``finished_ms`` and the watermark
+   moves to the next minute (the safety net, ``worker_tier.delay_recovery``,
+   reads these records);
+3. stop before the invocation's time runs out, between any two batches; the
+   cursors and the watermark stay true.
+
+Before a round's first send, each item that is not a delayed message (``delay.read_item``)
+goes to the DLQ as a pointer with its reason, and each item due in a later minute
+than its pk's is refiled there (``delivery.refile``): SQS would show it early. The
+cursors pass both.
+
+A message has one of three fates at dispatch: SQS accepts it; SQS refuses it for
+a sender fault, and it goes to the dead-letter queue with a ``worker_tier.failure``
+reason (or, when the DLQ refuses that copy too, a small message pointing at its
+delay-table item, which is kept until its TTL); or SQS keeps failing it
+transiently, and the run stops there, to resume from the cursors next time.
+
+Memory holds at most one page per shard (``QUERY_PAGE_ITEMS``). A run that finds itself behind (missed
+runs, an outage) catches up from the watermark; messages already due go out at
+once, and their lateness is recorded. Dispatched items stay in the table until
+their TTL. Duplicates come only from the round a run died in (killed, crashed,
+or a cursor write lost): what it sent after the last saved cursor goes again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from worker_tier import delay, delivery, limits
+from worker_tier.aws import LazyClient, error_code, is_condition_failure
+from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
+from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.delivery import (  # noqa: F401 (MAX_SEND_ATTEMPTS and the errors: part of this module's API)
+    MAX_SEND_ATTEMPTS,
+    DispatchIncompleteError,
+    DispatchRefusedError,
+    Delivery,
+    backoff_seconds,
+)
+from worker_tier.message import message_bytes
+
+# State-table keys: every key the scheduler writes starts with "scheduler#".
+LEASE_KEY = "scheduler#lease"
+WATERMARK_KEY = "scheduler#watermark"
+SCAN_KEY = "scheduler#scan"  # the first run's Scan, resumable: where it stopped and the earliest minute so far
+SCAN_EARLIEST_ATTRIBUTE = "earliest"
+SCAN_NEXT_KEY_ATTRIBUTE = "next_key"  # the Scan's LastEvaluatedKey, as JSON
+MINUTE_KEY_PREFIX = "scheduler#minute#"  # one record per minute, read by the safety net
+STARTED_MS_ATTRIBUTE = "started_ms"  # when the scheduler first began to read the minute, epoch ms
+FINISHED_MS_ATTRIBUTE = "finished_ms"  # when it had read every shard of the minute, just before passing it
+BUCKET_ATTRIBUTE = "bucket"
+CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
+MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60  # after the minute, set when the minute is finished
+# A first run (or one after the watermark was lost) starts no earlier than this before now: older minutes'
+# items are the safety net's (their TTL REMOVE recovers them), so a stray old key cannot cost days of catch-up.
+START_LOOKBACK_SECONDS = delay.DISPATCHED_RETENTION_SECONDS + 60 * 60
+# A watermark further ahead of the clock than the horizon plus this is not one this scheduler wrote.
+WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
+LEASE_SECONDS = 120
+LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
+RUN_MARGIN_MS = 10_000
+MAX_READ_ATTEMPTS = 8
+# A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
+QUERY_PAGE_ITEMS = 100
+QUERY_THREADS = 16
+TIME_RUNNING_OUT = "invocation time running out"
+SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
+
+
+def minute_key(bucket: int) -> str:
+    """The state-table key of minute ``bucket``'s start record.
+
+    Examples
+    --------
+    >>> minute_key(30_000_000)
+    'scheduler#minute#30000000'
+    """
+    return f"{MINUTE_KEY_PREFIX}{bucket}"
+
+
+class LeaseLostError(Exception):
+    """Another run moved the watermark: this run no longer holds the lease."""
+
+
+class StateError(ValueError):
+    """A scheduler state item (the watermark) is not as the scheduler writes it."""
+
+
+@dataclass
+class RunReport:
+    """What one run did."""
+
+    ran: bool = True
+    buckets: int = 0
+    sent: int = 0
+    dead_lettered: int = 0
+    watermark: int | None = None
+    max_lateness_s: float = 0.0
+    lag_s: float = 0.0
+    stopped: str = ""
+    refiled: int = 0  # items due outside their pk's minute, moved into their due minute
+    watermark_ahead_s: float = 0.0  # how far the watermark is past the clock's horizon, when it is beyond belief
+    state_unreadable: str = ""  # what was wrong with the watermark item this run found and replaced
+
+
+@dataclass
+class _Page:
+    """One page of one shard of a minute: its messages in due order, items that are not messages, and where the next page starts."""
+
+    shard: int
+    messages: list[DelayedMessage]
+    unreadable: list[tuple[dict[str, Any], str]]  # (item, what is wrong with it)
+    next_after: str | None = None
+    misplaced: list[tuple[dict[str, Any], DelayedMessage]] = field(default_factory=list)  # due in a later minute
+    stored: list[tuple[str, DelayedMessage | None]] = field(default_factory=list)  # every sort key in page order; None: set aside
+
+
+class DelayDispatcher:
+    """Dispatches the delay table into the work queue.
+
+    Examples
+    --------
+    >>> from tests.fake_dynamodb import FakeDynamoDB
+    >>> from tests.fakes import FakeSQS
+    >>> dynamodb = FakeDynamoDB()
+    >>> dynamodb.create_table("delay", "pk", "sk"); dynamodb.create_table("state", "pk")
+    >>> scheduler = DelayDispatcher("delay", "state", "https://q/work", dead_letter_queue_url="https://q/dlq",
+    ...                            sqs=FakeSQS(), dynamodb=dynamodb, clock=lambda: 1_800_000_000.0, parallel=False)
+    >>> scheduler.run().stopped
+    ''
+    """
+
+    def __init__(
+        self,
+        delay_table: str,
+        state_table: str,
+        queue_url: str,
+        *,
+        dead_letter_queue_url: str,
+        sqs: Any = None,
+        dynamodb: Any = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        parallel: bool = True,
+        horizon_seconds: int = DISPATCH_HORIZON_SECONDS,
+    ) -> None:
+        self.delay_table = delay_table
+        self.state_table = state_table
+        self.queue_url = queue_url
+        self.dead_letter_queue_url = dead_letter_queue_url
+        self.horizon_seconds = horizon_seconds
+        self._dynamodb = LazyClient("dynamodb", dynamodb)
+        self._clock = clock
+        self._sleep = sleep
+        self.delivery = Delivery(LazyClient("sqs", sqs), dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
+        self._pool = ThreadPoolExecutor(max_workers=QUERY_THREADS) if parallel else None
+        self._refiled_buckets: set[int] = set()  # minutes this scheduler refiled into: Queried consistently
+
+    def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
+        """One dispatch run; see the module docstring."""
+        holder = str(uuid.uuid4())
+        if not self._acquire(holder):
+            return RunReport(ran=False, stopped="another run holds the lease")
+        report = RunReport()
+        try:
+            self._dispatch(report, remaining_ms)
+        except LeaseLostError as error:  # e.g. a lost response to our own watermark write: the next run resumes
+            report.stopped = str(error)
+        finally:
+            self._release(holder)
+        return report
+
+    def _dispatch(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> None:
+        start = self._read_watermark(report, remaining_ms)
+        if start is None:
+            report.stopped = SCAN_UNFINISHED
+            return
+        watermark, cursors = start
+        last = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
+        if self._is_ahead(watermark, last, report):
+            return
+        while watermark <= last:
+            try:
+                done = _MinuteDispatch(self, watermark, cursors, report, remaining_ms).run()
+            except DispatchIncompleteError as error:
+                report.stopped = str(error)
+                break
+            if not done:
+                break
+            self._record_finish(watermark)
+            self._write_watermark(watermark + 1, {}, expected=watermark)
+            watermark, cursors = watermark + 1, {}
+            report.buckets += 1
+        report.watermark = watermark
+        report.lag_s = max(0.0, self._clock() + self.horizon_seconds - watermark * BUCKET_SECONDS)
+
+    def _is_ahead(self, watermark: int, last: int, report: RunReport) -> bool:
+        """A watermark past the horizon by more than the allowance is not trusted, and not moved further."""
+        ahead_s = (watermark - last - 1) * BUCKET_SECONDS
+        if ahead_s <= WATERMARK_AHEAD_ALLOWANCE_SECONDS:
+            return False
+        report.watermark, report.watermark_ahead_s = watermark, float(ahead_s)
+        report.stopped = (f"watermark minute {watermark} is {ahead_s} s past the horizon (minute {last + 1}); over "
+                          f"{WATERMARK_AHEAD_ALLOWANCE_SECONDS} s is not a minute this scheduler passed: left as it is")
+        return True
+
+    def _time_low(self, remaining_ms: Callable[[], int] | None) -> bool:
+        return remaining_ms is not None and remaining_ms() < RUN_MARGIN_MS
+
+    # -- the delay table ------------------------------------------------------------------
+
+    def _read_pages(self, bucket: int, open_shards: dict[int, str | None]) -> list[_Page]:
+        """The next page of each open shard (shard -> the sort key to start after), in parallel."""
+        def read(shard_after: tuple[int, str | None]) -> _Page:
+            return self._read_page(bucket, *shard_after)
+
+        if self._pool is None:
+            return [read(item) for item in open_shards.items()]
+        return list(self._pool.map(read, open_shards.items()))
+
+    def _read_page(self, bucket: int, shard: int, after: str | None) -> _Page:
+        """One Query page of one shard, after ``after``, retried on throttling."""
+        pk = {"S": delay.bucket_key(bucket, shard)}
+        request: dict[str, Any] = {
+            "TableName": self.delay_table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": pk},
+            "Limit": QUERY_PAGE_ITEMS,
+        }
+        if after is not None:
+            request["ExclusiveStartKey"] = {delay.PK: pk, delay.SK: {"S": after}}
+        if bucket in self._refiled_buckets:
+            request["ConsistentRead"] = True
+        page = self._with_retries(lambda: self._dynamodb.get().query(**request))
+        next_key = page.get("LastEvaluatedKey")
+        result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
+        for item in page.get("Items") or []:
+            try:
+                message: DelayedMessage | None = delay.read_item(item)
+            except UnreadableItemError as error:
+                result.unreadable.append((item, str(error)))
+                message = None
+            else:
+                if message.bucket > bucket:  # due after this minute: sent now, SQS would show it early
+                    result.misplaced.append((item, message))
+                    message = None
+                else:  # due in this minute, or before it (then it is late: sent at once)
+                    result.messages.append(message)
+            result.stored.append((item[delay.SK]["S"], message))
+        return result
+
+    def _refile(self, item: dict[str, Any], message: DelayedMessage) -> bool:
+        """Move an item due in a later minute than its pk's into that minute, where this scheduler reads it in time.
+
+        False when DynamoDB refuses the copy for what it is (too large, say): then it goes to the DLQ as a
+        pointer with the reason, and the minute goes on. That minute is read consistently in this run, so a
+        Query right after the copy cannot miss it (the safety net leaves inserts ahead of the watermark to us).
+        """
+        try:
+            self._with_retries(
+                lambda: delivery.refile(self._dynamodb.get(), self.delay_table, item, message.bucket, message.shard),
+                give_up=delivery.is_permanent_write_error,
+            )
+        except Exception as error:
+            if not delivery.is_permanent_write_error(error):
+                raise
+            self.delivery.dead_letter_unreadable(item, f"it is due in minute {message.bucket}, and moving it there was "
+                                                       f"refused: {error_code(error)}: {error}")
+            return False
+        self._refiled_buckets.add(message.bucket)
+        return True
+
+    def _with_retries(self, call: Callable[[], Any], give_up: Callable[[BaseException], bool] = lambda error: False) -> Any:
+        """Retry a DynamoDB call that throttles or fails transiently; the last error (or one ``give_up`` names) propagates."""
+        for attempt in range(MAX_READ_ATTEMPTS):
+            try:
+                return call()
+            except Exception as error:
+                if attempt == MAX_READ_ATTEMPTS - 1 or is_condition_failure(error) or give_up(error):
+                    raise
+                self._sleep(backoff_seconds(attempt))
+        raise AssertionError("unreachable")
+
+    # -- SQS ------------------------------------------------------------------------------
+
+    # -- state table: lease, watermark with cursors, minute records --------------------------
+
+    def _acquire(self, holder: str) -> bool:
+        now = int(self._clock())
+        try:
+            self._dynamodb.get().put_item(
+                TableName=self.state_table,
+                Item={
+                    STATE_TABLE_PARTITION_KEY: {"S": LEASE_KEY},
+                    "holder": {"S": holder},
+                    "lease_until": {"N": str(now + LEASE_SECONDS)},
+                    STATE_TABLE_TTL_ATTRIBUTE: {"N": str(now + LEASE_RECORD_RETENTION_SECONDS)},
+                },
+                ConditionExpression="attribute_not_exists(pk) OR lease_until < :now",
+                ExpressionAttributeValues={":now": {"N": str(now)}},
+            )
+        except Exception as error:
+            if is_condition_failure(error):
+                return False
+            raise
+        return True
+
+    def _release(self, holder: str) -> None:
+        try:
+            self._dynamodb.get().delete_item(
+                TableName=self.state_table,
+                Key={STATE_TABLE_PARTITION_KEY: {"S": LEASE_KEY}},
+                ConditionExpression="holder = :me",
+                ExpressionAttributeValues={":me": {"S": holder}},
+            )
+        except Exception as error:  # expired and taken over, or a transient error: the lease expires anyway
+            if not is_condition_failure(error):
+                raise
+
+    def _read_watermark(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> tuple[int, dict[int, str]] | None:
+        """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished."""
+        item = self._get_state(WATERMARK_KEY)
+        if item is not None:
+            try:
+                return parse_watermark(item)
+            except StateError as error:  # not ours: start again as if it were lost (the next write replaces it)
+                report.state_unreadable = str(error)
+                self._with_retries(lambda: self._dynamodb.get().delete_item(
+                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}))
+        start = self._restart_minute(remaining_ms)
+        return None if start is None else (start, {})
+
+    def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
+        """One state-table item, or None."""
+        return self._with_retries(lambda: self._dynamodb.get().get_item(
+            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent
+        )).get("Item")
+
+    def _restart_minute(self, remaining_ms: Callable[[], int] | None) -> int | None:
+        """Without a watermark: after the latest finished minute, else the earliest minute a Scan finds.
+
+        Never earlier than ``START_LOOKBACK_SECONDS`` ago: the TTL's REMOVE of older items
+        reaches the safety net, which sends what was not dispatched.
+        """
+        floor = math.floor((self._clock() - START_LOOKBACK_SECONDS) / BUCKET_SECONDS)
+        scan = self._get_state(SCAN_KEY)
+        if scan is None:
+            finished = self._latest_finished_minute(floor, remaining_ms)
+            if finished is not None:
+                return finished + 1
+        earliest = self._scan_earliest(scan, remaining_ms)
+        return None if earliest is None else max(floor, earliest)
+
+    def _latest_finished_minute(self, floor: int, remaining_ms: Callable[[], int] | None) -> int | None:
+        """Probe minute records back from the horizon to ``floor``; the first with ``finished_ms``, or None."""
+        bucket = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
+        while bucket >= floor and not self._time_low(remaining_ms):
+            record = self._get_state(minute_key(bucket), consistent=False)
+            if record is not None and FINISHED_MS_ATTRIBUTE in record:
+                return bucket
+            bucket -= 1
+        return None
+
+    def _scan_earliest(self, scan: dict[str, Any] | None, remaining_ms: Callable[[], int] | None) -> int | None:
+        """The earliest minute among the scheduler's keys (keys only), or now; None when time ran low first.
+
+        Messages stored before the scheduler first ran may be due in minutes already past.
+        Resumable: between pages, the Scan's position and running minimum are saved
+        under ``SCAN_KEY``. Keys the scheduler does not read are the safety net's.
+        """
+        earliest = math.floor(self._clock() / BUCKET_SECONDS)
+        request: dict[str, Any] = {"TableName": self.delay_table, "ProjectionExpression": "pk, sk"}
+        if scan is not None:
+            earliest = min(earliest, int(scan[SCAN_EARLIEST_ATTRIBUTE]["N"]))
+            request["ExclusiveStartKey"] = json.loads(scan[SCAN_NEXT_KEY_ATTRIBUTE]["S"])
+        while not self._time_low(remaining_ms):
+            page = self._with_retries(lambda: self._dynamodb.get().scan(**request))
+            earliest = min([earliest, *(_scheduled_minute(item) for item in page.get("Items") or [])])
+            if "LastEvaluatedKey" not in page:
+                self._with_retries(lambda: self._dynamodb.get().delete_item(
+                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": SCAN_KEY}}))
+                return earliest
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            self._save_scan(earliest, page["LastEvaluatedKey"])
+        return None
+
+    def _save_scan(self, earliest: int, next_key: dict[str, Any]) -> None:
+        """Where the first run's Scan stopped, and the earliest minute it found so far."""
+        self._with_retries(lambda: self._dynamodb.get().put_item(TableName=self.state_table, Item={
+            STATE_TABLE_PARTITION_KEY: {"S": SCAN_KEY},
+            SCAN_EARLIEST_ATTRIBUTE: {"N": str(earliest)},
+            SCAN_NEXT_KEY_ATTRIBUTE: {"S": json.dumps(next_key, sort_keys=True)},
+        }))
+
+    def _write_watermark(self, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
+        """Put the watermark (minute and cursors), only over the minute this run found; else LeaseLostError."""
+        item = {
+            STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY},
+            BUCKET_ATTRIBUTE: {"N": str(bucket)},
+            CURSORS_ATTRIBUTE: {"M": {str(shard): {"S": sk} for shard, sk in sorted(cursors.items())}},
+        }
+        try:
+            self._with_retries(lambda: self._dynamodb.get().put_item(
+                TableName=self.state_table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR #bucket = :expected",
+                ExpressionAttributeNames={"#bucket": BUCKET_ATTRIBUTE},
+                ExpressionAttributeValues={":expected": {"N": str(expected)}},
+            ))
+        except Exception as error:
+            if is_condition_failure(error):
+                raise LeaseLostError(f"watermark moved by another run while dispatching minute {expected}") from error
+            raise
+
+    def _record_finish(self, bucket: int) -> None:
+        """Stamp minute ``bucket``'s record with the time every shard had been read."""
+        self._with_retries(lambda: self._dynamodb.get().update_item(
+            TableName=self.state_table,
+            Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}},
+            UpdateExpression="SET #finished = :finished, #expiration = :expiration",
+            ExpressionAttributeNames={"#finished": FINISHED_MS_ATTRIBUTE, "#expiration": STATE_TABLE_TTL_ATTRIBUTE},
+            ExpressionAttributeValues={
+                ":finished": {"N": str(int(self._clock() * 1000))},
+                ":expiration": {"N": str(bucket * BUCKET_SECONDS + MINUTE_RECORD_RETENTION_SECONDS)},
+            },
+        ))
+
+    def _record_start(self, bucket: int) -> None:
+        """Write minute ``bucket``'s start record unless one exists: the first start time is kept.
+
+        No TTL yet: however long the minute stays the watermark's, its record stays
+        (the safety net needs it); ``_record_finish`` sets the TTL.
+        """
+        item = {
+            STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)},
+            STARTED_MS_ATTRIBUTE: {"N": str(int(self._clock() * 1000))},
+        }
+        try:
+            self._with_retries(lambda: self._dynamodb.get().put_item(
+                TableName=self.state_table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+            ))
+        except Exception as error:
+            if not is_condition_failure(error):
+                raise
+
+
+class _MinuteDispatch:
+    """One run's work on one minute: rounds of one page per open shard, from the saved cursors."""
+
+    def __init__(
+        self,
+        scheduler: DelayDispatcher,
+        bucket: int,
+        cursors: dict[int, str],
+        report: RunReport,
+        remaining_ms: Callable[[], int] | None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.bucket = bucket
+        self.cursors = dict(cursors)
+        self.report = report
+        self.remaining_ms = remaining_ms
+        self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
+        self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
+
+    def run(self) -> bool:
+        """True when every shard of the minute is dispatched; False when the run must stop."""
+        if not self.cursors:  # never started, or started and found nothing: the record's condition keeps the first
+            self.scheduler._record_start(self.bucket)
+        open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in range(delay.MAX_SHARDS)}
+        while open_shards:
+            if self.scheduler._time_low(self.remaining_ms):
+                self.report.stopped = TIME_RUNNING_OUT
+                return False
+            pages = self.scheduler._read_pages(self.bucket, open_shards)
+            open_shards = {page.shard: page.next_after for page in pages if page.next_after is not None}
+            if not self._set_aside(pages) or not self._round(pages, bool(open_shards)):
+                return False
+        return True
+
+    def _set_aside(self, pages: list[_Page]) -> bool:
+        """Before any send (see _save_cursors): refile items due in a later minute, dead-letter unreadable ones.
+
+        False when time ran low between two of them: the cursors pass what was set aside
+        ahead of the first message of each shard, so the next run goes on from there.
+        """
+        self.set_aside, self.handled = set(), set()
+        for page in pages:
+            for item, message in page.misplaced:
+                if self.scheduler._refile(item, message):
+                    self.report.refiled += 1
+                else:
+                    self.report.dead_lettered += 1
+                self.set_aside.add((page.shard, item[delay.SK]["S"]))
+        for page, (item, problem) in [(page, pair) for page in pages for pair in page.unreadable]:
+            if self.scheduler._time_low(self.remaining_ms):
+                self.report.stopped = TIME_RUNNING_OUT
+                self._save_cursors(pages, [])
+                return False
+            self.scheduler.delivery.dead_letter_unreadable(item, problem)
+            self.set_aside.add((page.shard, item[delay.SK]["S"]))
+            self.report.dead_lettered += 1
+        return True
+
+    def _round(self, pages: list[_Page], more: bool) -> bool:
+        """Send one round's pages merged in due order; save the cursors unless the minute ends here.
+
+        False when the run must stop.
+        """
+        messages = sorted((m for page in pages for m in page.messages), key=_due_order)
+        try:
+            complete = self._send_all(messages)
+        except Exception:
+            self._save_cursors(pages, messages)
+            raise
+        if more or not complete:
+            self._save_cursors(pages, messages)
+        return complete
+
+    def _send_all(self, messages: list[DelayedMessage]) -> bool:
+        """Send in batches, checking the time before each; False when time ran low."""
+        attributes = [delay.with_due_at(m) for m in messages]
+        for batch in _batches([message_bytes(m.body, a) for m, a in zip(messages, attributes)]):
+            if self.scheduler._time_low(self.remaining_ms):
+                self.report.stopped = TIME_RUNNING_OUT
+                return False
+            self._send_batch(messages, attributes, batch)
+        return True
+
+    def _send_batch(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], batch: list[int]) -> None:
+        """Send one batch; dead-letter what SQS refuses; DispatchIncompleteError when some keep failing."""
+        now = self.scheduler._clock()
+        entries = [self._entry(index, messages[index], attributes[index], now) for index in batch]
+        sent = self.scheduler.delivery.deliver(self.scheduler.queue_url, entries)
+        self.handled.update(int(i) for i in sent.accepted)
+        self.report.sent += len(sent.accepted)
+        for entry_id, refusal in sent.refused.items():
+            self.scheduler.delivery.dead_letter(messages[int(entry_id)], refusal)
+            self.handled.add(int(entry_id))
+            self.report.dead_lettered += 1
+        left = len(batch) - len(sent.accepted) - len(sent.refused)
+        if left:
+            raise DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {MAX_SEND_ATTEMPTS} attempts")
+
+    def _entry(self, index: int, message: DelayedMessage, attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        wait = message.due_ms / 1000 - now
+        if wait < 0:
+            self.report.max_lateness_s = max(self.report.max_lateness_s, -wait)
+        return {**delivery.entry(str(index), message, now), "MessageAttributes": attributes}
+
+    def _save_cursors(self, pages: list[_Page], messages: list[DelayedMessage]) -> None:
+        """Move each shard's cursor over the handled prefix of its page (in stored order), and save them if any moved.
+
+        Handled: a message accepted or dead-lettered, or an item set aside (refiled, or
+        its pointer dead-lettered) before the round's first send.
+        """
+        position = {id(message): index for index, message in enumerate(messages)}
+        moved = False
+        for page in pages:
+            for sort_key, message in page.stored:
+                done = (page.shard, sort_key) in self.set_aside if message is None else position.get(id(message)) in self.handled
+                if not done:
+                    break
+                self.cursors[page.shard] = sort_key
+                moved = True
+        if moved:
+            self.scheduler._write_watermark(self.bucket, self.cursors, expected=self.bucket)
+
+
+def _batches(sizes: list[int]) -> Iterator[list[int]]:
+    """Indices in runs of at most 10 entries and SQS's total bytes per SendMessageBatch."""
+    batch: list[int] = []
+    total = 0
+    for index, size in enumerate(sizes):
+        if batch and (len(batch) == limits.SQS_MAX_BATCH_ENTRIES or total + size > limits.SQS_MAX_MESSAGE_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(index)
+        total += size
+    if batch:
+        yield batch
+
+
+def parse_watermark(item: dict[str, Any]) -> tuple[int, dict[int, str]]:
+    """The watermark item's minute and per-shard cursors; StateError when it is not as the scheduler writes it.
+
+    Examples
+    --------
+    >>> parse_watermark({"bucket": {"N": "30000016"}, "cursors": {"M": {"3": {"S": "1800000960000#m-1"}}}})
+    (30000016, {3: '1800000960000#m-1'})
+    """
+    try:
+        bucket = int(item[BUCKET_ATTRIBUTE]["N"])
+        cursors = {int(shard): value["S"] for shard, value in item.get(CURSORS_ATTRIBUTE, {"M": {}})["M"].items()}
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise StateError(f"watermark item {json.dumps(item, default=repr)[:200]} is unreadable ({type(error).__name__}: "
+                         f"{error}); it needs {BUCKET_ATTRIBUTE} as a number and {CURSORS_ATTRIBUTE} as a map of shard to "
+                         "string sort key") from error
+    return bucket, cursors
+
+
+def _scheduled_minute(item: dict[str, Any]) -> int:
+    """The minute of a key the scheduler reads; a big number for any other key, so a minimum ignores it."""
+    pk = item.get(delay.PK, {}).get("S", "")
+    parsed = delay.parse_bucket_key(pk) if isinstance(pk, str) and delay.is_scheduled_key(pk) else None
+    return parsed[0] if parsed else delay.MAX_DUE_MS
+
+
+def _due_order(message: DelayedMessage) -> tuple[int, str]:
+    """A round's send order: due time, then id (each shard's sort-key order too)."""
+    return message.due_ms, message.message_id

@@ -1,0 +1,35 @@
+"""The periodic-task function: ``worker_tier.handlers.periodic.lambda_handler``, invoked by EventBridge Scheduler."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from worker_tier.handlers import PerProcess
+from worker_tier.observability import logger, metrics
+from worker_tier.periodic import TickEnqueuer, tick_from_event
+
+METRIC_TICKS_ENQUEUED = "TicksEnqueued"
+METRIC_TICKS_DUPLICATE = "TicksDuplicate"
+METRIC_TICKS_RETRIED = "TicksRetried"
+enqueuer = PerProcess(lambda: TickEnqueuer(os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_STATE_TABLE"]))
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Enqueue the tick in ``event`` ({name, url, body, scheduled_time}) once.
+
+    Anything raised fails the invocation, so Lambda retries it asynchronously and
+    then sends it to the tick dead-letter queue.
+    """
+    tick = tick_from_event(event)
+    try:
+        sent = enqueuer.get().enqueue(tick)
+    except Exception:
+        metrics.add_metric(name=METRIC_TICKS_RETRIED, unit="Count", value=1)
+        logger.exception("tick not enqueued; the invocation fails so Lambda retries it", extra={"tick": tick.key})
+        raise
+    metrics.add_metric(name=METRIC_TICKS_ENQUEUED if sent else METRIC_TICKS_DUPLICATE, unit="Count", value=1)
+    logger.info("tick enqueued" if sent else "tick already enqueued", extra={"tick": tick.key})
+    return {"tick": tick.key, "enqueued": sent}

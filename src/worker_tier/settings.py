@@ -1,0 +1,337 @@
+"""Worker Tier settings: names, defaults, ranges and validation, in one place.
+
+The same ``Settings`` is read from ``cdk.json`` at synth (``infra``), from
+``WORKER_TIER_*`` environment variables in a function, and by the local
+environment, so every default and range below is stated once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from worker_tier import limits
+from worker_tier.errors import SettingsError
+
+ENVIRONMENT_PREFIX = "WORKER_TIER_"
+
+# Elastic Beanstalk worker defaults:
+# https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/command-options-general.html#command-options-general-elasticbeanstalksqsd
+DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 300
+DEFAULT_ERROR_VISIBILITY_TIMEOUT_SECONDS = 2
+DEFAULT_MAX_RETRIES = 10
+DEFAULT_HTTP_CONNECTIONS = 50
+DEFAULT_INACTIVITY_TIMEOUT_SECONDS = 299
+DEFAULT_RETENTION_PERIOD_SECONDS = 345600
+DEFAULT_HTTP_PATH = "/"
+DEFAULT_MIME_TYPE = "application/json"
+
+# Worker Tier's own defaults.
+DEFAULT_MAX_BACKOFF_SECONDS = 15 * 60
+DEFAULT_BATCH_SIZE = 10
+DEFAULT_MAX_BATCHING_WINDOW_SECONDS = 0
+DEFAULT_MEMORY_MB = 256
+DEFAULT_TIMEOUT_MARGIN_SECONDS = 10
+DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
+DEFAULT_TASK_MODULES = "tasks"
+DEFAULT_DELAY_SHARDS = 8
+# The scheduler queries every possible shard of every minute (so no producer's shard count can be missed),
+# and an empty Query still costs 0.5 read unit: 16 shards is ~16,000 writes/s into one minute's partitions
+# (DynamoDB's 1,000 per partition) and keeps the delay path under half EventBridge Scheduler's cost (make bench).
+MAX_DELAY_SHARDS = 16
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 30
+HEARTBEAT_MARGIN_SECONDS = 10
+# Container worker (opt-in): backlog-per-task target = target_latency_seconds / avg_processing_seconds.
+DEFAULT_TARGET_LATENCY_SECONDS = 600
+DEFAULT_AVG_PROCESSING_SECONDS = 60
+DEFAULT_CONTAINER_MIN_TASKS = 1
+DEFAULT_CONTAINER_MAX_TASKS = 10
+DEFAULT_CONTAINER_CONCURRENCY = 4
+DEFAULT_CONTAINER_CPU = 1024
+DEFAULT_CONTAINER_MEMORY_MB = 2048
+# Running tasks get this long after SIGTERM; the rest of the stop timeout is for releasing and exiting.
+DEFAULT_CONTAINER_GRACE_SECONDS = 100
+CONTAINER_SUBNETS_PRIVATE = "private"  # private subnets behind one NAT gateway, no public IP
+CONTAINER_SUBNETS_PUBLIC = "public"  # public subnets with public IPs, no NAT gateway to pay for
+CONTAINER_SUBNET_CHOICES = (CONTAINER_SUBNETS_PRIVATE, CONTAINER_SUBNETS_PUBLIC)
+DEFAULT_CONTAINER_SUBNETS = CONTAINER_SUBNETS_PRIVATE
+# A tag, not a digest: a real digest cannot be looked up at synth. Pin yours: "...python:3.14-slim@sha256:<digest>".
+DEFAULT_CONTAINER_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.14-slim"
+# Lambda's advice: a visibility timeout of at least six times the function timeout, so Lambda can retry a
+# throttled invocation before the message shows again. https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html
+ADVISED_VISIBILITY_TIMEOUT_FACTOR = 6
+
+_MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
+_MODULE_LIST = r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$"
+# registry/repository[:tag][@sha256:digest], as Docker's reference grammar allows (lower-case repository).
+_IMAGE_REFERENCE = r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+
+
+@dataclass(frozen=True)
+class _Range:
+    low: int
+    high: int
+    eb_option: str | None = None
+
+    def check(self, name: str, value: Any) -> None:
+        """Raise SettingsError unless value is an int within low..high."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SettingsError(f"{name} must be a whole number {self.low}..{self.high}{self._eb()}, got {value!r}")
+        if not self.low <= value <= self.high:
+            raise SettingsError(f"{name} must be {self.low}..{self.high}{self._eb()}, got {value}")
+
+    def _eb(self) -> str:
+        return f" (EB {self.eb_option})" if self.eb_option else ""
+
+
+_RANGES: dict[str, _Range] = {
+    "visibility_timeout": _Range(0, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS, "VisibilityTimeout"),
+    "error_visibility_timeout": _Range(0, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS, "ErrorVisibilityTimeout"),
+    "max_retries": _Range(1, 100, "MaxRetries"),
+    "http_connections": _Range(
+        limits.LAMBDA_SQS_MIN_MAXIMUM_CONCURRENCY, limits.LAMBDA_SQS_MAX_MAXIMUM_CONCURRENCY, "HttpConnections"
+    ),
+    "inactivity_timeout": _Range(1, limits.LAMBDA_MAX_TIMEOUT_SECONDS, "InactivityTimeout"),
+    "retention_period": _Range(
+        limits.SQS_MIN_RETENTION_SECONDS, limits.SQS_MAX_RETENTION_SECONDS, "RetentionPeriod"
+    ),
+    "max_backoff": _Range(1, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS),
+    "batch_size": _Range(1, limits.LAMBDA_SQS_MAX_BATCH_SIZE_STANDARD),
+    "max_batching_window": _Range(0, limits.LAMBDA_SQS_MAX_BATCHING_WINDOW_SECONDS),
+    "memory_size": _Range(limits.LAMBDA_MIN_MEMORY_MB, limits.LAMBDA_MAX_MEMORY_MB),
+    "timeout_margin": _Range(1, limits.LAMBDA_MAX_TIMEOUT_SECONDS),
+    "oldest_message_alarm": _Range(60, limits.SQS_MAX_RETENTION_SECONDS),
+    "delay_shards": _Range(1, MAX_DELAY_SHARDS),
+    "heartbeat_interval": _Range(1, 3600),
+    "target_latency_seconds": _Range(1, 7 * 24 * 3600),
+    "avg_processing_seconds": _Range(1, 7 * 24 * 3600),
+    "container_min_tasks": _Range(1, 1000),
+    "container_max_tasks": _Range(1, 1000),
+    "container_concurrency": _Range(1, 64),
+    "container_cpu": _Range(256, 16384),
+    "container_memory_mb": _Range(512, 122880),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated Worker Tier settings; EB option names where EB has one.
+
+    Examples
+    --------
+    >>> Settings.from_mapping({"max_retries": 5}).max_retries
+    5
+    """
+
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT_SECONDS
+    error_visibility_timeout: int = DEFAULT_ERROR_VISIBILITY_TIMEOUT_SECONDS
+    max_retries: int = DEFAULT_MAX_RETRIES
+    http_connections: int = DEFAULT_HTTP_CONNECTIONS
+    inactivity_timeout: int = DEFAULT_INACTIVITY_TIMEOUT_SECONDS
+    retention_period: int = DEFAULT_RETENTION_PERIOD_SECONDS
+    http_path: str = DEFAULT_HTTP_PATH
+    mime_type: str = DEFAULT_MIME_TYPE
+    max_backoff: int = DEFAULT_MAX_BACKOFF_SECONDS
+    fifo: bool = False
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_batching_window: int = DEFAULT_MAX_BATCHING_WINDOW_SECONDS
+    memory_size: int = DEFAULT_MEMORY_MB
+    timeout_margin: int = DEFAULT_TIMEOUT_MARGIN_SECONDS
+    oldest_message_alarm: int = DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS
+    task_modules: str = DEFAULT_TASK_MODULES
+    delay_shards: int = DEFAULT_DELAY_SHARDS
+    heartbeat: bool = False
+    heartbeat_interval: int = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    container_worker: bool = False
+    target_latency_seconds: int = DEFAULT_TARGET_LATENCY_SECONDS
+    avg_processing_seconds: int = DEFAULT_AVG_PROCESSING_SECONDS
+    container_min_tasks: int = DEFAULT_CONTAINER_MIN_TASKS
+    container_max_tasks: int = DEFAULT_CONTAINER_MAX_TASKS
+    container_concurrency: int = DEFAULT_CONTAINER_CONCURRENCY
+    container_cpu: int = DEFAULT_CONTAINER_CPU
+    container_memory_mb: int = DEFAULT_CONTAINER_MEMORY_MB
+    # "private" (default: private subnets, one NAT gateway, no public IP) or "public" (public IPs, no NAT cost).
+    container_subnets: str = DEFAULT_CONTAINER_SUBNETS
+    # The container worker's base image, passed to docker/worker.Dockerfile as BASE_IMAGE; pin it by digest.
+    container_base_image: str = DEFAULT_CONTAINER_BASE_IMAGE
+
+    def __post_init__(self) -> None:
+        for name, rule in _RANGES.items():
+            rule.check(name, getattr(self, name))
+        self._check_strings()
+        self._check_combinations()
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Settings:
+        """Build settings from a mapping such as cdk.json's ``worker_tier`` context."""
+        if not isinstance(values, Mapping):
+            raise SettingsError(f"worker_tier settings must be a JSON object, got {values!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise SettingsError(f"unknown setting {unknown[0]!r}; known settings are: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Settings:
+        """Read every ``WORKER_TIER_<SETTING>`` variable that is set; the rest keep their defaults."""
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = environ.get(ENVIRONMENT_PREFIX + field.name.upper())
+            if raw is not None:
+                values[field.name] = _parse_environment_value(field.name, field.type, raw)
+        return cls(**values)
+
+    def to_environment(self) -> dict[str, str]:
+        """The ``WORKER_TIER_*`` variables that carry these settings into a function."""
+        return {
+            ENVIRONMENT_PREFIX + f.name.upper(): _format_environment_value(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+        }
+
+    def advisories(self) -> list[str]:
+        """What AWS advises against in these settings, though it accepts them (synth shows each as a warning).
+
+        EB's own pair, visibility_timeout 300 with inactivity_timeout 299, is kept for
+        compatibility and not warned about; any other pair below AWS's advice is.
+        """
+        advised = ADVISED_VISIBILITY_TIMEOUT_FACTOR * self.inactivity_timeout
+        eb_pair = (self.visibility_timeout, self.inactivity_timeout) == (
+            DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+            DEFAULT_INACTIVITY_TIMEOUT_SECONDS,
+        )
+        if self.visibility_timeout >= advised or eb_pair:
+            return []
+        return [
+            f"visibility_timeout {self.visibility_timeout} is below the {advised} s AWS advises "
+            f"({ADVISED_VISIBILITY_TIMEOUT_FACTOR} x inactivity_timeout {self.inactivity_timeout}), so a throttled "
+            "batch may show again and count a receive before it runs: "
+            "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html"
+        ]
+
+    @property
+    def backlog_per_task_target(self) -> float:
+        """Messages a container task may have waiting: acceptable latency ÷ average processing time."""
+        return self.target_latency_seconds / self.avg_processing_seconds
+
+    @property
+    def redrive_max_receive_count(self) -> int:
+        """The queue's redrive maxReceiveCount: the backstop behind the worker's own give-up.
+
+        The worker dead-letters a message itself, with its reason, on the receive
+        whose count reaches ``max_retries``. SQS's redrive moves a message only
+        when a receive would exceed maxReceiveCount, so a margin above
+        ``max_retries`` gives the worker those extra receives to attach the
+        reason even if an invocation crashed or timed out on the way.
+        """
+        return self.max_retries + REDRIVE_MARGIN_RECEIVES
+
+    def _check_strings(self) -> None:
+        if not isinstance(self.http_path, str) or not self.http_path.startswith("/"):
+            raise SettingsError(f"http_path must be a path starting with '/' (EB HttpPath), got {self.http_path!r}")
+        if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
+            raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
+        for name in ("fifo", "heartbeat", "container_worker"):
+            if not isinstance(getattr(self, name), bool):
+                raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.task_modules, str) or not re.match(_MODULE_LIST, self.task_modules):
+            raise SettingsError(
+                f"task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got {self.task_modules!r}"
+            )
+        self._check_container_strings()
+
+    def _check_container_strings(self) -> None:
+        if self.container_subnets not in CONTAINER_SUBNET_CHOICES:
+            raise SettingsError(
+                f"container_subnets must be one of {', '.join(map(repr, CONTAINER_SUBNET_CHOICES))}, got {self.container_subnets!r}"
+            )
+        if not isinstance(self.container_base_image, str) or not re.fullmatch(_IMAGE_REFERENCE, self.container_base_image):
+            raise SettingsError(
+                "container_base_image must be an image reference like 'registry/repository:tag@sha256:<64 hex digits>', "
+                f"got {self.container_base_image!r}"
+            )
+
+    def _check_fargate_size(self) -> None:
+        """Raise SettingsError unless container_cpu and container_memory_mb are a Fargate task size."""
+        allowed = limits.FARGATE_MEMORY_MB_BY_CPU.get(self.container_cpu)
+        if allowed is None:
+            raise SettingsError(
+                f"container_cpu must be one of Fargate's cpu values {', '.join(map(str, limits.FARGATE_MEMORY_MB_BY_CPU))}, "
+                f"got {self.container_cpu} (with container_memory_mb {self.container_memory_mb})"
+            )
+        if self.container_memory_mb not in allowed:
+            raise SettingsError(
+                f"container_memory_mb {self.container_memory_mb} is not a Fargate size for container_cpu "
+                f"{self.container_cpu}; it allows {_describe_sizes(allowed)} MB"
+            )
+
+    def _check_combinations(self) -> None:
+        self._check_fargate_size()
+        if self.visibility_timeout < self.inactivity_timeout + self.max_batching_window:
+            raise SettingsError(
+                f"visibility_timeout must be >= inactivity_timeout + max_batching_window (a message stays hidden while "
+                f"its batch gathers and while the function runs) so it is not handed to a second worker while the first "
+                f"still runs it, got visibility_timeout {self.visibility_timeout} < inactivity_timeout "
+                f"{self.inactivity_timeout} + max_batching_window {self.max_batching_window}"
+            )
+        if self.visibility_timeout < self.heartbeat_interval + HEARTBEAT_MARGIN_SECONDS:
+            raise SettingsError(
+                f"visibility_timeout must be >= heartbeat_interval + {HEARTBEAT_MARGIN_SECONDS} s so a held message stays "
+                f"invisible from one beat to the next, got {self.visibility_timeout} < "
+                f"{self.heartbeat_interval + HEARTBEAT_MARGIN_SECONDS}"
+            )
+        if self.target_latency_seconds < self.avg_processing_seconds:
+            raise SettingsError(
+                f"target_latency_seconds must be >= avg_processing_seconds (a backlog of at least one task per worker), "
+                f"got {self.target_latency_seconds} < {self.avg_processing_seconds}"
+            )
+        if self.container_max_tasks < self.container_min_tasks:
+            raise SettingsError(
+                f"container_max_tasks must be >= container_min_tasks, got {self.container_max_tasks} < {self.container_min_tasks}"
+            )
+        if self.timeout_margin >= self.inactivity_timeout:
+            raise SettingsError(
+                f"timeout_margin must be below inactivity_timeout ({self.inactivity_timeout}), got {self.timeout_margin}"
+            )
+        if self.fifo and self.batch_size > limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO:
+            raise SettingsError(
+                f"batch_size must be 1..{limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO} for a FIFO queue, got {self.batch_size}"
+            )
+        if self.batch_size > limits.LAMBDA_SQS_MAX_BATCH_SIZE_WITHOUT_WINDOW and self.max_batching_window < 1:
+            raise SettingsError(
+                f"batch_size above {limits.LAMBDA_SQS_MAX_BATCH_SIZE_WITHOUT_WINDOW} needs max_batching_window >= 1, "
+                f"got batch_size {self.batch_size} with max_batching_window {self.max_batching_window}"
+            )
+
+
+# Receives the redrive policy allows beyond max_retries; see Settings.redrive_max_receive_count.
+REDRIVE_MARGIN_RECEIVES = 3
+
+
+def _describe_sizes(sizes: tuple[int, ...]) -> str:
+    """``512, 1024, 2048`` or, for an even run, ``1024..4096 in steps of 1024``."""
+    steps = {b - a for a, b in zip(sizes, sizes[1:])}
+    if len(sizes) > 3 and len(steps) == 1:
+        return f"{sizes[0]}..{sizes[-1]} in steps of {steps.pop()}"
+    return ", ".join(map(str, sizes))
+
+
+def _parse_environment_value(name: str, kind: Any, raw: str) -> Any:
+    """Turn one environment string into the field's type, or say which variable is wrong."""
+    if kind in (int, "int"):
+        try:
+            return int(raw)
+        except ValueError:
+            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be a whole number, got {raw!r}") from None
+    if kind in (bool, "bool"):
+        if raw.lower() not in ("true", "false"):
+            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be 'true' or 'false', got {raw!r}")
+        return raw.lower() == "true"
+    return raw
+
+
+def _format_environment_value(value: Any) -> str:
+    """Format one setting for an environment variable."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

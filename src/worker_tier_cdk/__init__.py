@@ -1,0 +1,36 @@
+"""Worker Tier's CDK constructs (``pip install 'worker-tier[cdk]'``).
+
+Add the whole stack, or any one construct, to your own CDK app::
+
+    from worker_tier_cdk import TaskCode, WorkerTierStack
+    WorkerTierStack(app, "Jobs", task_code=TaskCode.from_directories("tasks"), cron_file="cron.yaml")
+
+The functions and the container image run the installed ``worker_tier`` runtime plus
+the task code you name (``worker_tier_cdk.code``). See docs/design.md.
+"""
+
+from worker_tier_cdk.code import TaskCode, TaskCodeError
+
+__all__ = ["TaskCode", "TaskCodeError"]
+
+
+def __getattr__(name: str) -> object:
+    """The constructs, imported on first use so that ``import worker_tier_cdk`` stays light."""
+    import importlib
+
+    homes = {
+        "WorkerTierStack": "worker_tier_cdk.stack",
+        "WorkerQueue": "worker_tier_cdk.worker_queue",
+        "WorkerQueueProps": "worker_tier_cdk.worker_queue",
+        "DelayDispatcher": "worker_tier_cdk.delay_dispatcher",
+        "DelayDispatcherProps": "worker_tier_cdk.delay_dispatcher",
+        "ContainerWorker": "worker_tier_cdk.container_worker",
+        "ContainerWorkerProps": "worker_tier_cdk.container_worker",
+        "PeriodicTasks": "worker_tier_cdk.periodic_tasks",
+        "PeriodicTasksProps": "worker_tier_cdk.periodic_tasks",
+        "Settings": "worker_tier.settings",
+        "add_checks": "worker_tier_cdk.nag",
+    }
+    if name not in homes:
+        raise AttributeError(f"module 'worker_tier_cdk' has no attribute {name!r}")
+    return getattr(importlib.import_module(homes[name]), name)

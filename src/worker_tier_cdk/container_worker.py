@@ -1,0 +1,248 @@
+"""``ContainerWorker`` (opt-in): ECS Fargate tasks running ``python -m worker_tier worker`` for long tasks.
+
+It consumes its own long-task queue: the Lambda worker forwards ``@task(container=True)``
+messages there, so producers need not know which tasks are long. Its dead letters go
+to the stack's one DLQ.
+
+Scaling tracks backlog per task, computed by CloudWatch metric math from metrics AWS
+already publishes, ``visible / IF(running > 0, running, 1)``, against a target of
+``target_latency_seconds / avg_processing_seconds``. The L2 ``scale_to_track_custom_metric``
+refuses metric math ("Only direct metrics are supported for Target Tracking"), so the
+policy is an L1 ``CfnScalingPolicy`` on the service's scalable target. Scale-out is fast
+(60 s cooldown), scale-in slow (10 min); running tasks protect themselves from scale-in.
+
+Networking follows the ``container_subnets`` setting: ``private`` (the default) runs tasks
+in private subnets behind one NAT gateway with no public IP; ``public`` gives them public
+IPs in public subnets and saves the NAT gateway's cost. Either way there are no inbound
+rules. Pass ``vpc`` to use an existing VPC with such subnets instead of a new one.
+
+The base image is the ``container_base_image`` setting, passed to the Dockerfile as the
+``BASE_IMAGE`` build argument; synth warns unless it is pinned by digest (``@sha256:``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aws_cdk import Acknowledgment, Annotations, Duration, Stack, Validations
+from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecs as ecs, aws_iam as iam
+from aws_cdk import aws_applicationautoscaling as autoscaling, aws_logs as logs, aws_sqs as sqs
+from aws_cdk.aws_ecr_assets import Platform
+from constructs import Construct
+
+from worker_tier_cdk import defaults
+from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
+from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
+from worker_tier_cdk.settings import Settings
+from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
+from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC
+
+SCALE_OUT_COOLDOWN_SECONDS = 60
+SCALE_IN_COOLDOWN_SECONDS = 600
+METRIC_PERIOD_SECONDS = 60
+# SIGTERM to SIGKILL: Fargate's maximum, so the worker's grace period (DEFAULT_CONTAINER_GRACE_SECONDS) fits inside it.
+STOP_TIMEOUT_SECONDS = ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
+# The image runs `python -m worker_tier worker` (worker_tier/__main__.py).
+ENTRY_POINT = ["python", "-m", "worker_tier"]
+COMMAND = ["worker"]
+BASE_IMAGE_BUILD_ARG = "BASE_IMAGE"
+NAT_GATEWAYS = 1
+UNPINNED_IMAGE_WARNING_ID = "worker-tier:container-base-image-unpinned"
+
+
+@dataclass
+class ContainerWorkerProps:
+    """The stack's resources the container worker shares; ``vpc``: an existing one, else a new one."""
+
+    settings: Settings
+    dead_letter_queue: sqs.IQueue
+    state_table: dynamodb.ITableV2
+    vpc: ec2.IVpc | None = None
+    work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (WORKER_TIER_SEND_QUEUE_URL)
+    task_code: TaskCode = field(default_factory=TaskCode)  # the team's tasks, beside the installed runtime
+
+
+class ContainerWorker(Construct):
+    """Public attributes: ``queue`` (long tasks), ``dead_letter_queue``, ``cluster``, ``service``, ``scaling_policy``."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: ContainerWorkerProps) -> None:
+        super().__init__(scope, construct_id)
+        settings = props.settings
+        props.task_code.check_modules(settings.task_modules)
+        self.dead_letter_queue = props.dead_letter_queue
+        self.queue = sqs.Queue(
+            self,
+            "LongTaskQueue",
+            dead_letter_queue=sqs.DeadLetterQueue(queue=props.dead_letter_queue, max_receive_count=settings.redrive_max_receive_count),
+            **{**defaults.queue_props(settings), "visibility_timeout": Duration.seconds(settings.visibility_timeout)},
+        )
+        public = settings.container_subnets == CONTAINER_SUBNETS_PUBLIC
+        self.vpc = props.vpc or self._new_vpc(public)
+        self.cluster = ecs.Cluster(self, "Cluster", vpc=self.vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
+        task_definition = self._task_definition(settings, props.state_table, props.task_code)
+        self.service = ecs.FargateService(
+            self,
+            "Service",
+            cluster=self.cluster,
+            task_definition=task_definition,
+            desired_count=settings.container_min_tasks,
+            assign_public_ip=public,  # no inbound rules either way: tasks only make outbound calls
+            vpc_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PUBLIC if public else ec2.SubnetType.PRIVATE_WITH_EGRESS
+            ),
+            circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
+            min_healthy_percent=100,
+        )
+        self.queue.grant_consume_messages(task_definition.task_role)
+        props.dead_letter_queue.grant_send_messages(task_definition.task_role)
+        grant_items(props.state_table, task_definition.task_role, actions=IDEMPOTENCY_ACTIONS,
+                    leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
+        if props.work_queue is not None:
+            props.work_queue.grant_send_messages(task_definition.task_role)
+            task_definition.default_container.add_environment(  # type: ignore[union-attr]
+                "WORKER_TIER_SEND_QUEUE_URL", props.work_queue.queue_url
+            )
+        self._grant_task_protection(task_definition.task_role)
+        self.scaling_policy = self._scaling(settings)
+
+    def _new_vpc(self, public: bool) -> ec2.Vpc:
+        """Two AZs, flow logs on; private subnets behind one NAT gateway unless tasks are public."""
+        subnets = [ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)]
+        if not public:
+            subnets.append(ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS))
+        vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=0 if public else NAT_GATEWAYS, subnet_configuration=subnets)
+        vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(
+            logs.LogGroup(self, "FlowLogs", retention=defaults.LOG_RETENTION)
+        ))
+        return vpc
+
+    def _task_definition(self, settings: Settings, state_table: dynamodb.ITableV2, task_code: TaskCode) -> ecs.FargateTaskDefinition:
+        task_definition = ecs.FargateTaskDefinition(
+            self,
+            "Task",
+            cpu=settings.container_cpu,
+            memory_limit_mib=settings.container_memory_mb,
+            runtime_platform=ecs.RuntimePlatform(
+                cpu_architecture=ecs.CpuArchitecture.ARM64, operating_system_family=ecs.OperatingSystemFamily.LINUX
+            ),
+        )
+        task_definition.add_container(
+            "Worker",
+            image=self._image(settings, task_code),
+            entry_point=ENTRY_POINT,
+            command=COMMAND,
+            logging=ecs.LogDriver.aws_logs(
+                stream_prefix="worker", log_group=logs.LogGroup(self, "Logs", retention=defaults.LOG_RETENTION)
+            ),
+            environment={
+                **settings.to_environment(),
+                **POWERTOOLS_ENVIRONMENT,
+                "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
+                "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
+                "WORKER_TIER_STATE_TABLE": state_table.table_name,
+            },
+            stop_timeout=Duration.seconds(STOP_TIMEOUT_SECONDS),
+        )
+        Validations.of(task_definition).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-ECS2",
+                reason="The environment carries only settings and resource names (queue URLs, table names), no secrets.",
+            ),
+        )
+        # On the execution role only, so a wildcard on the task role would still fail synth.
+        Validations.of(task_definition.obtain_execution_role()).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                reason="The execution role's ecr:GetAuthorizationToken, which pulls the image, has no resource-level "
+                "permissions: AWS requires Resource '*' for it.",
+            ),
+        )
+        return task_definition
+
+    def _grant_task_protection(self, task_role: iam.IRole) -> None:
+        """ECS scale-in protection: the agent calls UpdateTaskProtection with the task role, on this cluster's tasks.
+
+        https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html
+        """
+        stack = Stack.of(self)
+        task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["ecs:UpdateTaskProtection", "ecs:GetTaskProtection"],
+                resources=[stack.format_arn(service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*")],
+            )
+        )
+        cluster = stack.get_logical_id(self.cluster.node.default_child)  # type: ignore[arg-type]
+        Validations.of(task_role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:"
+                f"task/<{cluster}>/*]",
+                reason="A task protects itself by its own task ARN, known only once it runs: the grant is every task of "
+                "this cluster, and nothing else.",
+            )
+        )
+
+    def _image(self, settings: Settings, task_code: TaskCode) -> ecs.ContainerImage:
+        """docker/worker.Dockerfile on the configured base image; a warning at synth unless it is pinned by digest."""
+        if "@sha256:" not in settings.container_base_image:
+            Annotations.of(self).add_warning_v2(
+                UNPINNED_IMAGE_WARNING_ID,
+                f"container_base_image {settings.container_base_image!r} is not pinned by digest, so a rebuild may "
+                "pick up a different image: set it to '<image>@sha256:<digest>'",
+            )
+        return ecs.ContainerImage.from_asset(
+            str(stage(task_code, container=True)),
+            file=DOCKERFILE,
+            platform=Platform.LINUX_ARM64,
+            build_args={BASE_IMAGE_BUILD_ARG: settings.container_base_image},
+        )
+
+    def _scaling(self, settings: Settings) -> autoscaling.CfnScalingPolicy:
+        """Target tracking on backlog per task (metric math), fast out, slow in."""
+        capacity = self.service.auto_scale_task_count(
+            min_capacity=settings.container_min_tasks, max_capacity=settings.container_max_tasks
+        )
+        target = capacity.node.find_child("Target")
+        return autoscaling.CfnScalingPolicy(
+            self,
+            "BacklogPerTask",
+            policy_name="backlog-per-task",
+            policy_type="TargetTrackingScaling",
+            scaling_target_id=target.scalable_target_id,  # type: ignore[attr-defined]
+            target_tracking_scaling_policy_configuration=autoscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty(
+                target_value=settings.backlog_per_task_target,
+                scale_out_cooldown=SCALE_OUT_COOLDOWN_SECONDS,
+                scale_in_cooldown=SCALE_IN_COOLDOWN_SECONDS,
+                customized_metric_specification=autoscaling.CfnScalingPolicy.CustomizedMetricSpecificationProperty(
+                    metrics=[
+                        _metric("visible", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Sum",
+                                {"QueueName": self.queue.queue_name}),
+                        _metric("running", "ECS/ContainerInsights", "RunningTaskCount", "Average",
+                                {"ClusterName": self.cluster.cluster_name, "ServiceName": self.service.service_name}),
+                        autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+                            id="backlog_per_task",
+                            expression="visible / IF(running > 0, running, 1)",
+                            label="Backlog per task",
+                            return_data=True,
+                        ),
+                    ]
+                ),
+            ),
+        )
+
+
+def _metric(query_id: str, namespace: str, name: str, statistic: str, dimensions: dict[str, str]):  # type: ignore[no-untyped-def]
+    """One metric of the scaling policy's math (not returned itself)."""
+    return autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+        id=query_id,
+        return_data=False,
+        metric_stat=autoscaling.CfnScalingPolicy.TargetTrackingMetricStatProperty(
+            metric=autoscaling.CfnScalingPolicy.TargetTrackingMetricProperty(
+                namespace=namespace,
+                metric_name=name,
+                dimensions=[autoscaling.CfnScalingPolicy.TargetTrackingMetricDimensionProperty(name=k, value=v)
+                            for k, v in dimensions.items()],
+            ),
+            stat=statistic,
+        ),
+    )

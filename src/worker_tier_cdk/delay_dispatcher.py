@@ -1,0 +1,133 @@
+"""``DelayDispatcher``: the delay table, the scheduler function, its one-minute schedule and its lag alarm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_sqs as sqs
+from constructs import Construct
+
+from worker_tier_cdk.alarms import count_alarm
+from worker_tier_cdk.delay_recovery import DelayRecovery, DelayRecoveryProps
+from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
+from worker_tier_cdk.grants import (
+    DELAYED_MESSAGE_KEY_PREFIX,
+    REFILE_ACTIONS,
+    SCHEDULER_KEY_PREFIX,
+    SCHEDULER_STATE_ACTIONS,
+    grant_delay_produce,
+    grant_items,
+)
+from worker_tier_cdk.settings import Settings
+from worker_tier import delay
+from worker_tier.handlers.dispatcher import METRIC_LAG, METRIC_STATE_UNREADABLE, METRIC_WATERMARK_AHEAD
+from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+
+SCHEDULER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
+SCHEDULER_TIMEOUT_SECONDS = 60
+SCHEDULER_MEMORY_MB = 256
+# Normal lag is under a minute (one run per minute); three minutes means runs are failing or missing.
+LAG_ALARM_SECONDS = 3 * 60
+
+
+@dataclass
+class DelayDispatcherProps:
+    """The queue the scheduler feeds, the DLQ for what that queue refuses, and the state table of its lease and watermark."""
+
+    settings: Settings
+    queue: sqs.IQueue
+    dead_letter_queue: sqs.IQueue
+    state_table: dynamodb.ITableV2
+
+
+class DelayDispatcher(Construct):
+    """Public attributes: ``table`` (the delay table), ``function``, ``rule``, ``lag_alarm``, ``watermark_ahead_alarm``,
+    ``state_unreadable_alarm`` and ``recovery`` (its safety net)."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: DelayDispatcherProps) -> None:
+        super().__init__(scope, construct_id)
+        self.table = dynamodb.TableV2(
+            self,
+            "DelayTable",
+            partition_key=dynamodb.Attribute(name=delay.PK, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=delay.SK, type=dynamodb.AttributeType.STRING),
+            billing=dynamodb.Billing.on_demand(),
+            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=delay.TTL_ATTRIBUTE,
+            # Every write and every TTL deletion, for the safety net (infra/delay_recovery.py).
+            dynamo_stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        scheduler = ServiceFunction(
+            self,
+            "Scheduler",
+            ServiceFunctionProps(
+                handler=SCHEDULER_HANDLER,
+                timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
+                memory_mb=SCHEDULER_MEMORY_MB,
+                environment={
+                    # The scheduler reads every shard, so it needs the table but not the producers' shard count.
+                    "WORKER_TIER_DELAY_TABLE": self.table.table_name,
+                    "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
+                    "WORKER_TIER_DLQ_URL": props.dead_letter_queue.queue_url,
+                    "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
+                },
+                description="Worker Tier: moves due delayed messages from the delay table into SQS",
+            ),
+        )
+        self.function = scheduler.function
+        props.queue.grant_send_messages(self.function)
+        # A message the work queue refuses goes to the DLQ with its reason.
+        props.dead_letter_queue.grant_send_messages(self.function)
+        # Query the minutes, Scan once for the first watermark.
+        self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan")
+        # Move an item due after its minute into its due minute (worker_tier.delivery.refile).
+        grant_items(self.table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
+        # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update): scheduler# items only.
+        grant_items(props.state_table, self.function, actions=SCHEDULER_STATE_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
+        self.rule = events.Rule(
+            self,
+            "EveryMinute",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            # A missed run is not retried: the next one catches up from the watermark.
+            targets=[events_targets.LambdaFunction(self.function, retry_attempts=0, max_event_age=Duration.minutes(1))],
+        )
+        self.lag_alarm = cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=METRIC_LAG,
+            dimensions_map={"service": SERVICE_NAME},
+            statistic="Maximum",
+            period=Duration.minutes(1),
+        ).create_alarm(
+            self,
+            "SchedulerLag",
+            threshold=LAG_ALARM_SECONDS,
+            evaluation_periods=3,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            # No data means no runs: that is lag too.
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+            alarm_description="The delay scheduler's watermark trails now + horizon by minutes: runs fail or do not happen.",
+        )
+        self.watermark_ahead_alarm = count_alarm(
+            self, "WatermarkAhead", METRIC_WATERMARK_AHEAD,
+            "The delay scheduler found its watermark further ahead of its clock than it ever moves it, and stopped: "
+            "inspect the scheduler#watermark item (delete it to restart from the minute records).")
+        self.state_unreadable_alarm = count_alarm(
+            self, "StateUnreadable", METRIC_STATE_UNREADABLE,
+            "The delay scheduler found a watermark item it cannot read, and restarted from its minute records.")
+        # Delivers what the scheduler could have missed: TTL-expired undispatched items, late writes.
+        self.recovery = DelayRecovery(self, "Recovery", DelayRecoveryProps(
+            delay_table=self.table, state_table=props.state_table, queue=props.queue, dead_letter_queue=props.dead_letter_queue,
+        ))
+
+    def producer_environment(self, settings: Settings) -> dict[str, str]:
+        """What a producer (any function using Client.from_env) needs to send long delays."""
+        return {"WORKER_TIER_DELAY_TABLE": self.table.table_name, "WORKER_TIER_DELAY_SHARDS": str(settings.delay_shards)}
+
+    def grant_produce(self, function) -> None:  # type: ignore[no-untyped-def]
+        """Let ``function`` store delayed messages (plain and deduplicated), and nothing else of the delay table."""
+        grant_delay_produce(self.table, function)

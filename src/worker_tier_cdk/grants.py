@@ -1,0 +1,87 @@
+"""DynamoDB grants limited to a role's own items, by key prefix.
+
+Every role that touches a shared table gets only the actions it calls, and only on
+items whose partition key starts with its own prefix, through IAM's
+``dynamodb:LeadingKeys`` condition:
+https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html
+
+The state table's key prefixes, one per owner:
+
+- ``idempotency#``: Powertools idempotency records (the worker and the container worker);
+- ``scheduler#``: the delay scheduler's lease and watermark;
+- ``cron#``: cron tick claims.
+
+The delay table's producers write ``b#`` (delayed messages) and ``dedupe#`` (dedupe-key markers).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
+
+from worker_tier.delay import DEDUPE_PREFIX as DEDUPE_KEY_PREFIX
+from worker_tier.idempotency import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.periodic import TICK_KEY_PREFIX as CRON_KEY_PREFIX
+
+# The runtime modules do not name these prefixes as such; tests/infra/test_stack.py checks their keys start so.
+SCHEDULER_KEY_PREFIX = "scheduler#"
+DELAYED_MESSAGE_KEY_PREFIX = "b#"
+
+# What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
+IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# The delay scheduler's lease, watermark and minute records (worker_tier/scheduler.py).
+SCHEDULER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# Cron tick claims: claim, mark sent, give back (worker_tier/periodic.py).
+CRON_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# Producers store delayed messages by BatchWriteItem, or by a TransactWriteItems of two Puts (marker and
+# message), which IAM authorises as PutItem on each item.
+DELAYED_MESSAGE_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem")
+# Moving a message item the scheduler would not read in time to where it reads it (worker_tier.delivery.refile).
+REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
+# Dedupe-key markers of immediate sends: claim (a conditional Put, which returns the holder when refused),
+# settle (Put) or give back (Delete).
+DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
+
+LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
+
+
+class GrantError(ValueError):
+    """A grant asked for something that would not limit the grantee."""
+
+
+def grant_items(
+    table: dynamodb.ITableV2,
+    grantee: iam.IGrantable,
+    *,
+    actions: Sequence[str],
+    leading_key_prefixes: Sequence[str],
+) -> iam.Grant:
+    """Allow ``actions`` on ``table``, only on items whose partition key starts with one of the prefixes.
+
+    Examples
+    --------
+    >>> grant_items(state_table, worker.function, actions=IDEMPOTENCY_ACTIONS,  # doctest: +SKIP
+    ...             leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
+    """
+    _check(actions, leading_key_prefixes)
+    return iam.Grant.add_to_principal(
+        grantee=grantee,
+        actions=list(actions),
+        resource_arns=[table.table_arn],
+        conditions={LEADING_KEYS_CONDITION: {"dynamodb:LeadingKeys": [f"{prefix}*" for prefix in leading_key_prefixes]}},
+    )
+
+
+def grant_delay_produce(table: dynamodb.ITableV2, grantee: iam.IGrantable) -> None:
+    """Let a producer write delayed messages (``b#``) and dedupe-key markers (``dedupe#``) to the delay table, nothing else."""
+    grant_items(table, grantee, actions=DELAYED_MESSAGE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
+    grant_items(table, grantee, actions=DEDUPE_MARKER_ACTIONS, leading_key_prefixes=[DEDUPE_KEY_PREFIX])
+
+
+def _check(actions: Sequence[str], prefixes: Sequence[str]) -> None:
+    """Refuse grants that would reach every item or every action."""
+    if not prefixes or any(not prefix or "*" in prefix or "?" in prefix for prefix in prefixes):
+        raise GrantError(f"leading_key_prefixes must be non-empty prefixes without wildcards, got {list(prefixes)!r}")
+    if not actions or any(not action.startswith("dynamodb:") or "*" in action for action in actions):
+        raise GrantError(f"actions must be named dynamodb: actions without wildcards, got {list(actions)!r}")

@@ -1,0 +1,112 @@
+"""``WorkerTierStack``: the state table and the worker queue, wired from the settings."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from aws_cdk import CfnOutput, Stack, aws_dynamodb as dynamodb
+from constructs import Construct
+
+from worker_tier_cdk import cron_config, defaults
+from worker_tier_cdk.code import TaskCode
+from worker_tier_cdk.container_worker import ContainerWorker, ContainerWorkerProps
+from worker_tier_cdk.cron_config import CronEntry
+from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherProps
+from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
+from worker_tier_cdk.settings import Settings, settings_from_context
+from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
+
+
+class WorkerTierStack(Stack):
+    """Everything Worker Tier deploys.
+
+    Public attributes: ``state_table``, ``worker``, ``delay_dispatcher`` (None on a FIFO
+    queue, which has no per-message delay), and ``periodic_tasks`` (None when cron.yaml
+    is absent or empty).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings | None = None,
+        task_code: TaskCode | Sequence[str | os.PathLike[str]] = (),
+        cron_file: str | os.PathLike[str] | None = None,
+        cron_entries: list[CronEntry] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.settings = settings if settings is not None else settings_from_context(self)
+        # One per stack: task idempotency, the scheduler's lease and watermark, and cron tick dedupe share it.
+        self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
+        self.task_code = task_code if isinstance(task_code, TaskCode) else TaskCode.from_directories(*task_code)
+        self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table,
+                                                                   task_code=self.task_code))
+        self.delay_dispatcher = self._delay_dispatcher()
+        self.container_worker = self._container_worker()
+        if cron_entries is not None and cron_file is not None:
+            raise ValueError("WorkerTierStack: pass cron_file or cron_entries, not both")
+        entries = cron_entries if cron_entries is not None else (
+            cron_config.load(cron_file, fifo=self.settings.fifo) if cron_file is not None else [])
+        self.periodic_tasks = (
+            PeriodicTasks(
+                self,
+                "PeriodicTasks",
+                PeriodicTasksProps(entries=entries, queue=self.worker.queue, state_table=self.state_table),
+            )
+            if entries
+            else None
+        )
+        self._outputs()
+
+    def _delay_dispatcher(self) -> DelayDispatcher | None:
+        """The delay table and its scheduler; tasks may send long delays too."""
+        if self.settings.fifo:
+            return None
+        scheduler = DelayDispatcher(
+            self,
+            "Delays",
+            DelayDispatcherProps(
+                settings=self.settings,
+                queue=self.worker.queue,
+                dead_letter_queue=self.worker.dead_letter_queue,
+                state_table=self.state_table,
+            ),
+        )
+        for name, value in scheduler.producer_environment(self.settings).items():
+            self.worker.function.add_environment(name, value)
+        scheduler.grant_produce(self.worker.function)
+        CfnOutput(self, "DelayTableName", value=scheduler.table.table_name)
+        return scheduler
+
+    def _container_worker(self) -> ContainerWorker | None:
+        """Opt-in (container_worker setting): ECS tasks for @task(container=True) work."""
+        if not self.settings.container_worker:
+            return None
+        container = ContainerWorker(
+            self,
+            "LongTasks",
+            ContainerWorkerProps(
+                settings=self.settings,
+                dead_letter_queue=self.worker.dead_letter_queue,
+                state_table=self.state_table,
+                work_queue=self.worker.queue,
+                task_code=self.task_code,
+            ),
+        )
+        self.worker.function.add_environment("WORKER_TIER_LONG_QUEUE_URL", container.queue.queue_url)
+        container.queue.grant_send_messages(self.worker.function)
+        if self.delay_dispatcher is not None:
+            self.delay_dispatcher.grant_produce(container.service.task_definition.task_role)
+            for name, value in self.delay_dispatcher.producer_environment(self.settings).items():
+                container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]
+        CfnOutput(self, "LongTaskQueueUrl", value=container.queue.queue_url)
+        return container
+
+    def _outputs(self) -> None:
+        CfnOutput(self, "QueueUrl", value=self.worker.queue.queue_url)
+        CfnOutput(self, "DeadLetterQueueUrl", value=self.worker.dead_letter_queue.queue_url)
+        CfnOutput(self, "StateTableName", value=self.state_table.table_name)
+        CfnOutput(self, "WorkerFunctionName", value=self.worker.function.function_name)

@@ -1,0 +1,220 @@
+"""``WorkerQueue``: the work queue, its dead-letter queue, the worker function and its alarms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from aws_cdk import Annotations, Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_sqs as sqs
+from aws_cdk.aws_lambda_event_sources import SqsEventSource
+from constructs import Construct
+
+from worker_tier_cdk import defaults
+from worker_tier_cdk.code import TaskCode
+from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_alarm
+from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
+from worker_tier_cdk.settings import Settings
+from worker_tier import observability
+
+WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
+# The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).
+SETTINGS_ADVICE_WARNING_ID = "worker-tier:settings-advice"
+
+
+class WorkerQueuePropsError(ValueError):
+    """WorkerQueueProps combine options that cannot go together."""
+
+
+@dataclass
+class WorkerQueueProps:
+    """Props for WorkerQueue.
+
+    For each queue, pass an existing one *or* props overriding the defaults for a
+    new one, never both. An existing queue keeps its own redrive policy, so it
+    needs its existing dead-letter queue alongside.
+    """
+
+    settings: Settings
+    state_table: dynamodb.ITableV2 | None = None
+    queue: sqs.IQueue | None = None
+    queue_props: Mapping[str, Any] | None = None
+    dead_letter_queue: sqs.IQueue | None = None
+    dead_letter_queue_props: Mapping[str, Any] | None = None
+    alarm_actions: Sequence[cloudwatch.IAlarmAction] = field(default_factory=list)
+    # The team's task code, deployed beside the installed runtime; its names are the task_modules setting's roots.
+    task_code: TaskCode = field(default_factory=TaskCode)
+
+    def __post_init__(self) -> None:
+        if self.queue is not None and self.queue_props is not None:
+            raise WorkerQueuePropsError("WorkerQueueProps: pass queue or queue_props, not both")
+        if self.dead_letter_queue is not None and self.dead_letter_queue_props is not None:
+            raise WorkerQueuePropsError("WorkerQueueProps: pass dead_letter_queue or dead_letter_queue_props, not both")
+        if self.queue is not None and self.dead_letter_queue is None:
+            raise WorkerQueuePropsError(
+                "WorkerQueueProps: an existing queue needs its existing dead_letter_queue too "
+                "(its redrive policy is not ours to change)"
+            )
+
+
+class WorkerQueue(Construct):
+    """Queue + DLQ + worker function + event source + alarms.
+
+    Public attributes: ``queue``, ``dead_letter_queue``, ``function``,
+    ``dead_letter_alarm`` and ``oldest_message_alarm``.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: WorkerQueueProps) -> None:
+        super().__init__(scope, construct_id)
+        settings = props.settings
+        props.task_code.check_modules(settings.task_modules)
+        self.dead_letter_queue = props.dead_letter_queue or sqs.Queue(
+            self, "DeadLetterQueue", **{**defaults.dead_letter_queue_props(settings), **(props.dead_letter_queue_props or {})}
+        )
+        self.queue = props.queue or self._new_queue(settings, props.queue_props or {})
+        worker = ServiceFunction(
+            self,
+            "Worker",
+            ServiceFunctionProps(
+                handler=WORKER_HANDLER,
+                timeout_seconds=settings.inactivity_timeout,
+                memory_mb=settings.memory_size,
+                environment=self._environment(settings, props.state_table),
+                description="Worker Tier: runs tasks from the work queue",
+                task_code=props.task_code,
+            ),
+        )
+        self.function = worker.function
+        self.dead_letter_queue.grant_send_messages(self.function)
+        self.queue.grant_send_messages(self.function)  # tasks send follow-ups (Client.from_env)
+        if props.state_table is not None:
+            grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
+                        leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
+        self.function.add_event_source(self._event_source(settings))
+        for advice in settings.advisories():
+            Annotations.of(self).add_warning_v2(SETTINGS_ADVICE_WARNING_ID, advice)
+        self._add_alarms(settings, props.alarm_actions)
+
+    def _new_queue(self, settings: Settings, overrides: Mapping[str, Any]) -> sqs.Queue:
+        """The work queue, its redrive policy the backstop behind the worker's own dead-lettering."""
+        return sqs.Queue(
+            self,
+            "Queue",
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue,
+                # Above max_retries on purpose: see Settings.redrive_max_receive_count.
+                max_receive_count=settings.redrive_max_receive_count,
+            ),
+            **{**defaults.queue_props(settings), **overrides},
+        )
+
+    def _environment(self, settings: Settings, state_table: dynamodb.ITableV2 | None) -> dict[str, str]:
+        """Settings and resource names, as DESIGN.md's WORKER_TIER_* variables."""
+        environment = {
+            **settings.to_environment(),
+            "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
+            "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
+        }
+        if state_table is not None:
+            environment["WORKER_TIER_STATE_TABLE"] = state_table.table_name
+        return environment
+
+    def _event_source(self, settings: Settings) -> SqsEventSource:
+        """Batches with partial-failure reporting; concurrency capped at http_connections."""
+        window = settings.max_batching_window
+        return SqsEventSource(
+            self.queue,
+            batch_size=settings.batch_size,
+            max_batching_window=Duration.seconds(window) if window else None,
+            report_batch_item_failures=True,
+            max_concurrency=settings.http_connections,
+        )
+
+    def _add_alarms(self, settings: Settings, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
+        """DLQ not empty; oldest message older than the oldest_message_alarm setting."""
+        self.dead_letter_alarm = queue_not_empty_alarm(
+            self,
+            "DeadLetterQueueNotEmpty",
+            self.dead_letter_queue,
+            "Messages were dead-lettered; each carries its reason in the worker_tier.failure attribute.",
+        )
+        self.oldest_message_alarm = self.queue.metric_approximate_age_of_oldest_message(
+            period=Duration.minutes(1), statistic="Maximum"
+        ).create_alarm(
+            self,
+            "OldestMessageAge",
+            threshold=settings.oldest_message_alarm,
+            evaluation_periods=5,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"The oldest message has waited over {settings.oldest_message_alarm} s: workers are behind or failing.",
+        )
+        self.backlog_per_worker = cloudwatch.MathExpression(
+            expression="visible / IF(workers > 0, workers, 1)",
+            using_metrics={
+                "visible": self.queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(1), statistic="Maximum"),
+                "workers": self.function.metric("ConcurrentExecutions", period=Duration.minutes(1), statistic="Maximum"),
+            },
+            label="Backlog per worker (visible messages / concurrent executions)",
+            period=Duration.minutes(1),
+        )
+        self.backlog_alarm = self.backlog_per_worker.create_alarm(
+            self,
+            "BacklogPerWorker",
+            threshold=settings.backlog_per_task_target,
+            evaluation_periods=5,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(
+                f"Each worker has more than {settings.backlog_per_task_target:g} messages waiting "
+                "(target_latency_seconds / avg_processing_seconds): raise http_connections or speed up tasks."
+            ),
+        )
+        self.failure_path_alarms = [
+            count_alarm(self, construct_id, metric_name, description)
+            for construct_id, metric_name, description in _FAILURE_PATH_ALARMS
+        ]
+        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm, self.backlog_alarm, *self.failure_path_alarms):
+            alarm.add_alarm_action(*actions)
+        self._add_dashboard()
+
+    def _add_dashboard(self) -> None:
+        """Queue depth, backlog per worker, dead letters, age, and the worker's own counts."""
+        counts = [count_metric(name) for name in _DASHBOARD_OUTCOMES]
+        trouble = [count_metric(metric_name) for _, metric_name, _ in _FAILURE_PATH_ALARMS]
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard")
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Queue", left=[
+                self.queue.metric_approximate_number_of_messages_visible(),
+                self.queue.metric_approximate_number_of_messages_not_visible(),
+            ]),
+            cloudwatch.GraphWidget(title="Backlog per worker", left=[self.backlog_per_worker]),
+            cloudwatch.GraphWidget(title="Outcomes", left=counts),
+            cloudwatch.GraphWidget(title="Failure paths (each has an alarm)", left=trouble),
+            cloudwatch.GraphWidget(title="Dead letters and age", left=[
+                self.dead_letter_queue.metric_approximate_number_of_messages_visible()
+            ], right=[self.queue.metric_approximate_age_of_oldest_message()]),
+        )
+
+
+# The worker's outcome counts, one line each on the dashboard.
+_DASHBOARD_OUTCOMES = (
+    observability.METRIC_SUCCEEDED,
+    observability.METRIC_RETRIED,
+    observability.METRIC_DEAD_LETTERED,
+    observability.METRIC_RELEASED,
+    observability.METRIC_HELD_BACK,
+    observability.METRIC_RESCHEDULED,
+)
+
+# Counts that mean a failure path was taken: any one raises its alarm.
+_FAILURE_PATH_ALARMS = (
+    ("DeadLetterFailed", observability.METRIC_DEAD_LETTER_FAILED,
+     "The worker could not dead-letter a message (the DLQ refused it or the dead-letter path raised); it backs off and retries."),
+    ("VisibilityChangesRefused", observability.METRIC_VISIBILITY_REFUSED,
+     "SQS refused visibility changes: those messages return after their current timeout instead of their backoff."),
+    ("MalformedRecords", observability.METRIC_MALFORMED_RECORDS,
+     "The worker received records it could not read (no messageId); they were logged and backed off."),
+    ("RetryDelayShortened", observability.METRIC_RETRY_DELAY_SHORTENED,
+     "A retry delay was longer than SQS allows and could not go through the delay table: it was shortened."),
+)

@@ -1,0 +1,153 @@
+"""`make run`: start the local environment, send the example tasks, print each outcome."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from worker_tier_local.environment import LOCAL_LONG_DELAY_THRESHOLD_SECONDS, LocalEnvironment
+from worker_tier.settings import Settings
+
+if "--verbose" not in sys.argv:
+    # Powertools reads these when the worker's logger and metrics are created, so before that import.
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+
+from worker_tier.worker import (  # noqa: E402
+    OUTCOME_DEAD_LETTERED,
+    OUTCOME_HELD_BACK,
+    OUTCOME_RELEASED,
+    OUTCOME_RESCHEDULED,
+    OUTCOME_RETRYING,
+    OUTCOME_SUCCEEDED,
+    Outcome,
+    add_outcome_listener,
+)
+
+# Read from the project directory it is started in, like `cdk`; its task modules import from there too.
+DEFAULT_CDK_JSON = Path("cdk.json")
+DEFAULT_CRON_YAML = Path("cron.yaml")
+EXAMPLES: list[tuple[str, Any]] = [
+    ("/hello", {"name": "Ada"}),
+    ("/flaky", {"report": "monthly"}),
+    ("/poison", {"order_id": 42}),
+]
+DELAYED_EXAMPLE = ("/hello", {"name": "Grace, 150 s later"}, 150)
+_MARKS = {
+    OUTCOME_SUCCEEDED: "ok  ",
+    OUTCOME_RETRYING: "retry",
+    OUTCOME_DEAD_LETTERED: "DLQ ",
+    OUTCOME_RELEASED: "back",
+    OUTCOME_HELD_BACK: "hold",
+    OUTCOME_RESCHEDULED: "later",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run until --duration passes or Ctrl-C."""
+    args = _parse(argv)
+    if os.getcwd() not in sys.path:  # the console script does not put the project directory on the path
+        sys.path.insert(0, os.getcwd())
+    settings = _settings(args.settings)
+    entries = _cron_entries(args.cron, settings.fifo)
+    add_outcome_listener(_print_outcome)
+    with LocalEnvironment(
+        settings, cron_entries=entries, on_tick=_print_tick, on_scheduler_run=_print_scheduler_run, container=args.container
+    ) as env:
+        if args.container:
+            _say(f"container worker (python -m worker_tier worker) consuming {env.long_queue_url}")
+        _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
+        _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
+             f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
+        for entry in entries:
+            state = "" if entry.enabled else " (disabled)"
+            _say(f"cron  {entry.name}: {entry.schedule} {entry.timezone} -> {entry.url}{state}")
+        if env.cron is not None and env.cron.next_due() is not None:
+            _say(f"next cron tick at {env.cron.next_due():%H:%M:%S %Z}")
+        if not args.no_examples:
+            for path, body in EXAMPLES:
+                message_id = env.client.send(path, json.dumps(body))
+                _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}")
+            if args.container:
+                message_id = env.client.send("/render", json.dumps({"frames": 3}))
+                _say(f"sent  /render  {message_id[:8]}  a long task: the Lambda worker forwards it to the container worker")
+            path, body, seconds = DELAYED_EXAMPLE
+            message_id = env.client.send(path, json.dumps(body), delay=seconds)
+            _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}  delay {seconds} s via the delay table "
+                 f"(locally anything over {LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s goes there, not 900 s, so you can watch it)")
+        _loop(env, args.duration)
+        _report_dead_letters(env)
+    return 0
+
+
+def _loop(env: LocalEnvironment, duration: float | None) -> None:
+    """Poll until the duration passes; Ctrl-C ends it early and cleanly."""
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            env.poll_once(wait_seconds=1)
+    except KeyboardInterrupt:
+        _say("stopping (Ctrl-C)")
+
+
+def _report_dead_letters(env: LocalEnvironment) -> None:
+    for dead in env.dead_letters():
+        _say(f"in DLQ: body {dead['body']}  reason {json.dumps(dead['failure'])}")
+
+
+def _print_tick(result: dict) -> None:
+    _say(f"tick  {result['tick']} -> {'enqueued' if result['enqueued'] else 'already enqueued'}")
+
+
+def _print_scheduler_run(result: dict) -> None:
+    if result.get("sent"):
+        _say(f"delay scheduler: {result['sent']} message(s) moved from the delay table to the queue, due within "
+             f"{LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s")
+    if result.get("dead_lettered"):
+        _say(f"delay scheduler: {result['dead_lettered']} message(s) refused by the queue went to the DLQ with a reason")
+
+
+def _cron_entries(path: Path, fifo: bool) -> list:
+    """cron.yaml's entries (none when the file is absent), validated as at synth."""
+    from worker_tier_cdk.cron_config import load
+
+    return load(path, fifo=fifo)
+
+
+def _print_outcome(outcome: Outcome) -> None:
+    detail = outcome.detail
+    if outcome.status == OUTCOME_RETRYING:
+        detail = f"{detail} -> retry in {outcome.visibility_seconds}s"
+    _say(f"{_MARKS.get(outcome.status, outcome.status)} {outcome.path:<8} {outcome.message_id[:8]}  "
+         f"receive {outcome.receive_count}  {detail}".rstrip())
+
+
+def _say(text: str) -> None:
+    print(f"{datetime.now():%H:%M:%S}  {text}", flush=True)
+
+
+def _settings(cdk_json: Path) -> Settings:
+    """The stack's settings, from cdk.json's worker_tier context."""
+    context = json.loads(Path(cdk_json).read_text()).get("context", {})
+    return Settings.from_mapping(context.get("worker_tier", {}))
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m worker_tier_local", description=__doc__)
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    parser.add_argument("--settings", type=Path, default=DEFAULT_CDK_JSON, help="cdk.json to read settings from")
+    parser.add_argument("--cron", type=Path, default=DEFAULT_CRON_YAML, help="cron.yaml to fire (default: the repo's)")
+    parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")
+    parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
+    parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""``LocalEnvironment``: an embedded moto server, the stack's queues and table, and the event-source emulator."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import urllib.request
+from typing import Any, Callable, Sequence
+
+from worker_tier import delay, limits
+from worker_tier.client import Client
+from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier_local.context import LocalContext
+from worker_tier_local.cron import CronEmulator
+from worker_tier_local.event_source import EventSourceEmulator
+from worker_tier.settings import Settings
+
+LOCAL_REGION = "us-east-1"
+LOCAL_ACCOUNT = "123456789012"  # moto's default account
+LOCAL_HOST = "127.0.0.1"
+LOCAL_PREFIX = "worker-tier-local"
+# Locally the producer and the scheduler share one clock (no skew margin), and a lower threshold lets a
+# person watch a delayed message go through the delay table within a few minutes. The horizon must cover
+# one minute's bucket plus one minute between runs to stay punctual.
+LOCAL_LONG_DELAY_THRESHOLD_SECONDS = 120
+LOCAL_DELAY_HORIZON_SECONDS = 120
+SCHEDULER_PERIOD_SECONDS = 60
+
+
+class LocalEnvironment:
+    """Worker Tier on one machine: moto on 127.0.0.1, queues and table made from ``settings``.
+
+    Examples
+    --------
+    >>> with LocalEnvironment(Settings()) as env:  # doctest: +SKIP
+    ...     env.client.send("/hello", '{"name": "Ada"}')
+    ...     env.poll_until(lambda: env.queue_depth() == 0, timeout_seconds=10)
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        handler: Callable[[dict, Any], dict] | None = None,
+        cron_entries: Sequence[Any] = (),
+        on_tick: Callable[[Any], None] | None = None,
+        on_scheduler_run: Callable[[Any], None] | None = None,
+        cron_clock: Callable[[], float] = time.time,
+        container: bool = False,
+        port: int = 0,
+    ) -> None:
+        self.settings = settings
+        self._handler = handler
+        self._cron_entries = list(cron_entries)
+        self._on_tick = on_tick or (lambda result: None)
+        self._on_scheduler_run = on_scheduler_run or (lambda result: None)
+        self._cron_clock = cron_clock
+        self._port = port
+        self.cron: CronEmulator | None = None
+        self._next_scheduler_run = 0.0
+        self._container = container
+        self.consumer: Any = None
+        self._consumer_thread: threading.Thread | None = None
+        self._server: Any = None
+        self._saved_environment: dict[str, str | None] = {}
+        self.endpoint_url = ""
+
+    def __enter__(self) -> LocalEnvironment:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start moto, create the resources, and point this process's AWS clients at them."""
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per API call otherwise
+        self._server = ThreadedMotoServer(ip_address=LOCAL_HOST, port=self._port, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        # moto's state lives in this process: start from empty, whatever ran before.
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")).close()
+        self._set_environment(
+            {
+                "AWS_ENDPOINT_URL": self.endpoint_url,
+                "AWS_ACCESS_KEY_ID": "local",
+                "AWS_SECRET_ACCESS_KEY": "local",
+                "AWS_SESSION_TOKEN": "local",
+                "AWS_DEFAULT_REGION": LOCAL_REGION,
+                "AWS_REGION": LOCAL_REGION,
+            }
+        )
+        import boto3
+
+        self.sqs = boto3.client("sqs")
+        self.dynamodb = boto3.client("dynamodb")
+        self._create_resources()
+        self._set_environment(
+            {
+                **self.settings.to_environment(),
+                **self.resource_environment(),
+                "WORKER_TIER_DELAY_HORIZON": str(LOCAL_DELAY_HORIZON_SECONDS),
+            }
+        )
+        if self._container:
+            self.long_queue_url = self.sqs.create_queue(
+                QueueName=f"{LOCAL_PREFIX}-long-tasks",
+                Attributes={"VisibilityTimeout": str(self.settings.visibility_timeout)},
+            )["QueueUrl"]
+            self._set_environment({"WORKER_TIER_LONG_QUEUE_URL": self.long_queue_url})  # the Lambda worker forwards there
+        self.client = self.new_client()
+        self._scheduler_handler = _real_scheduler_handler()
+        self.event_source = EventSourceEmulator(
+            self.sqs,
+            self.queue_url,
+            self.queue_arn,
+            self._handler or _real_lambda_handler(),
+            self._new_context,
+            self.settings.batch_size,
+            LOCAL_REGION,
+        )
+        if self._cron_entries:
+            self.cron = CronEmulator(self._cron_entries, _real_cron_handler(), self._new_context, self._cron_clock)
+        if self._container:
+            self._start_container_worker()
+
+    def stop(self) -> None:
+        """Stop the container worker and moto, and restore the environment variables this environment set."""
+        if self.consumer is not None:
+            self.consumer.stopping.set()
+            self._consumer_thread.join()  # type: ignore[union-attr]
+            self.consumer = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for name, value in self._saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_environment.clear()
+
+    def new_client(self, clock: Callable[[], float] | None = None) -> Client:
+        """A producer for this environment (delays over LOCAL_LONG_DELAY_THRESHOLD_SECONDS use the delay table)."""
+        return Client(
+            self.queue_url,
+            self.delay_table,
+            sqs=self.sqs,
+            dynamodb=self.dynamodb,
+            clock=clock,
+            delay_shards=self.settings.delay_shards,
+            long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS,
+        )
+
+    def resource_environment(self) -> dict[str, str]:
+        """The WORKER_TIER_* resource variables the stack sets on the functions."""
+        return {
+            "WORKER_TIER_QUEUE_URL": self.queue_url,
+            "WORKER_TIER_DLQ_URL": self.dead_letter_queue_url,
+            "WORKER_TIER_STATE_TABLE": self.state_table,
+            "WORKER_TIER_DELAY_TABLE": self.delay_table,
+        }
+
+    def _start_container_worker(self) -> None:
+        """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
+        from worker_tier.container import Consumer, TaskProtection
+        from worker_tier.worker import Worker
+
+        core = Worker(
+            self.settings,
+            queue_url=self.long_queue_url,
+            dead_letter_queue_url=self.dead_letter_queue_url,
+            state_table=self.state_table,
+            sqs=self.sqs,
+            dynamodb=self.dynamodb,
+            delay_table=self.delay_table,
+        )
+        self.consumer = Consumer(
+            core, self.sqs, self.long_queue_url, concurrency=self.settings.container_concurrency,
+            poll_wait_seconds=1, protection=TaskProtection(agent_uri=""),
+            # In-process here: a task still running after the grace period keeps its message (heartbeat)
+            # and dies with this process, rather than ending the whole local environment at once.
+            exit_process=lambda code: None,
+        )
+        self._consumer_thread = threading.Thread(target=self.consumer.run, name="container-worker", daemon=True)
+        self._consumer_thread.start()
+
+    def run_scheduler(self) -> dict[str, Any]:
+        """One delay-scheduler run through its real handler."""
+        return self._scheduler_handler({}, self._new_context())
+
+    def poll_once(self, wait_seconds: int = 1) -> int:
+        """Run the delay scheduler each minute and fire due cron ticks, then one event-source poll.
+
+        Returns how many messages the worker handler was given.
+        """
+        if time.monotonic() >= self._next_scheduler_run:
+            self._next_scheduler_run = time.monotonic() + SCHEDULER_PERIOD_SECONDS
+            self._on_scheduler_run(self.run_scheduler())
+        if self.cron is not None:
+            for result in self.cron.fire_due():
+                self._on_tick(result)
+        return self.event_source.poll_once(wait_seconds)
+
+    def poll_until(self, done: Callable[[], bool], timeout_seconds: float, wait_seconds: int = 1) -> bool:
+        """Poll until ``done()`` holds or the timeout passes; return whether it held."""
+        deadline = time.monotonic() + timeout_seconds
+        while not done():
+            if time.monotonic() >= deadline:
+                return False
+            self.poll_once(wait_seconds)
+        return True
+
+    def queue_depth(self, queue_url: str | None = None) -> int:
+        """Visible plus in-flight plus delayed messages in a queue (the work queue by default)."""
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        attributes = self.sqs.get_queue_attributes(QueueUrl=queue_url or self.queue_url, AttributeNames=names)
+        return sum(int(attributes["Attributes"].get(name, 0)) for name in names)
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """Read (without deleting) what is in the DLQ: body, attributes and the parsed failure reason."""
+        response = self.sqs.receive_message(
+            QueueUrl=self.dead_letter_queue_url,
+            MaxNumberOfMessages=limits.SQS_MAX_BATCH_ENTRIES,
+            MessageAttributeNames=["All"],
+            VisibilityTimeout=0,
+        )
+        return [_dead_letter_view(m) for m in response.get("Messages") or []]
+
+    def _create_resources(self) -> None:
+        """Queue, DLQ and state table, configured as WorkerTierStack configures them."""
+        suffix = ".fifo" if self.settings.fifo else ""
+        fifo = {"FifoQueue": "true"} if self.settings.fifo else {}
+        self.dead_letter_queue_url = self.sqs.create_queue(
+            QueueName=f"{LOCAL_PREFIX}-dlq{suffix}",
+            Attributes={**fifo, "MessageRetentionPeriod": str(limits.SQS_MAX_RETENTION_SECONDS)},
+        )["QueueUrl"]
+        dead_letter_arn = self._queue_arn(self.dead_letter_queue_url)
+        redrive = {"deadLetterTargetArn": dead_letter_arn, "maxReceiveCount": self.settings.redrive_max_receive_count}
+        self.queue_url = self.sqs.create_queue(
+            QueueName=f"{LOCAL_PREFIX}-queue{suffix}",
+            Attributes={
+                **fifo,
+                "VisibilityTimeout": str(self.settings.visibility_timeout),
+                "MessageRetentionPeriod": str(self.settings.retention_period),
+                "RedrivePolicy": json.dumps(redrive),
+            },
+        )["QueueUrl"]
+        self.queue_arn = self._queue_arn(self.queue_url)
+        self.state_table = f"{LOCAL_PREFIX}-state"
+        self.dynamodb.create_table(
+            TableName=self.state_table,
+            KeySchema=[{"AttributeName": STATE_TABLE_PARTITION_KEY, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": STATE_TABLE_PARTITION_KEY, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self.dynamodb.update_time_to_live(
+            TableName=self.state_table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": STATE_TABLE_TTL_ATTRIBUTE},
+        )
+        self.delay_table = f"{LOCAL_PREFIX}-delays"
+        self.dynamodb.create_table(
+            TableName=self.delay_table,
+            KeySchema=[{"AttributeName": delay.PK, "KeyType": "HASH"}, {"AttributeName": delay.SK, "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": delay.PK, "AttributeType": "S"},
+                {"AttributeName": delay.SK, "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+
+    def _queue_arn(self, queue_url: str) -> str:
+        return self.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+    def _new_context(self) -> LocalContext:
+        return LocalContext(
+            f"{LOCAL_PREFIX}-worker",
+            self.settings.inactivity_timeout,
+            self.settings.memory_size,
+            LOCAL_REGION,
+            LOCAL_ACCOUNT,
+        )
+
+    def _set_environment(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            self._saved_environment.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+
+def _real_lambda_handler() -> Callable[[dict, Any], dict]:
+    """The deployed handler, rebuilt so it reads this environment's variables."""
+    from worker_tier.handlers import worker
+
+    worker.worker.reset()
+    return worker.lambda_handler
+
+
+def _real_scheduler_handler() -> Callable[[dict, Any], dict]:
+    """The deployed delay-scheduler handler, rebuilt so it reads this environment's variables."""
+    from worker_tier.handlers import dispatcher
+
+    dispatcher.dispatcher.reset()
+    return dispatcher.lambda_handler
+
+
+def _real_cron_handler() -> Callable[[dict, Any], dict]:
+    """The deployed cron handler, rebuilt so it reads this environment's variables."""
+    from worker_tier.handlers import periodic
+
+    periodic.enqueuer.reset()
+    return periodic.lambda_handler
+
+
+def _dead_letter_view(received: dict[str, Any]) -> dict[str, Any]:
+    """A DLQ message as body, String attributes and the parsed ``worker_tier.failure``."""
+    from worker_tier.message import FAILURE_ATTRIBUTE
+
+    attributes = {k: v.get("StringValue") for k, v in (received.get("MessageAttributes") or {}).items()}
+    failure = attributes.get(FAILURE_ATTRIBUTE)
+    return {"body": received["Body"], "attributes": attributes, "failure": json.loads(failure) if failure else None}

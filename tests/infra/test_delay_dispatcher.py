@@ -1,0 +1,110 @@
+"""DelayDispatcher in the session stack's template."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match
+
+from worker_tier_cdk.delay_dispatcher import LAG_ALARM_SECONDS
+
+
+def _policy_statements(template, role_prefix: str) -> list[dict]:
+    policies = template.find_resources("AWS::IAM::Policy")
+    return [
+        statement
+        for policy in policies.values()
+        if any(role["Ref"].startswith(role_prefix) for role in policy["Properties"]["Roles"])
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_delay_table_keys_ttl_pitr_and_encryption(template):
+    template.has_resource_properties(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "SSESpecification": {"SSEEnabled": True, "SSEType": "KMS"},
+            "TimeToLiveSpecification": {"AttributeName": "expiration", "Enabled": True},
+            "Replicas": [Match.object_like({"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}})],
+        },
+    )
+
+
+def test_scheduler_runs_every_minute_without_retries(template):
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "ScheduleExpression": "rate(1 minute)",
+            "Targets": [Match.object_like({"RetryPolicy": {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 60}})],
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.dispatcher.lambda_handler", "Timeout": 60,
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": Match.any_value()})}},
+    )
+
+
+def _actions(statement: dict) -> tuple:
+    return tuple(statement["Action"]) if isinstance(statement["Action"], list) else (statement["Action"],)
+
+
+def _leading_keys(statement: dict) -> list | None:
+    return statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+
+
+def test_scheduler_grants_are_the_calls_it_makes(template):
+    # GIVEN the scheduler function's policy  THEN it reads the delay table, and writes only its own state items
+    statements = {_actions(s): s for s in _policy_statements(template, "DelaysScheduler")}
+    assert ("dynamodb:Query", "dynamodb:Scan") in statements
+    state = statements[("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")]
+    assert _leading_keys(state) == ["scheduler#*"]
+    assert ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl") in statements
+    assert not any("dynamodb:BatchWriteItem" in actions for actions in statements)
+
+
+def test_scheduler_may_dead_letter_what_the_work_queue_refuses(stack, template):
+    # GIVEN the stack's scheduler function and the worker's dead-letter queue
+    dlq_id = stack.get_logical_id(stack.worker.dead_letter_queue.node.default_child)
+    # WHEN its environment and policy are read  THEN it knows the DLQ's URL and may send to it
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.dispatcher.lambda_handler",
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DLQ_URL": {"Ref": dlq_id}})}},
+    )
+    sends = [s for s in _policy_statements(template, "DelaysScheduler") if "sqs:SendMessage" in s["Action"]]
+    assert {"Fn::GetAtt": [dlq_id, "Arn"]} in [s["Resource"] for s in sends]
+
+
+def test_worker_may_store_delayed_messages_and_knows_the_table(template):
+    statements = [(_actions(s), _leading_keys(s)) for s in _policy_statements(template, "WorkerRole")]
+    assert (("dynamodb:BatchWriteItem", "dynamodb:PutItem"), ["b#*"]) in statements
+    assert (("dynamodb:PutItem", "dynamodb:DeleteItem"), ["dedupe#*"]) in statements
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "worker_tier.handlers.worker.lambda_handler",
+         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": Match.any_value()})}},
+    )
+
+
+def test_lag_alarm_treats_silence_as_lag(template):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "SchedulerLag", "Namespace": "WorkerTier", "Threshold": LAG_ALARM_SECONDS,
+         "TreatMissingData": "breaching", "Dimensions": [{"Name": "service", "Value": "worker-tier"}]},
+    )
+
+
+def test_the_scheduler_may_move_message_items_only(template):
+    # THEN besides Query and Scan, the scheduler may Put and Delete b# items of the delay table (a refile), no others
+    statements = [(_actions(s), _leading_keys(s)) for s in _policy_statements(template, "DelaysScheduler")]
+    assert (("dynamodb:PutItem", "dynamodb:DeleteItem"), ["b#*"]) in statements
+
+
+@pytest.mark.parametrize("metric", ["SchedulerWatermarkAhead", "SchedulerStateUnreadable"])
+def test_the_scheduler_alarms_on_a_watermark_it_cannot_trust(template, metric):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": metric, "Namespace": "WorkerTier", "Threshold": 0, "Statistic": "Sum"},
+    )
