@@ -1,0 +1,121 @@
+"""The state table: its key layout, and the conditional-put lease that its users share.
+
+One on-demand table per stack holds three kinds of items, each under its own key
+prefix so a role can be granted only its own (``dynamodb:LeadingKeys``):
+
+- ``idempotency#...``: Powertools idempotency records of ``@task(idempotent=True)``;
+- ``scheduler#...``: the delay dispatcher's lease, watermark and minute records
+  (the prefix keeps the dispatcher's first name so deployed state stays readable);
+- ``cron#...``: one claim per tick of a periodic task.
+
+Every item carries ``expiration`` (epoch seconds), the table's TTL attribute.
+
+A lease is an item that one holder owns until ``lease_until``: ``claim`` is a
+conditional put that succeeds on a missing item or an expired lease (plus any
+condition the caller adds), and ``release`` deletes it only while the holder still
+owns it. DynamoDB's conditional writes make both atomic, so two holders never own
+one lease at once, and a crashed holder's lease is taken over once it runs out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from worker_tier.aws import is_condition_failure
+
+PARTITION_KEY = "pk"
+TTL_ATTRIBUTE = "expiration"
+IDEMPOTENCY_KEY_PREFIX = "idempotency#"
+DISPATCHER_KEY_PREFIX = "scheduler#"
+TICK_KEY_PREFIX = "cron#"
+KEY_PREFIXES = (IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX, TICK_KEY_PREFIX)
+
+HOLDER_ATTRIBUTE = "holder"
+LEASE_UNTIL_ATTRIBUTE = "lease_until"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease on one item of the state table.
+
+    ``seconds``: how long a claim lasts; ``retention_seconds``: when the TTL removes
+    the item (at least ``seconds``, so a live lease is never expired under its holder).
+    """
+
+    table: str
+    key: str
+    seconds: int
+    retention_seconds: int
+
+    def __post_init__(self) -> None:
+        if self.retention_seconds < self.seconds:
+            raise ValueError(f"Lease {self.key!r}: retention_seconds ({self.retention_seconds}) must be at least "
+                             f"seconds ({self.seconds}), or the TTL could remove a lease still held")
+
+    def claim(
+        self,
+        dynamodb: Any,
+        holder: str,
+        now: int,
+        *,
+        attributes: Mapping[str, Mapping[str, str]] | None = None,
+        takeover_condition: str = "",
+        names: Mapping[str, str] | None = None,
+        values: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> dict[str, Any] | None:
+        """Put the lease for ``holder``; None when it now holds it, else the item that stood in the way.
+
+        The put succeeds when the item is missing, or when its lease has run out and
+        ``takeover_condition`` (an extra ``AND`` term, with its ``names`` and ``values``)
+        holds. ``attributes`` are stored beside the holder. Other errors propagate.
+        """
+        expired = f"#lease_until < :now AND ({takeover_condition})" if takeover_condition else "#lease_until < :now"
+        try:
+            dynamodb.put_item(
+                TableName=self.table,
+                Item={
+                    **(attributes or {}),
+                    PARTITION_KEY: {"S": self.key},
+                    HOLDER_ATTRIBUTE: {"S": holder},
+                    LEASE_UNTIL_ATTRIBUTE: {"N": str(now + self.seconds)},
+                    TTL_ATTRIBUTE: {"N": str(now + self.retention_seconds)},
+                },
+                ConditionExpression=f"attribute_not_exists(#pk) OR ({expired})",
+                ExpressionAttributeNames={"#pk": PARTITION_KEY, "#lease_until": LEASE_UNTIL_ATTRIBUTE, **(names or {})},
+                ExpressionAttributeValues={":now": {"N": str(now)}, **(values or {})},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except Exception as error:
+            if is_condition_failure(error):
+                return dict(getattr(error, "response", {}).get("Item") or {})
+            raise
+        return None
+
+    def release(
+        self,
+        dynamodb: Any,
+        holder: str,
+        *,
+        condition: str = "",
+        names: Mapping[str, str] | None = None,
+        values: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> bool:
+        """Delete the lease if ``holder`` still owns it (and ``condition`` holds); False if it did not.
+
+        Other errors propagate: the caller decides whether the lease may simply run out.
+        """
+        owned = f"#holder = :holder AND ({condition})" if condition else "#holder = :holder"
+        try:
+            dynamodb.delete_item(
+                TableName=self.table,
+                Key={PARTITION_KEY: {"S": self.key}},
+                ConditionExpression=owned,
+                ExpressionAttributeNames={"#holder": HOLDER_ATTRIBUTE, **(names or {})},
+                ExpressionAttributeValues={":holder": {"S": holder}, **(values or {})},
+            )
+        except Exception as error:
+            if is_condition_failure(error):
+                return False
+            raise
+        return True
