@@ -64,6 +64,7 @@ to replay it; the IteratorAge alarm fires long before.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -74,7 +75,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from worker_tier import delay, delivery, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
 from worker_tier.delay import DelayedMessage
+from worker_tier.errors import WorkerTierError
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
+from worker_tier.retry import BATCH_ENTRIES, chunks
 from worker_tier.dispatcher import (
     FINISHED_MS_ATTRIBUTE,
     STARTED_MS_ATTRIBUTE,
@@ -98,14 +101,10 @@ STREAM_TIME_RESOLUTION_SECONDS = 1
 EVENTUAL_CONSISTENCY_SECONDS = 1
 CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + EVENTUAL_CONSISTENCY_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
 DYNAMODB_STREAM_RETENTION_SECONDS = limits.DYNAMODB_STREAM_RETENTION_SECONDS
-# About 11 s of backoff before a batch stops: this also paces Lambda's retries of a failing batch.
-MAX_SEND_ATTEMPTS = 8
-RETRY_BASE_SECONDS = 0.1
-RETRY_CAP_SECONDS = 5.0
 MAX_DEAD_LETTER_BODY_HEAD_BYTES = 1024
 
 
-class StreamRecordError(Exception):
+class StreamRecordError(WorkerTierError):
     """A stream record of the delay table that cannot be read as a message; ``record_text`` is the record as JSON."""
 
     def __init__(self, text: str, record_text: str, event_id: str = "") -> None:
@@ -114,11 +113,11 @@ class StreamRecordError(Exception):
         self.event_id = event_id
 
 
-class SendRefusedError(Exception):
+class SendRefusedError(WorkerTierError):
     """SQS refused a recovered message for a sender fault: it can never be sent as it is."""
 
 
-class _StoppedError(Exception):
+class _StoppedError(WorkerTierError):
     """SQS kept failing transiently; ``position`` is the first record not done."""
 
     def __init__(self, position: int) -> None:
@@ -390,38 +389,28 @@ class DelayRecovery:
     # -- carrying out ---------------------------------------------------------------------------
 
     def _carry_out(self, actions: list[_Action], report: RecoveryReport) -> None:
-        """Sends (10 per SendMessageBatch) and dead-letters, in stream order; _StoppedError at the first not done."""
-        batch: list[_Action] = []
-        for action in actions:
-            if action.refile is not None:
-                self._flush(batch, report)
-                self._refile(action, report)
-            elif action.message is None:
-                self._flush(batch, report)
-                self._dead_letter(action, report)
+        """Sends (runs of sends, 10 per SendMessageBatch) and dead-letters, in stream order; _StoppedError at the first not done."""
+        for kind, run in itertools.groupby(actions, key=_kind):
+            if kind == "send":
+                for batch in chunks(list(run), limits.SQS_MAX_BATCH_ENTRIES):
+                    self._flush(list(batch), report)
             else:
-                batch.append(action)
-                if len(batch) == limits.SQS_MAX_BATCH_ENTRIES:
-                    self._flush(batch, report)
-        self._flush(batch, report)
+                for action in run:
+                    (self._refile if kind == "refile" else self._dead_letter)(action, report)
 
     def _flush(self, batch: list[_Action], report: RecoveryReport) -> None:
-        """Send the batch, retrying transient failures; a sender fault dead-letters that message."""
-        pending = list(batch)
-        batch.clear()
-        for attempt in range(MAX_SEND_ATTEMPTS):
-            if not pending:
-                return
-            if attempt:
-                self._sleep(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (attempt - 1)))
+        """Send the batch under ``BATCH_ENTRIES``; a sender fault dead-letters that message."""
+        pending = batch
+        for _ in BATCH_ENTRIES.attempts_with_pauses(self._sleep):
             pending, refused = self._send(pending, report)
             for index, action in enumerate(refused):
                 try:
                     self._dead_letter(action, report)
                 except _StoppedError as stopped:
                     raise _StoppedError(min(a.position for a in pending + refused[index:])) from stopped
-        if pending:
-            raise _StoppedError(min(a.position for a in pending))
+            if not pending:
+                return
+        raise _StoppedError(min(a.position for a in pending))
 
     def _refile(self, action: _Action, report: RecoveryReport) -> None:
         """Move an insert the scheduler would not read in time into its due minute, on a shard it reads."""
@@ -489,6 +478,11 @@ class DelayRecovery:
             if quiet and details.get("Type") == "Sender":
                 return f"{details.get('Code')}: {details.get('Message')}"
             raise _StoppedError(position) from error
+
+
+def _kind(action: _Action) -> str:
+    """What carrying out an action does: refile, send, or dead-letter."""
+    return "refile" if action.refile is not None else "send" if action.message is not None else "dead_letter"
 
 
 def _sequence_number(record: Mapping[str, Any]) -> str:

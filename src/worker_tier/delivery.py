@@ -26,6 +26,8 @@ from botocore.exceptions import ParamValidationError
 from worker_tier import delay, limits, sqs_rules
 from worker_tier.aws import error_code
 from worker_tier.delay import DelayedMessage, UnreadableItemError
+from worker_tier.errors import WorkerTierError
+from worker_tier.retry import BATCH_ENTRIES
 from worker_tier.message import PATH_ATTRIBUTE, dead_letter_attributes, failure_reason
 
 # SQS errors that refuse a whole SendMessageBatch call because of what a message holds (botocore may
@@ -37,17 +39,14 @@ MESSAGE_CONTENT_ERROR_CODES = frozenset(
      "InvalidAttributeValue", "MissingParameter"}
 )
 _SQS_CODE_PREFIX = "AWS.SimpleQueueService."
-MAX_SEND_ATTEMPTS = 10
-RETRY_BASE_SECONDS = 0.05
-RETRY_CAP_SECONDS = 1.0
 POINTER_BODY_HEAD_BYTES = 1024
 
 
-class DispatchIncompleteError(Exception):
+class DispatchIncompleteError(WorkerTierError):
     """Some messages were neither accepted by SQS nor dead-lettered, after retries; the run stops there."""
 
 
-class DispatchRefusedError(Exception):
+class DispatchRefusedError(WorkerTierError):
     """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
 
 
@@ -156,11 +155,6 @@ def refile(dynamodb: Any, table: str, item: Mapping[str, Any], bucket: int, shar
     return pk
 
 
-def backoff_seconds(attempt: int) -> float:
-    """The wait before retry ``attempt`` (0-based): doubling from RETRY_BASE_SECONDS, capped."""
-    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
-
-
 class Delivery:
     """The scheduler's sends: batches retried until accepted or refused, and dead letters with their reasons."""
 
@@ -173,17 +167,16 @@ class Delivery:
         self._sleep = sleep
 
     def deliver(self, queue_url: str, entries: list[dict[str, Any]]) -> Sent:
-        """Send one batch until each entry is accepted or refused for a sender fault, or attempts run out.
+        """Send one batch until each entry is accepted or refused for a sender fault, or ``BATCH_ENTRIES`` runs out.
 
         Entries in neither set kept failing transiently.
         """
         sent = Sent()
         batches = [entries]
-        for attempt in range(MAX_SEND_ATTEMPTS):
+        for _ in BATCH_ENTRIES.attempts_with_pauses(self._sleep):
             batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent)]
             if not batches:
                 break
-            self._sleep(backoff_seconds(attempt))
         return sent
 
     def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: Sent) -> list[list[dict[str, Any]]]:
@@ -212,7 +205,7 @@ class Delivery:
         if not sent.accepted:
             raise DispatchIncompleteError(
                 f"dead-letter queue {self.dead_letter_queue_url} did not take message {message.message_id} "
-                f"(refused by the work queue: {refusal}): {sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
+                f"(refused by the work queue: {refusal}): {sent.refused.get('0') or f'failed {BATCH_ENTRIES.attempts} attempts'}"
             )
 
     def dead_letter_unreadable(self, item: dict[str, Any], problem: str) -> None:
@@ -232,7 +225,7 @@ class Delivery:
         if not sent.accepted:
             raise DispatchIncompleteError(
                 f"dead-letter queue {self.dead_letter_queue_url} did not take the pointer to unreadable item {pk} / {sk}: "
-                f"{sent.refused.get('0') or f'failed {MAX_SEND_ATTEMPTS} attempts'}"
+                f"{sent.refused.get('0') or f'failed {BATCH_ENTRIES.attempts} attempts'}"
             )
 
     def _reason(self, error: Exception, path: str) -> dict[str, Any]:

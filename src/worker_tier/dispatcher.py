@@ -54,14 +54,15 @@ from worker_tier import delay, delivery, limits
 from worker_tier.aws import LazyClient, error_code, is_condition_failure
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.delivery import (  # noqa: F401 (MAX_SEND_ATTEMPTS and the errors: part of this module's API)
-    MAX_SEND_ATTEMPTS,
+from worker_tier.delivery import (  # noqa: F401 (the errors: part of this module's API)
     DispatchIncompleteError,
     DispatchRefusedError,
     Delivery,
-    backoff_seconds,
 )
+from worker_tier.errors import WorkerTierError
 from worker_tier.message import message_bytes
+from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS
+from worker_tier.state import Lease
 
 # State-table keys: every key the scheduler writes starts with "scheduler#".
 LEASE_KEY = "scheduler#lease"
@@ -83,7 +84,6 @@ WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
 LEASE_SECONDS = 120
 LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 RUN_MARGIN_MS = 10_000
-MAX_READ_ATTEMPTS = 8
 # A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
 QUERY_PAGE_ITEMS = 100
 QUERY_THREADS = 16
@@ -102,11 +102,11 @@ def minute_key(bucket: int) -> str:
     return f"{MINUTE_KEY_PREFIX}{bucket}"
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(WorkerTierError):
     """Another run moved the watermark: this run no longer holds the lease."""
 
 
-class StateError(ValueError):
+class StateError(WorkerTierError, ValueError):
     """A scheduler state item (the watermark) is not as the scheduler writes it."""
 
 
@@ -176,6 +176,7 @@ class DelayDispatcher:
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._clock = clock
         self._sleep = sleep
+        self._lease = Lease(state_table, LEASE_KEY, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
         self.delivery = Delivery(LazyClient("sqs", sqs), dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
         self._pool = ThreadPoolExecutor(max_workers=QUERY_THREADS) if parallel else None
         self._refiled_buckets: set[int] = set()  # minutes this scheduler refiled into: Queried consistently
@@ -295,51 +296,20 @@ class DelayDispatcher:
         return True
 
     def _with_retries(self, call: Callable[[], Any], give_up: Callable[[BaseException], bool] = lambda error: False) -> Any:
-        """Retry a DynamoDB call that throttles or fails transiently; the last error (or one ``give_up`` names) propagates."""
-        for attempt in range(MAX_READ_ATTEMPTS):
-            try:
-                return call()
-            except Exception as error:
-                if attempt == MAX_READ_ATTEMPTS - 1 or is_condition_failure(error) or give_up(error):
-                    raise
-                self._sleep(backoff_seconds(attempt))
-        raise AssertionError("unreachable")
+        """A DynamoDB call under ``STATE_CALLS``; a condition failure, the last error, or one ``give_up`` names propagates."""
+        return STATE_CALLS.call(call, give_up=lambda error: is_condition_failure(error) or give_up(error), sleep=self._sleep)
 
     # -- SQS ------------------------------------------------------------------------------
 
     # -- state table: lease, watermark with cursors, minute records --------------------------
 
     def _acquire(self, holder: str) -> bool:
-        now = int(self._clock())
-        try:
-            self._dynamodb.get().put_item(
-                TableName=self.state_table,
-                Item={
-                    STATE_TABLE_PARTITION_KEY: {"S": LEASE_KEY},
-                    "holder": {"S": holder},
-                    "lease_until": {"N": str(now + LEASE_SECONDS)},
-                    STATE_TABLE_TTL_ATTRIBUTE: {"N": str(now + LEASE_RECORD_RETENTION_SECONDS)},
-                },
-                ConditionExpression="attribute_not_exists(pk) OR lease_until < :now",
-                ExpressionAttributeValues={":now": {"N": str(now)}},
-            )
-        except Exception as error:
-            if is_condition_failure(error):
-                return False
-            raise
-        return True
+        """Claim the run's lease; False while another run holds it."""
+        return self._lease.claim(self._dynamodb.get(), holder, int(self._clock())) is None
 
     def _release(self, holder: str) -> None:
-        try:
-            self._dynamodb.get().delete_item(
-                TableName=self.state_table,
-                Key={STATE_TABLE_PARTITION_KEY: {"S": LEASE_KEY}},
-                ConditionExpression="holder = :me",
-                ExpressionAttributeValues={":me": {"S": holder}},
-            )
-        except Exception as error:  # expired and taken over, or a transient error: the lease expires anyway
-            if not is_condition_failure(error):
-                raise
+        """Give the lease back, if this run still holds it (else it was taken over after running out)."""
+        self._lease.release(self._dynamodb.get(), holder)
 
     def _read_watermark(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> tuple[int, dict[int, str]] | None:
         """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished."""
@@ -564,7 +534,7 @@ class _MinuteDispatch:
             self.report.dead_lettered += 1
         left = len(batch) - len(sent.accepted) - len(sent.refused)
         if left:
-            raise DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {MAX_SEND_ATTEMPTS} attempts")
+            raise DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {BATCH_ENTRIES.attempts} attempts")
 
     def _entry(self, index: int, message: DelayedMessage, attributes: dict[str, Any], now: float) -> dict[str, Any]:
         wait = message.due_ms / 1000 - now

@@ -33,7 +33,7 @@ from worker_tier.settings import Settings
 
 RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
 # A batch of 1,000 records needs at most 100 SendMessageBatch calls; a run of transient failures
-# (delay_recovery's backoff) costs about 11 s before the batch stops.
+# (retry.BATCH_ENTRIES's backoff) costs about 5 s before the batch stops.
 RECOVERY_TIMEOUT_SECONDS = 90
 # Measured in bench/scheduler_bench.py: the safety net is a few GetItems and SendMessageBatch calls per batch.
 RECOVERY_MEMORY_MB = limits.LAMBDA_MIN_MEMORY_MB

@@ -13,10 +13,10 @@ from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.retry import BATCH_ENTRIES
 from worker_tier.dispatcher import (
     FINISHED_MS_ATTRIBUTE,
     LEASE_SECONDS,
-    MAX_SEND_ATTEMPTS,
     MINUTE_KEY_PREFIX,
     MINUTE_RECORD_RETENTION_SECONDS,
     RUN_MARGIN_MS,
@@ -127,7 +127,7 @@ def test_a_transient_refusal_stops_the_run_and_the_next_run_resumes_from_the_cur
     report = world.scheduler(refusing).run()
     # THEN the run stops there, the minute is not passed, and the shard's cursor keeps what was accepted
     bucket = int((START + 1000) // 60)
-    assert report.stopped == f"minute {bucket}: SQS did not accept 1 messages after {MAX_SEND_ATTEMPTS} attempts"
+    assert report.stopped == f"minute {bucket}: SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} attempts"
     assert report.watermark == bucket
     assert _bodies(refusing.sent) == ["fine"]
     assert world.watermark()["cursors"]["M"]["0"]["S"].endswith("#id-fine")
@@ -147,7 +147,7 @@ def test_a_cursor_follows_the_stored_order_even_when_an_item_sort_key_disagrees_
                       clock=lambda: world.now)
     world.now += 200
     # WHEN a run sends the sooner one and stops on the other
-    assert world.scheduler(failing).run().stopped.endswith(f"SQS did not accept 1 messages after {MAX_SEND_ATTEMPTS} attempts")
+    assert world.scheduler(failing).run().stopped.endswith(f"SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} attempts")
     # THEN the cursor did not pass the unsent item, and the next run delivers it (the sooner one again: a duplicate
     # of the round the run stopped in)
     assert "cursors" not in world.watermark() or world.watermark()["cursors"]["M"] == {}
@@ -221,7 +221,7 @@ def test_a_dlq_that_fails_transiently_stops_the_run_without_losing_the_message(w
     bucket = int((START + 1000) // 60)
     assert report.watermark == bucket
     assert report.stopped.startswith(f"dead-letter queue {DLQ} did not take message id-poison (refused by the work queue: InvalidParameterValue")
-    assert report.stopped.endswith(f"failed {MAX_SEND_ATTEMPTS} attempts")
+    assert report.stopped.endswith(f"failed {BATCH_ENTRIES.attempts} attempts")
     # WHEN the DLQ recovers  THEN the next run dead-letters it and passes the minute
     dlq_down[0] = False
     report = world.scheduler(strict).run()
@@ -746,3 +746,16 @@ def test_a_refiled_copy_keeps_its_ttl_past_its_due_time(world):
     # THEN the copy's TTL is at least its due time plus the producer's retention
     copy = world.dynamodb.tables["delay"][(bucket_key(far.bucket, 3), far.key["sk"]["S"])]
     assert int(copy["expiration"]["N"]) >= far.due_ms // 1000 + 6 * 3600
+
+
+def test_every_error_of_the_delay_path_is_a_worker_tier_error():
+    # GIVEN the exception classes the dispatcher, delivery and the safety net raise
+    from worker_tier import delay_recovery, delivery, dispatcher
+    from worker_tier.errors import WorkerTierError
+
+    raised = [dispatcher.LeaseLostError, dispatcher.StateError, delivery.DispatchIncompleteError,
+              delivery.DispatchRefusedError, delay_recovery.StreamRecordError, delay_recovery.SendRefusedError,
+              delay_recovery._StoppedError]
+    # WHEN a caller catches WorkerTierError
+    # THEN each of them is caught
+    assert [error.__name__ for error in raised if not issubclass(error, WorkerTierError)] == []
