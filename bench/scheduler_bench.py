@@ -29,7 +29,11 @@ from tests.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
 from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
-from worker_tier.dispatcher import DelayDispatcher
+from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, DelayDispatcher
+from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore
+from worker_tier.message import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier_cdk.delay_dispatcher import SCHEDULER_MEMORY_MB, SCHEDULER_TIMEOUT_SECONDS
+from bench.network_model import LAMBDA_MB_PER_VCPU, Network, SimulatedClock
 
 MESSAGES = 100_000
 SPREAD_SECONDS = 6 * 3600
@@ -131,8 +135,8 @@ class MeteredSQS(FakeSQS):
         return super().send_message_batch(QueueUrl, Entries)
 
 
-def simulate() -> dict[str, float]:
-    """Store MESSAGES, run the scheduler each minute until all are out; measure everything."""
+def simulate(messages: int = MESSAGES) -> dict[str, float]:
+    """Store ``messages``, run the scheduler each minute until all are out; measure everything."""
     rng = random.Random(7)
     now = [START]
     dynamodb = MeteredDynamoDB(clock=lambda: now[0])
@@ -144,7 +148,7 @@ def simulate() -> dict[str, float]:
                                sleep=lambda s: None, parallel=False)
     scheduler.run()  # deployed before any message: the first watermark is now, as in a real stack
     due: dict[str, float] = {}
-    for start in range(0, MESSAGES, 500):
+    for start in range(0, messages, 500):
         outgoing = [OutgoingMessage("/remind", BODY, delay=901 + rng.random() * SPREAD_SECONDS) for _ in range(500)]
         for message, result in zip(outgoing, client.send_batch(outgoing)):
             due[result.message_id] = START + message.delay  # type: ignore[operator]
@@ -154,7 +158,7 @@ def simulate() -> dict[str, float]:
     dynamodb.side = "scheduler"
     runs, cpu = 0, 0.0
     minute = math.floor(START / 60) * 60
-    while len(sqs.sent) < MESSAGES:
+    while len(sqs.sent) < messages:
         minute += 60
         now[0] = minute + rng.uniform(0, 5)  # EventBridge fires within the first seconds of the minute
         started = time.process_time()
@@ -163,7 +167,7 @@ def simulate() -> dict[str, float]:
         runs += 1
     scheduler_calls = len(dynamodb.calls) - producer_calls + len(sqs.calls) - safety_net.calls
     safety_net.process(_ttl_removals(dynamodb))  # each item's TTL REMOVE, after the scheduler sent it
-    figures = _figures(dynamodb, sqs, due, runs, cpu, producer_calls, scheduler_calls, safety_net)
+    figures = _figures(dynamodb, sqs, due, runs, cpu, producer_calls, scheduler_calls, safety_net, messages)
     return {**figures, **safety_net.figures()}
 
 
@@ -245,7 +249,7 @@ def _mapping_batches(records: list[dict[str, Any]]) -> Any:
 
 
 def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], runs: int, cpu: float,
-             producer_calls: int, scheduler_calls: int, safety_net: SafetyNet) -> dict[str, float]:
+             producer_calls: int, scheduler_calls: int, safety_net: SafetyNet, messages: int) -> dict[str, float]:
     by_body_order = [entry for entry in sqs.sent]
     due_by_at = [entry["MessageAttributes"]["worker_tier.due_at"]["StringValue"] for entry in by_body_order]
     lateness = sorted(entry["visible_at"] - _epoch(at) for entry, at in zip(by_body_order, due_by_at))
@@ -258,31 +262,31 @@ def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], 
         + lambda_cost
         + safety_net_cost
     )
-    per_message_read = (dynamodb.read_units["producer"] + dynamodb.read_units["scheduler"]) / MESSAGES
-    reference = (2 * PRICE_PER_WRITE_UNIT + per_message_read * PRICE_PER_READ_UNIT + PRICE_PER_SQS_REQUEST) * MESSAGES + lambda_cost
-    ours_per_million = ours / MESSAGES * 1e6
+    per_message_read = (dynamodb.read_units["producer"] + dynamodb.read_units["scheduler"]) / messages
+    reference = (2 * PRICE_PER_WRITE_UNIT + per_message_read * PRICE_PER_READ_UNIT + PRICE_PER_SQS_REQUEST) * messages + lambda_cost
+    ours_per_million = ours / messages * 1e6
     return {
-        "messages": MESSAGES,
+        "messages": messages,
         "scheduler_runs": runs,
         "cost_per_million_usd": ours_per_million,
         "eventbridge_scheduler_plus_sqs_per_million_usd": EVENTBRIDGE_SCHEDULER_PLUS_SQS_USD_PER_MILLION,
-        "reference_design_per_million_usd": reference / MESSAGES * 1e6,
+        "reference_design_per_million_usd": reference / messages * 1e6,
         "cost_ratio_vs_eventbridge_scheduler": ours_per_million / EVENTBRIDGE_SCHEDULER_PLUS_SQS_USD_PER_MILLION,
         "cost_ratio_vs_reference_design": ours / reference,
-        "write_units_per_message": sum(dynamodb.write_units.values()) / MESSAGES,
+        "write_units_per_message": sum(dynamodb.write_units.values()) / messages,
         "read_units_per_message": per_message_read,
-        "scheduler_write_units_per_message": dynamodb.write_units["scheduler"] / MESSAGES,
-        "safety_net_per_million_usd": safety_net_cost / MESSAGES * 1e6,
+        "scheduler_write_units_per_message": dynamodb.write_units["scheduler"] / messages,
+        "safety_net_per_million_usd": safety_net_cost / messages * 1e6,
         "empty_shard_queries_usd_per_month": MAX_SHARDS * EMPTY_QUERY_READ_UNITS * MINUTES_PER_MONTH * PRICE_PER_READ_UNIT,
-        "empty_shard_queries_per_million_usd_at_this_rate": _empty_query_cost(runs) / MESSAGES * 1e6,
-        "sqs_requests_per_message": sqs.requests / MESSAGES,
+        "empty_shard_queries_per_million_usd_at_this_rate": _empty_query_cost(runs) / messages * 1e6,
+        "sqs_requests_per_message": sqs.requests / messages,
         "early_count": sum(1 for value in lateness if value < 0),
         "p99_lateness_s": lateness[int(0.99 * (len(lateness) - 1))],
         "max_lateness_s": lateness[-1],
-        "duplicates": len(sqs.sent) - MESSAGES,
-        "cpu_us_per_dispatched_message": cpu / MESSAGES * 1e6,
-        "api_calls_per_1000_messages": scheduler_calls / MESSAGES * 1000,
-        "producer_api_calls_per_1000_messages": producer_calls / MESSAGES * 1000,
+        "duplicates": len(sqs.sent) - messages,
+        "cpu_us_per_dispatched_message": cpu / messages * 1e6,
+        "api_calls_per_1000_messages": scheduler_calls / messages * 1000,
+        "producer_api_calls_per_1000_messages": producer_calls / messages * 1000,
     }
 
 
@@ -297,9 +301,120 @@ def _epoch(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+# -- dispatch at scale: one run's throughput, and the largest minute it puts on time --------------------------
+
+SCALE_BODY = BODY
+SCALE_ATTRIBUTES = {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/remind"}}
+ONE_RUN_MESSAGES = 20_000
+SUSTAINED_MINUTES = 4  # minutes of load, each as large; a run each minute, horizon SUSTAINED_HORIZON_SECONDS
+# One minute of slack, so capacity shows within a few minutes: a deeper horizon only delays the same backlog.
+SUSTAINED_HORIZON_SECONDS = 2 * BUCKET_SECONDS
+RUN_JITTER_SECONDS = 2.0  # EventBridge fires a run within the first seconds of its minute
+GOAL_MINUTE_MESSAGES = 1_000_000
+# Our own code's CPU per dispatched message at one vCPU, beside botocore's (network_model.CLIENT_CPU_SECONDS):
+# simulate()'s cpu_us_per_dispatched_message measures it (in-memory fakes included, so it errs high).
+OWN_CPU_PER_MESSAGE_SECONDS = 35e-6
+
+
+class ScaleWorld:
+    """A delay table holding ``per_minute`` messages due in each of ``minutes`` minutes, and a dispatcher on a network model."""
+
+    def __init__(self, per_minute: int, minutes: int, memory_mb: int, lanes: int, horizon_seconds: int,
+                 first_minute: int) -> None:
+        self.clock = SimulatedClock(first_minute * BUCKET_SECONDS - horizon_seconds - BUCKET_SECONDS)
+        dynamodb = FakeDynamoDB()
+        dynamodb.copy_items = False
+        dynamodb.create_table("delay", "pk", "sk")
+        dynamodb.create_table("state", "pk")
+        self.sqs = FakeSQS(clock=self.clock)
+        rng = random.Random(per_minute)
+        store = DelayStore("delay", dynamodb)
+        for minute in range(first_minute, first_minute + minutes):
+            messages = [DelayedMessage(f"{minute}-{n}", int((minute * BUCKET_SECONDS + rng.random() * BUCKET_SECONDS) * 1000),
+                                       SCALE_BODY, SCALE_ATTRIBUTES, n % MAX_SHARDS) for n in range(per_minute)]
+            store.put_many(messages)
+        self.network = Network(self.clock, memory_mb, OWN_CPU_PER_MESSAGE_SECONDS, lanes)
+        self.dispatcher = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq",
+                                          sqs=self.network.wrap(self.sqs), dynamodb=self.network.wrap(dynamodb),
+                                          clock=self.clock, sleep=self._sleep, pool=self.network.pool(),
+                                          horizon_seconds=horizon_seconds)
+
+    def _sleep(self, seconds: float) -> None:
+        self.clock.now += seconds
+
+    def run_at(self, start: float) -> float:
+        """One run from ``start`` (or when the last ended), with the function's timeout; returns its end."""
+        self.clock.now = max(start, self.clock.now)
+        deadline = self.clock.now + SCHEDULER_TIMEOUT_SECONDS
+        self.dispatcher.run(lambda: int((deadline - self.clock.now) * 1000))
+        return self.clock.now
+
+    def lateness(self) -> list[float]:
+        """Each sent message's lateness: when SQS shows it, less its ``worker_tier.due_at`` (negative: early), sorted."""
+        return sorted(entry["visible_at"] - _epoch(entry["MessageAttributes"][DUE_AT_ATTRIBUTE]["StringValue"])
+                      for entry in self.sqs.sent)
+
+
+def one_run_rate(memory_mb: int, lanes: int = DISPATCH_THREADS, messages: int = ONE_RUN_MESSAGES) -> float:
+    """Messages per second of one run sending a large minute, well ahead of it (simulated time)."""
+    first = math.floor(START / BUCKET_SECONDS) + 30
+    world = ScaleWorld(messages, 1, memory_mb, lanes, DISPATCH_HORIZON_SECONDS, first)
+    world.run_at(world.clock.now)  # the first run: the watermark, and the empty minutes before this one
+    start = (first + 1) * BUCKET_SECONDS - DISPATCH_HORIZON_SECONDS  # the first moment the minute is in reach
+    end = world.run_at(start)
+    return len(world.sqs.sent) / (end - start)
+
+
+def sustained(per_minute: int, memory_mb: int, lanes: int = DISPATCH_THREADS) -> tuple[float, int]:
+    """(p99 lateness, early count) when every one of SUSTAINED_MINUTES minutes holds ``per_minute`` messages."""
+    first = math.floor(START / BUCKET_SECONDS) + 30
+    world = ScaleWorld(per_minute, SUSTAINED_MINUTES, memory_mb, lanes, SUSTAINED_HORIZON_SECONDS, first)
+    minute = first - 2
+    while len(world.sqs.sent) < per_minute * SUSTAINED_MINUTES and minute < first + 4 * SUSTAINED_MINUTES:
+        world.run_at(minute * BUCKET_SECONDS + RUN_JITTER_SECONDS)
+        minute += 1
+    lateness = world.lateness()
+    unsent = per_minute * SUSTAINED_MINUTES - len(lateness)
+    p99 = math.inf if unsent > len(lateness) // 100 else lateness[min(len(lateness) - 1, int(0.99 * len(lateness)))]
+    return p99, sum(1 for value in lateness if value < 0)
+
+
+def largest_sustained_minute(memory_mb: int, rate: float) -> int:
+    """The largest minute, repeated every minute, put on time (p99 <= 1 s, 0 early): tried down from the rate's prediction."""
+    usable_s = SCHEDULER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS
+    candidate = int(rate * usable_s * 1.1 // 500 * 500)
+    while candidate > 500:
+        p99, early = sustained(candidate, memory_mb)
+        if p99 <= 1.0 and early == 0:
+            return candidate
+        candidate = int(candidate * 0.9 // 500 * 500)
+    return 0
+
+
+def at_scale(memory_mb: int = SCHEDULER_MEMORY_MB, one_run_messages: int = ONE_RUN_MESSAGES) -> dict[str, float]:
+    """Dispatch figures on the network model, at the deployed memory size and at one full vCPU."""
+    rate = one_run_rate(memory_mb, messages=one_run_messages)
+    rate_one_vcpu = one_run_rate(LAMBDA_MB_PER_VCPU, messages=one_run_messages)
+    sequential = one_run_rate(memory_mb, lanes=1, messages=one_run_messages)
+    sustained_minute = largest_sustained_minute(memory_mb, rate)
+    ahead_s = DISPATCH_HORIZON_SECONDS - BUCKET_SECONDS - RUN_MARGIN_MS / 1000
+    return {
+        "dispatch_msgs_per_s_one_run": rate,
+        "dispatch_msgs_per_s_one_run_one_thread": sequential,
+        "dispatch_msgs_per_s_one_run_at_1769mb": rate_one_vcpu,
+        "largest_on_time_minute_every_minute": sustained_minute,
+        # One large minute among quiet ones: the horizon lets runs start on it ahead_s before it begins.
+        "largest_on_time_minute_alone": int(rate * ahead_s * (1 - RUN_MARGIN_MS / 1000 / SCHEDULER_TIMEOUT_SECONDS)),
+        "goal_minute_messages": GOAL_MINUTE_MESSAGES,
+        "one_run_share_of_goal_minute_every_minute": sustained_minute / GOAL_MINUTE_MESSAGES,
+        "runs_needed_for_goal_minute_at_1769mb": math.ceil(GOAL_MINUTE_MESSAGES / (rate_one_vcpu * (
+            SCHEDULER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS))),
+    }
+
+
 def run():
     """Measure and write bench/results/scheduler.json."""
-    figures = simulate()
+    figures = {**simulate(), **at_scale()}
     goals = {
         "cost_ratio_vs_eventbridge_scheduler": ("<=", 0.5),
         "early_count": ("<=", 0),

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from worker_tier import delay, delivery, limits
-from worker_tier.aws import LazyClient, error_code, is_condition_failure
+from worker_tier.aws import LazyClient, error_code, is_condition_failure, new_client
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.delivery import (  # noqa: F401 (the errors: part of this module's API)
@@ -61,7 +61,7 @@ from worker_tier.delivery import (  # noqa: F401 (the errors: part of this modul
 )
 from worker_tier.errors import WorkerTierError
 from worker_tier.message import message_bytes
-from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS
+from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, chunks
 from worker_tier.state import Lease
 
 # State-table keys: every key the scheduler writes starts with "scheduler#".
@@ -86,7 +86,9 @@ LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 RUN_MARGIN_MS = 10_000
 # A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
 QUERY_PAGE_ITEMS = 100
-QUERY_THREADS = 16
+# The run's threads: one Query per shard in flight at once, and as many SendMessageBatch calls. A botocore
+# client pools 10 connections by default; the dispatcher's clients pool this many.
+DISPATCH_THREADS = 16
 TIME_RUNNING_OUT = "invocation time running out"
 SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
 
@@ -167,23 +169,27 @@ class DelayDispatcher:
         sleep: Callable[[float], None] = time.sleep,
         parallel: bool = True,
         horizon_seconds: int = DISPATCH_HORIZON_SECONDS,
+        pool: Any = None,
     ) -> None:
         self.delay_table = delay_table
         self.state_table = state_table
         self.queue_url = queue_url
         self.dead_letter_queue_url = dead_letter_queue_url
         self.horizon_seconds = horizon_seconds
-        self._dynamodb = LazyClient("dynamodb", dynamodb)
+        self._dynamodb = LazyClient("dynamodb", dynamodb, factory=_pooled_client("dynamodb"))
+        self._sqs = LazyClient("sqs", sqs, factory=_pooled_client("sqs"))
         self._clock = clock
         self._sleep = sleep
         self._lease = Lease(state_table, LEASE_KEY, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
-        self.delivery = Delivery(LazyClient("sqs", sqs), dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
-        self._pool = ThreadPoolExecutor(max_workers=QUERY_THREADS) if parallel else None
+        self.delivery = Delivery(self._sqs, dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
+        # Anything with Executor.map; the bench passes one that runs the calls on a simulated clock.
+        self._pool = pool if pool is not None else ThreadPoolExecutor(max_workers=DISPATCH_THREADS) if parallel else None
         self._refiled_buckets: set[int] = set()  # minutes this scheduler refiled into: Queried consistently
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
         """One dispatch run; see the module docstring."""
         holder = str(uuid.uuid4())
+        self._sqs.get()  # clients are made here, not in the pool's threads (a boto3 session is not thread-safe)
         if not self._acquire(holder):
             return RunReport(ran=False, stopped="another run holds the lease")
         report = RunReport()
@@ -234,14 +240,15 @@ class DelayDispatcher:
 
     # -- the delay table ------------------------------------------------------------------
 
+    def _map(self, call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``call`` on each item, in flight together on the pool (one by one without one); results in order."""
+        if self._pool is None:
+            return [call(item) for item in items]
+        return list(self._pool.map(call, items))
+
     def _read_pages(self, bucket: int, open_shards: dict[int, str | None]) -> list[_Page]:
         """The next page of each open shard (shard -> the sort key to start after), in parallel."""
-        def read(shard_after: tuple[int, str | None]) -> _Page:
-            return self._read_page(bucket, *shard_after)
-
-        if self._pool is None:
-            return [read(item) for item in open_shards.items()]
-        return list(self._pool.map(read, open_shards.items()))
+        return self._map(lambda shard_after: self._read_page(bucket, *shard_after), list(open_shards.items()))
 
     def _read_page(self, bucket: int, shard: int, after: str | None) -> _Page:
         """One Query page of one shard, after ``after``, retried on throttling."""
@@ -456,6 +463,7 @@ class _MinuteDispatch:
         self.remaining_ms = remaining_ms
         self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
         self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
+        self.failing = False  # a batch of the wave kept failing: the wave's batches not yet gone stay unsent
 
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
@@ -512,35 +520,69 @@ class _MinuteDispatch:
         return complete
 
     def _send_all(self, messages: list[DelayedMessage]) -> bool:
-        """Send in batches, checking the time before each; False when time ran low."""
+        """Send in waves of one batch per thread, checking the time before each wave; False when time ran low.
+
+        A wave is a prefix of the round in due order, as each shard's page is, so a run
+        that stops for time has sent only what its cursors pass.
+        """
         attributes = [delay.with_due_at(m) for m in messages]
-        for batch in _batches([message_bytes(m.body, a) for m, a in zip(messages, attributes)]):
+        batches = list(_batches([message_bytes(m.body, a) for m, a in zip(messages, attributes)]))
+        for wave in chunks(batches, DISPATCH_THREADS):
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 return False
-            self._send_batch(messages, attributes, batch)
+            self._send_wave(messages, attributes, list(wave))
         return True
 
-    def _send_batch(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], batch: list[int]) -> None:
-        """Send one batch; dead-letter what SQS refuses; DispatchIncompleteError when some keep failing."""
-        now = self.scheduler._clock()
-        entries = [self._entry(index, messages[index], attributes[index], now) for index in batch]
-        sent = self.scheduler.delivery.deliver(self.scheduler.queue_url, entries)
+    def _send_wave(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], wave: list[list[int]]) -> None:
+        """The wave's batches in flight together; every answer is taken in (refusals dead-lettered), then the first failure raised.
+
+        So the cursors pass exactly what was handled, whichever batch failed.
+        """
+        self.failing = False
+        outcomes = self.scheduler._map(lambda batch: self._send_batch(messages, attributes, batch), wave)
+        failure: Exception | None = None
+        for batch, outcome in zip(wave, outcomes):
+            if isinstance(outcome, tuple):
+                failure = failure or self._take_in(messages, batch, *outcome)
+            elif isinstance(outcome, Exception):
+                failure = failure or outcome
+        if failure is not None:
+            raise failure
+
+    def _send_batch(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]],
+                    batch: list[int]) -> tuple[delivery.Sent, float] | Exception | None:
+        """In a pool thread: (what SQS did, when it was sent), the error, or None when a batch of the wave kept failing first."""
+        if self.failing:
+            return None
+        try:
+            now = self.scheduler._clock()
+            entries = [{**delivery.entry(str(i), messages[i], now), "MessageAttributes": attributes[i]} for i in batch]
+            sent = self.scheduler.delivery.deliver(self.scheduler.queue_url, entries)
+        except Exception as error:
+            self.failing = True
+            return error
+        if len(sent.accepted) + len(sent.refused) < len(batch):
+            self.failing = True
+        return sent, now
+
+    def _take_in(self, messages: list[DelayedMessage], batch: list[int], sent: delivery.Sent, now: float) -> Exception | None:
+        """Record one batch's answer, dead-letter its refusals; DispatchIncompleteError when some kept failing."""
         self.handled.update(int(i) for i in sent.accepted)
         self.report.sent += len(sent.accepted)
+        late_s = max(now - messages[i].due_ms / 1000 for i in batch)
+        self.report.max_lateness_s = max(self.report.max_lateness_s, late_s)
         for entry_id, refusal in sent.refused.items():
-            self.scheduler.delivery.dead_letter(messages[int(entry_id)], refusal)
+            try:
+                self.scheduler.delivery.dead_letter(messages[int(entry_id)], refusal)
+            except DispatchIncompleteError as error:
+                return error
             self.handled.add(int(entry_id))
             self.report.dead_lettered += 1
         left = len(batch) - len(sent.accepted) - len(sent.refused)
         if left:
-            raise DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {BATCH_ENTRIES.attempts} attempts")
-
-    def _entry(self, index: int, message: DelayedMessage, attributes: dict[str, Any], now: float) -> dict[str, Any]:
-        wait = message.due_ms / 1000 - now
-        if wait < 0:
-            self.report.max_lateness_s = max(self.report.max_lateness_s, -wait)
-        return {**delivery.entry(str(index), message, now), "MessageAttributes": attributes}
+            return DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {BATCH_ENTRIES.attempts} attempts")
+        return None
 
     def _save_cursors(self, pages: list[_Page], messages: list[DelayedMessage]) -> None:
         """Move each shard's cursor over the handled prefix of its page (in stored order), and save them if any moved.
@@ -559,6 +601,11 @@ class _MinuteDispatch:
                 moved = True
         if moved:
             self.scheduler._write_watermark(self.bucket, self.cursors, expected=self.bucket)
+
+
+def _pooled_client(service: str) -> Callable[[], Any]:
+    """A factory of the dispatcher's default client: one pooled connection per thread."""
+    return lambda: new_client(service, max_pool_connections=DISPATCH_THREADS)
 
 
 def _batches(sizes: list[int]) -> Iterator[list[int]]:

@@ -6,9 +6,12 @@ anything from 1 to MAX_SHARDS (16); poison items (an attribute SQS refuses, or a
 queues' MaximumMessageSize) stored as an older producer could have; bursts of
 one minute larger than a run; scheduler runs at random times, duplicated, after
 missed minutes or outages longer than the old 6-hour TTL, short of time
-mid-minute, or crashing before a watermark write; SendMessageBatch entries
-failing; Query throttled; BatchWriteItem leaving items unprocessed. SQS is the
-strict stand-in, so it refuses what real SQS refuses.
+mid-minute, or crashing before a watermark write or while batches are in flight;
+a run stalled past its lease and overtaken by a whole other run, then going on;
+SendMessageBatch entries failing; Query throttled; BatchWriteItem leaving items
+unprocessed. Each run's Queries and batches go through ``ShuffledPool``, in any
+order, as the dispatcher's threads may finish them. SQS is the strict stand-in,
+so it refuses what real SQS refuses.
 
 Invariants, after every step:
 - no message is visible in the work queue before its due time;
@@ -62,6 +65,33 @@ class SimulatedCrash(BaseException):
     """The invocation died: nothing after this point of the run happens, not even its finally blocks' calls."""
 
 
+class ShuffledPool:
+    """The dispatcher's thread pool, deterministic: calls run in a seeded random order (as threads finish them),
+    results come back in order; ``interrupt(n, action)`` runs ``action`` before the n-th call from now."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.countdown: int | None = None
+        self.action = None
+
+    def interrupt(self, calls: int, action) -> None:  # type: ignore[no-untyped-def]
+        self.countdown, self.action = calls, action
+
+    def map(self, call, items):  # type: ignore[no-untyped-def]
+        items = list(items)
+        order = list(range(len(items)))
+        self.rng.shuffle(order)
+        results = {}
+        for index in order:
+            if self.countdown is not None:
+                self.countdown -= 1
+                if self.countdown < 0:
+                    action, self.countdown, self.action = self.action, None, None
+                    action()
+            results[index] = call(items[index])
+        return [results[index] for index in range(len(items))]
+
+
 class DelayMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -69,6 +99,8 @@ class DelayMachine(RuleBasedStateMachine):
         self.rng = random.Random(0)
         self.p_sqs_fail = self.p_throttle = self.p_unprocessed = 0.0
         self.crash_armed = self.crashed = False
+        self.overlapped = False  # a run was overtaken by another after its lease ran out: both may send the same
+        self.pool = ShuffledPool(self.rng)
         self.long_outages_left = 0
         self.dynamodb = FakeDynamoDB(fault=self._dynamodb_fault)
         self.dynamodb.create_table("delay", "pk", "sk")
@@ -222,6 +254,27 @@ class DelayMachine(RuleBasedStateMachine):
         self.crash_armed = True
         self._run()
 
+    @rule(calls=st.integers(0, 40))
+    def crash_while_batches_are_in_flight(self, calls: int) -> None:
+        self.pool.interrupt(calls, self._crash)
+        self._run()
+
+    @rule(calls=st.integers(0, 40))
+    def run_overtaken_after_its_lease_runs_out(self, calls: int) -> None:
+        # a run stalls mid-way past its lease; another takes the lease and runs whole; then the first goes on
+        self.pool.interrupt(calls, self._overtake)
+        self._run()
+
+    def _crash(self) -> None:
+        self.crashed = True
+        raise SimulatedCrash()
+
+    def _overtake(self) -> None:
+        self.overlapped = True
+        self.real += LEASE_SECONDS + 1
+        DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
+                        clock=lambda: self.real, sleep=lambda s: None, pool=ShuffledPool(self.rng)).run()
+
     @rule(checks=st.integers(1, 12))
     def run_short_of_time(self, checks: int) -> None:
         budget = iter(range(checks))
@@ -234,17 +287,19 @@ class DelayMachine(RuleBasedStateMachine):
             self.late.update(body for body, due in self.due_ms.items()
                              if due < floor_ms and body not in self.delivered and body not in self.dead)
         scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
-                                   clock=lambda: self.real, sleep=lambda s: None, parallel=False)
+                                   clock=lambda: self.real, sleep=lambda s: None, pool=self.pool)
         try:
             report = scheduler.run(remaining_ms)
         except (SimulatedCrash, Exception):
             # A run that died or failed mid-way: what it sent after its last saved cursor may be sent again.
             self.exposed.update(entry["MessageBody"] for entry in self.fake_sqs.sent[before:])
         else:
-            if report.stopped not in ("", TIME_RUNNING_OUT):  # stopped on a failure inside a round
+            # stopped on a failure inside a round, or overtaken: what it sent may go again
+            if report.stopped not in ("", TIME_RUNNING_OUT) or self.overlapped:
                 self.exposed.update(entry["MessageBody"] for entry in self.fake_sqs.sent[before:])
         finally:
-            self.crash_armed = self.crashed = False
+            self.crash_armed = self.crashed = self.overlapped = False
+            self.pool.countdown = self.pool.action = None
 
     # -- invariants ---------------------------------------------------------------------
 
