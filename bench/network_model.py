@@ -79,14 +79,18 @@ class Network:
     client_cpu_seconds: dict[str, float] = field(default_factory=lambda: dict(CLIENT_CPU_SECONDS))
     calls: int = 0
 
-    def spend(self, operation: str, messages: int = 0) -> None:
-        """Advance the clock over one call: its CPU when the CPU is free, then its round trip."""
+    def send(self, operation: str, messages: int = 0) -> None:
+        """Advance the clock to when AWS receives a call: its CPU when the CPU is free, then half its round trip."""
         vcpus = min(1.0, self.memory_mb / LAMBDA_MB_PER_VCPU)
         cpu = (self.client_cpu_seconds[operation] + messages * self.own_cpu_per_message_seconds) / vcpus
         start = max(self.clock.now, self.clock.cpu_free_at)
         self.clock.cpu_free_at = start + cpu
-        self.clock.now = self.clock.cpu_free_at + self.round_trip_seconds[operation]
+        self.clock.now = self.clock.cpu_free_at + self.round_trip_seconds[operation] / 2
         self.calls += 1
+
+    def answer(self, operation: str) -> None:
+        """Advance the clock to when the answer is back: the other half of the round trip."""
+        self.clock.now += self.round_trip_seconds[operation] / 2
 
     def wrap(self, fake: Any) -> "Timed":
         """``fake`` with every call timed by this network."""
@@ -98,7 +102,7 @@ class Network:
 
 
 class Timed:
-    """A fake whose calls advance the simulated clock; the call's effect lands when its answer arrives."""
+    """A fake whose calls advance the simulated clock; a call takes effect when AWS receives it (a delay counts from then)."""
 
     def __init__(self, fake: Any, network: Network) -> None:
         self._fake, self._network = fake, network
@@ -109,8 +113,11 @@ class Timed:
             return method
 
         def timed(**kwargs: Any) -> Any:
-            self._network.spend(name, len(kwargs.get("Entries") or ()))
-            return method(**kwargs)
+            self._network.send(name, len(kwargs.get("Entries") or ()))
+            try:
+                return method(**kwargs)
+            finally:
+                self._network.answer(name)
 
         return timed
 
