@@ -351,6 +351,10 @@ class ScaleWorld:
     def _sleep(self, seconds: float) -> None:
         self.clock.now += seconds
 
+    def prime(self) -> None:
+        """The first run, untimed: it finds no watermark, probes back for one, and writes it (once per stack)."""
+        self.dispatcher.run()
+
     def run_at(self, start: float) -> float:
         """One run from ``start`` (or when the last ended), with the function's timeout; returns its end."""
         self.clock.now = max(start, self.clock.now)
@@ -376,7 +380,7 @@ def one_run_rate(memory_mb: int, lanes: int = DISPATCH_THREADS, messages: int = 
     """Messages per second of one run sending a large minute, well ahead of it (simulated time)."""
     first = math.floor(START / BUCKET_SECONDS) + 30
     world = ScaleWorld(messages, 1, memory_mb, lanes, DISPATCH_HORIZON_SECONDS, first)
-    world.run_at(world.clock.now)  # the first run: the watermark, and the empty minutes before this one
+    world.prime()
     start = (first + 1) * BUCKET_SECONDS - DISPATCH_HORIZON_SECONDS  # the first moment the minute is in reach
     end = world.run_at(start)
     return len(world.sqs.sent) / (end - start)
@@ -386,6 +390,7 @@ def sustained(per_minute: int, memory_mb: int, lanes: int = DISPATCH_THREADS) ->
     """(p99 dispatch lateness, early count) when every one of SUSTAINED_MINUTES minutes holds ``per_minute`` messages."""
     first = math.floor(START / BUCKET_SECONDS) + 30
     world = ScaleWorld(per_minute, SUSTAINED_MINUTES, memory_mb, lanes, SUSTAINED_HORIZON_SECONDS, first)
+    world.prime()
     minute = first - 2
     while len(world.sqs.sent) < per_minute * SUSTAINED_MINUTES and minute < first + 4 * SUSTAINED_MINUTES:
         world.run_at(minute * BUCKET_SECONDS + RUN_JITTER_SECONDS)
@@ -556,7 +561,7 @@ def _model_run(messages: int, round_trip: dict[str, float], client_cpu: dict[str
     world.network.own_cpu_per_message_seconds = own_cpu_s
     world.network.round_trip_seconds.update(round_trip)
     world.network.client_cpu_seconds.update(client_cpu)
-    world.run_at(world.clock.now)
+    world.prime()
     start = (first + 1) * BUCKET_SECONDS - DISPATCH_HORIZON_SECONDS
     end = world.run_at(start)
     return len(world.sqs.sent) / (end - start)

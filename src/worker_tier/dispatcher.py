@@ -15,11 +15,13 @@ One run, under a lease in the state table so runs never overlap:
    once, before its first Query ever), then go in rounds. A round reads the next
    page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
    the producers used (in parallel), sends the pages merged in due order with
-   ``DelaySeconds = ceil(due − now)`` (0..900), then saves each shard's cursor.
+   ``DelaySeconds = ceil(due − now)`` (0..900), in waves of one SendMessageBatch
+   per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's
+   cursor over what was handled (a wave is a prefix of the round in due order).
    When every shard is done the record gets ``finished_ms`` and the watermark
    moves to the next minute (the safety net, ``worker_tier.delay_recovery``,
    reads these records);
-3. stop before the invocation's time runs out, between any two batches; the
+3. stop before the invocation's time runs out, between any two waves; the
    cursors and the watermark stay true.
 
 Before a round's first send, each item that is not a delayed message (``delay.read_item``)
@@ -32,6 +34,10 @@ a sender fault, and it goes to the dead-letter queue with a ``worker_tier.failur
 reason (or, when the DLQ refuses that copy too, a small message pointing at its
 delay-table item, which is kept until its TTL); or SQS keeps failing it
 transiently, and the run stops there, to resume from the cursors next time.
+
+One run is bound by CPU rather than the network: a single interpreter (the GIL)
+builds and parses every call, and botocore spends milliseconds on each, so the
+threads help until the CPU is full (figures: ``bench/results/scheduler.json``).
 
 Memory holds at most one page per shard (``QUERY_PAGE_ITEMS``). A run that finds itself behind (missed
 runs, an outage) catches up from the watermark; messages already due go out at
