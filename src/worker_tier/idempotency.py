@@ -28,7 +28,7 @@ import json
 import time
 from typing import Any, Callable
 
-from worker_tier import message
+from worker_tier import contract, message
 from worker_tier.aws import is_condition_failure
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
@@ -131,7 +131,7 @@ class IdempotentRunner:
         if not self._table_name:
             raise IdempotencyConfigurationError(
                 f"task {definition.path!r} is idempotent but no state table is configured "
-                "(set WORKER_TIER_STATE_TABLE; the stack sets it for you)"
+                f"(set {contract.STATE_TABLE_VARIABLE}; the stack sets it for you)"
             )
         from aws_lambda_powertools.utilities.idempotency import (
             DynamoDBPersistenceLayer,

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from worker_tier import limits
+from worker_tier.contract import ENVIRONMENT_PREFIX, setting_variable  # noqa: F401 - ENVIRONMENT_PREFIX: importable here too
 from worker_tier.errors import SettingsError
-
-ENVIRONMENT_PREFIX = "WORKER_TIER_"
 
 # Elastic Beanstalk worker defaults:
 # https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/command-options-general.html#command-options-general-elasticbeanstalksqsd
@@ -37,7 +36,7 @@ DEFAULT_TIMEOUT_MARGIN_SECONDS = 10
 DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
 DEFAULT_TASK_MODULES = "tasks"
 DEFAULT_DELAY_SHARDS = 8
-# The scheduler queries every possible shard of every minute (so no producer's shard count can be missed),
+# The delay dispatcher queries every possible shard of every minute (so no producer's shard count can be missed),
 # and an empty Query still costs 0.5 read unit: 16 shards is ~16,000 writes/s into one minute's partitions
 # (DynamoDB's 1,000 per partition) and keeps the delay path under half EventBridge Scheduler's cost (make bench).
 MAX_DELAY_SHARDS = 16
@@ -179,7 +178,7 @@ class Settings:
         """Read every ``WORKER_TIER_<SETTING>`` variable that is set; the rest keep their defaults."""
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
-            raw = environ.get(ENVIRONMENT_PREFIX + field.name.upper())
+            raw = environ.get(setting_variable(field.name))
             if raw is not None:
                 values[field.name] = _parse_environment_value(field.name, field.type, raw)
         return cls(**values)
@@ -187,7 +186,7 @@ class Settings:
     def to_environment(self) -> dict[str, str]:
         """The ``WORKER_TIER_*`` variables that carry these settings into a function."""
         return {
-            ENVIRONMENT_PREFIX + f.name.upper(): _format_environment_value(getattr(self, f.name))
+            setting_variable(f.name): _format_environment_value(getattr(self, f.name))
             for f in dataclasses.fields(self)
         }
 
@@ -324,10 +323,10 @@ def _parse_environment_value(name: str, kind: Any, raw: str) -> Any:
         try:
             return int(raw)
         except ValueError:
-            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be a whole number, got {raw!r}") from None
+            raise SettingsError(f"{setting_variable(name)} must be a whole number, got {raw!r}") from None
     if kind in (bool, "bool"):
         if raw.lower() not in ("true", "false"):
-            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be 'true' or 'false', got {raw!r}")
+            raise SettingsError(f"{setting_variable(name)} must be 'true' or 'false', got {raw!r}")
         return raw.lower() == "true"
     return raw
 

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         settings, cron_entries=entries, on_tick=_print_tick, on_scheduler_run=_print_scheduler_run, container=args.container
     ) as env:
         if args.container:
-            _say(f"container worker (python -m worker_tier worker) consuming {env.long_queue_url}")
+            _say(f"container worker (python -m worker_tier worker) consuming {env.container_queue_url}")
         _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
         _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")

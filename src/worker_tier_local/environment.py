@@ -10,9 +10,8 @@ import time
 import urllib.request
 from typing import Any, Callable, Sequence
 
-from worker_tier import delay, limits
+from worker_tier import contract, limits
 from worker_tier.client import Client
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier_local.context import LocalContext
 from worker_tier_local.cron import CronEmulator
 from worker_tier_local.event_source import EventSourceEmulator
@@ -101,19 +100,7 @@ class LocalEnvironment:
         self.sqs = boto3.client("sqs")
         self.dynamodb = boto3.client("dynamodb")
         self._create_resources()
-        self._set_environment(
-            {
-                **self.settings.to_environment(),
-                **self.resource_environment(),
-                "WORKER_TIER_DELAY_HORIZON": str(LOCAL_DELAY_HORIZON_SECONDS),
-            }
-        )
-        if self._container:
-            self.long_queue_url = self.sqs.create_queue(
-                QueueName=f"{LOCAL_PREFIX}-long-tasks",
-                Attributes={"VisibilityTimeout": str(self.settings.visibility_timeout)},
-            )["QueueUrl"]
-            self._set_environment({"WORKER_TIER_LONG_QUEUE_URL": self.long_queue_url})  # the Lambda worker forwards there
+        self._set_environment({**self.settings.to_environment(), **self.resources().to_environment()})
         self.client = self.new_client()
         self._scheduler_handler = _real_scheduler_handler()
         self.event_source = EventSourceEmulator(
@@ -158,14 +145,19 @@ class LocalEnvironment:
             long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS,
         )
 
-    def resource_environment(self) -> dict[str, str]:
-        """The WORKER_TIER_* resource variables the stack sets on the functions."""
-        return {
-            "WORKER_TIER_QUEUE_URL": self.queue_url,
-            "WORKER_TIER_DLQ_URL": self.dead_letter_queue_url,
-            "WORKER_TIER_STATE_TABLE": self.state_table,
-            "WORKER_TIER_DELAY_TABLE": self.delay_table,
-        }
+    def resources(self) -> contract.Resources:
+        """The resources the stack names to the Lambda functions, plus the local dispatch horizon.
+
+        With a container worker, the Lambda worker forwards to its queue (``container_queue_url``).
+        """
+        return contract.Resources(
+            queue_url=self.queue_url,
+            dlq_url=self.dead_letter_queue_url,
+            state_table=self.state_table,
+            delay_table=self.delay_table,
+            container_queue_url=self.container_queue_url,
+            delay_horizon_seconds=LOCAL_DELAY_HORIZON_SECONDS,
+        )
 
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
@@ -174,7 +166,7 @@ class LocalEnvironment:
 
         core = Worker(
             self.settings,
-            queue_url=self.long_queue_url,
+            queue_url=self.container_queue_url,
             dead_letter_queue_url=self.dead_letter_queue_url,
             state_table=self.state_table,
             sqs=self.sqs,
@@ -182,7 +174,7 @@ class LocalEnvironment:
             delay_table=self.delay_table,
         )
         self.consumer = Consumer(
-            core, self.sqs, self.long_queue_url, concurrency=self.settings.container_concurrency,
+            core, self.sqs, self.container_queue_url, concurrency=self.settings.container_concurrency,
             poll_wait_seconds=1, protection=TaskProtection(agent_uri=""),
             # In-process here: a task still running after the grace period keeps its message (heartbeat)
             # and dies with this process, rather than ending the whole local environment at once.
@@ -238,45 +230,34 @@ class LocalEnvironment:
         return [_dead_letter_view(m) for m in response.get("Messages") or []]
 
     def _create_resources(self) -> None:
-        """Queue, DLQ and state table, configured as WorkerTierStack configures them."""
-        suffix = ".fifo" if self.settings.fifo else ""
-        fifo = {"FifoQueue": "true"} if self.settings.fifo else {}
-        self.dead_letter_queue_url = self.sqs.create_queue(
-            QueueName=f"{LOCAL_PREFIX}-dlq{suffix}",
-            Attributes={**fifo, "MessageRetentionPeriod": str(limits.SQS_MAX_RETENTION_SECONDS)},
-        )["QueueUrl"]
+        """Queues and tables, shaped as WorkerTierStack shapes them (``contract.queue_attributes``, the key layouts)."""
+        self.dead_letter_queue_url = self._create_queue("dlq", contract.queue_attributes(self.settings, dead_letter=True))
         dead_letter_arn = self._queue_arn(self.dead_letter_queue_url)
         redrive = {"deadLetterTargetArn": dead_letter_arn, "maxReceiveCount": self.settings.redrive_max_receive_count}
-        self.queue_url = self.sqs.create_queue(
-            QueueName=f"{LOCAL_PREFIX}-queue{suffix}",
-            Attributes={
-                **fifo,
-                "VisibilityTimeout": str(self.settings.visibility_timeout),
-                "MessageRetentionPeriod": str(self.settings.retention_period),
-                "RedrivePolicy": json.dumps(redrive),
-            },
-        )["QueueUrl"]
+        work_queue = {**contract.queue_attributes(self.settings), "RedrivePolicy": json.dumps(redrive)}
+        self.queue_url = self._create_queue("queue", work_queue)
         self.queue_arn = self._queue_arn(self.queue_url)
+        self.container_queue_url = self._create_queue("container", work_queue) if self._container else None
         self.state_table = f"{LOCAL_PREFIX}-state"
+        self._create_table(self.state_table, [contract.STATE_PARTITION_KEY], contract.STATE_TTL_ATTRIBUTE)
+        self.delay_table = f"{LOCAL_PREFIX}-delays"
+        self._create_table(self.delay_table, [contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY], contract.DELAY_TTL_ATTRIBUTE)
+
+    def _create_queue(self, name: str, attributes: dict[str, str]) -> str:
+        suffix = contract.FIFO_QUEUE_SUFFIX if self.settings.fifo else ""
+        return self.sqs.create_queue(QueueName=f"{LOCAL_PREFIX}-{name}{suffix}", Attributes=attributes)["QueueUrl"]
+
+    def _create_table(self, name: str, keys: list[str], ttl_attribute: str) -> None:
+        """An on-demand table keyed by ``keys`` (partition key, then sort key) of strings, with its TTL."""
+        key_types = ("HASH", "RANGE")
         self.dynamodb.create_table(
-            TableName=self.state_table,
-            KeySchema=[{"AttributeName": STATE_TABLE_PARTITION_KEY, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": STATE_TABLE_PARTITION_KEY, "AttributeType": "S"}],
+            TableName=name,
+            KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, key_types)],
+            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"} for key in keys],
             BillingMode="PAY_PER_REQUEST",
         )
         self.dynamodb.update_time_to_live(
-            TableName=self.state_table,
-            TimeToLiveSpecification={"Enabled": True, "AttributeName": STATE_TABLE_TTL_ATTRIBUTE},
-        )
-        self.delay_table = f"{LOCAL_PREFIX}-delays"
-        self.dynamodb.create_table(
-            TableName=self.delay_table,
-            KeySchema=[{"AttributeName": delay.PK, "KeyType": "HASH"}, {"AttributeName": delay.SK, "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": delay.PK, "AttributeType": "S"},
-                {"AttributeName": delay.SK, "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute}
         )
 
     def _queue_arn(self, queue_url: str) -> str:
