@@ -21,12 +21,12 @@ LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PREFIX = "worker-tier-local"
-# Locally the producer and the scheduler share one clock (no skew margin), and a lower threshold lets a
+# Locally the producer and the delay dispatcher share one clock (no skew margin), and a lower threshold lets a
 # person watch a delayed message go through the delay table within a few minutes. The horizon must cover
 # one minute's bucket plus one minute between runs to stay punctual.
 LOCAL_LONG_DELAY_THRESHOLD_SECONDS = 120
 LOCAL_DELAY_HORIZON_SECONDS = 120
-SCHEDULER_PERIOD_SECONDS = 60
+DISPATCHER_PERIOD_SECONDS = 60
 
 
 class LocalEnvironment:
@@ -46,7 +46,7 @@ class LocalEnvironment:
         handler: Callable[[dict, Any], dict] | None = None,
         cron_entries: Sequence[Any] = (),
         on_tick: Callable[[Any], None] | None = None,
-        on_scheduler_run: Callable[[Any], None] | None = None,
+        on_dispatcher_run: Callable[[Any], None] | None = None,
         cron_clock: Callable[[], float] = time.time,
         container: bool = False,
         port: int = 0,
@@ -55,11 +55,11 @@ class LocalEnvironment:
         self._handler = handler
         self._cron_entries = list(cron_entries)
         self._on_tick = on_tick or (lambda result: None)
-        self._on_scheduler_run = on_scheduler_run or (lambda result: None)
+        self._on_dispatcher_run = on_dispatcher_run or (lambda result: None)
         self._cron_clock = cron_clock
         self._port = port
         self.cron: CronEmulator | None = None
-        self._next_scheduler_run = 0.0
+        self._next_dispatcher_run = 0.0
         self._container = container
         self.consumer: Any = None
         self._consumer_thread: threading.Thread | None = None
@@ -102,7 +102,7 @@ class LocalEnvironment:
         self._create_resources()
         self._set_environment({**self.settings.to_environment(), **self.resources().to_environment()})
         self.client = self.new_client()
-        self._scheduler_handler = _real_scheduler_handler()
+        self._dispatcher_handler = _real_dispatcher_handler()
         self.event_source = EventSourceEmulator(
             self.sqs,
             self.queue_url,
@@ -113,7 +113,7 @@ class LocalEnvironment:
             LOCAL_REGION,
         )
         if self._cron_entries:
-            self.cron = CronEmulator(self._cron_entries, _real_cron_handler(), self._new_context, self._cron_clock)
+            self.cron = CronEmulator(self._cron_entries, _real_periodic_handler(), self._new_context, self._cron_clock)
         if self._container:
             self._start_container_worker()
 
@@ -183,18 +183,18 @@ class LocalEnvironment:
         self._consumer_thread = threading.Thread(target=self.consumer.run, name="container-worker", daemon=True)
         self._consumer_thread.start()
 
-    def run_scheduler(self) -> dict[str, Any]:
-        """One delay-scheduler run through its real handler."""
-        return self._scheduler_handler({}, self._new_context())
+    def run_dispatcher(self) -> dict[str, Any]:
+        """One delay dispatcher run through its real handler."""
+        return self._dispatcher_handler({}, self._new_context())
 
     def poll_once(self, wait_seconds: int = 1) -> int:
-        """Run the delay scheduler each minute and fire due cron ticks, then one event-source poll.
+        """Run the delay dispatcher each minute and fire due cron ticks, then one event-source poll.
 
         Returns how many messages the worker handler was given.
         """
-        if time.monotonic() >= self._next_scheduler_run:
-            self._next_scheduler_run = time.monotonic() + SCHEDULER_PERIOD_SECONDS
-            self._on_scheduler_run(self.run_scheduler())
+        if time.monotonic() >= self._next_dispatcher_run:
+            self._next_dispatcher_run = time.monotonic() + DISPATCHER_PERIOD_SECONDS
+            self._on_dispatcher_run(self.run_dispatcher())
         if self.cron is not None:
             for result in self.cron.fire_due():
                 self._on_tick(result)
@@ -286,16 +286,16 @@ def _real_lambda_handler() -> Callable[[dict, Any], dict]:
     return worker.lambda_handler
 
 
-def _real_scheduler_handler() -> Callable[[dict, Any], dict]:
-    """The deployed delay-scheduler handler, rebuilt so it reads this environment's variables."""
+def _real_dispatcher_handler() -> Callable[[dict, Any], dict]:
+    """The deployed delay dispatcher handler, rebuilt so it reads this environment's variables."""
     from worker_tier.handlers import dispatcher
 
     dispatcher.dispatcher.reset()
     return dispatcher.lambda_handler
 
 
-def _real_cron_handler() -> Callable[[dict, Any], dict]:
-    """The deployed cron handler, rebuilt so it reads this environment's variables."""
+def _real_periodic_handler() -> Callable[[dict, Any], dict]:
+    """The deployed periodic-task handler, rebuilt so it reads this environment's variables."""
     from worker_tier.handlers import periodic
 
     periodic.enqueuer.reset()

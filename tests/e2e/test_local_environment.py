@@ -122,8 +122,8 @@ def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(ou
         env.new_client(clock=late_clock).send("/e2e-delayed", '{"kind": "reminder"}', delay=150)
         stored = env.dynamodb.scan(TableName=env.delay_table)["Items"]
         assert len(stored) == 1 and env.queue_depth() == 0
-        # AND the scheduler runs
-        report = env.run_scheduler()
+        # AND the delay dispatcher runs
+        report = env.run_dispatcher()
         assert env.poll_until(lambda: len(seen) == 1, timeout_seconds=10)
     # THEN the message arrived once, with its body and when it was due
     assert report["sent"] == 1 and report["max_lateness_s"] > 140
