@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds running tasks get after SIGTERM before the process exits without them")
     args = parser.parse_args(argv)
     try:
-        queue_url = NEEDS.read(os.environ).queue_url
+        queue_url = NEEDS.read(os.environ).named("queue_url")
     except SettingsError as error:
         print(error, file=sys.stderr)
         return EXIT_CODE_USAGE

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from worker_tier import limits
 from worker_tier.errors import SettingsError
@@ -93,6 +94,13 @@ class Resources:
                 values[field.name] = _whole_number(field.metadata["variable"], raw) if field.type == "int | None" else raw
         return cls(**values)  # type: ignore[arg-type]
 
+    def named(self, field_name: str, reader: str = "this process") -> str:
+        """A resource ``reader`` cannot run without: its name or URL, else SettingsError naming its variable."""
+        value = getattr(self, field_name)
+        if value is None:
+            raise SettingsError(f"{self.variable(field_name)} must be set: {reader} reads its {field_name} from it")
+        return str(value)
+
     def to_environment(self) -> dict[str, str]:
         """The variables for the fields that are set (CDK tokens are strings, so constructs use this too)."""
         return {
@@ -138,8 +146,7 @@ class Needs:
         """The declared resources; SettingsError naming the first required variable that is not set."""
         resources = Resources.from_environment(environ, (*self.required, *self.optional))
         for name in self.required:
-            if getattr(resources, name) is None:
-                raise SettingsError(f"{Resources.variable(name)} must be set: {self.reader} reads its {name} from it")
+            resources.named(name, self.reader)
         return resources
 
     def check(self, environ: Mapping[str, str] = os.environ) -> None:

@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
 from worker_tier.aws import error_code
-from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as BUCKET_KEY_PREFIX
-from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_PREFIX
+from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as BUCKET_KEY_PREFIX  # noqa: F401 - the key layout is the contract's
+from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_PREFIX  # noqa: F401 - importable from here too
 from worker_tier.contract import DELAY_PARTITION_KEY as PK
 from worker_tier.contract import DELAY_SORT_KEY as SK
 from worker_tier.contract import DELAY_TTL_ATTRIBUTE as TTL_ATTRIBUTE

@@ -28,10 +28,9 @@ from worker_tier.contract import (  # noqa: F401 - the key layout is the contrac
     IDEMPOTENCY_KEY_PREFIX,
     TICK_KEY_PREFIX,
 )
-from worker_tier.contract import STATE_KEY_PREFIXES as KEY_PREFIXES
+from worker_tier.contract import STATE_KEY_PREFIXES as KEY_PREFIXES  # noqa: F401
 from worker_tier.contract import STATE_PARTITION_KEY as PARTITION_KEY
 from worker_tier.contract import STATE_TTL_ATTRIBUTE as TTL_ATTRIBUTE
-
 
 HOLDER_ATTRIBUTE = "holder"
 LEASE_UNTIL_ATTRIBUTE = "lease_until"

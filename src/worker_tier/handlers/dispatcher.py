@@ -27,10 +27,10 @@ NEEDS = contract.Needs("the delay dispatcher", required=("delay_table", "state_t
 def _new_dispatcher() -> DelayDispatcher:
     resources = NEEDS.read()
     return DelayDispatcher(
-        resources.delay_table,
-        resources.state_table,
-        resources.queue_url,
-        dead_letter_queue_url=resources.dlq_url,
+        resources.named("delay_table"),
+        resources.named("state_table"),
+        resources.named("queue_url"),
+        dead_letter_queue_url=resources.named("dlq_url"),
         horizon_seconds=resources.delay_horizon_seconds or delay.DISPATCH_HORIZON_SECONDS,
     )
 

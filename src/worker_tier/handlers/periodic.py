@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from worker_tier import contract
-from worker_tier.contract import METRIC_TICKS_DUPLICATE, METRIC_TICKS_ENQUEUED, METRIC_TICKS_RETRIED
+from worker_tier.contract import (
+    METRIC_TICKS_DUPLICATE,
+    METRIC_TICKS_ENQUEUED,
+    METRIC_TICKS_RETRIED,
+)
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
 from worker_tier.periodic import TickEnqueuer, tick_from_event
@@ -15,7 +19,7 @@ NEEDS = contract.Needs("the periodic-task function", required=("queue_url", "sta
 
 def _new_enqueuer() -> TickEnqueuer:
     resources = NEEDS.read()
-    return TickEnqueuer(resources.queue_url, resources.state_table)
+    return TickEnqueuer(resources.named("queue_url"), resources.named("state_table"))
 
 
 enqueuer = PerProcess(_new_enqueuer)

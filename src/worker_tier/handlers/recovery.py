@@ -26,7 +26,8 @@ class StreamEventError(ValueError):
 
 def _new_recovery() -> DelayRecovery:
     resources = NEEDS.read()
-    return DelayRecovery(resources.state_table, resources.queue_url, resources.dlq_url, delay_table=resources.delay_table)
+    return DelayRecovery(resources.named("state_table"), resources.named("queue_url"), resources.named("dlq_url"),
+                         delay_table=resources.delay_table)
 
 
 recovery = PerProcess(_new_recovery)
