@@ -109,7 +109,7 @@ class WorkerQueue(Construct):
         )
 
     def _environment(self, settings: Settings, state_table: dynamodb.ITableV2 | None) -> dict[str, str]:
-        """Settings and resource names, as DESIGN.md's WORKER_TIER_* variables."""
+        """Settings and resource names, the WORKER_TIER_* variables of docs/design.md, "Environment variables"."""
         environment = {
             **settings.to_environment(),
             "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
