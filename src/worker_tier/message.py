@@ -262,7 +262,7 @@ def _plain_str(error: BaseException) -> str:
 
 
 def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
-    """The ``worker_tier.failure`` fields for an error (DESIGN.md, message contract)."""
+    """The ``worker_tier.failure`` fields for an error (docs/design.md, "Message contract")."""
     return {
         "error_type": type(error).__name__,
         "error_message": truncate_utf8(error_text(error), MAX_ERROR_MESSAGE_BYTES),

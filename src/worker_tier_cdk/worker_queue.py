@@ -109,7 +109,7 @@ class WorkerQueue(Construct):
         )
 
     def _environment(self, settings: Settings, state_table: dynamodb.ITableV2 | None) -> dict[str, str]:
-        """Settings and resource names, as the contract's variables (worker_tier.contract)."""
+        """Settings and resource names, the contract's variables (worker_tier.contract; docs/design.md, "Environment variables")."""
         resources = contract.Resources(
             queue_url=self.queue.queue_url,
             dlq_url=self.dead_letter_queue.queue_url,
