@@ -59,7 +59,7 @@ CRON = '''
        schedule: "0 8 * * *"
 '''
 APP = '''
-    """A team's own CDK app: the stack, its task package and its cron.yaml. argv[1]: task_modules."""
+    """A team's own CDK app: the stack with a container worker, its task package and its cron.yaml. argv[1]: task_modules."""
     import sys
 
     import aws_cdk as cdk
@@ -67,7 +67,7 @@ APP = '''
     from worker_tier_cdk import Settings, TaskCode, WorkerTierStack
 
     app = cdk.App()
-    WorkerTierStack(app, "Jobs", settings=Settings(task_modules=sys.argv[1]),
+    WorkerTierStack(app, "Jobs", settings=Settings(task_modules=sys.argv[1], container_worker=True),
                     task_code=TaskCode.from_directories("myjobs"), cron_file="cron.yaml")
     app.synth()
 '''
@@ -187,6 +187,14 @@ def test_the_worker_asset_is_the_installed_runtime_plus_the_team_tasks(synthesiz
         packaged = {n for n in archive.namelist() if n.startswith("worker_tier/")}
     staged = {p.relative_to(asset).as_posix() for p in (asset / "worker_tier").rglob("*") if p.is_file()}
     assert staged == packaged
+
+
+def test_the_container_image_is_built_from_the_runtime_the_team_tasks_and_its_dockerfile(synthesized):
+    # GIVEN the container worker's image asset
+    [image] = json.loads((synthesized / "Jobs.assets.json").read_text())["dockerImages"].values()
+    context = synthesized / image["source"]["directory"]
+    # THEN its build context is the runtime, the team's package, the Dockerfile and its pins, and nothing else
+    assert sorted(p.name for p in context.iterdir()) == ["myjobs", "requirements.txt", "worker.Dockerfile", "worker_tier"]
 
 
 def test_the_other_functions_run_only_the_runtime(synthesized):
