@@ -22,6 +22,7 @@ from packaging.version import Version
 from aws_cdk.assertions import Annotations
 
 from tests.infra.conftest import TASK_CODE
+from worker_tier_cdk.code import TaskCode, TaskCodeError
 from worker_tier_cdk.grants import (
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
@@ -393,3 +394,29 @@ def test_every_role_reaches_only_its_own_items_of_the_shared_tables(template):
     for role, statement in statements:
         keys = statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
         assert keys and all(k.endswith("#*") for k in keys), (role, statement)
+
+
+@pytest.mark.parametrize(
+    "task_modules, message",
+    [
+        ("tasks.exampels", "task_modules names 'tasks.exampels', but its task code directory '{tasks}' has no "
+                           "tasks/exampels.py or tasks/exampels/__init__.py; name a module that the directory contains"),
+        ("billing.tasks", "task_modules names 'billing.tasks', but no task code directory is named 'billing' "
+                          "(deployed: ['tasks']); pass task_code=TaskCode.from_directories(...) with the directory that holds it"),
+    ],
+)
+def test_task_modules_the_task_code_does_not_deploy_fail_naming_the_module(task_modules, message):
+    # GIVEN this repo's task code  WHEN task_modules names a module it lacks  THEN the error names it and what was looked for
+    with pytest.raises(TaskCodeError) as error:
+        TASK_CODE.check_modules(task_modules)
+    assert str(error.value) == message.format(tasks=REPO / "tasks")
+
+
+def test_a_task_directory_without_init_is_no_task_module(tmp_path):
+    # GIVEN a plain folder of modules  WHEN task_modules names the folder itself  THEN it is refused: importing it registers nothing
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "tasks.py").write_text("")
+    code = TaskCode.from_directories(tmp_path / "jobs")
+    code.check_modules("jobs.tasks")
+    with pytest.raises(TaskCodeError, match=r"has no jobs/__init__.py; name a module"):
+        code.check_modules("jobs")
