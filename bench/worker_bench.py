@@ -30,7 +30,7 @@ _IMPORT_PROBE = "import time; t = time.perf_counter(); import {module}; print(ti
 
 def cold_import_seconds(module: str) -> float:
     """Import time of ``module`` in a fresh interpreter (interpreter start-up excluded)."""
-    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", "AWS_DEFAULT_REGION": "us-east-1"}
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}", "AWS_DEFAULT_REGION": "us-east-1"}
     output = subprocess.run(
         [sys.executable, "-c", _IMPORT_PROBE.format(module=module)],
         capture_output=True, text=True, check=True, env=environment,

@@ -17,7 +17,6 @@ from worker_tier.contract import METRICS_NAMESPACE, SERVICE_NAME
 POWERTOOLS_ENVIRONMENT = {"POWERTOOLS_SERVICE_NAME": SERVICE_NAME, "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE}
 
 
-
 @dataclass
 class ServiceFunctionProps:
     """What differs between Worker Tier's functions."""

@@ -71,7 +71,7 @@ def test_unprocessed_failures_stay_in_the_queue(outcomes):
 def test_make_run_prints_each_outcome(tmp_path):
     # GIVEN settings with a quick backoff, as a cdk.json
     (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": {"error_visibility_timeout": 1}}}))
-    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}"}
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
     # WHEN `make run`'s entry point runs for a while
     result = subprocess.run(
         [sys.executable, "-m", "worker_tier_local", "--duration", "12", "--settings", str(tmp_path / "cdk.json")],
@@ -153,7 +153,7 @@ def test_container_worker_process_drains_on_sigterm():
 
     with LocalEnvironment(Settings()) as env:
         env.client.send("/render", '{"frames": 3}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", contract.setting_variable("container_concurrency"): "1"}
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}", contract.setting_variable("container_concurrency"): "1"}
         environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "20"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -179,7 +179,7 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
     settings = Settings(heartbeat_interval=1)
     with LocalEnvironment(settings) as env:
         env.client.send("/render", '{"frames": 60}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}",
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",
                        contract.setting_variable("container_concurrency"): "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
         environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "1"], env=environment,
