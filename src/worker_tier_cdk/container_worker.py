@@ -74,7 +74,7 @@ class ContainerWorker(Construct):
         self.dead_letter_queue = props.dead_letter_queue
         self.queue = sqs.Queue(
             self,
-            "LongTaskQueue",
+            "LongTaskQueue",  # the id keeps its first name: renaming it would replace the deployed queue
             dead_letter_queue=sqs.DeadLetterQueue(queue=props.dead_letter_queue, max_receive_count=settings.redrive_max_receive_count),
             **{**defaults.queue_props(settings), "visibility_timeout": Duration.seconds(settings.visibility_timeout)},
         )

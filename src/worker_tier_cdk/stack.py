@@ -94,6 +94,7 @@ class WorkerTierStack(Stack):
             return None
         container = ContainerWorker(
             self,
+            # The construct id keeps its first name: renaming it would replace the deployed queue and its messages.
             "LongTasks",
             ContainerWorkerProps(
                 settings=self.settings,
@@ -109,7 +110,7 @@ class WorkerTierStack(Stack):
             self.delay_dispatcher.grant_produce(container.service.task_definition.task_role)
             for name, value in self.delay_dispatcher.producer_environment(self.settings).items():
                 container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]
-        CfnOutput(self, "LongTaskQueueUrl", value=container.queue.queue_url)
+        CfnOutput(self, "ContainerQueueUrl", value=container.queue.queue_url)
         return container
 
     def _outputs(self) -> None:
