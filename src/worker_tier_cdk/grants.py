@@ -21,8 +21,11 @@ from typing import Sequence
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
 
 from worker_tier.delay import DEDUPE_PREFIX as DEDUPE_KEY_PREFIX
-from worker_tier.idempotency import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.periodic import TICK_KEY_PREFIX as CRON_KEY_PREFIX
+from worker_tier.idempotency import IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX  # re-exported, as CRON_KEY_PREFIX
+from worker_tier.periodic import TICK_KEY_PREFIX
+
+# The constructs (and their tests) take every key prefix they grant on from this module.
+CRON_KEY_PREFIX = TICK_KEY_PREFIX
 
 # The runtime modules do not name these prefixes as such; tests/infra/test_stack.py checks their keys start so.
 SCHEDULER_KEY_PREFIX = "scheduler#"

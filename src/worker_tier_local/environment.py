@@ -169,7 +169,8 @@ class LocalEnvironment:
 
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
-        from worker_tier.container import Consumer, TaskProtection
+        from worker_tier.container import Consumer
+        from worker_tier.protection import TaskProtection
         from worker_tier.worker import Worker
 
         core = Worker(
