@@ -132,9 +132,9 @@ class LocalEnvironment:
 
     def stop(self) -> None:
         """Stop the container worker and moto, and restore the environment variables this environment set."""
-        if self.consumer is not None:
+        if self.consumer is not None and self._consumer_thread is not None:  # started together
             self.consumer.stopping.set()
-            self._consumer_thread.join()  # type: ignore[union-attr]
+            self._consumer_thread.join()
             self.consumer = None
         if self._server is not None:
             self._server.stop()
