@@ -9,7 +9,7 @@ CDK := npx --yes aws-cdk@2
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: venv run test synth deploy dist bench cron-next docs clean
+.PHONY: venv run lint test synth deploy dist bench cron-next docs clean
 
 venv: $(STAMP)
 
@@ -22,8 +22,13 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 run: $(STAMP)
 	$(PY) -m worker_tier_local $(ARGS)
 
-## make test: unit, functional, infra and e2e tests
-test: $(STAMP)
+## make lint: ruff over the repo, mypy over src/, tasks/ and app.py (pyproject.toml configures both)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+## make test: lint, then unit, functional, infra and e2e tests
+test: lint
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 ## make synth: CloudFormation template in cdk.out/, offline, no Docker, no AWS calls
@@ -53,4 +58,4 @@ docs: $(STAMP)
 	$(PY) -m worker_tier_cdk.settings_doc
 
 clean:
-	rm -rf cdk.out .pytest_cache dist build src/*.egg-info
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache dist build src/*.egg-info

@@ -169,9 +169,9 @@ class Client:
         """
         outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
         result = self.send_batch([outgoing])[0]
-        if not result.ok:
+        if result.message_id is None:  # not result.ok
             raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
-        return result.message_id  # type: ignore[return-value]
+        return result.message_id
 
     def send_batch(
         self,

@@ -65,7 +65,6 @@ to replay it; the IteratorAge alarm fires long before.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -200,7 +199,7 @@ class SchedulerState:
         if minute is None and self.watermark is None:  # no watermark (lost, or never written): not read yet
             return False
         if minute is None:  # no record: behind the watermark, or in its minute with cursors, it was read
-            return event.bucket < self.watermark or bool(self.cursors)
+            return (self.watermark is not None and event.bucket < self.watermark) or bool(self.cursors)
         started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
         return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
 
@@ -235,7 +234,7 @@ class _Action:
 def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
     """The message event in one stream record; None for anything else; StreamRecordError if unreadable."""
     try:
-        kind = record.get("eventName")
+        kind: Any = record.get("eventName")  # INSERT or REMOVE once _concerns_safety_net passes
         change = record["dynamodb"]
         pk = change["Keys"][delay.PK]["S"]
         if not pk.startswith(MESSAGE_KEY_PREFIX) or not _concerns_safety_net(kind, record.get("userIdentity")):

@@ -69,7 +69,7 @@ def split_records(event: Any) -> tuple[list[Any], list[tuple[int, Any]]]:
         raise MalformedEventError(
             f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {type(event).__name__} {shown}"
         )
-    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]  # noqa: E721
+    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]
     if len(named) == len(records):
         return named, []
     kept = {id(r) for r in named}
@@ -238,7 +238,7 @@ def error_text(error: BaseException, max_chars: int | None = None) -> str:
     return text if max_chars is None or len(text) <= max_chars else text[: max_chars - 3] + "..."
 
 
-def safe_repr(error: BaseException, max_chars: int = MAX_LOGGED_ERROR_CHARS) -> str:
+def safe_repr(error: object, max_chars: int = MAX_LOGGED_ERROR_CHARS) -> str:
     """``repr(error)`` for logs, cut to ``max_chars``; a note instead when ``__repr__`` raises or returns a non-str.
 
     Examples

@@ -251,7 +251,7 @@ class TickEnqueuer:
 
 def _found_status(response: Mapping[str, Any]) -> str:
     """The status of the claim a conditional put ran into (pending when the response does not say)."""
-    return response.get("Item", {}).get("status", {}).get("S", STATUS_PENDING)
+    return str(response.get("Item", {}).get("status", {}).get("S", STATUS_PENDING))
 
 
 def tick_from_event(event: Any) -> Tick:

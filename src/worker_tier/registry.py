@@ -85,8 +85,8 @@ class Registry:
 
     def import_modules(self, modules: Iterable[str]) -> None:
         """Import task modules so that their ``@task`` decorators run."""
-        for name in modules:
-            name = name.strip()
+        for module in modules:
+            name = module.strip()
             if name:
                 importlib.import_module(name)
 

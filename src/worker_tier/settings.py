@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from itertools import pairwise
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -411,7 +412,7 @@ REDRIVE_MARGIN_RECEIVES = 3
 
 def _describe_sizes(sizes: tuple[int, ...]) -> str:
     """``512, 1024, 2048`` or, for an even run, ``1024..4096 in steps of 1024``."""
-    steps = {b - a for a, b in zip(sizes, sizes[1:])}
+    steps = {b - a for a, b in pairwise(sizes)}
     if len(sizes) > 3 and len(steps) == 1:
         return f"{sizes[0]}..{sizes[-1]} in steps of {steps.pop()}"
     return ", ".join(map(str, sizes))

@@ -14,7 +14,7 @@ def queue_not_empty_alarm(scope: Construct, construct_id: str, queue: sqs.IQueue
     return nonzero_alarm(scope, construct_id, metric, description)
 
 
-def nonzero_alarm(scope: Construct, construct_id: str, metric: cloudwatch.IMetric, description: str) -> cloudwatch.Alarm:
+def nonzero_alarm(scope: Construct, construct_id: str, metric: cloudwatch.Metric, description: str) -> cloudwatch.Alarm:
     """Alarm on any value above zero in one period; no data is no trouble."""
     return metric.create_alarm(
         scope,

@@ -101,7 +101,7 @@ class ContainerWorker(Construct):
                     leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
         if props.work_queue is not None:
             props.work_queue.grant_send_messages(task_definition.task_role)
-            task_definition.default_container.add_environment(  # type: ignore[union-attr]
+            task_definition.default_container.add_environment(  # type: ignore[union-attr]  # the pattern's container
                 SEND_QUEUE_URL_VARIABLE, props.work_queue.queue_url
             )
         self._grant_task_protection(task_definition.task_role)
@@ -173,7 +173,7 @@ class ContainerWorker(Construct):
                 resources=[stack.format_arn(service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*")],
             )
         )
-        cluster = stack.get_logical_id(self.cluster.node.default_child)  # type: ignore[arg-type]
+        cluster = stack.get_logical_id(self.cluster.node.default_child)  # type: ignore[arg-type]  # the cluster's CfnCluster
         Validations.of(task_role).acknowledge(
             Acknowledgment(
                 id="AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:"
@@ -209,7 +209,7 @@ class ContainerWorker(Construct):
             "BacklogPerTask",
             policy_name="backlog-per-task",
             policy_type="TargetTrackingScaling",
-            scaling_target_id=target.scalable_target_id,  # type: ignore[attr-defined]
+            scaling_target_id=target.scalable_target_id,  # type: ignore[attr-defined]  # Target: the ScalableTarget
             target_tracking_scaling_policy_configuration=autoscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty(
                 target_value=settings.backlog_per_task_target,
                 scale_out_cooldown=SCALE_OUT_COOLDOWN_SECONDS,
@@ -232,7 +232,7 @@ class ContainerWorker(Construct):
         )
 
 
-def _metric(query_id: str, namespace: str, name: str, statistic: str, dimensions: dict[str, str]):  # type: ignore[no-untyped-def]
+def _metric(query_id: str, namespace: str, name: str, statistic: str, dimensions: dict[str, str]):
     """One metric of the scaling policy's math (not returned itself)."""
     return autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
         id=query_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb
-from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_sqs as sqs
+from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_iam as iam, aws_sqs as sqs
 from constructs import Construct
 
 from worker_tier_cdk.alarms import count_alarm
@@ -133,6 +133,6 @@ class DelayDispatcher(Construct):
         """What a producer (any function using Client.from_env) needs to send long delays."""
         return {**Resources(delay_table=self.table.table_name).to_environment(), DELAY_SHARDS_VARIABLE: str(settings.delay_shards)}
 
-    def grant_produce(self, function) -> None:  # type: ignore[no-untyped-def]
+    def grant_produce(self, function: iam.IGrantable) -> None:
         """Let ``function`` store delayed messages (plain and deduplicated), and nothing else of the delay table."""
         grant_delay_produce(self.table, function)

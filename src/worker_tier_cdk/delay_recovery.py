@@ -16,7 +16,7 @@ records for the other 12 h; the IteratorAge alarm fires after
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from aws_cdk import Acknowledgment, Duration, Validations, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam, aws_lambda as lambda_, aws_sqs as sqs
@@ -96,9 +96,10 @@ class DelayRecovery(Construct):
 
     def _grant(self, props: DelayRecoveryProps) -> None:
         """Read the stream and the scheduler's items (watermark, minute records); refile message items; send to the queues."""
-        self.function.add_to_role_policy(
-            iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[props.delay_table.table_stream_arn])
-        )
+        stream_arn = props.delay_table.table_stream_arn
+        if stream_arn is None:
+            raise ValueError(f"DelayRecovery reads the delay table's stream, and table {props.delay_table.node.path} has none")
+        self.function.add_to_role_policy(iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[stream_arn]))
         grant_items(props.state_table, self.function, actions=STATE_READ_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
         grant_items(props.delay_table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         props.queue.grant_send_messages(self.function)
@@ -167,7 +168,7 @@ class DelayRecovery(Construct):
             alarm.add_alarm_action(*actions)
 
 
-def stream_filters() -> list[dict]:
+def stream_filters() -> list[Mapping[str, Any]]:
     """The mapping's filters (OR): an INSERT, or a TTL's REMOVE, of a message item."""
     message_key = {"Keys": {"pk": {"S": lambda_.FilterRule.begins_with(delay_recovery.MESSAGE_KEY_PREFIX)}}}
     ttl = {name: lambda_.FilterRule.is_equal(value) for name, value in delay_recovery.TTL_PRINCIPAL.items()}

@@ -21,6 +21,7 @@ alarmed, as a retry may send it twice. Every alarm takes the ``alarm_actions``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Sequence
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, TimeZone, Token, Validations
@@ -243,5 +244,5 @@ def max_event_age_seconds(entry: CronEntry) -> int:
     """How long Scheduler keeps retrying a tick: until the next one is due, within Scheduler's 60 s..24 h."""
     parsed = parse(entry.schedule)
     times = sorted(hour * 60 + minute for hour in parsed.hours for minute in parsed.minutes)
-    gaps = [b - a for a, b in zip(times, times[1:])] + [times[0] + 24 * 60 - times[-1]]
+    gaps = [b - a for a, b in pairwise(times)] + [times[0] + 24 * 60 - times[-1]]
     return max(SCHEDULER_MIN_EVENT_AGE_SECONDS, min(min(gaps) * 60, SCHEDULER_MAX_EVENT_AGE_SECONDS))

@@ -56,7 +56,7 @@ class WorkerTierStack(Stack):
         if cron_entries is not None and cron_file is not None:
             raise ValueError("WorkerTierStack: pass cron_file or cron_entries, not both")
         entries = cron_entries if cron_entries is not None else (
-            cron_config.load(cron_file, fifo=self.settings.fifo) if cron_file is not None else [])
+            cron_config.load(os.fspath(cron_file), fifo=self.settings.fifo) if cron_file is not None else [])
         self.periodic_tasks = (
             PeriodicTasks(
                 self,
@@ -109,7 +109,7 @@ class WorkerTierStack(Stack):
         if self.delay_dispatcher is not None:
             self.delay_dispatcher.grant_produce(container.service.task_definition.task_role)
             for name, value in self.delay_dispatcher.producer_environment(self.settings).items():
-                container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]
+                container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]  # the pattern's container
         CfnOutput(self, "ContainerQueueUrl", value=container.queue.queue_url)
         return container
 

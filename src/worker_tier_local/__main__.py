@@ -19,7 +19,7 @@ if "--verbose" not in sys.argv:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 
-from worker_tier.worker import (  # noqa: E402
+from worker_tier.fates import (
     OUTCOME_DEAD_LETTERED,
     OUTCOME_HELD_BACK,
     OUTCOME_RELEASED,
@@ -129,7 +129,7 @@ def _print_outcome(outcome: Outcome) -> None:
 
 
 def _say(text: str) -> None:
-    print(f"{datetime.now():%H:%M:%S}  {text}", flush=True)
+    print(f"{datetime.now().astimezone():%H:%M:%S}  {text}", flush=True)
 
 
 def _settings(cdk_json: Path) -> Settings:

@@ -119,9 +119,9 @@ class LocalEnvironment:
 
     def stop(self) -> None:
         """Stop the container worker and moto, and restore the environment variables this environment set."""
-        if self.consumer is not None:
+        if self.consumer is not None and self._consumer_thread is not None:  # started together
             self.consumer.stopping.set()
-            self._consumer_thread.join()  # type: ignore[union-attr]
+            self._consumer_thread.join()
             self.consumer = None
         if self._server is not None:
             self._server.stop()
@@ -161,7 +161,8 @@ class LocalEnvironment:
 
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
-        from worker_tier.container import Consumer, TaskProtection
+        from worker_tier.container import Consumer
+        from worker_tier.protection import TaskProtection
         from worker_tier.worker import Worker
 
         core = Worker(

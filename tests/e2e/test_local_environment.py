@@ -75,7 +75,7 @@ def test_make_run_prints_each_outcome(tmp_path):
     # WHEN `make run`'s entry point runs for a while
     result = subprocess.run(
         [sys.executable, "-m", "worker_tier_local", "--duration", "12", "--settings", str(tmp_path / "cdk.json")],
-        capture_output=True, text=True, timeout=60, env=environment, cwd=REPO,
+        capture_output=True, text=True, timeout=60, env=environment, cwd=REPO, check=False,
     )
     # THEN a person sees each of the three outcomes, and the dead letter's reason
     assert result.returncode == 0, result.stderr
@@ -116,7 +116,9 @@ def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(ou
     seen = []
     DEFAULT_REGISTRY.task("/e2e-delayed")(seen.append)
     with LocalEnvironment(Settings()) as env:
-        late_clock = lambda: time.time() - 300  # noqa: E731
+        def late_clock() -> float:
+            return time.time() - 300
+
         sent_at = late_clock()
         # WHEN it sends with a delay long enough for the delay table (due 150 s ago, by the real clock)
         env.new_client(clock=late_clock).send("/e2e-delayed", '{"kind": "reminder"}', delay=150)
@@ -149,7 +151,6 @@ def test_container_worker_runs_forwarded_long_tasks_beside_the_lambda_emulator(o
 def test_container_worker_process_drains_on_sigterm():
     # GIVEN `python -m worker_tier worker` running against the local environment, busy with a 3 s task
     import signal
-    import time
 
     with LocalEnvironment(Settings()) as env:
         env.client.send("/render", '{"frames": 3}')

@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
@@ -196,10 +197,10 @@ def test_one_failed_extension_never_lets_a_second_consumer_take_a_live_message(a
 class AgentAnswers(BaseHTTPRequestHandler):
     """An ECS agent stand-in: records each PUT (with the time) and answers 200 with the next queued body."""
 
-    calls: list[tuple[float, dict]] = []
-    answers: list[bytes] = []
+    calls: ClassVar[list[tuple[float, dict]]] = []  # one handler per request: the record is the class's
+    answers: ClassVar[list[bytes]] = []
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         AgentAnswers.calls.append((time.monotonic(), body))
         self.send_response(200)

@@ -218,7 +218,7 @@ def test_cfn_lint_finds_nothing_but_w3005(synthesized):
     path = Path(assembly.directory) / "WorkerTier.template.json"
     # WHEN cfn-lint checks it
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)], capture_output=True, text=True
+        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)], capture_output=True, text=True, check=False
     )
     # THEN nothing else is reported
     assert result.returncode == 0, result.stdout + result.stderr
@@ -337,7 +337,7 @@ def test_no_role_has_a_dynamodb_wildcard_or_reads_across_the_state_table(templat
         assert not any("*" in action for action in actions), (role, statement)
         if on_table(statement, "StateTable"):
             # AND none has full read/write on the shared state table, or can Scan/Query across its owners' items
-            assert not FULL_READ_WRITE <= actions, (role, statement)
+            assert not actions >= FULL_READ_WRITE, (role, statement)
             assert not actions & {"dynamodb:Scan", "dynamodb:Query", "dynamodb:BatchGetItem"}, (role, statement)
 
 

@@ -270,7 +270,7 @@ class SizedSQS(FakeSQS):
         super().__init__()
         self.maximum = maximum
 
-    def get_queue_attributes(self, QueueUrl, AttributeNames):  # noqa: N803
+    def get_queue_attributes(self, QueueUrl, AttributeNames):
         self.calls.append(("GetQueueAttributes", {"QueueUrl": QueueUrl, "AttributeNames": AttributeNames}))
         if self.maximum is None:
             raise ConnectionError("endpoint unreachable")
@@ -306,7 +306,7 @@ class FlakySizedSQS(SizedSQS):
         super().__init__(maximum)
         self.failures = failures
 
-    def get_queue_attributes(self, QueueUrl, AttributeNames):  # noqa: N803
+    def get_queue_attributes(self, QueueUrl, AttributeNames):
         if self.failures:
             self.failures -= 1
             self.calls.append(("GetQueueAttributes", {"QueueUrl": QueueUrl}))
@@ -575,7 +575,7 @@ def test_producers_at_the_edges_of_the_skew_tolerance_send_one_message():
     during: list[SendError] = []
 
     class BSendsMeanwhile(FakeSQS):
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             real[0] += 0.002  # B sends the key 2 ms after A took it
             during.append(in_flight_error(b))
             return delivered.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
@@ -595,7 +595,7 @@ def test_a_send_slower_than_a_minute_still_holds_its_key():
     during: list[SendError] = []
 
     class Slow(FakeSQS):
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             clock.now += 61
             during.append(in_flight_error(b))
             return delivered.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
@@ -957,7 +957,7 @@ def test_a_direct_send_at_a_time_leaves_room_for_its_due_time():
     # GIVEN nine attributes of the user's own (the path makes ten)
     attributes = {f"a{n}": "v" for n in range(9)}
     # WHEN sent for a moment ahead  THEN the error names the rule
-    with pytest.raises(MessageError, match="a message sent with at= carries worker_tier.due_at.*at most 8 attributes of its own"):
+    with pytest.raises(MessageError, match=r"a message sent with at= carries worker_tier\.due_at.*at most 8 attributes of its own"):
         client().send("/x", "b", at=datetime.fromtimestamp(NOW + 60, tz=timezone.utc), attributes=attributes)
 
 
@@ -971,7 +971,7 @@ def test_a_timeout_after_the_call_went_out_is_reported_per_message_not_raised():
     from botocore.exceptions import ReadTimeoutError
 
     class TimingOut(FakeSQS):
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             raise ReadTimeoutError(endpoint_url=QueueUrl)
 
     # WHEN a batch is sent  THEN every message is reported as maybe sent: its answer was lost
@@ -988,7 +988,7 @@ def test_a_dedupe_key_whose_send_may_have_gone_through_is_not_sent_again_within_
     class AnswerLost(FakeSQS):
         lost = True
 
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
             if self.lost:
                 self.lost = False
