@@ -6,6 +6,7 @@ import os
 from typing import Any, Mapping
 
 from worker_tier.delay_recovery import DelayRecovery, RecoveryReport
+from worker_tier.errors import WorkerTierError
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import count, logger, metrics
 
@@ -16,7 +17,7 @@ METRIC_REFILED = "DelayedRefiled"
 METRIC_WATERMARK_AHEAD = "DelayedWatermarkAhead"
 
 
-class StreamEventError(ValueError):
+class StreamEventError(WorkerTierError, ValueError):
     """The event is not a DynamoDB stream batch."""
 
 
