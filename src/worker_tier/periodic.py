@@ -179,20 +179,19 @@ class TickEnqueuer:
 
     def _mark_sent(self, tick: Tick, holder: str) -> None:
         """Mark the claim sent while ``holder`` still has it (``retry.TICK_MARK``); never raises, since SQS already has the message."""
-        last_error: Exception | None = None
-        for _ in TICK_MARK.attempts_with_pauses(self._sleep):
+        for attempt in TICK_MARK.attempts_with_pauses(self._sleep):
             try:
                 marked = tick.lease(self.state_table).update(
                     self._dynamodb.get(), holder, "SET #status = :sent",
                     names=_STATUS_NAMES, values={":sent": {"S": STATUS_SENT}},
                 )
             except Exception as error:
-                last_error = error
+                if attempt == TICK_MARK.attempts - 1:
+                    self._mark_failed(tick, f"UpdateItem failed {TICK_MARK.attempts} times, last with {error_code(error)}: {error}")
                 continue
             if not marked:
                 self._mark_failed(tick, "the claim is no longer this invocation's (its lease ran out)")
             return
-        self._mark_failed(tick, f"UpdateItem failed {TICK_MARK.attempts} times, last with {error_code(last_error)}: {last_error}")
 
     def _mark_failed(self, tick: Tick, reason: str) -> None:
         """Log and count a sent tick whose claim is not marked sent (a later invocation may send it again)."""
