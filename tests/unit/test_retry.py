@@ -58,10 +58,10 @@ def test_call_raises_the_last_error_once_the_budget_is_spent():
     # GIVEN a call that fails more often than the budget allows
     flaky = Flaky(OSError("first"), OSError("second"), OSError("third"))
     # WHEN it is called under a budget of two
-    with pytest.raises(OSError, match="^second$"):
+    with pytest.raises(OSError) as error:
         Retry(2, 0.1, 1.0).call(flaky, sleep=lambda seconds: None)
-    # THEN it was tried exactly twice
-    assert flaky.calls == 2
+    # THEN it was tried exactly twice, and the second error is the one raised
+    assert (flaky.calls, str(error.value)) == (2, "second")
 
 
 def test_call_gives_up_at_once_on_an_error_give_up_names():
@@ -106,5 +106,6 @@ def test_chunks_of_nothing_is_no_chunk():
 
 
 def test_a_chunk_size_below_one_is_refused():
-    with pytest.raises(ValueError, match="^chunk size must be at least 1, got 0$"):
+    with pytest.raises(ValueError) as error:
         list(chunks([1, 2], 0))
+    assert str(error.value) == "chunk size must be at least 1, got 0"

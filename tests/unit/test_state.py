@@ -62,7 +62,7 @@ def test_two_holders_never_both_own_a_lease(dynamodb):
     # GIVEN holder a owns the lease
     assert LEASE.claim(dynamodb, "a", NOW) is None
     # WHEN b claims it at every second of a's lease, the last one included
-    refusals = [LEASE.claim(dynamodb, "b", NOW + second) for second in range(0, 61)]
+    refusals = [LEASE.claim(dynamodb, "b", NOW + second) for second in range(LEASE.seconds + 1)]
     # THEN each claim is refused with a's item, and a still owns it
     assert all(found is not None and found[HOLDER_ATTRIBUTE] == {"S": "a"} for found in refusals)
     assert holder(dynamodb) == "a"
