@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: venv run test synth bench cron-next clean
+.PHONY: venv run test synth bench cron-next docs clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ cron-next: $(STAMP)
 ## make bench: benchmarks; JSON in bench/results/
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)
+
+## make docs: regenerate docs/settings.md from worker_tier.settings.Settings
+docs: $(STAMP)
+	$(PY) -m worker_tier_cdk.settings_doc
 
 clean:
 	rm -rf cdk.out .pytest_cache

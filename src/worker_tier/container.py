@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from worker_tier import limits, observability
+from worker_tier import contract, limits, observability
 from worker_tier.aws import error_code
 from worker_tier.errors import WorkerTierError
 from worker_tier.heartbeat import Heartbeat
@@ -219,7 +219,7 @@ class Consumer:
             )
             self._fatal = QueueConfigurationError(
                 f"ReceiveMessage on {self.queue_url} was refused with {code}: check the queue URL "
-                "(WORKER_TIER_QUEUE_URL) and the task role's sqs:ReceiveMessage permission"
+                f"({contract.QUEUE_URL_VARIABLE}) and the task role's sqs:ReceiveMessage permission"
             )
             self._fatal.__cause__ = error
             self.stopping.set()

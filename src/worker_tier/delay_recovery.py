@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from worker_tier import delay, delivery, limits, message, sqs_rules
+from worker_tier import contract, delay, delivery, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
 from worker_tier.delay import DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
@@ -431,7 +431,7 @@ class DelayRecovery:
         if not table:  # a wiring fault: say so with the item, rather than send it early or drop it
             text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
             error = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} where the "
-                                      "scheduler reads it: no delay table given (WORKER_TIER_DELAY_TABLE) and the record "
+                                      f"scheduler reads it: no delay table given ({contract.DELAY_TABLE_VARIABLE}) and the record "
                                       "has no eventSourceARN", text)
             self._dead_letter(_Action(action.position, body=text, error=error, message_id=event.message.message_id,
                                       attributes=dict(event.message.attributes), kept="still in the delay table"), report)

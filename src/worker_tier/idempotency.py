@@ -28,7 +28,7 @@ import json
 import time
 from typing import Any, Callable
 
-from worker_tier import message
+from worker_tier import contract, message
 from worker_tier.aws import is_condition_failure
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
@@ -37,7 +37,8 @@ from worker_tier.state import PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.state import TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.task import Task
 
-# The state table's key layout has one home (worker_tier.state); the names above also stay importable from here.
+# The state table's key layout (worker_tier.contract's) comes through worker_tier.state; these names stay importable from here.
+
 # Powertools' DynamoDB attribute names and in-progress status (DynamoDBPersistenceLayer defaults).
 IN_PROGRESS_EXPIRY_ATTRIBUTE = "in_progress_expiration"
 STATUS_ATTRIBUTE = "status"
@@ -130,7 +131,7 @@ class IdempotentRunner:
         if not self._table_name:
             raise IdempotencyConfigurationError(
                 f"task {definition.path!r} is idempotent but no state table is configured "
-                "(set WORKER_TIER_STATE_TABLE; the stack sets it for you)"
+                f"(set {contract.STATE_TABLE_VARIABLE}; the stack sets it for you)"
             )
         from aws_lambda_powertools.utilities.idempotency import (
             DynamoDBPersistenceLayer,

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 from worker_tier import message, observability, sqs_rules
 from worker_tier.aws import LazyClient, error_code
+from worker_tier.contract import METRIC_TICK_MARK_FAILED
 from worker_tier.errors import WorkerTierError
 from worker_tier.observability import logger
 from worker_tier.retry import TICK_MARK
@@ -45,8 +46,6 @@ TICK_LEASE_SECONDS = 60
 # A duplicate invocation waits this long for the holder to send before asking for a retry.
 TICK_PENDING_POLLS = 10
 TICK_PENDING_POLL_SECONDS = 1
-# Counted when a sent tick's claim could not be marked sent: a retry or duplicate may send the tick again.
-METRIC_TICK_MARK_FAILED = "TickMarkFailed"
 STATUS_PENDING = "pending"
 STATUS_SENT = "sent"
 STATUS_ATTRIBUTE = "status"

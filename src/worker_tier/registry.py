@@ -145,7 +145,7 @@ def task(path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
         Keep the message invisible while the task runs (see ``worker_tier.heartbeat``).
     container:
         A long task (over Lambda's 15 minutes): the Lambda worker forwards its messages to the
-        container worker's queue (``WORKER_TIER_LONG_QUEUE_URL``), where it runs.
+        container worker's queue (``Resources.container_queue_url`` in ``worker_tier.contract``), where it runs.
 
     Examples
     --------

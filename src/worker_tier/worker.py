@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
 
-from worker_tier import limits, message, observability
+from worker_tier import contract, limits, message, observability
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
@@ -133,13 +133,14 @@ class Worker(Fates):
         settings = Settings.from_environment(environ)
         registry = overrides.pop("registry", DEFAULT_REGISTRY)
         registry.import_modules(settings.task_modules.split(","))
+        resources = contract.Resources.from_environment(environ)
         return cls(
             settings,
-            queue_url=environ.get("WORKER_TIER_QUEUE_URL"),
-            dead_letter_queue_url=environ.get("WORKER_TIER_DLQ_URL"),
-            state_table=environ.get("WORKER_TIER_STATE_TABLE"),
-            long_queue_url=environ.get("WORKER_TIER_LONG_QUEUE_URL"),
-            delay_table=environ.get("WORKER_TIER_DELAY_TABLE"),
+            queue_url=resources.queue_url,
+            dead_letter_queue_url=resources.dlq_url,
+            state_table=resources.state_table,
+            long_queue_url=resources.container_queue_url,
+            delay_table=resources.delay_table,
             registry=registry,
             **overrides,
         )

@@ -35,6 +35,7 @@ from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
 from worker_tier_cdk.settings import Settings
+from worker_tier.contract import SEND_QUEUE_URL_VARIABLE, Resources
 from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
 from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC
 
@@ -59,7 +60,7 @@ class ContainerWorkerProps:
     dead_letter_queue: sqs.IQueue
     state_table: dynamodb.ITableV2
     vpc: ec2.IVpc | None = None
-    work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (WORKER_TIER_SEND_QUEUE_URL)
+    work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (the contract's send_queue_url)
     task_code: TaskCode = field(default_factory=TaskCode)  # the team's tasks, beside the installed runtime
 
 
@@ -101,7 +102,7 @@ class ContainerWorker(Construct):
         if props.work_queue is not None:
             props.work_queue.grant_send_messages(task_definition.task_role)
             task_definition.default_container.add_environment(  # type: ignore[union-attr]
-                "WORKER_TIER_SEND_QUEUE_URL", props.work_queue.queue_url
+                SEND_QUEUE_URL_VARIABLE, props.work_queue.queue_url
             )
         self._grant_task_protection(task_definition.task_role)
         self.scaling_policy = self._scaling(settings)
@@ -138,9 +139,9 @@ class ContainerWorker(Construct):
             environment={
                 **settings.to_environment(),
                 **POWERTOOLS_ENVIRONMENT,
-                "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
-                "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
-                "WORKER_TIER_STATE_TABLE": state_table.table_name,
+                **Resources(
+                    queue_url=self.queue.queue_url, dlq_url=self.dead_letter_queue.queue_url, state_table=state_table.table_name,
+                ).to_environment(),
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_SECONDS),
         )

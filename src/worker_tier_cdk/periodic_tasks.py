@@ -37,7 +37,7 @@ from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import CRON_ACTIONS, CRON_KEY_PREFIX, grant_items
 from worker_tier_cdk.settings import Settings
 from worker_tier import limits
-from worker_tier.periodic import METRIC_TICK_MARK_FAILED
+from worker_tier.contract import METRIC_TICK_MARK_FAILED, Resources
 
 CRON_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
 # Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.
@@ -94,10 +94,7 @@ class PeriodicTasks(Construct):
                 handler=CRON_HANDLER,
                 timeout_seconds=CRON_TIMEOUT_SECONDS,
                 memory_mb=CRON_MEMORY_MB,
-                environment={
-                    "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
-                    "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
-                },
+                environment=Resources(queue_url=props.queue.queue_url, state_table=props.state_table.table_name).to_environment(),
                 description="Worker Tier: enqueues cron.yaml ticks once each",
             ),
         )

@@ -16,6 +16,7 @@ from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherPro
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from worker_tier_cdk.settings import Settings, settings_from_context
 from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
+from worker_tier.contract import CONTAINER_QUEUE_URL_VARIABLE
 
 
 class WorkerTierStack(Stack):
@@ -96,7 +97,7 @@ class WorkerTierStack(Stack):
                 task_code=self.task_code,
             ),
         )
-        self.worker.function.add_environment("WORKER_TIER_LONG_QUEUE_URL", container.queue.queue_url)
+        self.worker.function.add_environment(CONTAINER_QUEUE_URL_VARIABLE, container.queue.queue_url)
         container.queue.grant_send_messages(self.worker.function)
         if self.delay_dispatcher is not None:
             self.delay_dispatcher.grant_produce(container.service.task_definition.task_role)

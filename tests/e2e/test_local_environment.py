@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from worker_tier import contract
 from worker_tier_local import LocalEnvironment
 from worker_tier.settings import Settings
 from worker_tier.worker import (
@@ -121,8 +122,8 @@ def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(ou
         env.new_client(clock=late_clock).send("/e2e-delayed", '{"kind": "reminder"}', delay=150)
         stored = env.dynamodb.scan(TableName=env.delay_table)["Items"]
         assert len(stored) == 1 and env.queue_depth() == 0
-        # AND the scheduler runs
-        report = env.run_scheduler()
+        # AND the delay dispatcher runs
+        report = env.run_dispatcher()
         assert env.poll_until(lambda: len(seen) == 1, timeout_seconds=10)
     # THEN the message arrived once, with its body and when it was due
     assert report["sent"] == 1 and report["max_lateness_s"] > 140
@@ -138,7 +139,7 @@ def test_container_worker_runs_forwarded_long_tasks_beside_the_lambda_emulator(o
         env.client.send("/render", '{"frames": 1}')
         # WHEN the Lambda emulator polls  THEN it forwards; the container worker runs it
         assert env.poll_until(lambda: len(outcomes) >= 2, timeout_seconds=20)
-        assert env.queue_depth(env.long_queue_url) == 0 or env.poll_until(lambda: env.queue_depth(env.long_queue_url) == 0, 10)
+        assert env.queue_depth(env.container_queue_url) == 0 or env.poll_until(lambda: env.queue_depth(env.container_queue_url) == 0, 10)
     assert [(o.path, o.status, o.detail) for o in outcomes] == [
         ("/render", OUTCOME_SUCCEEDED, "forwarded to the container worker"),
         ("/render", OUTCOME_SUCCEEDED, ""),
@@ -152,8 +153,8 @@ def test_container_worker_process_drains_on_sigterm():
 
     with LocalEnvironment(Settings()) as env:
         env.client.send("/render", '{"frames": 3}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", "WORKER_TIER_CONTAINER_CONCURRENCY": "1"}
-        environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", contract.setting_variable("container_concurrency"): "1"}
+        environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "20"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started = _wait_for_line(process, "rendering 3 frames")
@@ -179,8 +180,8 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
     with LocalEnvironment(settings) as env:
         env.client.send("/render", '{"frames": 60}')
         environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}",
-                       "WORKER_TIER_CONTAINER_CONCURRENCY": "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
-        environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
+                       contract.setting_variable("container_concurrency"): "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+        environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "1"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_for_line(process, "rendering 60 frames")

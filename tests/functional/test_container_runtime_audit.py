@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import depth, run_until
 from tests.strict_sqs import StrictSQS
-from worker_tier import Client, OutgoingMessage, Task, observability
+from worker_tier import Client, OutgoingMessage, Task, contract, observability
 from worker_tier.container import Consumer, QueueConfigurationError, TaskProtection
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry
@@ -367,7 +367,7 @@ def test_a_configuration_error_on_receive_drains_running_work_then_raises(aws, c
     # THEN it stopped receiving at once, let the running task finish (deleted), and raised the error after the drain
     assert str(raised.value) == (
         f"ReceiveMessage on {aws.queue_url} was refused with {code}: check the queue URL "
-        "(WORKER_TIER_QUEUE_URL) and the task role's sqs:ReceiveMessage permission"
+        f"({contract.QUEUE_URL_VARIABLE}) and the task role's sqs:ReceiveMessage permission"
     )
     assert raised.value.__cause__ is denied and sqs.calls == 2
     assert (finished, exits, depth(aws)) == (["x"], [], 0)

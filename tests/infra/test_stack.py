@@ -15,6 +15,7 @@ from aws_cdk.assertions import Match, Template
 from aws_cdk.assertions import Annotations
 
 from tests.infra.conftest import TASK_CODE
+from worker_tier import contract
 from worker_tier_cdk.grants import (
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
@@ -94,7 +95,7 @@ def test_worker_environment_carries_settings_and_resources(template):
     variables = function["Properties"]["Environment"]["Variables"]
     for name, value in Settings().to_environment().items():
         assert variables[name] == value
-    assert {"WORKER_TIER_QUEUE_URL", "WORKER_TIER_DLQ_URL", "WORKER_TIER_STATE_TABLE"} <= set(variables)
+    assert {contract.QUEUE_URL_VARIABLE, contract.DLQ_URL_VARIABLE, contract.STATE_TABLE_VARIABLE} <= set(variables)
 
 
 def test_event_source_reports_item_failures_with_max_concurrency(template):
@@ -238,7 +239,7 @@ def test_fifo_setting_makes_fifo_queue_and_dlq(tmp_path):
         assert queue["Properties"]["FifoQueue"] is True
         assert queue["Properties"]["ContentBasedDeduplication"] is False
     [function] = template.find_resources("AWS::Lambda::Function").values()
-    assert function["Properties"]["Environment"]["Variables"]["WORKER_TIER_FIFO"] == "true"
+    assert function["Properties"]["Environment"]["Variables"][contract.setting_variable("fifo")] == "true"
 
 
 def test_lambda_path_alarms_on_backlog_per_worker(template):

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
+from worker_tier import contract
 from worker_tier import delay
 from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
 from worker_tier.delay_recovery import (
@@ -450,7 +451,7 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
         now = time.time()
         world = World()
         dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(int(now // 60) - 300)}})
-        for name, value in {"WORKER_TIER_STATE_TABLE": "state", "WORKER_TIER_DELAY_TABLE": "delay", "WORKER_TIER_QUEUE_URL": queue, "WORKER_TIER_DLQ_URL": dlq,
+        for name, value in {contract.STATE_TABLE_VARIABLE: "state", contract.DELAY_TABLE_VARIABLE: "delay", contract.QUEUE_URL_VARIABLE: queue, contract.DLQ_URL_VARIABLE: dlq,
                             "POWERTOOLS_METRICS_DISABLED": "false"}.items():
             monkeypatch.setenv(name, value)
         handler.recovery.reset()
