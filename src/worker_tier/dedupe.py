@@ -50,16 +50,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from worker_tier.aws import error_code, error_response, is_condition_failure
-from worker_tier.delay import (
-    DEDUPE_PREFIX,
-    DISPATCHED_RETENTION_SECONDS,
-    MAX_CLOCK_SKEW_SECONDS,
-    PK,
-    SK,
-    TTL_ATTRIBUTE,
-    DelayedMessage,
-    new_message_id,
-)
+from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_PREFIX
+from worker_tier.contract import DELAY_PARTITION_KEY as PK
+from worker_tier.contract import DELAY_SORT_KEY as SK
+from worker_tier.contract import DELAY_TTL_ATTRIBUTE as TTL_ATTRIBUTE
+from worker_tier.delay import DISPATCHED_RETENTION_SECONDS, MAX_CLOCK_SKEW_SECONDS, DelayedMessage, new_message_id
 
 _log = logging.getLogger(__name__)
 
