@@ -75,11 +75,11 @@ if TYPE_CHECKING:
     from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
 
-class InvocationEndingError(Exception):
+class InvocationEndingError(WorkerTierError):
     """The invocation's remaining time fell below the safety margin before this record started."""
 
 
-class HeldBackError(Exception):
+class HeldBackError(WorkerTierError):
     """The message is not due yet; it goes back until it is (not a failure)."""
 
 
