@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench import results
+from worker_tier import contract
 
 REPO = Path(__file__).resolve().parent.parent
 IMPORT_RUNS = 15
@@ -29,7 +30,7 @@ _IMPORT_PROBE = "import time; t = time.perf_counter(); import {module}; print(ti
 
 def cold_import_seconds(module: str) -> float:
     """Import time of ``module`` in a fresh interpreter (interpreter start-up excluded)."""
-    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", "AWS_DEFAULT_REGION": "us-east-1"}
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}", "AWS_DEFAULT_REGION": "us-east-1"}
     output = subprocess.run(
         [sys.executable, "-c", _IMPORT_PROBE.format(module=module)],
         capture_output=True, text=True, check=True, env=environment,
@@ -73,9 +74,9 @@ def per_message_cpu_ratio() -> dict[str, float]:
     """CPU per message: our real lambda_handler on a no-op task ÷ Powertools BatchProcessor + json.loads."""
     os.environ.update(
         {
-            "WORKER_TIER_TASK_MODULES": "bench.noop_tasks",
-            "WORKER_TIER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/work",
-            "WORKER_TIER_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
+            contract.setting_variable("task_modules"): "bench.noop_tasks",
+            contract.QUEUE_URL_VARIABLE: "https://sqs.us-east-1.amazonaws.com/123456789012/work",
+            contract.DLQ_URL_VARIABLE: "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
         }
     )
     from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response

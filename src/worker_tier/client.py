@@ -19,21 +19,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
-from worker_tier import dedupe, delay, limits, message
+from worker_tier import contract, dedupe, delay, limits, message
 from worker_tier import outgoing as checks
 from worker_tier.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
 from worker_tier.outgoing import OutgoingMessage, due_in_seconds
+from worker_tier.retry import SEND_ENTRIES
 
 __all__ = ["Client", "OutgoingMessage", "SendResult", "due_in_seconds"]
 
 _log = logging.getLogger(__name__)
-
-# Attempts per entry for SendMessageBatch entries that fail on SQS's side (throttling, internal errors).
-MAX_ENTRY_ATTEMPTS = 5
-ENTRY_RETRY_BASE_SECONDS = 0.05
-ENTRY_RETRY_CAP_SECONDS = 2.0
 
 # The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(message.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
@@ -90,7 +86,8 @@ class Client:
         maximum_message_size: int | None = None,
     ) -> None:
         if not queue_url or not isinstance(queue_url, str):
-            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with WORKER_TIER_QUEUE_URL set), got {checks.shown(queue_url)}")
+            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), "
+                               f"got {checks.shown(queue_url)}")
         checks.check_settings(delay_shards, maximum_message_size)
         self.queue_url = queue_url
         self.delay_table = delay_table
@@ -106,17 +103,17 @@ class Client:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
-        """A Client for the work queue and, when set, ``WORKER_TIER_DELAY_TABLE`` and ``WORKER_TIER_DELAY_SHARDS``.
+        """A Client for the work queue and, when set, the delay table and the delay_shards setting.
 
-        The work queue is ``WORKER_TIER_SEND_QUEUE_URL`` where a process consumes another queue (the
-        container worker consumes its long-task queue, but its tasks' follow-ups go to the work queue),
-        else ``WORKER_TIER_QUEUE_URL``.
+        The work queue is the send queue (``contract.SEND_QUEUE_URL_VARIABLE``) where a process consumes
+        another queue (the container worker consumes its own queue, but its tasks' follow-ups go to the
+        work queue), else the queue (``contract.QUEUE_URL_VARIABLE``); see ``contract.PRODUCER_NEEDS``.
         """
-        shards = environ.get("WORKER_TIER_DELAY_SHARDS")
+        shards = environ.get(contract.DELAY_SHARDS_VARIABLE)
         if shards is not None:
-            kwargs.setdefault("delay_shards", checks.whole_number("WORKER_TIER_DELAY_SHARDS", shards, delay.MAX_SHARDS))
-        queue_url = environ.get("WORKER_TIER_SEND_QUEUE_URL") or environ.get("WORKER_TIER_QUEUE_URL")
-        return cls(queue_url, environ.get("WORKER_TIER_DELAY_TABLE"), **kwargs)
+            kwargs.setdefault("delay_shards", checks.whole_number(contract.DELAY_SHARDS_VARIABLE, shards, delay.MAX_SHARDS))
+        resources = contract.PRODUCER_NEEDS.read(environ)
+        return cls(resources.send_queue_url or resources.queue_url, resources.delay_table, **kwargs)
 
     def send(
         self,
@@ -168,9 +165,9 @@ class Client:
         """
         outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
         result = self.send_batch([outgoing])[0]
-        if not result.ok:
+        if result.message_id is None:  # not result.ok
             raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
-        return result.message_id  # type: ignore[return-value]
+        return result.message_id
 
     def send_batch(
         self,
@@ -271,7 +268,7 @@ class Client:
         if not self.delay_table:
             raise MessageError(
                 f"a delay of {wait} s is over SQS's {limits.SQS_MAX_DELAY_SECONDS} s maximum and needs the delay table; "
-                "pass delay_table (or set WORKER_TIER_DELAY_TABLE)"
+                f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
             )
         if wait > delay.MAX_DELAY_SECONDS:
             raise MessageError(f"a delay of {wait} s is beyond the {delay.MAX_DELAY_SECONDS} s (366 days) maximum")
@@ -309,7 +306,9 @@ class Client:
             return {}
         failures: Mapping[str, tuple[str, str]] = {}
         try:
-            store = delay.DelayStore(self.delay_table or "", self._dynamodb.get(), self._delay_shards, self._sleep, self._clock)
+            dynamodb = self._dynamodb.get()
+            markers = dedupe.DedupeMarkers(self.delay_table or "", dynamodb, self._clock)
+            store = delay.DelayStore(self.delay_table or "", dynamodb, self._delay_shards, self._sleep, keyed_write=markers.store_delayed)
             store.put_many([m for _, m in delayed])
         except delay.DelayStoreError as error:
             failures = error.failures
@@ -332,7 +331,7 @@ class Client:
                 if not self.delay_table:
                     raise MessageError(
                         f"dedupe_key {outgoing.dedupe_key!r} on a standard queue needs the delay table, which keeps "
-                        "the key; pass delay_table (or set WORKER_TIER_DELAY_TABLE)"
+                        f"the key; pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
                     )
                 options.update(_dedupe_key=outgoing.dedupe_key, _due=due)
             return options
@@ -378,11 +377,11 @@ class Client:
                 results[index] = SendResult(index, message_id=delay.new_message_id(key))
 
     def _send_chunk(self, chunk: list[dict[str, Any]]) -> dict[int, SendResult]:
-        """One batch, retrying entries that failed on SQS's side; no call for a dedupe claim past its send window."""
+        """One batch, retrying entries that failed on SQS's side (``retry.SEND_ENTRIES``); no call for a dedupe claim past its send window."""
         results: dict[int, SendResult] = {}
         claims = {e["Id"]: (e["_dedupe_key"], e["_claimed_ms"]) for e in chunk if "_claimed_ms" in e}
         pending = [{k: v for k, v in entry.items() if not k.startswith("_")} for entry in chunk]
-        for attempt in range(1, MAX_ENTRY_ATTEMPTS + 1):
+        for _ in SEND_ENTRIES.attempts_with_pauses(self._sleep):
             pending = self._inside_send_window(pending, claims, results)
             if not pending:
                 break
@@ -395,8 +394,8 @@ class Client:
                 return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=text, code=code) for e in pending}}
             retry_ids = self._read_batch_response(response, results)
             pending = [e for e in pending if e["Id"] in retry_ids]
-            if pending and attempt < MAX_ENTRY_ATTEMPTS:
-                self._sleep(min(ENTRY_RETRY_CAP_SECONDS, ENTRY_RETRY_BASE_SECONDS * 2**attempt))
+            if not pending:
+                break
         return results
 
     @staticmethod

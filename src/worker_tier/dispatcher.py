@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from worker_tier import delay, delivery, limits
-from worker_tier.aws import LazyClient, error_code, is_condition_failure, new_client
+from worker_tier.aws import AwsService, LazyClient, error_code, is_condition_failure, new_client
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.delivery import (  # noqa: F401 (the errors: part of this module's API)
@@ -273,17 +273,17 @@ class DelayDispatcher:
         next_key = page.get("LastEvaluatedKey")
         result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
         for item in page.get("Items") or []:
+            message: DelayedMessage | None = None  # stays None when set aside
             try:
-                message: DelayedMessage | None = delay.read_item(item)
+                read = delay.read_item(item)
             except UnreadableItemError as error:
                 result.unreadable.append((item, str(error)))
-                message = None
             else:
-                if message.bucket > bucket:  # due after this minute: sent now, SQS would show it early
-                    result.misplaced.append((item, message))
-                    message = None
+                if read.bucket > bucket:  # due after this minute: sent now, SQS would show it early
+                    result.misplaced.append((item, read))
                 else:  # due in this minute, or before it (then it is late: sent at once)
-                    result.messages.append(message)
+                    result.messages.append(read)
+                    message = read
             result.stored.append((item[delay.SK]["S"], message))
         return result
 
@@ -339,9 +339,10 @@ class DelayDispatcher:
 
     def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
         """One state-table item, or None."""
-        return self._with_retries(lambda: self._dynamodb.get().get_item(
+        item: dict[str, Any] | None = self._with_retries(lambda: self._dynamodb.get().get_item(
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent
         )).get("Item")
+        return item
 
     def _restart_minute(self, remaining_ms: Callable[[], int] | None) -> int | None:
         """Without a watermark: after the latest finished minute, else the earliest minute a Scan finds.
@@ -500,7 +501,7 @@ class _MinuteDispatch:
                 else:
                     self.report.dead_lettered += 1
                 self.set_aside.add((page.shard, item[delay.SK]["S"]))
-        for page, (item, problem) in [(page, pair) for page in pages for pair in page.unreadable]:
+        for page, (item, problem) in [(p, pair) for p in pages for pair in p.unreadable]:
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 self._save_cursors(pages, [])
@@ -532,7 +533,7 @@ class _MinuteDispatch:
         that stops for time has sent only what its cursors pass.
         """
         attributes = [delay.with_due_at(m) for m in messages]
-        batches = list(_batches([message_bytes(m.body, a) for m, a in zip(messages, attributes)]))
+        batches = list(_batches([message_bytes(m.body, a) for m, a in zip(messages, attributes, strict=True)]))
         for wave in chunks(batches, DISPATCH_THREADS):
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
@@ -548,7 +549,7 @@ class _MinuteDispatch:
         self.failing = False
         outcomes = self.scheduler._map(lambda batch: self._send_batch(messages, attributes, batch), wave)
         failure: Exception | None = None
-        for batch, outcome in zip(wave, outcomes):
+        for batch, outcome in zip(wave, outcomes, strict=True):
             if isinstance(outcome, tuple):
                 failure = failure or self._take_in(messages, batch, *outcome)
             elif isinstance(outcome, Exception):
@@ -609,7 +610,7 @@ class _MinuteDispatch:
             self.scheduler._write_watermark(self.bucket, self.cursors, expected=self.bucket)
 
 
-def _pooled_client(service: str) -> Callable[[], Any]:
+def _pooled_client(service: AwsService) -> Callable[[], Any]:
     """A factory of the dispatcher's default client: one pooled connection per thread."""
     return lambda: new_client(service, max_pool_connections=DISPATCH_THREADS)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from worker_tier import backoff, limits, message, observability
+from worker_tier import backoff, contract, limits, message, observability
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
-from worker_tier.errors import NonRetryableError, RetryLater
+from worker_tier.errors import NonRetryableError, RetryLater, WorkerTierError
 from worker_tier.idempotency import LeaseContext
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger
@@ -66,7 +66,7 @@ def remove_outcome_listener(listener: OutcomeListener) -> None:
     _listeners.remove(listener)
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(WorkerTierError):
     """The heartbeat lost the message's lease before its task started: another consumer may run it now."""
 
 
@@ -261,7 +261,7 @@ class Fates:
 
     def _require_dead_letter_queue_url(self) -> str:
         if not self._dead_letter_queue_url:
-            raise DeadLetterError("no dead-letter queue is configured (set WORKER_TIER_DLQ_URL)")
+            raise DeadLetterError(f"no dead-letter queue is configured (set {contract.DLQ_URL_VARIABLE})")
         return self._dead_letter_queue_url
 
     def _backoff_first(self) -> int:

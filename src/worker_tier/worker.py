@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
 
-from worker_tier import limits, message, observability
+from worker_tier import contract, limits, message, observability
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
@@ -75,11 +75,11 @@ if TYPE_CHECKING:
     from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
 
-class InvocationEndingError(Exception):
+class InvocationEndingError(WorkerTierError):
     """The invocation's remaining time fell below the safety margin before this record started."""
 
 
-class HeldBackError(Exception):
+class HeldBackError(WorkerTierError):
     """The message is not due yet; it goes back until it is (not a failure)."""
 
 
@@ -133,13 +133,14 @@ class Worker(Fates):
         settings = Settings.from_environment(environ)
         registry = overrides.pop("registry", DEFAULT_REGISTRY)
         registry.import_modules(settings.task_modules.split(","))
+        resources = contract.Resources.from_environment(environ)
         return cls(
             settings,
-            queue_url=environ.get("WORKER_TIER_QUEUE_URL"),
-            dead_letter_queue_url=environ.get("WORKER_TIER_DLQ_URL"),
-            state_table=environ.get("WORKER_TIER_STATE_TABLE"),
-            long_queue_url=environ.get("WORKER_TIER_LONG_QUEUE_URL"),
-            delay_table=environ.get("WORKER_TIER_DELAY_TABLE"),
+            queue_url=resources.queue_url,
+            dead_letter_queue_url=resources.dlq_url,
+            state_table=resources.state_table,
+            long_queue_url=resources.container_queue_url,
+            delay_table=resources.delay_table,
             registry=registry,
             **overrides,
         )
@@ -169,7 +170,7 @@ class Worker(Fates):
             logger.remove_keys(["message_id", "path"])
             if heartbeat is None and invocation.heartbeat is not None:
                 invocation.heartbeat.stop()  # before the batch's own visibility changes go out
-        response = processor.response()
+        response: dict[str, Any] = dict(processor.response())
         self._count_succeeded(len(processor.success_messages), invocation)
         self._release_undecided(records, response, invocation)
         response["batchItemFailures"].extend(set_aside)
@@ -265,7 +266,7 @@ class Worker(Fates):
                 self._forward(record, task, invocation)
                 return
             if definition.parser is not None:
-                self._parse(definition, task)
+                self._parse(definition.parser, task)
             self._call(definition, task, invocation)
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
@@ -301,12 +302,12 @@ class Worker(Fates):
         return definition
 
     @staticmethod
-    def _parse(definition: TaskDefinition, task: Task) -> None:
-        """Set ``task.payload`` with the declared parser; MalformedBodyError when it refuses."""
+    def _parse(parser: Callable[[str], Any], task: Task) -> None:
+        """Set ``task.payload`` with the task's declared parser; MalformedBodyError when it refuses."""
         try:
-            task.payload = definition.parser(task.body)  # type: ignore[misc]
+            task.payload = parser(task.body)
         except Exception as error:
-            name = getattr(definition.parser, "__qualname__", None) or safe_repr(definition.parser)  # type: ignore[arg-type]
+            name = getattr(parser, "__qualname__", None) or safe_repr(parser)
             raise MalformedBodyError(
                 f"parser {name} of task {task.path!r} rejected the body of message {task.message_id}: "
                 f"{_describe(error)}"
@@ -449,7 +450,7 @@ _NO_ATTRIBUTES: dict[str, Any] = {}
 def _fifo_stopped(named: list[Any], unreadable: list[Any]) -> list[Any]:
     """Readable records that follow an unreadable one of their FIFO group (any group, when its group is unknown)."""
     unreadable_ids = {id(r) for r in unreadable}
-    stopped_groups: set[str] = set()
+    stopped_groups: set[str | None] = set()  # None: a record whose group is unknown
     every_group = False
     stopped = []
     for record in named:
