@@ -189,7 +189,8 @@ class DelayDispatcher:
         self._lease = Lease(state_table, LEASE_KEY, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
         self.delivery = Delivery(self._sqs, dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
         # Anything with Executor.map; the bench passes one that runs the calls on a simulated clock.
-        self._pool = pool if pool is not None else ThreadPoolExecutor(max_workers=DISPATCH_THREADS) if parallel else None
+        self._given_pool, self._parallel = pool, parallel
+        self._pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
         self._refiled_buckets: set[int] = set()  # minutes this scheduler refiled into: Queried consistently
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
@@ -199,11 +200,15 @@ class DelayDispatcher:
         if not self._acquire(holder):
             return RunReport(ran=False, stopped="another run holds the lease")
         report = RunReport()
+        own_pool = ThreadPoolExecutor(max_workers=DISPATCH_THREADS) if self._given_pool is None and self._parallel else None
+        self._pool = self._given_pool or own_pool
         try:
             self._dispatch(report, remaining_ms)
         except LeaseLostError as error:  # e.g. a lost response to our own watermark write: the next run resumes
             report.stopped = str(error)
         finally:
+            if own_pool is not None:
+                own_pool.shutdown()
             self._release(holder)
         return report
 
