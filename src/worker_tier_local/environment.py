@@ -250,7 +250,7 @@ class LocalEnvironment:
 
     def _create_table(self, name: str, keys: list[str], ttl_attribute: str) -> None:
         """An on-demand table keyed by ``keys`` (partition key, then sort key) of strings, with its TTL."""
-        key_types = ("HASH", "RANGE")
+        key_types = ("HASH", "RANGE")[: len(keys)]  # a partition key, and a sort key when there are two
         self.dynamodb.create_table(
             TableName=name,
             KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, key_types, strict=True)],
