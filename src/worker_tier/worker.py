@@ -27,8 +27,8 @@ lose every decision. Errors are logged through ``message.safe_repr`` (an error's
 backs off (never visibility 0), unless it already went to the DLQ. A record
 without a usable ``messageId`` cannot be named in ``batchItemFailures`` (Lambda
 always names its records: only a hand-built event lacks one); it is logged with
-what it has and, when it has a receipt handle, backed off. A named record Powertools
-or the heartbeat cannot read (no receipt handle, ``attributes`` or
+what it has and, when it has a receipt handle, backed off. A named record the batch
+loop or the heartbeat cannot read (no receipt handle, ``attributes`` or
 ``messageAttributes`` that are not objects) is reported failed and backed off
 before either sees it.
 """
@@ -39,8 +39,6 @@ import os
 import random as _random
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
-
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
 
 from worker_tier import limits, message, observability
 from worker_tier.aws import LazyClient, new_heartbeat_client
@@ -65,7 +63,7 @@ from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from
 )
 from worker_tier.idempotency import IdempotentRunner, LeaseContext
 from worker_tier.message import safe_repr
-from worker_tier.observability import logger
+from worker_tier.observability import logger, running_record
 from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.settings import Settings
 from worker_tier.task import Task
@@ -84,7 +82,7 @@ class HeldBackError(Exception):
 
 
 class TaskFailedError(WorkerTierError):
-    """Marks a record failed for the batch processor; the task's own error (any BaseException) is its cause."""
+    """Marks a record failed for the batch loop; the task's own error (any BaseException) is its cause."""
 
 
 class Worker(Fates):
@@ -156,26 +154,44 @@ class Worker(Fates):
         self._count_batch(named, invocation)
         self._back_off_nameless(nameless, invocation)
         records, set_aside = self._set_aside_unreadable(named, invocation)
-        processor = self._new_processor()
-
-        def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
-            self._process_record(record.raw_event, invocation)
-
         self._hold(records, invocation, heartbeat)
         try:
-            with processor(records, record_handler, lambda_context=None):
-                processor.process()
+            failures, succeeded = self._process_all(records, invocation)
         finally:
-            logger.remove_keys(["message_id", "path"])
+            running_record.set(None)
             if heartbeat is None and invocation.heartbeat is not None:
                 invocation.heartbeat.stop()  # before the batch's own visibility changes go out
-        response = processor.response()
-        self._count_succeeded(len(processor.success_messages), invocation)
-        self._release_undecided(records, response, invocation)
-        response["batchItemFailures"].extend(set_aside)
+        self._count_succeeded(succeeded, invocation)
+        if failures:
+            self._release_undecided(records, failures, invocation)
+        failures.extend(set_aside)
         self._flush(named, invocation)
         invocation.metrics.publish()
-        return response
+        return {"batchItemFailures": failures}
+
+    def _process_all(self, records: list[Any], invocation: _Invocation) -> tuple[list[dict[str, str]], int]:
+        """Run each record; return the failure items and how many records were reported done.
+
+        A record is reported failed when processing it raises an ``Exception`` (a task's own
+        failure arrives here as TaskFailedError). On a FIFO queue, a failure stops the rest of its
+        message group, as Lambda requires of a partial batch response:
+        https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html
+        Those records are reported failed unstarted, and ``_release_undecided`` gives them back.
+        """
+        failures: list[dict[str, str]] = []
+        stopped_groups: set[str] | None = set() if self.settings.fifo else None
+        for record in records:
+            group = record["attributes"].get("MessageGroupId") if stopped_groups is not None else None
+            if group is not None and group in stopped_groups:  # type: ignore[operator]
+                failures.append({"itemIdentifier": record["messageId"]})
+                continue
+            try:
+                self._process_record(record, invocation)
+            except Exception:  # noqa: BLE001 - the record's fate is decided and logged; here it is only reported
+                failures.append({"itemIdentifier": record["messageId"]})
+                if group:
+                    stopped_groups.add(group)  # type: ignore[union-attr]
+        return failures, len(records) - len(failures)
 
     def _receive_lag_seconds(self) -> float:
         """How long before this invocation its messages may have been received (Lambda path).
@@ -228,29 +244,20 @@ class Worker(Fates):
         invocation.heartbeat = heartbeat
         heartbeat.start()
 
-    def _new_processor(self) -> BatchProcessor:
-        """Powertools' partial-batch processor; a FIFO queue stops only the failed message group."""
-        if self.settings.fifo:
-            processor: BatchProcessor = SqsFifoPartialProcessor(skip_group_on_error=True)
-        else:
-            processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-        # Every failure is reported per item, never as a raised BatchProcessingError.
-        processor.raise_on_entire_batch_failure = False
-        return processor
-
     def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
-        """Run one record with its message id and path on every log line (replaced per record, removed per batch)."""
+        """Run one record with its message id and path on every log line written meanwhile."""
         message_id = record["messageId"]
         path = message.record_path(record, self.settings.http_path)
         # Task.from_record, inlined: this is the hot path of every message.
-        body = record.get("body") or ""
-        lease = invocation.leases.get(message_id)
-        task = Task(message_id, path, body, self.settings.mime_type, record, None, invocation.remaining_ms, lease)
-        logger.append_keys(message_id=task.message_id, path=task.path)
+        task = Task(
+            message_id, path, record.get("body") or "", self.settings.mime_type, record, None,
+            invocation.remaining_ms, invocation.leases.get(message_id) if invocation.leases else None,
+        )
+        running_record.set(task)
         self._run(record, task, invocation)
 
     def _run(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
-        """Route, run and decide; raising marks the record failed for the processor."""
+        """Route, run and decide; raising marks the record failed for the batch loop."""
         if invocation.time_is_short():
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
@@ -359,11 +366,11 @@ class Worker(Fates):
                 invocation.set_visibility(record, self._backoff_first(), key=f"record #{index} (no messageId)")
 
     def _set_aside_unreadable(self, named: list[Any], invocation: _Invocation) -> tuple[list[Any], list[dict[str, str]]]:
-        """The records to process, and failure items for those set aside before the processor and heartbeat see them.
+        """The records to process, and failure items for those set aside before the batch loop and heartbeat see them.
 
         Unreadable records are logged and backed off; on a FIFO queue, the later records of
         their groups (of every group, when an unreadable record's group cannot be read) are
-        released, as Powertools stops a group after a failure.
+        released, as the batch loop stops a group after a failure.
         """
         records, unreadable = _split_unreadable(named)
         if not unreadable:
@@ -382,9 +389,9 @@ class Worker(Fates):
         failures = [{"itemIdentifier": record["messageId"]} for record in unreadable + stopped]
         return [r for r in records if id(r) not in kept], failures
 
-    def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
+    def _release_undecided(self, records: list[Any], failures: list[dict[str, str]], invocation: _Invocation) -> None:
         """Failed records with no decision of ours (a stopped FIFO group) return at once."""
-        failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        failed = {item["itemIdentifier"] for item in failures}
         for record in records:
             message_id = record["messageId"]
             if message_id in failed and message_id not in invocation.changes and message_id not in invocation.left_alone:
@@ -428,7 +435,7 @@ def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
 
 
 def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
-    """Records Powertools and the heartbeat can read, and those they cannot (no receipt handle, or
+    """Records the batch loop and the heartbeat can read, and those they cannot (no receipt handle, or
     ``attributes`` / ``messageAttributes`` that are not objects): those must not reach either."""
     none = _NO_ATTRIBUTES  # ``.__class__ is`` rather than type(): this runs for every record of every batch
     unreadable = [
