@@ -89,9 +89,6 @@ class _Invocation:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
         self.remaining_ms: Callable[[], int] | None = getattr(self.context, "get_remaining_time_in_millis", None)
 
-    def time_is_short(self) -> bool:
-        return self.remaining_ms is not None and self.remaining_ms() < self.margin_ms
-
     def set_visibility(self, record: Mapping[str, Any], seconds: int, key: str | None = None) -> None:
         key = key or record["messageId"]
         if self.heartbeat is not None:  # its visibility is now set on purpose: stop extending it

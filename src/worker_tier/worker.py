@@ -245,29 +245,35 @@ class Worker(Fates):
         heartbeat.start()
 
     def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
-        """Run one record with its message id and path on every log line written meanwhile."""
+        """Run one record with its message id and path on every log line written meanwhile.
+
+        ``Task.from_record`` and ``message.record_path``, inlined: this is the hot path of every
+        message. Its ``messageAttributes`` is a dict (``_split_unreadable`` set aside the others).
+        """
         message_id = record["messageId"]
-        path = message.record_path(record, self.settings.http_path)
-        # Task.from_record, inlined: this is the hot path of every message.
+        attributes = record["messageAttributes"]
+        routing = attributes.get(message.PATH_ATTRIBUTE)
+        path = routing.get("stringValue") if isinstance(routing, dict) else None
         task = Task(
-            message_id, path, record.get("body") or "", self.settings.mime_type, record, None,
-            invocation.remaining_ms, invocation.leases.get(message_id) if invocation.leases else None,
+            message_id, path if path and isinstance(path, str) else self.settings.http_path, record.get("body") or "",
+            self.settings.mime_type, record, None, invocation.remaining_ms,
+            invocation.leases.get(message_id) if invocation.leases else None,
         )
         running_record.set(task)
-        self._run(record, task, invocation)
+        self._run(record, task, attributes, invocation)
 
-    def _run(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
+    def _run(self, record: Mapping[str, Any], task: Task, attributes: dict[str, Any], invocation: _Invocation) -> None:
         """Route, run and decide; raising marks the record failed for the batch loop."""
-        if invocation.time_is_short():
+        remaining_ms = invocation.remaining_ms
+        if remaining_ms is not None and remaining_ms() < invocation.margin_ms:
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         if task.lease is not None and task.lease.is_set():
             raise self._lease_lost(task, invocation)
-        attributes = record.get("messageAttributes")
-        if attributes and message.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
+        if message.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
-            definition = self._definition(task)
+            definition = self.registry.get(task.path) or self._unknown_path(task)
             if definition.container and self._long_queue_url:
                 self._forward(record, task, invocation)
                 return
@@ -298,14 +304,11 @@ class Worker(Fates):
         if _listeners:
             self._emit(OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
 
-    def _definition(self, task: Task) -> TaskDefinition:
-        """The task registered for the message's path, or UnknownPathError."""
-        definition = self.registry.get(task.path)
-        if definition is None:
-            raise UnknownPathError(
-                f"no task is registered for path {task.path!r}; registered paths: {', '.join(self.registry.paths()) or 'none'}"
-            )
-        return definition
+    def _unknown_path(self, task: Task) -> TaskDefinition:
+        """Raise UnknownPathError: no task is registered for the message's path."""
+        raise UnknownPathError(
+            f"no task is registered for path {task.path!r}; registered paths: {', '.join(self.registry.paths()) or 'none'}"
+        )
 
     @staticmethod
     def _parse(definition: TaskDefinition, task: Task) -> None:
