@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from worker_tier import backoff, limits, message, observability
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
 from worker_tier.errors import NonRetryableError, RetryLater
-from worker_tier.idempotency import LeaseContext
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import Settings
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from worker_tier.aws import LazyClient
     from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
+    from worker_tier.idempotency import LeaseContext
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_RETRYING = "retrying"

@@ -61,7 +61,6 @@ from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from
     add_outcome_listener,
     remove_outcome_listener,
 )
-from worker_tier.idempotency import IdempotentRunner, LeaseContext
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger, running_record
 from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
@@ -72,6 +71,7 @@ from worker_tier.visibility import change_visibility
 if TYPE_CHECKING:
     from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
+    from worker_tier.idempotency import IdempotentRunner
 
 class InvocationEndingError(Exception):
     """The invocation's remaining time fell below the safety margin before this record started."""
@@ -120,7 +120,8 @@ class Worker(Fates):
         # Heartbeats need calls that end within their margin; an injected client (tests) serves both.
         self._heartbeat_sqs = LazyClient("sqs", sqs, factory=new_heartbeat_client)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
-        self._idempotency = IdempotentRunner(state_table, self._dynamodb.get)
+        self._state_table = state_table
+        self._idempotency: IdempotentRunner | None = None  # built with the first idempotent task
         self._clock = clock
         self._random = random
         self._producer: Client | None = None
@@ -214,6 +215,8 @@ class Worker(Fates):
             return
         invocation.heartbeat = heartbeat
         invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
+        from worker_tier.idempotency import LeaseContext  # the container worker's path: kept off the Lambda cold start
+
         invocation.lease_context = LeaseContext(heartbeat.extension_seconds)
         # The caller received them: count SQS's 12 hours from its receive, however long they waited since.
         ages = [age for r in records if (age := heartbeat.held_for(r["messageId"])) is not None]
@@ -335,13 +338,22 @@ class Worker(Fates):
 
     def _run_idempotent(self, definition: TaskDefinition, task: Task, invocation: _Invocation) -> None:
         """Run through the idempotency layer; with the caller's heartbeat, the record's expiry follows the lease."""
+        runner = self._idempotent_runner()
         if invocation.context is not None or invocation.heartbeat is None:
-            self._idempotency.run(definition, task, invocation.context)
+            runner.run(definition, task, invocation.context)
             return
         heartbeat = invocation.heartbeat
-        self._idempotency.run(
+        runner.run(
             definition, task, invocation.lease_context, on_lease=lambda extend: heartbeat.on_extended(task.message_id, extend)
         )
+
+    def _idempotent_runner(self) -> IdempotentRunner:
+        """The idempotency layer, imported and built on first use: a function without idempotent tasks never pays for it."""
+        if self._idempotency is None:
+            from worker_tier.idempotency import IdempotentRunner
+
+            self._idempotency = IdempotentRunner(self._state_table, self._dynamodb.get)
+        return self._idempotency
 
     def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
         """Processed count, and the age of the batch's oldest message when the batch starts."""
