@@ -358,12 +358,9 @@ class Worker(Fates):
     def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
         """Processed count, and the age of the batch's oldest message when the batch starts."""
         invocation.metrics.count(observability.METRIC_PROCESSED, len(records))
-        try:
-            sent = [int(r["attributes"]["SentTimestamp"]) for r in records if (r.get("attributes") or {}).get("SentTimestamp")]
-        except (AttributeError, KeyError, TypeError, ValueError):  # a malformed record: read each one with care
-            sent = [ms for r in records if (ms := message.sent_timestamp_ms(r)) is not None]
-        if sent:
-            invocation.metrics.message_age(max(0.0, self._clock() * 1000 - min(sent)))
+        oldest_ms = _oldest_sent_ms(records)
+        if oldest_ms is not None:
+            invocation.metrics.message_age(max(0.0, self._clock() * 1000 - oldest_ms))
 
     def _count_succeeded(self, reported_done: int, invocation: _Invocation) -> None:
         """Succeeded: reported done, less those reported done because they were dead-lettered or replaced."""
@@ -447,6 +444,22 @@ def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
         )
         return
     attributes[message.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
+
+
+def _oldest_sent_ms(records: list[Any]) -> int | None:
+    """The batch's oldest SentTimestamp (epoch ms); None when no record has a readable one.
+
+    SQS writes them as digit strings, all of one length (13 digits until the year 2286), and
+    among those text order is number order: one ``int`` per batch rather than one per record.
+    """
+    try:  # Lambda gives every record its SentTimestamp
+        stamps = [r["attributes"]["SentTimestamp"] for r in records]
+        if len(set(map(len, stamps))) == 1:
+            return int(min(stamps))
+        return min(map(int, stamps))
+    except (AttributeError, KeyError, TypeError, ValueError):  # a hand-built or malformed record: read each with care
+        sent = [ms for r in records if (ms := message.sent_timestamp_ms(r)) is not None]
+        return min(sent) if sent else None
 
 
 def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
