@@ -67,7 +67,8 @@ def cold_import_seconds(module: str) -> float:
 
 def cold_import_ratio(pairs: int) -> dict[str, float]:
     """One run: median import time of our handler ÷ the baseline handler's, over interleaved imports."""
-    ours, baseline = [], []
+    ours: list[float] = []
+    baseline: list[float] = []
     for _ in range(pairs):
         ours.append(cold_import_seconds(_OURS_MODULE))
         baseline.append(cold_import_seconds(_BASELINE_MODULE))
@@ -131,7 +132,8 @@ def per_message_cpu_ratio(rounds: int, records: int) -> dict[str, float]:
 
 def _interleaved_cpu(ours: Callable[[], None], baseline: Callable[[], None], rounds: int) -> tuple[float, float]:
     """Median process-CPU seconds per call of each, alternating so both see the same machine."""
-    ours_times, baseline_times = [], []
+    ours_times: list[float] = []
+    baseline_times: list[float] = []
     with contextlib.redirect_stdout(io.StringIO()):  # EMF metrics go to stdout
         ours()
         baseline()
@@ -259,8 +261,8 @@ def measure(sizes: Sizes = Sizes()) -> dict[str, Any]:
     runs: dict[str, list[float]] = {}
     for _ in range(sizes.runs):
         timed = {**cold_import_ratio(sizes.import_pairs), **per_message_cpu_ratio(sizes.cpu_rounds, sizes.records_per_event)}
-        for key, value in timed.items():
-            runs.setdefault(key, []).append(value)
+        for key, figure in timed.items():
+            runs.setdefault(key, []).append(figure)
     figures: dict[str, Any] = {key: spread(values) for key, values in runs.items()}
     retry = retry_api_calls_ratio(sizes.retry_messages, sizes.records_per_event)
     figures.update({key: round(value, 4) for key, value in retry.items()})

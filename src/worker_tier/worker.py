@@ -180,10 +180,11 @@ class Worker(Fates):
         Those records are reported failed unstarted, and ``_release_undecided`` gives them back.
         """
         failures: list[dict[str, str]] = []
-        stopped_groups: set[str] | None = set() if self.settings.fifo else None
+        fifo = self.settings.fifo
+        stopped_groups: set[str] = set()
         for record in records:
-            group = record["attributes"].get("MessageGroupId") if stopped_groups is not None else None
-            if group is not None and group in stopped_groups:  # type: ignore[operator]
+            group = record["attributes"].get("MessageGroupId") if fifo else None
+            if group is not None and group in stopped_groups:
                 failures.append({"itemIdentifier": record["messageId"]})
                 continue
             try:
@@ -191,7 +192,7 @@ class Worker(Fates):
             except Exception:  # noqa: BLE001 - the record's fate is decided and logged; here it is only reported
                 failures.append({"itemIdentifier": record["messageId"]})
                 if group:
-                    stopped_groups.add(group)  # type: ignore[union-attr]
+                    stopped_groups.add(group)
         return failures, len(records) - len(failures)
 
     def _receive_lag_seconds(self) -> float:
@@ -215,7 +216,8 @@ class Worker(Fates):
             return
         invocation.heartbeat = heartbeat
         invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
-        from worker_tier.idempotency import LeaseContext  # the container worker's path: kept off the Lambda cold start
+        # The container worker's path: kept off the Lambda cold start.
+        from worker_tier.idempotency import LeaseContext
 
         invocation.lease_context = LeaseContext(heartbeat.extension_seconds)
         # The caller received them: count SQS's 12 hours from its receive, however long they waited since.

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.fakes import FakeSQS
-from worker_tier.observability import METRIC_MESSAGE_AGE, METRIC_TASK_DURATION, METRIC_TASK_DURATION_MAX, BatchMetrics, metrics
+from worker_tier.observability import (
+    METRIC_MESSAGE_AGE,
+    METRIC_TASK_DURATION,
+    METRIC_TASK_DURATION_MAX,
+    BatchMetrics,
+    metrics,
+)
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.task import Task

@@ -6,7 +6,8 @@ import io
 import json
 import logging
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
