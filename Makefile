@@ -3,11 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The CDK CLI, major version pinned: npm's "latest" tag is an old 3.0.0 that cannot read aws-cdk-lib 2's output.
+CDK := npx --yes aws-cdk@2
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: venv run test synth bench cron-next clean
+.PHONY: venv run lint test synth deploy dist bench cron-next docs clean
 
 venv: $(STAMP)
 
@@ -20,13 +22,28 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 run: $(STAMP)
 	$(PY) -m worker_tier_local $(ARGS)
 
-## make test: unit, functional, infra and e2e tests
-test: $(STAMP)
+## make lint: ruff over the repo, mypy over src/, tasks/ and app.py (pyproject.toml configures both)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+## make test: lint, then unit, functional, infra and e2e tests
+test: lint
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 ## make synth: CloudFormation template in cdk.out/, offline, no Docker, no AWS calls
 synth: $(STAMP)
 	CDK_OUTDIR=cdk.out $(PY) app.py
+
+## make deploy ARGS="--require-approval never": the CDK CLI deploys app.py, run on .venv by cdk.json's bin/cdk-app
+deploy: $(STAMP)
+	$(CDK) deploy $(ARGS)
+
+## make dist: wheel and sdist in dist/; `python -m build` builds the sdist, then the wheel from it (so the sdist
+## is complete), in an isolated env whose setuptools comes from the package registry like any pip install
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
 
 ## make cron-next: each cron.yaml entry's next 5 run times, UTC and local
 cron-next: $(STAMP)
@@ -36,5 +53,9 @@ cron-next: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)
 
+## make docs: regenerate docs/settings.md from worker_tier.settings.Settings
+docs: $(STAMP)
+	$(PY) -m worker_tier_cdk.settings_doc
+
 clean:
-	rm -rf cdk.out .pytest_cache
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache dist build src/*.egg-info

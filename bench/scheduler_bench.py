@@ -70,7 +70,7 @@ def item_bytes(item: dict[str, dict[str, Any]]) -> int:
 class MeteredDynamoDB(FakeDynamoDB):
     """Counts request units as on-demand DynamoDB bills them."""
 
-    def __init__(self, clock) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, clock) -> None:
         super().__init__()
         self.copy_items = False
         self.write_units = {"producer": 0.0, "scheduler": 0.0, "safety_net": 0.0}
@@ -80,7 +80,7 @@ class MeteredDynamoDB(FakeDynamoDB):
         self.stream: list[dict[str, Any]] = []  # the delay table's INSERT records, as the mapping passes them
         self._clock = clock
 
-    def batch_write_item(self, RequestItems: dict) -> dict:  # noqa: N803
+    def batch_write_item(self, RequestItems: dict) -> dict:
         for requests in RequestItems.values():
             for request in requests:
                 item = request["PutRequest"]["Item"]
@@ -121,11 +121,11 @@ class MeteredDynamoDB(FakeDynamoDB):
 class MeteredSQS(FakeSQS):
     """Counts SQS requests as billed: each 64 KB of a batch's payload is one request."""
 
-    def __init__(self, clock) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, clock) -> None:
         super().__init__(clock=clock)
         self.requests = 0
 
-    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
         payload = sum(len(e["MessageBody"].encode()) for e in Entries)
         self.requests += max(1, math.ceil(payload / SQS_BILLING_CHUNK_BYTES))
         return super().send_message_batch(QueueUrl, Entries)
@@ -144,10 +144,10 @@ def simulate() -> dict[str, float]:
                                sleep=lambda s: None, parallel=False)
     scheduler.run()  # deployed before any message: the first watermark is now, as in a real stack
     due: dict[str, float] = {}
-    for start in range(0, MESSAGES, 500):
+    for _ in range(0, MESSAGES, 500):
         outgoing = [OutgoingMessage("/remind", BODY, delay=901 + rng.random() * SPREAD_SECONDS) for _ in range(500)]
-        for message, result in zip(outgoing, client.send_batch(outgoing)):
-            due[result.message_id] = START + message.delay  # type: ignore[operator]
+        for message, result in zip(outgoing, client.send_batch(outgoing), strict=True):
+            due[result.message_id] = START + message.delay
     producer_calls = len(dynamodb.calls)
     safety_net = SafetyNet(dynamodb, sqs, now)
     safety_net.process(dynamodb.stream)  # the producers' INSERTs, a few minutes after they were written
@@ -246,9 +246,9 @@ def _mapping_batches(records: list[dict[str, Any]]) -> Any:
 
 def _figures(dynamodb: MeteredDynamoDB, sqs: MeteredSQS, due: dict[str, float], runs: int, cpu: float,
              producer_calls: int, scheduler_calls: int, safety_net: SafetyNet) -> dict[str, float]:
-    by_body_order = [entry for entry in sqs.sent]
+    by_body_order = list(sqs.sent)
     due_by_at = [entry["MessageAttributes"]["worker_tier.due_at"]["StringValue"] for entry in by_body_order]
-    lateness = sorted(entry["visible_at"] - _epoch(at) for entry, at in zip(by_body_order, due_by_at))
+    lateness = sorted(entry["visible_at"] - _epoch(at) for entry, at in zip(by_body_order, due_by_at, strict=True))
     lambda_cost = runs * (PRICE_PER_LAMBDA_REQUEST + ASSUMED_RUN_SECONDS * SCHEDULER_MEMORY_GB * PRICE_PER_LAMBDA_GB_SECOND_ARM)
     safety_net_cost = safety_net.cost()
     ours = (

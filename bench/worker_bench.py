@@ -2,7 +2,7 @@
 
 Run with `make bench` (all benchmarks) or `python -m bench worker`.
 
-The machine is shared, so each timed figure is measured in ``RUNS`` runs, each of which interleaves
+The machine is shared, so each timed figure is measured in ``Sizes.runs`` runs, each of which interleaves
 ours with the baseline (CPU time of the hot path; wall time of a fresh interpreter's import), and is
 reported as ``{"worst": ..., "median": ..., "runs": [...]}``. A goal counts as met only when its worst
 run meets it. The retry figure counts SQS calls, which do not vary: it is measured once.
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench import results
+from worker_tier import contract
 
 REPO = Path(__file__).resolve().parent.parent
 FAILURE_EVERY = 10  # 10 % of messages fail
@@ -97,9 +98,9 @@ def _event(count: int) -> dict[str, Any]:
 
 
 _HANDLER_ENVIRONMENT = {
-    "WORKER_TIER_TASK_MODULES": "bench.noop_tasks",
-    "WORKER_TIER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/work",
-    "WORKER_TIER_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
+    contract.setting_variable("task_modules"): "bench.noop_tasks",
+    contract.QUEUE_URL_VARIABLE: "https://sqs.us-east-1.amazonaws.com/123456789012/work",
+    contract.DLQ_URL_VARIABLE: "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
 }
 
 

@@ -45,7 +45,7 @@ def render(t: Task) -> None:
     """A long task: runs in the container worker when there is one, its message kept invisible by heartbeats."""
     frames = t.json().get("frames", 1)
     print(f"rendering {frames} frames", flush=True)
-    for frame in range(frames):
+    for _ in range(frames):
         if t.lease_expired():
             raise RetryLater(0, "message released at SQS's 12-hour cap; another worker continues")
         time.sleep(1)

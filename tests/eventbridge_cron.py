@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-_MONTHS = {name: i + 1 for i, name in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split())}
-_DAYS = {name: i + 1 for i, name in enumerate("SUN MON TUE WED THU FRI SAT".split())}
+_MONTHS = {name: i + 1 for i, name in enumerate(["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}
+_DAYS = {name: i + 1 for i, name in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}
 _SPECS = [(0, 59, {}), (0, 23, {}), (1, 31, {}), (1, 12, _MONTHS), (1, 7, _DAYS), (1970, 2199, {})]
 
 
@@ -27,7 +27,7 @@ class EventBridgeCron:
             raise ValueError(f"EventBridge cron has 6 fields, got {len(fields)} in {expression!r}")
         if (fields[2] == "?") == (fields[4] == "?"):
             raise ValueError(f"exactly one of day-of-month and day-of-week must be '?': {expression!r}")
-        self.sets = [None if text == "?" else _field(text, *spec) for text, spec in zip(fields, _SPECS)]
+        self.sets = [None if text == "?" else _field(text, *spec) for text, spec in zip(fields, _SPECS, strict=True)]
 
     def matches(self, moment: datetime) -> bool:
         """True when the schedule fires at this minute."""

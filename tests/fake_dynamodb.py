@@ -55,7 +55,7 @@ class FakeDynamoDB:
 
     # -- operations -------------------------------------------------------------------
 
-    def put_item(self, TableName: str, Item: dict, ConditionExpression: str | None = None,  # noqa: N803
+    def put_item(self, TableName: str, Item: dict, ConditionExpression: str | None = None,
                  ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None,
                  ReturnValuesOnConditionCheckFailure: str = "NONE") -> dict:
         self._enter("PutItem", locals())
@@ -65,12 +65,12 @@ class FakeDynamoDB:
         self._store(TableName, Item)
         return {}
 
-    def get_item(self, TableName: str, Key: dict, ConsistentRead: bool = False) -> dict:  # noqa: N803
+    def get_item(self, TableName: str, Key: dict, ConsistentRead: bool = False) -> dict:
         self._enter("GetItem", locals())
         item = self.tables[TableName].get(self._key(TableName, Key))
         return {"Item": self._copy(item)} if item is not None else {}
 
-    def delete_item(self, TableName: str, Key: dict, ConditionExpression: str | None = None,  # noqa: N803
+    def delete_item(self, TableName: str, Key: dict, ConditionExpression: str | None = None,
                     ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
         self._enter("DeleteItem", locals())
         key = self._key(TableName, Key)
@@ -84,7 +84,7 @@ class FakeDynamoDB:
         self._sorted.pop((TableName, None), None)
         return {}
 
-    def update_item(self, TableName: str, Key: dict, UpdateExpression: str,  # noqa: N803
+    def update_item(self, TableName: str, Key: dict, UpdateExpression: str,
                     ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
         self._enter("UpdateItem", locals())
         assignments = [re.fullmatch(r"(#?\w+) = (:\w+)", part.strip()) for part in UpdateExpression.removeprefix("SET ").split(",")]
@@ -97,7 +97,7 @@ class FakeDynamoDB:
             self.tables[TableName][key][name] = self._copy(ExpressionAttributeValues[match.group(2)])
         return {}
 
-    def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict,  # noqa: N803
+    def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict,
               ExclusiveStartKey: dict | None = None, Limit: int | None = None, **_: Any) -> dict:
         self._enter("Query", locals())
         assert KeyConditionExpression == "pk = :pk", KeyConditionExpression
@@ -115,7 +115,7 @@ class FakeDynamoDB:
             response["LastEvaluatedKey"] = {name: last[name] for name in self.keys[TableName]}
         return response
 
-    def batch_write_item(self, RequestItems: dict) -> dict:  # noqa: N803
+    def batch_write_item(self, RequestItems: dict) -> dict:
         self._enter("BatchWriteItem", locals())
         unprocessed: dict[str, list] = {}
         for table, requests in RequestItems.items():
@@ -128,7 +128,7 @@ class FakeDynamoDB:
                 unprocessed[table] = held
         return {"UnprocessedItems": unprocessed}
 
-    def transact_write_items(self, TransactItems: list[dict]) -> dict:  # noqa: N803
+    def transact_write_items(self, TransactItems: list[dict]) -> dict:
         self._enter("TransactWriteItems", locals())
         reasons = []
         for entry in TransactItems:
@@ -144,7 +144,7 @@ class FakeDynamoDB:
             self._store(entry["Put"]["TableName"], entry["Put"]["Item"])
         return {}
 
-    def scan(self, TableName: str, ProjectionExpression: str | None = None,  # noqa: N803
+    def scan(self, TableName: str, ProjectionExpression: str | None = None,
              ExclusiveStartKey: dict | None = None, **_: Any) -> dict:
         self._enter("Scan", locals())
         keys = self._sorted_keys(TableName, None)
@@ -152,7 +152,7 @@ class FakeDynamoDB:
         page = keys[first : first + self.page_size]
         response: dict[str, Any] = {"Items": [self._copy(self.tables[TableName][k]) for k in page]}
         if len(keys) - first > self.page_size:
-            response["LastEvaluatedKey"] = {name: {"S": value} for name, value in zip(self.keys[TableName], page[-1])}
+            response["LastEvaluatedKey"] = {name: {"S": value} for name, value in zip(self.keys[TableName], page[-1], strict=True)}
         return response
 
     # -- helpers ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ class FakeSQS:
         self._clock = clock
         self._ids = itertools.count(1)
 
-    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
         self.calls.append(("SendMessageBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))
         return self._batch(Entries, accept=lambda entry: self._accept(QueueUrl, entry), with_id=True)
 
@@ -39,15 +39,15 @@ class FakeSQS:
         self.sent.append(entry)
         self.by_queue.setdefault(queue_url, []).append(entry)
 
-    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:  # noqa: N803
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
         self.calls.append(("GetQueueAttributes", {"QueueUrl": QueueUrl, "AttributeNames": AttributeNames}))
         return {"Attributes": {"MaximumMessageSize": str(self.maximum_message_size)}}
 
-    def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+    def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
         self.calls.append(("ChangeMessageVisibilityBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))
         return self._batch(Entries, accept=lambda e: None, with_id=False)
 
-    def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int) -> dict[str, Any]:  # noqa: N803
+    def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int) -> dict[str, Any]:
         self.calls.append(("ChangeMessageVisibility", {"QueueUrl": QueueUrl, "ReceiptHandle": ReceiptHandle}))
         return {}
 

@@ -127,7 +127,7 @@ class StrictSQS:
         self._check_single("SendMessage", lambda: self._message_problems(params, params["QueueUrl"]))
         return self.inner.send_message(**params)
 
-    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]], **rest: Any) -> dict[str, Any]:  # noqa: N803
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]], **rest: Any) -> dict[str, Any]:
         """SendMessageBatch, checked: batch problems raise, entry problems become Failed entries."""
         self._check_single("SendMessageBatch", lambda: self._batch_problems(Entries, "Send", sizes=True))
         return self._forward_batch(
@@ -149,7 +149,7 @@ class StrictSQS:
         self._check_single("ChangeMessageVisibility", lambda: self._visibility_problem(params))
         return self.inner.change_message_visibility(**params)
 
-    def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]], **rest: Any) -> dict[str, Any]:  # noqa: N803
+    def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]], **rest: Any) -> dict[str, Any]:
         """ChangeMessageVisibilityBatch, checked like SendMessageBatch."""
         self._check_single("ChangeMessageVisibilityBatch", lambda: self._batch_problems(Entries, "ChangeMessageVisibility", sizes=False))
         return self._forward_batch(

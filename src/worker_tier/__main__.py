@@ -1,7 +1,7 @@
 """``python -m worker_tier worker``: the container worker, for tasks longer than Lambda's 15 minutes.
 
-Configured like the Lambda worker, by WORKER_TIER_* variables; the container_concurrency
-setting (WORKER_TIER_CONTAINER_CONCURRENCY) is how many tasks run at once.
+Configured like the Lambda worker, by the contract's resource variables and the settings'
+variables (``worker_tier.contract``); the container_concurrency setting is how many tasks run at once.
 """
 
 from __future__ import annotations
@@ -11,12 +11,21 @@ import os
 import signal
 import sys
 
+from worker_tier import contract
 from worker_tier.aws import new_heartbeat_client
 from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError
+from worker_tier.errors import SettingsError
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 from worker_tier.worker import Worker
+
+# It consumes its own queue (queue_url) and sends its tasks' follow-ups to the work queue (send_queue_url);
+# it never forwards, so it reads no container_queue_url.
+NEEDS = contract.Needs(
+    "the container worker", required=("queue_url", "dlq_url"), optional=("state_table", "delay_table"), settings=True,
+) | contract.PRODUCER_NEEDS
+EXIT_CODE_USAGE = 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,11 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--grace", type=float, default=DEFAULT_CONTAINER_GRACE_SECONDS,
                         help="seconds running tasks get after SIGTERM before the process exits without them")
     args = parser.parse_args(argv)
+    try:
+        queue_url = NEEDS.read(os.environ).named("queue_url")
+    except SettingsError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CODE_USAGE
     core = Worker.from_environment()
-    queue_url = os.environ.get("WORKER_TIER_QUEUE_URL")
-    if not queue_url:
-        print("WORKER_TIER_QUEUE_URL must be set to the queue to consume", file=sys.stderr)
-        return 2
     heartbeat = Heartbeat(new_heartbeat_client(), queue_url, interval_seconds=core.settings.heartbeat_interval)
     consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace, heartbeat=heartbeat)
     for signum in (signal.SIGTERM, signal.SIGINT):

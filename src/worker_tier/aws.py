@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 # Call-level throttling and transient errors are retried by botocore's standard mode:
 # https://boto3.amazonaws.com/v1/documentation/api/latest/guide/retries.html#standard-retry-mode
@@ -16,8 +16,11 @@ CLIENT_MAX_ATTEMPTS = 5
 HEARTBEAT_CONNECT_TIMEOUT_SECONDS = 2
 HEARTBEAT_READ_TIMEOUT_SECONDS = 3
 
+# The services the runtime calls; boto3's stubs type a client by its service's literal name.
+AwsService = Literal["sqs", "dynamodb"]
 
-def new_client(service: str, **config: Any) -> Any:
+
+def new_client(service: AwsService, **config: Any) -> Any:
     """A boto3 client with standard retries; honours AWS_ENDPOINT_URL (moto, the local environment).
 
     ``config`` overrides botocore Config fields (for example ``read_timeout``).
@@ -25,8 +28,8 @@ def new_client(service: str, **config: Any) -> Any:
     import boto3
     from botocore.config import Config
 
-    retries = {"mode": "standard", "max_attempts": config.pop("max_attempts", CLIENT_MAX_ATTEMPTS)}
-    return boto3.client(service, config=Config(retries=retries, **config))
+    max_attempts = config.pop("max_attempts", CLIENT_MAX_ATTEMPTS)
+    return boto3.client(service, config=Config(retries={"mode": "standard", "max_attempts": max_attempts}, **config))
 
 
 def new_heartbeat_client() -> Any:
@@ -42,7 +45,7 @@ def new_heartbeat_client() -> Any:
 class LazyClient:
     """Holds an injected client, or creates one on first use."""
 
-    def __init__(self, service: str, client: Any = None, factory: Any = None) -> None:
+    def __init__(self, service: AwsService, client: Any = None, factory: Any = None) -> None:
         self._service = service
         self._client = client
         self._factory = factory
@@ -57,7 +60,7 @@ class LazyClient:
 CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
-def error_response(error: BaseException) -> dict:
+def error_response(error: BaseException) -> dict[str, Any]:
     """A botocore error's parsed response; {} for errors that carry none (``ReadTimeoutError`` has ``response = None``)."""
     return getattr(error, "response", None) or {}
 

@@ -22,7 +22,7 @@ def backoff_ceiling_seconds(attempt: int, base_seconds: int, cap_seconds: int) -
     [2, 4, 8, 900, 900]
     """
     exponent = min(max(attempt, 1) - 1, 62)
-    return min(base_seconds * 2**exponent, cap_seconds, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS)
+    return min(base_seconds * (1 << exponent), cap_seconds, limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS)
 
 
 def backoff_seconds(

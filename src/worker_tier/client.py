@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
-from worker_tier import dedupe, delay, limits, message
+from worker_tier import contract, dedupe, delay, limits, message
 from worker_tier import outgoing as checks
 from worker_tier.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delay import DelayedMessage
@@ -90,7 +90,8 @@ class Client:
         maximum_message_size: int | None = None,
     ) -> None:
         if not queue_url or not isinstance(queue_url, str):
-            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with WORKER_TIER_QUEUE_URL set), got {checks.shown(queue_url)}")
+            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), "
+                               f"got {checks.shown(queue_url)}")
         checks.check_settings(delay_shards, maximum_message_size)
         self.queue_url = queue_url
         self.delay_table = delay_table
@@ -106,17 +107,17 @@ class Client:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
-        """A Client for the work queue and, when set, ``WORKER_TIER_DELAY_TABLE`` and ``WORKER_TIER_DELAY_SHARDS``.
+        """A Client for the work queue and, when set, the delay table and the delay_shards setting.
 
-        The work queue is ``WORKER_TIER_SEND_QUEUE_URL`` where a process consumes another queue (the
-        container worker consumes its long-task queue, but its tasks' follow-ups go to the work queue),
-        else ``WORKER_TIER_QUEUE_URL``.
+        The work queue is the send queue (``contract.SEND_QUEUE_URL_VARIABLE``) where a process consumes
+        another queue (the container worker consumes its own queue, but its tasks' follow-ups go to the
+        work queue), else the queue (``contract.QUEUE_URL_VARIABLE``); see ``contract.PRODUCER_NEEDS``.
         """
-        shards = environ.get("WORKER_TIER_DELAY_SHARDS")
+        shards = environ.get(contract.DELAY_SHARDS_VARIABLE)
         if shards is not None:
-            kwargs.setdefault("delay_shards", checks.whole_number("WORKER_TIER_DELAY_SHARDS", shards, delay.MAX_SHARDS))
-        queue_url = environ.get("WORKER_TIER_SEND_QUEUE_URL") or environ.get("WORKER_TIER_QUEUE_URL")
-        return cls(queue_url, environ.get("WORKER_TIER_DELAY_TABLE"), **kwargs)
+            kwargs.setdefault("delay_shards", checks.whole_number(contract.DELAY_SHARDS_VARIABLE, shards, delay.MAX_SHARDS))
+        resources = contract.PRODUCER_NEEDS.read(environ)
+        return cls(resources.send_queue_url or resources.queue_url, resources.delay_table, **kwargs)
 
     def send(
         self,
@@ -168,9 +169,9 @@ class Client:
         """
         outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
         result = self.send_batch([outgoing])[0]
-        if not result.ok:
+        if result.message_id is None:  # not result.ok
             raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
-        return result.message_id  # type: ignore[return-value]
+        return result.message_id
 
     def send_batch(
         self,
@@ -271,7 +272,7 @@ class Client:
         if not self.delay_table:
             raise MessageError(
                 f"a delay of {wait} s is over SQS's {limits.SQS_MAX_DELAY_SECONDS} s maximum and needs the delay table; "
-                "pass delay_table (or set WORKER_TIER_DELAY_TABLE)"
+                f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
             )
         if wait > delay.MAX_DELAY_SECONDS:
             raise MessageError(f"a delay of {wait} s is beyond the {delay.MAX_DELAY_SECONDS} s (366 days) maximum")
@@ -332,7 +333,7 @@ class Client:
                 if not self.delay_table:
                     raise MessageError(
                         f"dedupe_key {outgoing.dedupe_key!r} on a standard queue needs the delay table, which keeps "
-                        "the key; pass delay_table (or set WORKER_TIER_DELAY_TABLE)"
+                        f"the key; pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
                     )
                 options.update(_dedupe_key=outgoing.dedupe_key, _due=due)
             return options

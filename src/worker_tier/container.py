@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from worker_tier import limits, observability
+from worker_tier import contract, limits, observability
 from worker_tier.aws import error_code
 from worker_tier.errors import WorkerTierError
 from worker_tier.heartbeat import Heartbeat
@@ -129,7 +129,7 @@ class Consumer:
         self.stopping = StopSignal(clock)
         self._queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         self._region = self._queue_arn.split(":")[3]
-        self._pending: dict[Future, _Chain] = {}
+        self._pending: dict[Future[None], _Chain] = {}
         self._lock = threading.Lock()
         self._receive_failures = 0
         self._fatal: QueueConfigurationError | None = None
@@ -219,7 +219,7 @@ class Consumer:
             )
             self._fatal = QueueConfigurationError(
                 f"ReceiveMessage on {self.queue_url} was refused with {code}: check the queue URL "
-                "(WORKER_TIER_QUEUE_URL) and the task role's sqs:ReceiveMessage permission"
+                f"({contract.QUEUE_URL_VARIABLE}) and the task role's sqs:ReceiveMessage permission"
             )
             self._fatal.__cause__ = error
             self.stopping.set()
@@ -279,11 +279,12 @@ class Consumer:
         self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
         return True
 
-    def _done(self, future: Future) -> None:
+    def _done(self, future: Future[None]) -> None:
         with self._lock:
             self._pending.pop(future, None)
-        if not future.cancelled() and future.exception() is not None:
-            logger.error("message processing crashed", extra={"error": safe_repr(future.exception())})
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            logger.error("message processing crashed", extra={"error": safe_repr(error)})
 
     def _in_flight(self) -> int:
         """Messages received and not yet finished (running or waiting in a chain)."""
@@ -302,7 +303,7 @@ class Consumer:
         _, still_running = wait(running, timeout=self._grace_left())
         pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            return [pending[f].current for f in still_running if pending[f].current is not None]  # type: ignore[misc]
+            return [current for f in still_running if (current := pending[f].current) is not None]
 
     def _grace_left(self) -> float:
         """Seconds of the grace period left: it counts from the stop (SIGTERM), not from the end of the poll."""

@@ -127,6 +127,6 @@ def _request(
 def _send(sqs: Any, request: dict[str, Any], message_id: Any) -> str:
     """One SendMessage; DeadLetterError when SQS refuses it."""
     try:
-        return sqs.send_message(**request)["MessageId"]
+        return str(sqs.send_message(**request)["MessageId"])
     except Exception as failure:  # any AWS or network error: keep the source copy
         raise DeadLetterError(f"dead-letter queue refused message {message_id}: {failure}") from failure

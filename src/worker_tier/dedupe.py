@@ -87,7 +87,7 @@ class Claim:
     def failure(self) -> tuple[str, str] | None:
         """(code, reason) of a send that cannot go ahead (IN_FLIGHT, UNANSWERED), both retryable; None otherwise."""
         if self.outcome == UNANSWERED:
-            return error_code(self.error), f"delay table did not take dedupe_key {self.key!r}: {self.error}"  # type: ignore[arg-type]
+            return error_code(self.error), f"delay table did not take dedupe_key {self.key!r}: {self.error}"  # type: ignore[arg-type]  # an UNANSWERED claim always carries its error
         return (IN_FLIGHT_CODE, self.in_flight_reason()) if self.outcome == IN_FLIGHT else None
 
     def in_flight_reason(self) -> str:

@@ -47,6 +47,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
 from worker_tier.aws import error_code
+from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as BUCKET_KEY_PREFIX  # noqa: F401 - the key layout is the contract's
+from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_PREFIX  # noqa: F401 - importable from here too
+from worker_tier.contract import DELAY_PARTITION_KEY as PK
+from worker_tier.contract import DELAY_SORT_KEY as SK
+from worker_tier.contract import DELAY_TTL_ATTRIBUTE as TTL_ATTRIBUTE
 from worker_tier.message import DUE_AT_ATTRIBUTE, format_due_at
 from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
 
@@ -63,8 +68,6 @@ MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
 # TTL margin after due. Kept below the scheduler's minute-record retention less the stream's 24 h, so the
 # safety net still finds the minute record when it decides an expired item (tests/unit/test_delay_recovery.py).
 DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
-DEDUPE_PREFIX = "dedupe#"
-BUCKET_KEY_PREFIX = "b#"
 # The sort key holds due_ms in 13 zero-padded digits, so text order is time order up to 10**13 - 1 ms
 # (2286-11-20); time.gmtime converts all of it. A due_ms outside 0..MAX_DUE_MS is not a message.
 MAX_DUE_MS = 10**13 - 1
@@ -72,10 +75,6 @@ _BUCKET_KEY = re.compile(r"b#(-?[0-9]+)#(-?[0-9]+)")
 _ATTRIBUTE_VALUE_KEYS = (frozenset({"DataType", "StringValue"}), frozenset({"DataType", "BinaryValue"}))
 MAX_WRITE_ATTEMPTS = 8
 WRITE_RETRY_BASE_SECONDS = 0.05
-
-# Item attribute names.
-PK, SK = "pk", "sk"
-TTL_ATTRIBUTE = "expiration"
 
 
 class UnreadableItemError(ValueError):

@@ -65,13 +65,12 @@ to replay it; the IteratorAge alarm fires long before.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from worker_tier import delay, delivery, limits, message, sqs_rules
+from worker_tier import contract, delay, delivery, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
 from worker_tier.delay import DelayedMessage
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
@@ -200,7 +199,7 @@ class SchedulerState:
         if minute is None and self.watermark is None:  # no watermark (lost, or never written): not read yet
             return False
         if minute is None:  # no record: behind the watermark, or in its minute with cursors, it was read
-            return event.bucket < self.watermark or bool(self.cursors)
+            return (self.watermark is not None and event.bucket < self.watermark) or bool(self.cursors)
         started_s = _seconds(minute, STARTED_MS_ATTRIBUTE)
         return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
 
@@ -235,7 +234,7 @@ class _Action:
 def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
     """The message event in one stream record; None for anything else; StreamRecordError if unreadable."""
     try:
-        kind = record.get("eventName")
+        kind: Any = record.get("eventName")  # INSERT or REMOVE once _concerns_safety_net passes
         change = record["dynamodb"]
         pk = change["Keys"][delay.PK]["S"]
         if not pk.startswith(MESSAGE_KEY_PREFIX) or not _concerns_safety_net(kind, record.get("userIdentity")):
@@ -431,7 +430,7 @@ class DelayRecovery:
         if not table:  # a wiring fault: say so with the item, rather than send it early or drop it
             text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
             error = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} where the "
-                                      "scheduler reads it: no delay table given (WORKER_TIER_DELAY_TABLE) and the record "
+                                      f"scheduler reads it: no delay table given ({contract.DELAY_TABLE_VARIABLE}) and the record "
                                       "has no eventSourceARN", text)
             self._dead_letter(_Action(action.position, body=text, error=error, message_id=event.message.message_id,
                                       attributes=dict(event.message.attributes), kept="still in the delay table"), report)

@@ -158,7 +158,7 @@ def refile(dynamodb: Any, table: str, item: Mapping[str, Any], bucket: int, shar
 
 def backoff_seconds(attempt: int) -> float:
     """The wait before retry ``attempt`` (0-based): doubling from RETRY_BASE_SECONDS, capped."""
-    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
+    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2.0**attempt)
 
 
 class Delivery:

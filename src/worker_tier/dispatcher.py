@@ -259,17 +259,17 @@ class DelayDispatcher:
         next_key = page.get("LastEvaluatedKey")
         result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
         for item in page.get("Items") or []:
+            message: DelayedMessage | None = None  # stays None when set aside
             try:
-                message: DelayedMessage | None = delay.read_item(item)
+                read = delay.read_item(item)
             except UnreadableItemError as error:
                 result.unreadable.append((item, str(error)))
-                message = None
             else:
-                if message.bucket > bucket:  # due after this minute: sent now, SQS would show it early
-                    result.misplaced.append((item, message))
-                    message = None
+                if read.bucket > bucket:  # due after this minute: sent now, SQS would show it early
+                    result.misplaced.append((item, read))
                 else:  # due in this minute, or before it (then it is late: sent at once)
-                    result.messages.append(message)
+                    result.messages.append(read)
+                    message = read
             result.stored.append((item[delay.SK]["S"], message))
         return result
 
@@ -356,9 +356,10 @@ class DelayDispatcher:
 
     def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
         """One state-table item, or None."""
-        return self._with_retries(lambda: self._dynamodb.get().get_item(
+        item: dict[str, Any] | None = self._with_retries(lambda: self._dynamodb.get().get_item(
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent
         )).get("Item")
+        return item
 
     def _restart_minute(self, remaining_ms: Callable[[], int] | None) -> int | None:
         """Without a watermark: after the latest finished minute, else the earliest minute a Scan finds.
@@ -516,7 +517,7 @@ class _MinuteDispatch:
                 else:
                     self.report.dead_lettered += 1
                 self.set_aside.add((page.shard, item[delay.SK]["S"]))
-        for page, (item, problem) in [(page, pair) for page in pages for pair in page.unreadable]:
+        for page, (item, problem) in [(p, pair) for p in pages for pair in p.unreadable]:
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 self._save_cursors(pages, [])
@@ -544,7 +545,7 @@ class _MinuteDispatch:
     def _send_all(self, messages: list[DelayedMessage]) -> bool:
         """Send in batches, checking the time before each; False when time ran low."""
         attributes = [delay.with_due_at(m) for m in messages]
-        for batch in _batches([message_bytes(m.body, a) for m, a in zip(messages, attributes)]):
+        for batch in _batches([message_bytes(m.body, a) for m, a in zip(messages, attributes, strict=True)]):
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 return False

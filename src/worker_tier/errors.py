@@ -22,7 +22,7 @@ class NonRetryableError(WorkerTierError):
     """
 
 
-class RetryLater(WorkerTierError):  # noqa: N818 - the public name DESIGN.md promises
+class RetryLater(WorkerTierError):  # noqa: N818 - the public name docs/design.md promises
     """Raise from a task to retry its message after ``delay`` seconds, without backoff.
 
     Examples

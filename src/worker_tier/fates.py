@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from worker_tier import backoff, limits, message, observability
+from worker_tier import backoff, contract, limits, message, observability
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
 from worker_tier.errors import NonRetryableError, RetryLater
 from worker_tier.message import safe_repr
@@ -258,7 +258,7 @@ class Fates:
 
     def _require_dead_letter_queue_url(self) -> str:
         if not self._dead_letter_queue_url:
-            raise DeadLetterError("no dead-letter queue is configured (set WORKER_TIER_DLQ_URL)")
+            raise DeadLetterError(f"no dead-letter queue is configured (set {contract.DLQ_URL_VARIABLE})")
         return self._dead_letter_queue_url
 
     def _backoff_first(self) -> int:

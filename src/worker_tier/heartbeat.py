@@ -51,12 +51,8 @@ class HeldMessage:
     receipt_handle: str
     received_at: float
     expired: threading.Event = field(default_factory=threading.Event)
-    extended_at: float | None = None  # last successful extension (this clock); the hold time until the first
+    extended_at: float = field(kw_only=True)  # last successful extension (this clock); the hold time until the first
     on_extended: list[Callable[[], None]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.extended_at is None:
-            self.extended_at = self.received_at
 
 
 class Heartbeat:
@@ -181,7 +177,7 @@ class Heartbeat:
         now = self._clock()
         with self._lock:
             still = [m for m in failed if self._held.get(m.message_id) is m]
-        late = [m for m in still if now - m.extended_at >= self.extension_seconds]  # type: ignore[operator]
+        late = [m for m in still if now - m.extended_at >= self.extension_seconds]
         for message in late:
             self._lose(message, "no extension succeeded within the extension window")
         retry = [m for m in still if m not in late]
@@ -197,7 +193,7 @@ class Heartbeat:
         with self._lock:
             still = [m for m in failed if self._held.get(m.message_id) is m]
         for message in still:
-            if message.extended_at + self.extension_seconds < now + self.interval_seconds:  # type: ignore[operator]
+            if message.extended_at + self.extension_seconds < now + self.interval_seconds:
                 self._lose(message, f"the extension and {EXTENSION_RETRIES} retries failed within the extension window")
 
     def _beat_and_send(self) -> tuple[list[HeldMessage], list[HeldMessage]]:
@@ -205,9 +201,10 @@ class Heartbeat:
         now = self._clock()
         with self._lock:
             held = list(self._held.values())
-        extend, expire = [], []
+        extend: list[HeldMessage] = []
+        expire: list[HeldMessage] = []
         for message in held:
-            if now - message.extended_at > self.extension_seconds:  # type: ignore[operator]
+            if now - message.extended_at > self.extension_seconds:
                 self._lose(message, "no extension succeeded within the extension window")
                 continue
             left = message.received_at + self._max_visibility_seconds - now

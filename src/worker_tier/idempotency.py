@@ -28,7 +28,7 @@ import json
 import time
 from typing import Any, Callable
 
-from worker_tier import message
+from worker_tier import contract, message
 from worker_tier.aws import is_condition_failure
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
@@ -103,7 +103,7 @@ class IdempotentRunner:
         runner = self._runners.get(definition.path) or self._build(definition)
         self._runners[definition.path] = runner
         if lambda_context is not None:
-            runner.config.register_lambda_context(lambda_context)  # type: ignore[attr-defined]
+            runner.config.register_lambda_context(lambda_context)  # type: ignore[attr-defined]  # set by _build
         data = {"path": definition.path, "key": idempotency_key(definition, task)}
         if on_lease is not None and lambda_context is not None:
             key, lease_ms = record_key(definition.path, data), lambda_context.get_remaining_time_in_millis()
@@ -131,7 +131,7 @@ class IdempotentRunner:
         if not self._table_name:
             raise IdempotencyConfigurationError(
                 f"task {definition.path!r} is idempotent but no state table is configured "
-                "(set WORKER_TIER_STATE_TABLE; the stack sets it for you)"
+                f"(set {contract.STATE_TABLE_VARIABLE}; the stack sets it for you)"
             )
         from aws_lambda_powertools.utilities.idempotency import (
             DynamoDBPersistenceLayer,
@@ -147,9 +147,6 @@ class IdempotentRunner:
         )
         config = IdempotencyConfig(expires_after_seconds=definition.idempotency_expiry)
 
-        @idempotent_function(
-            data_keyword_argument="data", persistence_store=persistence, config=config, key_prefix=key_prefix(definition.path)
-        )
         def run_task(data: dict[str, str], task: Task, handler: Callable[[Task], None]) -> None:
             try:
                 handler(task)
@@ -158,8 +155,12 @@ class IdempotentRunner:
             except BaseException as error:  # Powertools frees the key only after an Exception
                 raise TaskAbortedError(f"task {task.path!r} raised {type(error).__name__}") from error
 
-        run_task.config = config  # type: ignore[attr-defined]
-        return run_task
+        wrapped = idempotent_function(
+            run_task, data_keyword_argument="data", persistence_store=persistence, config=config, key_prefix=key_prefix(definition.path)
+        )
+        wrapped.config = config  # for run() to register each invocation's Lambda context
+        runner: Callable[..., Any] = wrapped
+        return runner
 
 
 def record_key(path: str, data: dict[str, str]) -> str:
@@ -170,7 +171,7 @@ def record_key(path: str, data: dict[str, str]) -> str:
     >>> record_key("/charge", {"path": "/charge", "key": "A-1"})
     'idempotency#/charge#83a8ab64bfbdb84af17c79f01a0e71a0'
     """
-    digest = hashlib.md5(json.dumps(data, sort_keys=True).encode()).hexdigest()  # noqa: S324 - Powertools' own key hash
+    digest = hashlib.md5(json.dumps(data, sort_keys=True).encode()).hexdigest()  # MD5: Powertools' own key hash, not a security use
     return f"{key_prefix(path)}#{digest}"
 
 

@@ -1,4 +1,6 @@
-"""The wire contract: Elastic Beanstalk sqsd's attributes and Worker Tier's dead-letter reason.
+"""Messages on the wire: Elastic Beanstalk sqsd's attributes and Worker Tier's dead-letter reason.
+
+The attribute names live in ``worker_tier.contract``; the logic that reads and writes them, here.
 
 Attributes travel in two shapes. The Lambda SQS event spells them
 ``{"stringValue": ..., "dataType": ...}``; the SQS API (boto3) spells them
@@ -15,24 +17,22 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from worker_tier import limits
+from worker_tier.contract import (  # noqa: F401 - the names are the contract's; importable from here too
+    ATTEMPTS_ATTRIBUTE,
+    DUE_AT_ATTRIBUTE,
+    FAILURE_ATTRIBUTE,
+    PATH_ATTRIBUTE,
+    ROUTING_ATTRIBUTES,
+    SCHEDULED_JOB_BODY,
+    SCHEDULED_TIME_ATTRIBUTE,
+    SCHEDULED_TIME_FORMAT,
+    SOURCE_MESSAGE_ID_ATTRIBUTE,
+    SQSD_ATTRIBUTE_PREFIX,
+    TASK_NAME_ATTRIBUTE,
+    WORKER_TIER_ATTRIBUTE_PREFIX,
+)
 from worker_tier.errors import MalformedEventError
 
-# sqsd's attributes: https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-features-managing-env-tiers.html
-SQSD_ATTRIBUTE_PREFIX = "beanstalk.sqsd."
-PATH_ATTRIBUTE = "beanstalk.sqsd.path"
-TASK_NAME_ATTRIBUTE = "beanstalk.sqsd.task_name"
-SCHEDULED_TIME_ATTRIBUTE = "beanstalk.sqsd.scheduled_time"
-SCHEDULED_JOB_BODY = "elasticbeanstalk scheduled job"
-SCHEDULED_TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
-ROUTING_ATTRIBUTES = (PATH_ATTRIBUTE, TASK_NAME_ATTRIBUTE, SCHEDULED_TIME_ATTRIBUTE)
-
-# Worker Tier's own attributes: the producer refuses user attributes with this prefix.
-WORKER_TIER_ATTRIBUTE_PREFIX = "worker_tier."
-FAILURE_ATTRIBUTE = "worker_tier.failure"
-DUE_AT_ATTRIBUTE = "worker_tier.due_at"
-SOURCE_MESSAGE_ID_ATTRIBUTE = "worker_tier.source_message_id"  # a forward's source message: the default idempotency key
-# Receives a message's earlier copies used (a retry re-sent through the delay table); Task.receive_count adds it.
-ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 MAX_ERROR_MESSAGE_BYTES = 1024
 # Longest error text a log line or an outcome carries (an error's message can be megabytes).
 MAX_LOGGED_ERROR_CHARS = 4096
@@ -69,7 +69,7 @@ def split_records(event: Any) -> tuple[list[Any], list[tuple[int, Any]]]:
         raise MalformedEventError(
             f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {type(event).__name__} {shown}"
         )
-    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]  # noqa: E721
+    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]
     if len(named) == len(records):
         return named, []
     kept = {id(r) for r in named}
@@ -238,7 +238,7 @@ def error_text(error: BaseException, max_chars: int | None = None) -> str:
     return text if max_chars is None or len(text) <= max_chars else text[: max_chars - 3] + "..."
 
 
-def safe_repr(error: BaseException, max_chars: int = MAX_LOGGED_ERROR_CHARS) -> str:
+def safe_repr(error: object, max_chars: int = MAX_LOGGED_ERROR_CHARS) -> str:
     """``repr(error)`` for logs, cut to ``max_chars``; a note instead when ``__repr__`` raises or returns a non-str.
 
     Examples
@@ -262,7 +262,7 @@ def _plain_str(error: BaseException) -> str:
 
 
 def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
-    """The ``worker_tier.failure`` fields for an error (DESIGN.md, message contract)."""
+    """The ``worker_tier.failure`` fields for an error (docs/design.md, "Message contract")."""
     return {
         "error_type": type(error).__name__,
         "error_message": truncate_utf8(error_text(error), MAX_ERROR_MESSAGE_BYTES),

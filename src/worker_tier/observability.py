@@ -10,34 +10,27 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-SERVICE_NAME = "worker-tier"
-METRICS_NAMESPACE = "WorkerTier"
-
-# Metric names; the dashboard and alarms use the same constants.
-METRIC_PROCESSED = "Processed"
-METRIC_SUCCEEDED = "Succeeded"
-METRIC_FAILED = "Failed"
-METRIC_RETRIED = "Retried"
-METRIC_DEAD_LETTERED = "DeadLettered"
-METRIC_RELEASED = "Released"
-METRIC_FORWARDED = "ForwardedToContainer"
-METRIC_TASK_DURATION = "TaskDuration"
-METRIC_TASK_DURATION_MAX = "TaskDurationMax"
-METRIC_MESSAGE_AGE = "MessageAgeAtStart"
-# Not run because it is not due yet (the scheduler's clock ran ahead of the worker's).
-METRIC_HELD_BACK = "HeldBack"
-# A retry longer than SQS's visibility limit allows, re-sent as a delayed copy through the delay table.
-METRIC_RESCHEDULED = "Rescheduled"
-# A retry longer than SQS's visibility limit allows with no delay table to carry it: shortened to the limit.
-METRIC_RETRY_DELAY_SHORTENED = "RetryDelayShortened"
-# Visibility changes SQS refused: those messages keep their current timeout.
-METRIC_VISIBILITY_REFUSED = "VisibilityChangesRefused"
-# A dead-letter attempt that failed (the DLQ refused it, or it raised): the message backs off and retries.
-METRIC_DEAD_LETTER_FAILED = "DeadLetterFailed"
-# Records the worker could not name (no messageId), so could not report; logged and backed off.
-METRIC_MALFORMED_RECORDS = "MalformedRecords"
-# A message whose lease ended (the heartbeat lost it) before its task started: not run, left to its new holder.
-METRIC_LEASE_LOST_BEFORE_START = "LeaseLostBeforeStart"
+from worker_tier.contract import (  # noqa: F401 - the metric names are the contract's; importable from here too
+    METRIC_DEAD_LETTER_FAILED,
+    METRIC_DEAD_LETTERED,
+    METRIC_FAILED,
+    METRIC_FORWARDED,
+    METRIC_HELD_BACK,
+    METRIC_LEASE_LOST_BEFORE_START,
+    METRIC_MALFORMED_RECORDS,
+    METRIC_MESSAGE_AGE,
+    METRIC_PROCESSED,
+    METRIC_RELEASED,
+    METRIC_RESCHEDULED,
+    METRIC_RETRIED,
+    METRIC_RETRY_DELAY_SHORTENED,
+    METRIC_SUCCEEDED,
+    METRIC_TASK_DURATION,
+    METRIC_TASK_DURATION_MAX,
+    METRIC_VISIBILITY_REFUSED,
+    METRICS_NAMESPACE,
+    SERVICE_NAME,
+)
 
 logger = Logger(service=os.getenv("POWERTOOLS_SERVICE_NAME", SERVICE_NAME))
 metrics = Metrics(
@@ -124,7 +117,7 @@ class BatchMetrics:
         """Record one task's run time."""
         self.tasks_timed += 1
         self.total_duration_ms += value_ms
-        if value_ms > self.longest_duration_ms:  # noqa: PLR1730 - per message: a compare costs less than max()
+        if value_ms > self.longest_duration_ms:  # per message: a compare costs less than max()
             self.longest_duration_ms = value_ms
 
     def message_age(self, value_ms: float) -> None:

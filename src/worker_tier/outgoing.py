@@ -61,11 +61,11 @@ def outgoing_messages(messages: Any) -> list[OutgoingMessage]:
     """send_batch's argument as a list of OutgoingMessage; MessageError naming each item that is not one."""
     if isinstance(messages, (str, bytes, Mapping, OutgoingMessage)) or not isinstance(messages, Iterable):
         raise MessageError(f"send_batch takes an iterable of OutgoingMessage, got {type(messages).__name__}")
-    messages = list(messages)
-    wrong = [f"message {i} is a {type(m).__name__}" for i, m in enumerate(messages) if not isinstance(m, OutgoingMessage)]
+    listed: list[OutgoingMessage] = list(messages)
+    wrong = [f"message {i} is a {type(m).__name__}" for i, m in enumerate(listed) if not isinstance(m, OutgoingMessage)]
     if wrong:
         raise MessageError(f"send_batch takes OutgoingMessage objects: {', '.join(wrong[:MAX_LISTED_PROBLEMS])}")
-    return messages
+    return listed
 
 
 def problem_list(problems: list[str], count: int) -> str:
@@ -122,10 +122,11 @@ def body_text(body: Any) -> str:
             body = json.dumps(body, separators=(",", ":"), allow_nan=False)  # NaN and Infinity are not JSON
         except (TypeError, ValueError, RecursionError) as error:  # RecursionError: nested deeper than json can encode
             raise MessageError(f"body must be a string or JSON-serializable, got {type(body).__name__}: {error}") from None
-    problem = sqs_rules.body_problem(body)
+    text: str = body  # given as a str, or json.dumps's
+    problem = sqs_rules.body_problem(text)
     if problem:
         raise MessageError(problem)
-    return body
+    return text
 
 
 def check_ids(outgoing: OutgoingMessage) -> None:
@@ -184,7 +185,7 @@ def attribute_value(name: Any, value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         raise MessageError(f"attribute {name!r} is a bool; send 'true'/'false' as a string or 1/0 as a number")
     if isinstance(value, (int, float, Decimal)):
-        if isinstance(value, float) and not math.isfinite(value) or isinstance(value, Decimal) and not value.is_finite():
+        if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, Decimal) and not value.is_finite()):
             raise MessageError(f"attribute {name!r} must be a finite number, got {value!r}")
         return {"DataType": "Number", "StringValue": sqs_rules.format_number(value)}
     if isinstance(value, (bytes, bytearray)):

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 from worker_tier import message, observability, sqs_rules
 from worker_tier.aws import LazyClient, error_code, is_condition_failure
+from worker_tier.contract import METRIC_TICK_MARK_FAILED
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.observability import logger
 
@@ -48,8 +49,6 @@ TICK_PENDING_POLL_SECONDS = 1
 # After SQS took the message, marking the claim sent is tried this often, this far apart, then given up (never raised).
 TICK_MARK_ATTEMPTS = 3
 TICK_MARK_RETRY_SECONDS = 1
-# Counted when a sent tick's claim could not be marked sent: a retry or duplicate may send the tick again.
-METRIC_TICK_MARK_FAILED = "TickMarkFailed"
 STATUS_PENDING = "pending"
 STATUS_SENT = "sent"
 _EVENT_FIELDS = ("name", "url", "scheduled_time")
@@ -252,7 +251,7 @@ class TickEnqueuer:
 
 def _found_status(response: Mapping[str, Any]) -> str:
     """The status of the claim a conditional put ran into (pending when the response does not say)."""
-    return response.get("Item", {}).get("status", {}).get("S", STATUS_PENDING)
+    return str(response.get("Item", {}).get("status", {}).get("S", STATUS_PENDING))
 
 
 def tick_from_event(event: Any) -> Tick:

@@ -85,8 +85,8 @@ class Registry:
 
     def import_modules(self, modules: Iterable[str]) -> None:
         """Import task modules so that their ``@task`` decorators run."""
-        for name in modules:
-            name = name.strip()
+        for module in modules:
+            name = module.strip()
             if name:
                 importlib.import_module(name)
 
@@ -145,7 +145,7 @@ def task(path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
         Keep the message invisible while the task runs (see ``worker_tier.heartbeat``).
     container:
         A long task (over Lambda's 15 minutes): the Lambda worker forwards its messages to the
-        container worker's queue (``WORKER_TIER_LONG_QUEUE_URL``), where it runs.
+        container worker's queue (``Resources.container_queue_url`` in ``worker_tier.contract``), where it runs.
 
     Examples
     --------

@@ -34,7 +34,7 @@ class Retry:
 
     def pause(self, retry: int) -> float:
         """The wait before retry number ``retry`` (0 = the first retry)."""
-        return min(self.cap_seconds, self.base_seconds * 2**retry)
+        return min(self.cap_seconds, self.base_seconds * 2.0**retry)
 
     def attempts_with_pauses(self, sleep: Callable[[float], None] = time.sleep) -> Iterator[int]:
         """Attempt numbers 0..attempts-1, sleeping the pause before each one after the first.

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from itertools import pairwise
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from worker_tier import limits
+from worker_tier.contract import ENVIRONMENT_PREFIX, setting_variable  # noqa: F401 - ENVIRONMENT_PREFIX: importable here too
 from worker_tier.errors import SettingsError
-
-ENVIRONMENT_PREFIX = "WORKER_TIER_"
 
 # Elastic Beanstalk worker defaults:
 # https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/command-options-general.html#command-options-general-elasticbeanstalksqsd
@@ -37,7 +37,7 @@ DEFAULT_TIMEOUT_MARGIN_SECONDS = 10
 DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
 DEFAULT_TASK_MODULES = "tasks"
 DEFAULT_DELAY_SHARDS = 8
-# The scheduler queries every possible shard of every minute (so no producer's shard count can be missed),
+# The delay dispatcher queries every possible shard of every minute (so no producer's shard count can be missed),
 # and an empty Query still costs 0.5 read unit: 16 shards is ~16,000 writes/s into one minute's partitions
 # (DynamoDB's 1,000 per partition) and keeps the delay path under half EventBridge Scheduler's cost (make bench).
 MAX_DELAY_SHARDS = 16
@@ -115,6 +115,15 @@ _RANGES: dict[str, _Range] = {
 }
 
 
+def _setting(default: Any, doc: str, *, allowed: str | None = None, eb_option: str | None = None) -> Any:
+    """A Settings field carrying its description (docs/settings.md is generated from it: ``make docs``).
+
+    ``allowed`` and ``eb_option`` describe the fields ``_RANGES`` does not cover.
+    """
+    metadata = {"doc": doc, "allowed": allowed, "eb_option": eb_option}
+    return dataclasses.field(default=default, metadata={k: v for k, v in metadata.items() if v is not None})
+
+
 @dataclass(frozen=True)
 class Settings:
     """Validated Worker Tier settings; EB option names where EB has one.
@@ -125,37 +134,128 @@ class Settings:
     5
     """
 
-    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT_SECONDS
-    error_visibility_timeout: int = DEFAULT_ERROR_VISIBILITY_TIMEOUT_SECONDS
-    max_retries: int = DEFAULT_MAX_RETRIES
-    http_connections: int = DEFAULT_HTTP_CONNECTIONS
-    inactivity_timeout: int = DEFAULT_INACTIVITY_TIMEOUT_SECONDS
-    retention_period: int = DEFAULT_RETENTION_PERIOD_SECONDS
-    http_path: str = DEFAULT_HTTP_PATH
-    mime_type: str = DEFAULT_MIME_TYPE
-    max_backoff: int = DEFAULT_MAX_BACKOFF_SECONDS
-    fifo: bool = False
-    batch_size: int = DEFAULT_BATCH_SIZE
-    max_batching_window: int = DEFAULT_MAX_BATCHING_WINDOW_SECONDS
-    memory_size: int = DEFAULT_MEMORY_MB
-    timeout_margin: int = DEFAULT_TIMEOUT_MARGIN_SECONDS
-    oldest_message_alarm: int = DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS
-    task_modules: str = DEFAULT_TASK_MODULES
-    delay_shards: int = DEFAULT_DELAY_SHARDS
-    heartbeat: bool = False
-    heartbeat_interval: int = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
-    container_worker: bool = False
-    target_latency_seconds: int = DEFAULT_TARGET_LATENCY_SECONDS
-    avg_processing_seconds: int = DEFAULT_AVG_PROCESSING_SECONDS
-    container_min_tasks: int = DEFAULT_CONTAINER_MIN_TASKS
-    container_max_tasks: int = DEFAULT_CONTAINER_MAX_TASKS
-    container_concurrency: int = DEFAULT_CONTAINER_CONCURRENCY
-    container_cpu: int = DEFAULT_CONTAINER_CPU
-    container_memory_mb: int = DEFAULT_CONTAINER_MEMORY_MB
-    # "private" (default: private subnets, one NAT gateway, no public IP) or "public" (public IPs, no NAT cost).
-    container_subnets: str = DEFAULT_CONTAINER_SUBNETS
-    # The container worker's base image, passed to docker/worker.Dockerfile as BASE_IMAGE; pin it by digest.
-    container_base_image: str = DEFAULT_CONTAINER_BASE_IMAGE
+    visibility_timeout: int = _setting(
+        DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+        "The work queue's visibility timeout, seconds; at least inactivity_timeout + max_batching_window and "
+        "heartbeat_interval + 10. Below AWS's advised 6 x inactivity_timeout synth warns, except for EB's own 300 / 299 pair.",
+    )
+    error_visibility_timeout: int = _setting(
+        DEFAULT_ERROR_VISIBILITY_TIMEOUT_SECONDS,
+        "Base of the retry backoff, seconds: a failed message waits uniform 0..min(max_backoff, "
+        "error_visibility_timeout x 2^(receive - 1)).",
+    )
+    max_retries: int = _setting(
+        DEFAULT_MAX_RETRIES,
+        "Receives before the worker dead-letters a failing message with its reason; the queue's redrive policy, "
+        "at max_retries + 3 receives, is only the backstop.",
+    )
+    http_connections: int = _setting(
+        DEFAULT_HTTP_CONNECTIONS,
+        "The SQS event source's maximum concurrency: how many worker invocations run at once.",
+    )
+    inactivity_timeout: int = _setting(
+        DEFAULT_INACTIVITY_TIMEOUT_SECONDS,
+        "The worker function's timeout, seconds (Lambda's maximum is 900; longer tasks need the container worker).",
+    )
+    retention_period: int = _setting(
+        DEFAULT_RETENTION_PERIOD_SECONDS,
+        "How long the work queue keeps a message, seconds; the dead-letter queue keeps 14 days.",
+    )
+    http_path: str = _setting(
+        DEFAULT_HTTP_PATH,
+        "The route of a message without a beanstalk.sqsd.path attribute (from S3, SNS or an EB producer).",
+        allowed="a path starting with `/`",
+        eb_option="HttpPath",
+    )
+    mime_type: str = _setting(
+        DEFAULT_MIME_TYPE,
+        "The body's content type, as Task.content_type.",
+        allowed="a MIME type, `type/subtype`",
+        eb_option="MimeType",
+    )
+    max_backoff: int = _setting(
+        DEFAULT_MAX_BACKOFF_SECONDS, "Cap of the retry backoff, seconds."
+    )
+    fifo: bool = _setting(
+        False,
+        "A FIFO work queue and dead-letter queue. FIFO has no per-message delay, so no delay table either.",
+    )
+    batch_size: int = _setting(
+        DEFAULT_BATCH_SIZE,
+        "Messages per worker invocation; 1..10 on a FIFO queue, and above 10 only with max_batching_window >= 1.",
+    )
+    max_batching_window: int = _setting(
+        DEFAULT_MAX_BATCHING_WINDOW_SECONDS,
+        "Seconds the event source may wait to fill a batch.",
+    )
+    memory_size: int = _setting(DEFAULT_MEMORY_MB, "The worker function's memory, MB.")
+    timeout_margin: int = _setting(
+        DEFAULT_TIMEOUT_MARGIN_SECONDS,
+        "Seconds the timeout guard keeps free: with less left, the remaining records are released unstarted "
+        "(visibility 0). Must be below inactivity_timeout.",
+    )
+    oldest_message_alarm: int = _setting(
+        DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS,
+        "The oldest-message-age alarm's threshold, seconds.",
+    )
+    task_modules: str = _setting(
+        DEFAULT_TASK_MODULES,
+        "Modules the worker imports so their @task functions register; each must be deployed by the stack's TaskCode.",
+        allowed="comma-separated module names, e.g. `tasks,billing.tasks`",
+    )
+    delay_shards: int = _setting(
+        DEFAULT_DELAY_SHARDS,
+        "Partitions a producer spreads one minute of the delay table over. The delay dispatcher reads all 16 "
+        "whatever the setting, so changing it is safe.",
+    )
+    heartbeat: bool = _setting(
+        False,
+        "Heartbeats for every task (otherwise only for @task(heartbeat=True)): the message's visibility is "
+        "extended while its task runs.",
+    )
+    heartbeat_interval: int = _setting(
+        DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
+        "Seconds between heartbeats; each extends the visibility by heartbeat_interval + 10.",
+    )
+    container_worker: bool = _setting(
+        False,
+        "Deploy the container worker (ECS Fargate) for @task(container=True) tasks.",
+    )
+    target_latency_seconds: int = _setting(
+        DEFAULT_TARGET_LATENCY_SECONDS,
+        "How long a message may wait before it starts, seconds; with avg_processing_seconds it sets the "
+        "backlog-per-task target (their ratio) of the container worker's scaling and the worker's backlog alarm. "
+        "At least avg_processing_seconds.",
+    )
+    avg_processing_seconds: int = _setting(
+        DEFAULT_AVG_PROCESSING_SECONDS,
+        "A task's average run time, seconds (see target_latency_seconds).",
+    )
+    container_min_tasks: int = _setting(DEFAULT_CONTAINER_MIN_TASKS, "Fewest container worker tasks.")
+    container_max_tasks: int = _setting(
+        DEFAULT_CONTAINER_MAX_TASKS, "Most container worker tasks; at least container_min_tasks."
+    )
+    container_concurrency: int = _setting(
+        DEFAULT_CONTAINER_CONCURRENCY, "Tasks each container worker runs at once."
+    )
+    container_cpu: int = _setting(
+        DEFAULT_CONTAINER_CPU, "The Fargate task's CPU units; one of Fargate's cpu values."
+    )
+    container_memory_mb: int = _setting(
+        DEFAULT_CONTAINER_MEMORY_MB, "The Fargate task's memory, MB; a size Fargate allows for container_cpu."
+    )
+    container_subnets: str = _setting(
+        DEFAULT_CONTAINER_SUBNETS,
+        "`private`: private subnets, one NAT gateway, no public IP. `public`: public subnets with public IPs and "
+        "no NAT cost. No inbound rules either way.",
+        allowed=" or ".join(f"`{choice}`" for choice in CONTAINER_SUBNET_CHOICES),
+    )
+    container_base_image: str = _setting(
+        DEFAULT_CONTAINER_BASE_IMAGE,
+        "The container worker image's base, the Dockerfile's BASE_IMAGE build argument. Pin it by digest "
+        "(`...@sha256:<digest>`): synth warns while it is not.",
+        allowed="an image reference, `registry/repository[:tag][@sha256:digest]`",
+    )
 
     def __post_init__(self) -> None:
         for name, rule in _RANGES.items():
@@ -179,7 +279,7 @@ class Settings:
         """Read every ``WORKER_TIER_<SETTING>`` variable that is set; the rest keep their defaults."""
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
-            raw = environ.get(ENVIRONMENT_PREFIX + field.name.upper())
+            raw = environ.get(setting_variable(field.name))
             if raw is not None:
                 values[field.name] = _parse_environment_value(field.name, field.type, raw)
         return cls(**values)
@@ -187,7 +287,7 @@ class Settings:
     def to_environment(self) -> dict[str, str]:
         """The ``WORKER_TIER_*`` variables that carry these settings into a function."""
         return {
-            ENVIRONMENT_PREFIX + f.name.upper(): _format_environment_value(getattr(self, f.name))
+            setting_variable(f.name): _format_environment_value(getattr(self, f.name))
             for f in dataclasses.fields(self)
         }
 
@@ -312,7 +412,7 @@ REDRIVE_MARGIN_RECEIVES = 3
 
 def _describe_sizes(sizes: tuple[int, ...]) -> str:
     """``512, 1024, 2048`` or, for an even run, ``1024..4096 in steps of 1024``."""
-    steps = {b - a for a, b in zip(sizes, sizes[1:])}
+    steps = {b - a for a, b in pairwise(sizes)}
     if len(sizes) > 3 and len(steps) == 1:
         return f"{sizes[0]}..{sizes[-1]} in steps of {steps.pop()}"
     return ", ".join(map(str, sizes))
@@ -324,10 +424,10 @@ def _parse_environment_value(name: str, kind: Any, raw: str) -> Any:
         try:
             return int(raw)
         except ValueError:
-            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be a whole number, got {raw!r}") from None
+            raise SettingsError(f"{setting_variable(name)} must be a whole number, got {raw!r}") from None
     if kind in (bool, "bool"):
         if raw.lower() not in ("true", "false"):
-            raise SettingsError(f"{ENVIRONMENT_PREFIX}{name.upper()} must be 'true' or 'false', got {raw!r}")
+            raise SettingsError(f"{setting_variable(name)} must be 'true' or 'false', got {raw!r}")
         return raw.lower() == "true"
     return raw
 

@@ -190,7 +190,7 @@ def attribute_value_problem(name: str, value: Any) -> str | None:
     """
     if not isinstance(value, Mapping):
         return f"attribute {name!r} must be a mapping with DataType and StringValue or BinaryValue, got {_shown(value)}"
-    data_type = value.get("DataType")
+    data_type: Any = value.get("DataType")  # a str once data_type_problem finds none
     problem = data_type_problem(name, data_type)
     if problem:
         return problem

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from worker_tier.aws import is_condition_failure
-
-PARTITION_KEY = "pk"
-TTL_ATTRIBUTE = "expiration"
-IDEMPOTENCY_KEY_PREFIX = "idempotency#"
-DISPATCHER_KEY_PREFIX = "scheduler#"
-TICK_KEY_PREFIX = "cron#"
-KEY_PREFIXES = (IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX, TICK_KEY_PREFIX)
+from worker_tier.contract import (  # noqa: F401 - the key layout is the contract's; its users import it from here
+    DISPATCHER_KEY_PREFIX,
+    IDEMPOTENCY_KEY_PREFIX,
+    TICK_KEY_PREFIX,
+)
+from worker_tier.contract import STATE_KEY_PREFIXES as KEY_PREFIXES  # noqa: F401
+from worker_tier.contract import STATE_PARTITION_KEY as PARTITION_KEY
+from worker_tier.contract import STATE_TTL_ATTRIBUTE as TTL_ATTRIBUTE
 
 HOLDER_ATTRIBUTE = "holder"
 LEASE_UNTIL_ATTRIBUTE = "lease_until"

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from worker_tier import message
 from worker_tier.errors import MalformedBodyError
@@ -170,7 +170,10 @@ def _from_epoch_ms(value: Any) -> datetime | None:
         return None
 
 
-def _whole_number(value: Any, default: Any) -> Any:
+_Default = TypeVar("_Default")
+
+
+def _whole_number(value: Any, default: _Default) -> int | _Default:
     """``int(value)``, or ``default`` when the value is absent or not a whole number."""
     try:
         return int(value)

@@ -40,7 +40,7 @@ import random as _random
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from worker_tier import limits, message, observability
+from worker_tier import contract, limits, message, observability
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
@@ -132,13 +132,14 @@ class Worker(Fates):
         settings = Settings.from_environment(environ)
         registry = overrides.pop("registry", DEFAULT_REGISTRY)
         registry.import_modules(settings.task_modules.split(","))
+        resources = contract.Resources.from_environment(environ)
         return cls(
             settings,
-            queue_url=environ.get("WORKER_TIER_QUEUE_URL"),
-            dead_letter_queue_url=environ.get("WORKER_TIER_DLQ_URL"),
-            state_table=environ.get("WORKER_TIER_STATE_TABLE"),
-            long_queue_url=environ.get("WORKER_TIER_LONG_QUEUE_URL"),
-            delay_table=environ.get("WORKER_TIER_DELAY_TABLE"),
+            queue_url=resources.queue_url,
+            dead_letter_queue_url=resources.dlq_url,
+            state_table=resources.state_table,
+            long_queue_url=resources.container_queue_url,
+            delay_table=resources.delay_table,
             registry=registry,
             **overrides,
         )
@@ -189,7 +190,7 @@ class Worker(Fates):
                 continue
             try:
                 self._process_record(record, invocation)
-            except Exception:  # noqa: BLE001 - the record's fate is decided and logged; here it is only reported
+            except Exception:  # the record's fate is decided and logged; here it is only reported
                 failures.append({"itemIdentifier": record["messageId"]})
                 if group:
                     stopped_groups.add(group)
@@ -283,7 +284,7 @@ class Worker(Fates):
                 self._forward(record, task, invocation)
                 return
             if definition.parser is not None:
-                self._parse(definition, task)
+                self._parse(definition.parser, task)
             self._call(definition, task, invocation)
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
@@ -316,12 +317,12 @@ class Worker(Fates):
         )
 
     @staticmethod
-    def _parse(definition: TaskDefinition, task: Task) -> None:
-        """Set ``task.payload`` with the declared parser; MalformedBodyError when it refuses."""
+    def _parse(parser: Callable[[str], Any], task: Task) -> None:
+        """Set ``task.payload`` with the task's declared parser; MalformedBodyError when it refuses."""
         try:
-            task.payload = definition.parser(task.body)  # type: ignore[misc]
+            task.payload = parser(task.body)
         except Exception as error:
-            name = getattr(definition.parser, "__qualname__", None) or safe_repr(definition.parser)  # type: ignore[arg-type]
+            name = getattr(parser, "__qualname__", None) or safe_repr(parser)
             raise MalformedBodyError(
                 f"parser {name} of task {task.path!r} rejected the body of message {task.message_id}: "
                 f"{_describe(error)}"
@@ -486,7 +487,7 @@ _NO_ATTRIBUTES: dict[str, Any] = {}
 def _fifo_stopped(named: list[Any], unreadable: list[Any]) -> list[Any]:
     """Readable records that follow an unreadable one of their FIFO group (any group, when its group is unknown)."""
     unreadable_ids = {id(r) for r in unreadable}
-    stopped_groups: set[str] = set()
+    stopped_groups: set[str | None] = set()  # None: a record whose group is unknown
     every_group = False
     stopped = []
     for record in named:

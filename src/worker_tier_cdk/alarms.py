@@ -5,7 +5,7 @@ from __future__ import annotations
 from aws_cdk import Duration, aws_cloudwatch as cloudwatch, aws_sqs as sqs
 from constructs import Construct
 
-from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+from worker_tier.contract import METRICS_NAMESPACE, SERVICE_NAME
 
 
 def queue_not_empty_alarm(scope: Construct, construct_id: str, queue: sqs.IQueue, description: str) -> cloudwatch.Alarm:
@@ -14,7 +14,7 @@ def queue_not_empty_alarm(scope: Construct, construct_id: str, queue: sqs.IQueue
     return nonzero_alarm(scope, construct_id, metric, description)
 
 
-def nonzero_alarm(scope: Construct, construct_id: str, metric: cloudwatch.IMetric, description: str) -> cloudwatch.Alarm:
+def nonzero_alarm(scope: Construct, construct_id: str, metric: cloudwatch.Metric, description: str) -> cloudwatch.Alarm:
     """Alarm on any value above zero in one period; no data is no trouble."""
     return metric.create_alarm(
         scope,

@@ -57,15 +57,32 @@ class TaskCode:
         return cls(resolved)
 
     def check_modules(self, task_modules: str) -> None:
-        """TaskCodeError unless every module of the ``task_modules`` setting is deployed by one of the directories."""
-        deployed = {d.name for d in self.directories}
-        for module in task_modules.split(","):
-            root = module.strip().split(".")[0]
-            if root not in deployed:
+        """TaskCodeError unless every module of the ``task_modules`` setting is a file the directories deploy.
+
+        ``billing.tasks`` must be ``billing/tasks.py`` or ``billing/tasks/__init__.py`` in the
+        directory named ``billing``; a bare ``billing`` must be a package (``billing/__init__.py``),
+        since importing a plain folder registers no task.
+        """
+        by_name = {d.name: d for d in self.directories}
+        for module in (m.strip() for m in task_modules.split(",")):
+            root, *inner = module.split(".")
+            if root not in by_name:
                 raise TaskCodeError(
-                    f"task_modules names {module.strip()!r}, but no task code directory is named {root!r} "
-                    f"(deployed: {sorted(deployed) or 'none'}); pass task_code=TaskCode.from_directories(...) "
+                    f"task_modules names {module!r}, but no task code directory is named {root!r} "
+                    f"(deployed: {sorted(by_name) or 'none'}); pass task_code=TaskCode.from_directories(...) "
                     "with the directory that holds it")
+            candidates = _module_files(by_name[root], inner)
+            if not any(c.is_file() for c in candidates):
+                expected = " or ".join(str(c.relative_to(by_name[root].parent)) for c in candidates)
+                raise TaskCodeError(
+                    f"task_modules names {module!r}, but its task code directory {str(by_name[root])!r} "
+                    f"has no {expected}; name a module that the directory contains")
+
+
+def _module_files(directory: Path, inner: list[str]) -> list[Path]:
+    """The files that ``import <directory name>.<inner...>`` could load from ``directory``."""
+    path = directory.joinpath(*inner)
+    return [path.with_suffix(".py"), path / "__init__.py"] if inner else [path / "__init__.py"]
 
 
 def runtime_directory() -> Path:

@@ -35,6 +35,7 @@ from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
 from worker_tier_cdk.settings import Settings
+from worker_tier.contract import SEND_QUEUE_URL_VARIABLE, Resources
 from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
 from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC
 
@@ -59,7 +60,7 @@ class ContainerWorkerProps:
     dead_letter_queue: sqs.IQueue
     state_table: dynamodb.ITableV2
     vpc: ec2.IVpc | None = None
-    work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (WORKER_TIER_SEND_QUEUE_URL)
+    work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (the contract's send_queue_url)
     task_code: TaskCode = field(default_factory=TaskCode)  # the team's tasks, beside the installed runtime
 
 
@@ -73,7 +74,7 @@ class ContainerWorker(Construct):
         self.dead_letter_queue = props.dead_letter_queue
         self.queue = sqs.Queue(
             self,
-            "LongTaskQueue",
+            "LongTaskQueue",  # the id keeps its first name: renaming it would replace the deployed queue
             dead_letter_queue=sqs.DeadLetterQueue(queue=props.dead_letter_queue, max_receive_count=settings.redrive_max_receive_count),
             **{**defaults.queue_props(settings), "visibility_timeout": Duration.seconds(settings.visibility_timeout)},
         )
@@ -100,8 +101,8 @@ class ContainerWorker(Construct):
                     leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
         if props.work_queue is not None:
             props.work_queue.grant_send_messages(task_definition.task_role)
-            task_definition.default_container.add_environment(  # type: ignore[union-attr]
-                "WORKER_TIER_SEND_QUEUE_URL", props.work_queue.queue_url
+            task_definition.default_container.add_environment(  # type: ignore[union-attr]  # the pattern's container
+                SEND_QUEUE_URL_VARIABLE, props.work_queue.queue_url
             )
         self._grant_task_protection(task_definition.task_role)
         self.scaling_policy = self._scaling(settings)
@@ -138,9 +139,9 @@ class ContainerWorker(Construct):
             environment={
                 **settings.to_environment(),
                 **POWERTOOLS_ENVIRONMENT,
-                "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
-                "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
-                "WORKER_TIER_STATE_TABLE": state_table.table_name,
+                **Resources(
+                    queue_url=self.queue.queue_url, dlq_url=self.dead_letter_queue.queue_url, state_table=state_table.table_name,
+                ).to_environment(),
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_SECONDS),
         )
@@ -172,7 +173,7 @@ class ContainerWorker(Construct):
                 resources=[stack.format_arn(service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*")],
             )
         )
-        cluster = stack.get_logical_id(self.cluster.node.default_child)  # type: ignore[arg-type]
+        cluster = stack.get_logical_id(self.cluster.node.default_child)  # type: ignore[arg-type]  # the cluster's CfnCluster
         Validations.of(task_role).acknowledge(
             Acknowledgment(
                 id="AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:"
@@ -208,7 +209,7 @@ class ContainerWorker(Construct):
             "BacklogPerTask",
             policy_name="backlog-per-task",
             policy_type="TargetTrackingScaling",
-            scaling_target_id=target.scalable_target_id,  # type: ignore[attr-defined]
+            scaling_target_id=target.scalable_target_id,  # type: ignore[attr-defined]  # Target: the ScalableTarget
             target_tracking_scaling_policy_configuration=autoscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty(
                 target_value=settings.backlog_per_task_target,
                 scale_out_cooldown=SCALE_OUT_COOLDOWN_SECONDS,
@@ -231,7 +232,7 @@ class ContainerWorker(Construct):
         )
 
 
-def _metric(query_id: str, namespace: str, name: str, statistic: str, dimensions: dict[str, str]):  # type: ignore[no-untyped-def]
+def _metric(query_id: str, namespace: str, name: str, statistic: str, dimensions: dict[str, str]):
     """One metric of the scaling policy's math (not returned itself)."""
     return autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
         id=query_id,

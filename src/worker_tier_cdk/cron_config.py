@@ -333,13 +333,13 @@ class _Mapping(dict):
     """A YAML mapping with the line it starts on and each key's line (1-based)."""
 
     line: int = 0
-    key_lines: dict[Any, int] = {}
+    key_lines: dict[Any, int]  # set by _construct_mapping; read with getattr(..., {}) before that
 
 
 class _Sequence(list):
     """A YAML sequence with the line of each item (1-based)."""
 
-    item_lines: list[int] = []
+    item_lines: list[int]  # set by _construct_sequence; read with getattr(..., [...]) before that
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -462,10 +462,10 @@ class _ShortRepr(reprlib.Repr):
         super().__init__()
         self.maxlevel, self.maxlist, self.maxdict, self.maxstring, self.maxother = 2, 4, 4, 60, 60
 
-    def repr__Sequence(self, value: list, level: int) -> str:
+    def repr__Sequence(self, value: list, level: int) -> str:  # noqa: N802 - reprlib dispatches on repr_<type name>
         return self.repr_list(value, level)
 
-    def repr__Mapping(self, value: dict, level: int) -> str:
+    def repr__Mapping(self, value: dict, level: int) -> str:  # noqa: N802 - reprlib dispatches on repr_<type name>
         return self.repr_dict(value, level)
 
 

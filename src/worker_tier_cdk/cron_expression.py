@@ -98,7 +98,7 @@ def parse(expression: str) -> ParsedCron:
         raise CronExpressionError(
             f"schedule {expression!r} has {len(parts)} fields; standard cron has 5 (minute hour day-of-month month day-of-week)"
         )
-    sets = [_parse_field(part, field) for part, field in zip(parts, _FIELDS)]
+    sets = [_parse_field(part, field) for part, field in zip(parts, _FIELDS, strict=True)]
     weekdays = frozenset(day % 7 for day in sets[4])
     dom_restricted = not _unrestricted(parts[2], len(sets[2]) == _FIELDS[2].high, parts[4])
     dow_restricted = not _unrestricted(parts[4], len(weekdays) == len(WEEKDAY_NAMES), parts[2])
@@ -251,7 +251,7 @@ def _runs(ordered: list[int], label) -> list[str]:
     """Consecutive values as ``a-b`` (three or more) or single values."""
     runs: list[str] = []
     start = previous = ordered[0]
-    for value in ordered[1:] + [None]:  # type: ignore[list-item]
+    for value in [*ordered[1:], None]:
         if value is not None and value == previous + 1:
             previous = value
             continue

@@ -6,12 +6,15 @@ from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy, aws_dynamodb as dynamodb, aws_logs as logs, aws_sqs as sqs
 
-from worker_tier import limits
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.contract import (
+    DEAD_LETTER_RETENTION_SECONDS,
+    FIFO_CONTENT_BASED_DEDUPLICATION,
+    STATE_PARTITION_KEY,
+    STATE_TTL_ATTRIBUTE,
+)
 from worker_tier.settings import Settings
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
-DEAD_LETTER_RETENTION_SECONDS = limits.SQS_MAX_RETENTION_SECONDS
 
 
 def queue_props(settings: Settings) -> dict[str, Any]:
@@ -36,26 +39,19 @@ def dead_letter_queue_props(settings: Settings) -> dict[str, Any]:
 
 
 def _fifo_props(settings: Settings) -> dict[str, Any]:
-    """FIFO queues (a DLQ of a FIFO queue is FIFO too) without content-based deduplication.
-
-    Content-based deduplication hashes the body only, so two different tasks with
-    one body within 5 minutes would become one message. Worker Tier's producers
-    always send a MessageDeduplicationId (``Client``: the dedupe_key, else a random
-    id per message); a producer that sends none is refused by SQS
-    (InvalidParameterValue) instead of being deduplicated silently.
-    """
-    return {"fifo": True, "content_based_deduplication": False} if settings.fifo else {}
+    """FIFO queues (a DLQ of a FIFO queue is FIFO too) without content-based deduplication (see worker_tier.contract)."""
+    return {"fifo": True, "content_based_deduplication": FIFO_CONTENT_BASED_DEDUPLICATION} if settings.fifo else {}
 
 
 def state_table_props() -> dict[str, Any]:
     """The shared state table: on-demand, encrypted, point-in-time recovery, TTL."""
     return {
-        "partition_key": dynamodb.Attribute(name=STATE_TABLE_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+        "partition_key": dynamodb.Attribute(name=STATE_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
         "billing": dynamodb.Billing.on_demand(),
         "encryption": dynamodb.TableEncryptionV2.aws_managed_key(),
         "point_in_time_recovery_specification": dynamodb.PointInTimeRecoverySpecification(
             point_in_time_recovery_enabled=True
         ),
-        "time_to_live_attribute": STATE_TABLE_TTL_ATTRIBUTE,
+        "time_to_live_attribute": STATE_TTL_ATTRIBUTE,
         "removal_policy": RemovalPolicy.RETAIN,
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb
-from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_sqs as sqs
+from aws_cdk import aws_events as events, aws_events_targets as events_targets, aws_iam as iam, aws_sqs as sqs
 from constructs import Construct
 
 from worker_tier_cdk.alarms import count_alarm
@@ -21,8 +21,15 @@ from worker_tier_cdk.grants import (
 )
 from worker_tier_cdk.settings import Settings
 from worker_tier import delay
-from worker_tier.handlers.dispatcher import METRIC_LAG, METRIC_STATE_UNREADABLE, METRIC_WATERMARK_AHEAD
-from worker_tier.observability import METRICS_NAMESPACE, SERVICE_NAME
+from worker_tier.contract import (
+    DELAY_SHARDS_VARIABLE,
+    METRIC_DISPATCHER_LAG,
+    METRIC_DISPATCHER_STATE_UNREADABLE,
+    METRIC_DISPATCHER_WATERMARK_AHEAD,
+    METRICS_NAMESPACE,
+    SERVICE_NAME,
+    Resources,
+)
 
 SCHEDULER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
 SCHEDULER_TIMEOUT_SECONDS = 60
@@ -69,13 +76,11 @@ class DelayDispatcher(Construct):
                 handler=SCHEDULER_HANDLER,
                 timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
                 memory_mb=SCHEDULER_MEMORY_MB,
-                environment={
-                    # The scheduler reads every shard, so it needs the table but not the producers' shard count.
-                    "WORKER_TIER_DELAY_TABLE": self.table.table_name,
-                    "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
-                    "WORKER_TIER_DLQ_URL": props.dead_letter_queue.queue_url,
-                    "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
-                },
+                # It reads every shard, so it needs the table but not the producers' shard count.
+                environment=Resources(
+                    delay_table=self.table.table_name, queue_url=props.queue.queue_url,
+                    dlq_url=props.dead_letter_queue.queue_url, state_table=props.state_table.table_name,
+                ).to_environment(),
                 description="Worker Tier: moves due delayed messages from the delay table into SQS",
             ),
         )
@@ -98,7 +103,7 @@ class DelayDispatcher(Construct):
         )
         self.lag_alarm = cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
-            metric_name=METRIC_LAG,
+            metric_name=METRIC_DISPATCHER_LAG,
             dimensions_map={"service": SERVICE_NAME},
             statistic="Maximum",
             period=Duration.minutes(1),
@@ -113,11 +118,11 @@ class DelayDispatcher(Construct):
             alarm_description="The delay scheduler's watermark trails now + horizon by minutes: runs fail or do not happen.",
         )
         self.watermark_ahead_alarm = count_alarm(
-            self, "WatermarkAhead", METRIC_WATERMARK_AHEAD,
+            self, "WatermarkAhead", METRIC_DISPATCHER_WATERMARK_AHEAD,
             "The delay scheduler found its watermark further ahead of its clock than it ever moves it, and stopped: "
             "inspect the scheduler#watermark item (delete it to restart from the minute records).")
         self.state_unreadable_alarm = count_alarm(
-            self, "StateUnreadable", METRIC_STATE_UNREADABLE,
+            self, "StateUnreadable", METRIC_DISPATCHER_STATE_UNREADABLE,
             "The delay scheduler found a watermark item it cannot read, and restarted from its minute records.")
         # Delivers what the scheduler could have missed: TTL-expired undispatched items, late writes.
         self.recovery = DelayRecovery(self, "Recovery", DelayRecoveryProps(
@@ -126,8 +131,8 @@ class DelayDispatcher(Construct):
 
     def producer_environment(self, settings: Settings) -> dict[str, str]:
         """What a producer (any function using Client.from_env) needs to send long delays."""
-        return {"WORKER_TIER_DELAY_TABLE": self.table.table_name, "WORKER_TIER_DELAY_SHARDS": str(settings.delay_shards)}
+        return {**Resources(delay_table=self.table.table_name).to_environment(), DELAY_SHARDS_VARIABLE: str(settings.delay_shards)}
 
-    def grant_produce(self, function) -> None:  # type: ignore[no-untyped-def]
+    def grant_produce(self, function: iam.IGrantable) -> None:
         """Let ``function`` store delayed messages (plain and deduplicated), and nothing else of the delay table."""
         grant_delay_produce(self.table, function)

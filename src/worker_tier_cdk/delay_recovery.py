@@ -16,7 +16,7 @@ records for the other 12 h; the IteratorAge alarm fires after
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from aws_cdk import Acknowledgment, Duration, Validations, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam, aws_lambda as lambda_, aws_sqs as sqs
@@ -28,7 +28,7 @@ from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import DELAYED_MESSAGE_KEY_PREFIX, REFILE_ACTIONS, SCHEDULER_KEY_PREFIX, grant_items
 from worker_tier import delay_recovery, limits
-from worker_tier.handlers.recovery import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_WATERMARK_AHEAD
+from worker_tier.contract import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_RECOVERY_WATERMARK_AHEAD, Resources
 from worker_tier.settings import Settings
 
 RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
@@ -80,12 +80,10 @@ class DelayRecovery(Construct):
                 handler=RECOVERY_HANDLER,
                 timeout_seconds=RECOVERY_TIMEOUT_SECONDS,
                 memory_mb=RECOVERY_MEMORY_MB,
-                environment={
-                    "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
-                    "WORKER_TIER_DELAY_TABLE": props.delay_table.table_name,
-                    "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
-                    "WORKER_TIER_DLQ_URL": props.dead_letter_queue.queue_url,
-                },
+                environment=Resources(
+                    state_table=props.state_table.table_name, delay_table=props.delay_table.table_name,
+                    queue_url=props.queue.queue_url, dlq_url=props.dead_letter_queue.queue_url,
+                ).to_environment(),
                 description="Worker Tier: delivers delayed messages the scheduler missed (TTL expiry, late writes)",
             ),
         )
@@ -98,9 +96,10 @@ class DelayRecovery(Construct):
 
     def _grant(self, props: DelayRecoveryProps) -> None:
         """Read the stream and the scheduler's items (watermark, minute records); refile message items; send to the queues."""
-        self.function.add_to_role_policy(
-            iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[props.delay_table.table_stream_arn])
-        )
+        stream_arn = props.delay_table.table_stream_arn
+        if stream_arn is None:
+            raise ValueError(f"DelayRecovery reads the delay table's stream, and table {props.delay_table.node.path} has none")
+        self.function.add_to_role_policy(iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[stream_arn]))
         grant_items(props.state_table, self.function, actions=STATE_READ_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
         grant_items(props.delay_table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         props.queue.grant_send_messages(self.function)
@@ -160,7 +159,7 @@ class DelayRecovery(Construct):
         self.ttl_recovery_alarm = count_alarm(self, "RecoveredFromTtl", METRIC_RECOVERED_FROM_TTL,
                                                "The TTL deleted delayed messages the scheduler had not sent (an outage or a "
                                                "stuck minute longer than the TTL margin). They were delivered late.")
-        self.watermark_ahead_alarm = count_alarm(self, "WatermarkAhead", METRIC_WATERMARK_AHEAD,
+        self.watermark_ahead_alarm = count_alarm(self, "WatermarkAhead", METRIC_RECOVERY_WATERMARK_AHEAD,
                                                   "The scheduler's watermark is past minutes it cannot have reached: "
                                                   "delayed messages behind it were left in the delay table, unsent. "
                                                   "Inspect the scheduler#watermark item.")
@@ -169,7 +168,7 @@ class DelayRecovery(Construct):
             alarm.add_alarm_action(*actions)
 
 
-def stream_filters() -> list[dict]:
+def stream_filters() -> list[Mapping[str, Any]]:
     """The mapping's filters (OR): an INSERT, or a TTL's REMOVE, of a message item."""
     message_key = {"Keys": {"pk": {"S": lambda_.FilterRule.begins_with(delay_recovery.MESSAGE_KEY_PREFIX)}}}
     ttl = {name: lambda_.FilterRule.is_equal(value) for name, value in delay_recovery.TTL_PRINCIPAL.items()}

@@ -20,13 +20,12 @@ from typing import Sequence
 
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
 
-from worker_tier.delay import DEDUPE_PREFIX as DEDUPE_KEY_PREFIX
-from worker_tier.idempotency import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.periodic import TICK_KEY_PREFIX as CRON_KEY_PREFIX
-
-# The runtime modules do not name these prefixes as such; tests/infra/test_stack.py checks their keys start so.
-SCHEDULER_KEY_PREFIX = "scheduler#"
-DELAYED_MESSAGE_KEY_PREFIX = "b#"
+# The key prefixes are the contract's (worker_tier.contract); tests/infra/test_stack.py checks the runtime's keys start so.
+from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
+from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_KEY_PREFIX
+from worker_tier.contract import DISPATCHER_KEY_PREFIX as SCHEDULER_KEY_PREFIX  # noqa: F401 - for the constructs
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX  # noqa: F401 - for the constructs
+from worker_tier.contract import TICK_KEY_PREFIX as CRON_KEY_PREFIX  # noqa: F401 - for the constructs
 
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")

@@ -21,6 +21,7 @@ alarmed, as a retry may send it twice. Every alarm takes the ``alarm_actions``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Sequence
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, TimeZone, Token, Validations
@@ -37,7 +38,7 @@ from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import CRON_ACTIONS, CRON_KEY_PREFIX, grant_items
 from worker_tier_cdk.settings import Settings
 from worker_tier import limits
-from worker_tier.periodic import METRIC_TICK_MARK_FAILED
+from worker_tier.contract import METRIC_TICK_MARK_FAILED, Resources
 
 CRON_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
 # Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.
@@ -94,10 +95,7 @@ class PeriodicTasks(Construct):
                 handler=CRON_HANDLER,
                 timeout_seconds=CRON_TIMEOUT_SECONDS,
                 memory_mb=CRON_MEMORY_MB,
-                environment={
-                    "WORKER_TIER_QUEUE_URL": props.queue.queue_url,
-                    "WORKER_TIER_STATE_TABLE": props.state_table.table_name,
-                },
+                environment=Resources(queue_url=props.queue.queue_url, state_table=props.state_table.table_name).to_environment(),
                 description="Worker Tier: enqueues cron.yaml ticks once each",
             ),
         )
@@ -246,5 +244,5 @@ def max_event_age_seconds(entry: CronEntry) -> int:
     """How long Scheduler keeps retrying a tick: until the next one is due, within Scheduler's 60 s..24 h."""
     parsed = parse(entry.schedule)
     times = sorted(hour * 60 + minute for hour in parsed.hours for minute in parsed.minutes)
-    gaps = [b - a for a, b in zip(times, times[1:])] + [times[0] + 24 * 60 - times[-1]]
+    gaps = [b - a for a, b in pairwise(times)] + [times[0] + 24 * 60 - times[-1]]
     return max(SCHEDULER_MIN_EVENT_AGE_SECONDS, min(min(gaps) * 60, SCHEDULER_MAX_EVENT_AGE_SECONDS))

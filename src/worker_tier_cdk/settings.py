@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from worker_tier.settings import Settings, SettingsError
+from worker_tier.errors import SettingsError
+from worker_tier.settings import Settings
 
 CONTEXT_KEY = "worker_tier"
 

@@ -16,14 +16,21 @@ from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherPro
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from worker_tier_cdk.settings import Settings, settings_from_context
 from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
+from worker_tier.contract import CONTAINER_QUEUE_URL_VARIABLE
 
 
 class WorkerTierStack(Stack):
     """Everything Worker Tier deploys.
 
     Public attributes: ``state_table``, ``worker``, ``delay_dispatcher`` (None on a FIFO
-    queue, which has no per-message delay), and ``periodic_tasks`` (None when cron.yaml
-    is absent or empty).
+    queue, which has no per-message delay), ``container_worker`` (None unless the
+    container_worker setting is on), and ``periodic_tasks`` (None when cron.yaml is
+    absent or empty).
+
+    ``task_code``: the directories holding the modules of the ``task_modules`` setting
+    (``TaskCode.from_directories("myjobs")``); the worker function and the container
+    image run them beside the installed runtime. ``cron_file`` or ``cron_entries``: the
+    periodic tasks.
     """
 
     def __init__(
@@ -39,7 +46,7 @@ class WorkerTierStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.settings = settings if settings is not None else settings_from_context(self)
-        # One per stack: task idempotency, the scheduler's lease and watermark, and cron tick dedupe share it.
+        # One per stack: task idempotency, the delay dispatcher's lease and watermark, and tick dedupe share it.
         self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
         self.task_code = task_code if isinstance(task_code, TaskCode) else TaskCode.from_directories(*task_code)
         self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table,
@@ -49,7 +56,7 @@ class WorkerTierStack(Stack):
         if cron_entries is not None and cron_file is not None:
             raise ValueError("WorkerTierStack: pass cron_file or cron_entries, not both")
         entries = cron_entries if cron_entries is not None else (
-            cron_config.load(cron_file, fifo=self.settings.fifo) if cron_file is not None else [])
+            cron_config.load(os.fspath(cron_file), fifo=self.settings.fifo) if cron_file is not None else [])
         self.periodic_tasks = (
             PeriodicTasks(
                 self,
@@ -62,10 +69,10 @@ class WorkerTierStack(Stack):
         self._outputs()
 
     def _delay_dispatcher(self) -> DelayDispatcher | None:
-        """The delay table and its scheduler; tasks may send long delays too."""
+        """The delay table and its delay dispatcher; tasks may send long delays too."""
         if self.settings.fifo:
             return None
-        scheduler = DelayDispatcher(
+        dispatcher = DelayDispatcher(
             self,
             "Delays",
             DelayDispatcherProps(
@@ -75,11 +82,11 @@ class WorkerTierStack(Stack):
                 state_table=self.state_table,
             ),
         )
-        for name, value in scheduler.producer_environment(self.settings).items():
+        for name, value in dispatcher.producer_environment(self.settings).items():
             self.worker.function.add_environment(name, value)
-        scheduler.grant_produce(self.worker.function)
-        CfnOutput(self, "DelayTableName", value=scheduler.table.table_name)
-        return scheduler
+        dispatcher.grant_produce(self.worker.function)
+        CfnOutput(self, "DelayTableName", value=dispatcher.table.table_name)
+        return dispatcher
 
     def _container_worker(self) -> ContainerWorker | None:
         """Opt-in (container_worker setting): ECS tasks for @task(container=True) work."""
@@ -87,6 +94,7 @@ class WorkerTierStack(Stack):
             return None
         container = ContainerWorker(
             self,
+            # The construct id keeps its first name: renaming it would replace the deployed queue and its messages.
             "LongTasks",
             ContainerWorkerProps(
                 settings=self.settings,
@@ -96,13 +104,13 @@ class WorkerTierStack(Stack):
                 task_code=self.task_code,
             ),
         )
-        self.worker.function.add_environment("WORKER_TIER_LONG_QUEUE_URL", container.queue.queue_url)
+        self.worker.function.add_environment(CONTAINER_QUEUE_URL_VARIABLE, container.queue.queue_url)
         container.queue.grant_send_messages(self.worker.function)
         if self.delay_dispatcher is not None:
             self.delay_dispatcher.grant_produce(container.service.task_definition.task_role)
             for name, value in self.delay_dispatcher.producer_environment(self.settings).items():
-                container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]
-        CfnOutput(self, "LongTaskQueueUrl", value=container.queue.queue_url)
+                container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]  # the pattern's container
+        CfnOutput(self, "ContainerQueueUrl", value=container.queue.queue_url)
         return container
 
     def _outputs(self) -> None:

@@ -15,7 +15,7 @@ from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_al
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
 from worker_tier_cdk.settings import Settings
-from worker_tier import observability
+from worker_tier import contract
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 # The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).
@@ -109,15 +109,13 @@ class WorkerQueue(Construct):
         )
 
     def _environment(self, settings: Settings, state_table: dynamodb.ITableV2 | None) -> dict[str, str]:
-        """Settings and resource names, as DESIGN.md's WORKER_TIER_* variables."""
-        environment = {
-            **settings.to_environment(),
-            "WORKER_TIER_QUEUE_URL": self.queue.queue_url,
-            "WORKER_TIER_DLQ_URL": self.dead_letter_queue.queue_url,
-        }
-        if state_table is not None:
-            environment["WORKER_TIER_STATE_TABLE"] = state_table.table_name
-        return environment
+        """Settings and resource names, the contract's variables (worker_tier.contract; docs/design.md, "Environment variables")."""
+        resources = contract.Resources(
+            queue_url=self.queue.queue_url,
+            dlq_url=self.dead_letter_queue.queue_url,
+            state_table=state_table.table_name if state_table is not None else None,
+        )
+        return {**settings.to_environment(), **resources.to_environment()}
 
     def _event_source(self, settings: Settings) -> SqsEventSource:
         """Batches with partial-failure reporting; concurrency capped at http_connections."""
@@ -199,22 +197,22 @@ class WorkerQueue(Construct):
 
 # The worker's outcome counts, one line each on the dashboard.
 _DASHBOARD_OUTCOMES = (
-    observability.METRIC_SUCCEEDED,
-    observability.METRIC_RETRIED,
-    observability.METRIC_DEAD_LETTERED,
-    observability.METRIC_RELEASED,
-    observability.METRIC_HELD_BACK,
-    observability.METRIC_RESCHEDULED,
+    contract.METRIC_SUCCEEDED,
+    contract.METRIC_RETRIED,
+    contract.METRIC_DEAD_LETTERED,
+    contract.METRIC_RELEASED,
+    contract.METRIC_HELD_BACK,
+    contract.METRIC_RESCHEDULED,
 )
 
 # Counts that mean a failure path was taken: any one raises its alarm.
 _FAILURE_PATH_ALARMS = (
-    ("DeadLetterFailed", observability.METRIC_DEAD_LETTER_FAILED,
+    ("DeadLetterFailed", contract.METRIC_DEAD_LETTER_FAILED,
      "The worker could not dead-letter a message (the DLQ refused it or the dead-letter path raised); it backs off and retries."),
-    ("VisibilityChangesRefused", observability.METRIC_VISIBILITY_REFUSED,
+    ("VisibilityChangesRefused", contract.METRIC_VISIBILITY_REFUSED,
      "SQS refused visibility changes: those messages return after their current timeout instead of their backoff."),
-    ("MalformedRecords", observability.METRIC_MALFORMED_RECORDS,
+    ("MalformedRecords", contract.METRIC_MALFORMED_RECORDS,
      "The worker received records it could not read (no messageId); they were logged and backed off."),
-    ("RetryDelayShortened", observability.METRIC_RETRY_DELAY_SHORTENED,
+    ("RetryDelayShortened", contract.METRIC_RETRY_DELAY_SHORTENED,
      "A retry delay was longer than SQS allows and could not go through the delay table: it was shortened."),
 )

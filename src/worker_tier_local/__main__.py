@@ -19,7 +19,7 @@ if "--verbose" not in sys.argv:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 
-from worker_tier.worker import (  # noqa: E402
+from worker_tier.fates import (
     OUTCOME_DEAD_LETTERED,
     OUTCOME_HELD_BACK,
     OUTCOME_RELEASED,
@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     entries = _cron_entries(args.cron, settings.fifo)
     add_outcome_listener(_print_outcome)
     with LocalEnvironment(
-        settings, cron_entries=entries, on_tick=_print_tick, on_scheduler_run=_print_scheduler_run, container=args.container
+        settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run, container=args.container
     ) as env:
         if args.container:
-            _say(f"container worker (python -m worker_tier worker) consuming {env.long_queue_url}")
+            _say(f"container worker (python -m worker_tier worker) consuming {env.container_queue_url}")
         _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
         _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
@@ -105,12 +105,12 @@ def _print_tick(result: dict) -> None:
     _say(f"tick  {result['tick']} -> {'enqueued' if result['enqueued'] else 'already enqueued'}")
 
 
-def _print_scheduler_run(result: dict) -> None:
+def _print_dispatcher_run(result: dict) -> None:
     if result.get("sent"):
-        _say(f"delay scheduler: {result['sent']} message(s) moved from the delay table to the queue, due within "
+        _say(f"delay dispatcher: {result['sent']} message(s) moved from the delay table to the queue, due within "
              f"{LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s")
     if result.get("dead_lettered"):
-        _say(f"delay scheduler: {result['dead_lettered']} message(s) refused by the queue went to the DLQ with a reason")
+        _say(f"delay dispatcher: {result['dead_lettered']} message(s) refused by the queue went to the DLQ with a reason")
 
 
 def _cron_entries(path: Path, fifo: bool) -> list:
@@ -129,7 +129,7 @@ def _print_outcome(outcome: Outcome) -> None:
 
 
 def _say(text: str) -> None:
-    print(f"{datetime.now():%H:%M:%S}  {text}", flush=True)
+    print(f"{datetime.now().astimezone():%H:%M:%S}  {text}", flush=True)
 
 
 def _settings(cdk_json: Path) -> Settings:

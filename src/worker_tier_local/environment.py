@@ -10,9 +10,8 @@ import time
 import urllib.request
 from typing import Any, Callable, Sequence
 
-from worker_tier import delay, limits
+from worker_tier import contract, limits
 from worker_tier.client import Client
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier_local.context import LocalContext
 from worker_tier_local.cron import CronEmulator
 from worker_tier_local.event_source import EventSourceEmulator
@@ -22,12 +21,12 @@ LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PREFIX = "worker-tier-local"
-# Locally the producer and the scheduler share one clock (no skew margin), and a lower threshold lets a
+# Locally the producer and the delay dispatcher share one clock (no skew margin), and a lower threshold lets a
 # person watch a delayed message go through the delay table within a few minutes. The horizon must cover
 # one minute's bucket plus one minute between runs to stay punctual.
 LOCAL_LONG_DELAY_THRESHOLD_SECONDS = 120
 LOCAL_DELAY_HORIZON_SECONDS = 120
-SCHEDULER_PERIOD_SECONDS = 60
+DISPATCHER_PERIOD_SECONDS = 60
 
 
 class LocalEnvironment:
@@ -47,7 +46,7 @@ class LocalEnvironment:
         handler: Callable[[dict, Any], dict] | None = None,
         cron_entries: Sequence[Any] = (),
         on_tick: Callable[[Any], None] | None = None,
-        on_scheduler_run: Callable[[Any], None] | None = None,
+        on_dispatcher_run: Callable[[Any], None] | None = None,
         cron_clock: Callable[[], float] = time.time,
         container: bool = False,
         port: int = 0,
@@ -56,11 +55,11 @@ class LocalEnvironment:
         self._handler = handler
         self._cron_entries = list(cron_entries)
         self._on_tick = on_tick or (lambda result: None)
-        self._on_scheduler_run = on_scheduler_run or (lambda result: None)
+        self._on_dispatcher_run = on_dispatcher_run or (lambda result: None)
         self._cron_clock = cron_clock
         self._port = port
         self.cron: CronEmulator | None = None
-        self._next_scheduler_run = 0.0
+        self._next_dispatcher_run = 0.0
         self._container = container
         self.consumer: Any = None
         self._consumer_thread: threading.Thread | None = None
@@ -101,21 +100,9 @@ class LocalEnvironment:
         self.sqs = boto3.client("sqs")
         self.dynamodb = boto3.client("dynamodb")
         self._create_resources()
-        self._set_environment(
-            {
-                **self.settings.to_environment(),
-                **self.resource_environment(),
-                "WORKER_TIER_DELAY_HORIZON": str(LOCAL_DELAY_HORIZON_SECONDS),
-            }
-        )
-        if self._container:
-            self.long_queue_url = self.sqs.create_queue(
-                QueueName=f"{LOCAL_PREFIX}-long-tasks",
-                Attributes={"VisibilityTimeout": str(self.settings.visibility_timeout)},
-            )["QueueUrl"]
-            self._set_environment({"WORKER_TIER_LONG_QUEUE_URL": self.long_queue_url})  # the Lambda worker forwards there
+        self._set_environment({**self.settings.to_environment(), **self.resources().to_environment()})
         self.client = self.new_client()
-        self._scheduler_handler = _real_scheduler_handler()
+        self._dispatcher_handler = _real_dispatcher_handler()
         self.event_source = EventSourceEmulator(
             self.sqs,
             self.queue_url,
@@ -126,15 +113,15 @@ class LocalEnvironment:
             LOCAL_REGION,
         )
         if self._cron_entries:
-            self.cron = CronEmulator(self._cron_entries, _real_cron_handler(), self._new_context, self._cron_clock)
+            self.cron = CronEmulator(self._cron_entries, _real_periodic_handler(), self._new_context, self._cron_clock)
         if self._container:
             self._start_container_worker()
 
     def stop(self) -> None:
         """Stop the container worker and moto, and restore the environment variables this environment set."""
-        if self.consumer is not None:
+        if self.consumer is not None and self._consumer_thread is not None:  # started together
             self.consumer.stopping.set()
-            self._consumer_thread.join()  # type: ignore[union-attr]
+            self._consumer_thread.join()
             self.consumer = None
         if self._server is not None:
             self._server.stop()
@@ -158,23 +145,29 @@ class LocalEnvironment:
             long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS,
         )
 
-    def resource_environment(self) -> dict[str, str]:
-        """The WORKER_TIER_* resource variables the stack sets on the functions."""
-        return {
-            "WORKER_TIER_QUEUE_URL": self.queue_url,
-            "WORKER_TIER_DLQ_URL": self.dead_letter_queue_url,
-            "WORKER_TIER_STATE_TABLE": self.state_table,
-            "WORKER_TIER_DELAY_TABLE": self.delay_table,
-        }
+    def resources(self) -> contract.Resources:
+        """The resources the stack names to the Lambda functions, plus the local dispatch horizon.
+
+        With a container worker, the Lambda worker forwards to its queue (``container_queue_url``).
+        """
+        return contract.Resources(
+            queue_url=self.queue_url,
+            dlq_url=self.dead_letter_queue_url,
+            state_table=self.state_table,
+            delay_table=self.delay_table,
+            container_queue_url=self.container_queue_url,
+            delay_horizon_seconds=LOCAL_DELAY_HORIZON_SECONDS,
+        )
 
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
-        from worker_tier.container import Consumer, TaskProtection
+        from worker_tier.container import Consumer
+        from worker_tier.protection import TaskProtection
         from worker_tier.worker import Worker
 
         core = Worker(
             self.settings,
-            queue_url=self.long_queue_url,
+            queue_url=self.container_queue_url,
             dead_letter_queue_url=self.dead_letter_queue_url,
             state_table=self.state_table,
             sqs=self.sqs,
@@ -182,7 +175,7 @@ class LocalEnvironment:
             delay_table=self.delay_table,
         )
         self.consumer = Consumer(
-            core, self.sqs, self.long_queue_url, concurrency=self.settings.container_concurrency,
+            core, self.sqs, self.container_queue_url, concurrency=self.settings.container_concurrency,
             poll_wait_seconds=1, protection=TaskProtection(agent_uri=""),
             # In-process here: a task still running after the grace period keeps its message (heartbeat)
             # and dies with this process, rather than ending the whole local environment at once.
@@ -191,18 +184,18 @@ class LocalEnvironment:
         self._consumer_thread = threading.Thread(target=self.consumer.run, name="container-worker", daemon=True)
         self._consumer_thread.start()
 
-    def run_scheduler(self) -> dict[str, Any]:
-        """One delay-scheduler run through its real handler."""
-        return self._scheduler_handler({}, self._new_context())
+    def run_dispatcher(self) -> dict[str, Any]:
+        """One delay dispatcher run through its real handler."""
+        return self._dispatcher_handler({}, self._new_context())
 
     def poll_once(self, wait_seconds: int = 1) -> int:
-        """Run the delay scheduler each minute and fire due cron ticks, then one event-source poll.
+        """Run the delay dispatcher each minute and fire due cron ticks, then one event-source poll.
 
         Returns how many messages the worker handler was given.
         """
-        if time.monotonic() >= self._next_scheduler_run:
-            self._next_scheduler_run = time.monotonic() + SCHEDULER_PERIOD_SECONDS
-            self._on_scheduler_run(self.run_scheduler())
+        if time.monotonic() >= self._next_dispatcher_run:
+            self._next_dispatcher_run = time.monotonic() + DISPATCHER_PERIOD_SECONDS
+            self._on_dispatcher_run(self.run_dispatcher())
         if self.cron is not None:
             for result in self.cron.fire_due():
                 self._on_tick(result)
@@ -238,45 +231,34 @@ class LocalEnvironment:
         return [_dead_letter_view(m) for m in response.get("Messages") or []]
 
     def _create_resources(self) -> None:
-        """Queue, DLQ and state table, configured as WorkerTierStack configures them."""
-        suffix = ".fifo" if self.settings.fifo else ""
-        fifo = {"FifoQueue": "true"} if self.settings.fifo else {}
-        self.dead_letter_queue_url = self.sqs.create_queue(
-            QueueName=f"{LOCAL_PREFIX}-dlq{suffix}",
-            Attributes={**fifo, "MessageRetentionPeriod": str(limits.SQS_MAX_RETENTION_SECONDS)},
-        )["QueueUrl"]
+        """Queues and tables, shaped as WorkerTierStack shapes them (``contract.queue_attributes``, the key layouts)."""
+        self.dead_letter_queue_url = self._create_queue("dlq", contract.queue_attributes(self.settings, dead_letter=True))
         dead_letter_arn = self._queue_arn(self.dead_letter_queue_url)
         redrive = {"deadLetterTargetArn": dead_letter_arn, "maxReceiveCount": self.settings.redrive_max_receive_count}
-        self.queue_url = self.sqs.create_queue(
-            QueueName=f"{LOCAL_PREFIX}-queue{suffix}",
-            Attributes={
-                **fifo,
-                "VisibilityTimeout": str(self.settings.visibility_timeout),
-                "MessageRetentionPeriod": str(self.settings.retention_period),
-                "RedrivePolicy": json.dumps(redrive),
-            },
-        )["QueueUrl"]
+        work_queue = {**contract.queue_attributes(self.settings), "RedrivePolicy": json.dumps(redrive)}
+        self.queue_url = self._create_queue("queue", work_queue)
         self.queue_arn = self._queue_arn(self.queue_url)
+        self.container_queue_url = self._create_queue("container", work_queue) if self._container else None
         self.state_table = f"{LOCAL_PREFIX}-state"
+        self._create_table(self.state_table, [contract.STATE_PARTITION_KEY], contract.STATE_TTL_ATTRIBUTE)
+        self.delay_table = f"{LOCAL_PREFIX}-delays"
+        self._create_table(self.delay_table, [contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY], contract.DELAY_TTL_ATTRIBUTE)
+
+    def _create_queue(self, name: str, attributes: dict[str, str]) -> str:
+        suffix = contract.FIFO_QUEUE_SUFFIX if self.settings.fifo else ""
+        return self.sqs.create_queue(QueueName=f"{LOCAL_PREFIX}-{name}{suffix}", Attributes=attributes)["QueueUrl"]
+
+    def _create_table(self, name: str, keys: list[str], ttl_attribute: str) -> None:
+        """An on-demand table keyed by ``keys`` (partition key, then sort key) of strings, with its TTL."""
+        key_types = ("HASH", "RANGE")
         self.dynamodb.create_table(
-            TableName=self.state_table,
-            KeySchema=[{"AttributeName": STATE_TABLE_PARTITION_KEY, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": STATE_TABLE_PARTITION_KEY, "AttributeType": "S"}],
+            TableName=name,
+            KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, key_types)],
+            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"} for key in keys],
             BillingMode="PAY_PER_REQUEST",
         )
         self.dynamodb.update_time_to_live(
-            TableName=self.state_table,
-            TimeToLiveSpecification={"Enabled": True, "AttributeName": STATE_TABLE_TTL_ATTRIBUTE},
-        )
-        self.delay_table = f"{LOCAL_PREFIX}-delays"
-        self.dynamodb.create_table(
-            TableName=self.delay_table,
-            KeySchema=[{"AttributeName": delay.PK, "KeyType": "HASH"}, {"AttributeName": delay.SK, "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": delay.PK, "AttributeType": "S"},
-                {"AttributeName": delay.SK, "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute}
         )
 
     def _queue_arn(self, queue_url: str) -> str:
@@ -305,16 +287,16 @@ def _real_lambda_handler() -> Callable[[dict, Any], dict]:
     return worker.lambda_handler
 
 
-def _real_scheduler_handler() -> Callable[[dict, Any], dict]:
-    """The deployed delay-scheduler handler, rebuilt so it reads this environment's variables."""
+def _real_dispatcher_handler() -> Callable[[dict, Any], dict]:
+    """The deployed delay dispatcher handler, rebuilt so it reads this environment's variables."""
     from worker_tier.handlers import dispatcher
 
     dispatcher.dispatcher.reset()
     return dispatcher.lambda_handler
 
 
-def _real_cron_handler() -> Callable[[dict, Any], dict]:
-    """The deployed cron handler, rebuilt so it reads this environment's variables."""
+def _real_periodic_handler() -> Callable[[dict, Any], dict]:
+    """The deployed periodic-task handler, rebuilt so it reads this environment's variables."""
     from worker_tier.handlers import periodic
 
     periodic.enqueuer.reset()

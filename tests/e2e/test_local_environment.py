@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from worker_tier import contract
 from worker_tier_local import LocalEnvironment
 from worker_tier.settings import Settings
 from worker_tier.worker import (
@@ -70,11 +71,11 @@ def test_unprocessed_failures_stay_in_the_queue(outcomes):
 def test_make_run_prints_each_outcome(tmp_path):
     # GIVEN settings with a quick backoff, as a cdk.json
     (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": {"error_visibility_timeout": 1}}}))
-    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}"}
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
     # WHEN `make run`'s entry point runs for a while
     result = subprocess.run(
         [sys.executable, "-m", "worker_tier_local", "--duration", "12", "--settings", str(tmp_path / "cdk.json")],
-        capture_output=True, text=True, timeout=60, env=environment, cwd=REPO,
+        capture_output=True, text=True, timeout=60, env=environment, cwd=REPO, check=False,
     )
     # THEN a person sees each of the three outcomes, and the dead letter's reason
     assert result.returncode == 0, result.stderr
@@ -115,14 +116,16 @@ def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(ou
     seen = []
     DEFAULT_REGISTRY.task("/e2e-delayed")(seen.append)
     with LocalEnvironment(Settings()) as env:
-        late_clock = lambda: time.time() - 300  # noqa: E731
+        def late_clock() -> float:
+            return time.time() - 300
+
         sent_at = late_clock()
         # WHEN it sends with a delay long enough for the delay table (due 150 s ago, by the real clock)
         env.new_client(clock=late_clock).send("/e2e-delayed", '{"kind": "reminder"}', delay=150)
         stored = env.dynamodb.scan(TableName=env.delay_table)["Items"]
         assert len(stored) == 1 and env.queue_depth() == 0
-        # AND the scheduler runs
-        report = env.run_scheduler()
+        # AND the delay dispatcher runs
+        report = env.run_dispatcher()
         assert env.poll_until(lambda: len(seen) == 1, timeout_seconds=10)
     # THEN the message arrived once, with its body and when it was due
     assert report["sent"] == 1 and report["max_lateness_s"] > 140
@@ -138,7 +141,7 @@ def test_container_worker_runs_forwarded_long_tasks_beside_the_lambda_emulator(o
         env.client.send("/render", '{"frames": 1}')
         # WHEN the Lambda emulator polls  THEN it forwards; the container worker runs it
         assert env.poll_until(lambda: len(outcomes) >= 2, timeout_seconds=20)
-        assert env.queue_depth(env.long_queue_url) == 0 or env.poll_until(lambda: env.queue_depth(env.long_queue_url) == 0, 10)
+        assert env.queue_depth(env.container_queue_url) == 0 or env.poll_until(lambda: env.queue_depth(env.container_queue_url) == 0, 10)
     assert [(o.path, o.status, o.detail) for o in outcomes] == [
         ("/render", OUTCOME_SUCCEEDED, "forwarded to the container worker"),
         ("/render", OUTCOME_SUCCEEDED, ""),
@@ -148,12 +151,11 @@ def test_container_worker_runs_forwarded_long_tasks_beside_the_lambda_emulator(o
 def test_container_worker_process_drains_on_sigterm():
     # GIVEN `python -m worker_tier worker` running against the local environment, busy with a 3 s task
     import signal
-    import time
 
     with LocalEnvironment(Settings()) as env:
         env.client.send("/render", '{"frames": 3}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}", "WORKER_TIER_CONTAINER_CONCURRENCY": "1"}
-        environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}", contract.setting_variable("container_concurrency"): "1"}
+        environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "20"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started = _wait_for_line(process, "rendering 3 frames")
@@ -178,9 +180,9 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
     settings = Settings(heartbeat_interval=1)
     with LocalEnvironment(settings) as env:
         env.client.send("/render", '{"frames": 60}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'lambdas'}{os.pathsep}{REPO}",
-                       "WORKER_TIER_CONTAINER_CONCURRENCY": "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
-        environment.pop("WORKER_TIER_LONG_QUEUE_URL", None)
+        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",
+                       contract.setting_variable("container_concurrency"): "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+        environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "1"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_for_line(process, "rendering 60 frames")

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -137,9 +138,9 @@ def test_a_drain_with_nothing_left_running_does_not_exit_the_process(aws):
 
 
 class _Agent(BaseHTTPRequestHandler):
-    calls: list[dict] = []
+    calls: ClassVar[list[dict]] = []  # one handler per request: the record is the class's
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         length = int(self.headers["Content-Length"])
         _Agent.calls.append({"path": self.path, **json.loads(self.rfile.read(length))})
         self.send_response(200)

@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
@@ -15,7 +16,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import depth, run_until
 from tests.strict_sqs import StrictSQS
-from worker_tier import Client, OutgoingMessage, Task, observability
+from worker_tier import Client, OutgoingMessage, Task, contract, observability
 from worker_tier.container import Consumer, QueueConfigurationError, TaskProtection
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry
@@ -196,10 +197,10 @@ def test_one_failed_extension_never_lets_a_second_consumer_take_a_live_message(a
 class AgentAnswers(BaseHTTPRequestHandler):
     """An ECS agent stand-in: records each PUT (with the time) and answers 200 with the next queued body."""
 
-    calls: list[tuple[float, dict]] = []
-    answers: list[bytes] = []
+    calls: ClassVar[list[tuple[float, dict]]] = []  # one handler per request: the record is the class's
+    answers: ClassVar[list[bytes]] = []
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         AgentAnswers.calls.append((time.monotonic(), body))
         self.send_response(200)
@@ -367,7 +368,7 @@ def test_a_configuration_error_on_receive_drains_running_work_then_raises(aws, c
     # THEN it stopped receiving at once, let the running task finish (deleted), and raised the error after the drain
     assert str(raised.value) == (
         f"ReceiveMessage on {aws.queue_url} was refused with {code}: check the queue URL "
-        "(WORKER_TIER_QUEUE_URL) and the task role's sqs:ReceiveMessage permission"
+        f"({contract.QUEUE_URL_VARIABLE}) and the task role's sqs:ReceiveMessage permission"
     )
     assert raised.value.__cause__ is denied and sqs.calls == 2
     assert (finished, exits, depth(aws)) == (["x"], [], 0)

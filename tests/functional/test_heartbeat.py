@@ -76,7 +76,7 @@ def test_near_the_twelve_hour_cap_the_message_is_released_and_the_task_told():
     sqs = FakeSQS()
     heartbeat = Heartbeat(sqs, "q", interval_seconds=30, clock=lambda: now[0])
     old = heartbeat.hold("old", "r-old", received_at=now[0] - 12 * 3600 + 60)
-    young = heartbeat.hold("young", "r-young")
+    heartbeat.hold("young", "r-young")
     task = Task(message_id="old", path="/long", body="{}", lease=old.expired)
     # WHEN the heartbeat beats
     heartbeat.beat()
@@ -109,7 +109,7 @@ def test_worker_holds_pending_and_succeeded_messages_but_not_failed_ones(aws):
     # WHEN handled
     response = worker.handle(event, None)
     # THEN beats extended the succeeded and the running message, never the failed one, whose backoff came last
-    beats = [params for params in aws.params("ChangeMessageVisibilityBatch")]
+    beats = list(aws.params("ChangeMessageVisibilityBatch"))
     extended = [{e["ReceiptHandle"] for e in params["Entries"] if e["VisibilityTimeout"] == 11} for params in beats[:-1]]
     assert len(extended) >= 2 and all(handles == {ids["/quick"], ids["/slow"]} for handles in extended)
     assert [(e["ReceiptHandle"], e["VisibilityTimeout"]) for e in beats[-1]["Entries"]] == [(ids["/fail"], 2)]

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from tests.functional.conftest import AwsWorld
-from tests.functional.test_worker_failure_paths import (  # noqa: F401 - fixtures
+from tests.functional.test_worker_failure_paths import (  # noqa: F401 - fixtures, used as parameters by name
     Clock,
     entries,
     failure_ids,
@@ -186,7 +186,7 @@ class RefuseOne:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def change_message_visibility_batch(self, QueueUrl, Entries):  # noqa: N803
+    def change_message_visibility_batch(self, QueueUrl, Entries):
         failed = [{"Id": e["Id"], "Code": "ReceiptHandleIsInvalid", "Message": "invalid", "SenderFault": True}
                   for e in Entries if e["ReceiptHandle"] == self.handle]
         good = [e for e in Entries if e["ReceiptHandle"] != self.handle]
@@ -200,7 +200,7 @@ def test_a_message_whose_lease_was_lost_before_its_task_started_is_not_run(aws, 
         send(aws, "/p", body)
     event = aws.receive_event()
     event["Records"].sort(key=lambda r: r["body"])
-    one, two = event["Records"]
+    _, two = event["Records"]
     sqs = aws.sqs = RefuseOne(aws.sqs, two["receiptHandle"])
     heartbeat = Heartbeat(sqs, aws.queue_url, interval_seconds=1)
     for record in event["Records"]:

@@ -126,7 +126,7 @@ class GatedSQS:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def change_message_visibility_batch(self, QueueUrl, Entries):  # noqa: N803
+    def change_message_visibility_batch(self, QueueUrl, Entries):
         who = threading.current_thread().name
         if who == "beat":
             self.beat_in_call.set()

@@ -12,6 +12,7 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.infra.conftest import TASK_CODE
+from worker_tier import contract
 from worker_tier_cdk.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX
 from tests.infra.conftest import dynamodb_statements, on_table, synth
@@ -43,7 +44,7 @@ def test_fargate_service_runs_the_worker_command_on_arm64(template):
                 "StopTimeout": 120,
                 "EntryPoint": ["python", "-m", "worker_tier"],
                 "Command": ["worker"],
-                "Environment": Match.array_with([{"Name": "WORKER_TIER_CONTAINER_CONCURRENCY", "Value": "4"}]),
+                "Environment": Match.array_with([{"Name": contract.setting_variable("container_concurrency"), "Value": "4"}]),
             })],
         },
     )
@@ -69,7 +70,7 @@ def test_lambda_worker_forwards_to_the_long_task_queue(template):
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.worker.lambda_handler",
-         "Environment": {"Variables": Match.object_like({"WORKER_TIER_LONG_QUEUE_URL": {"Ref": Match.string_like_regexp("LongTasksLongTaskQueue")}})}},
+         "Environment": {"Variables": Match.object_like({contract.CONTAINER_QUEUE_URL_VARIABLE: {"Ref": Match.string_like_regexp("LongTasksLongTaskQueue")}})}},
     )
 
 
@@ -96,7 +97,7 @@ def test_task_definition_carries_the_state_table_for_idempotent_tasks(template):
     [definition] = template.find_resources("AWS::ECS::TaskDefinition").values()
     [container] = definition["Properties"]["ContainerDefinitions"]
     variables = {v["Name"]: v["Value"] for v in container["Environment"]}
-    assert re.fullmatch(r"StateTable[0-9A-F]{8}", variables["WORKER_TIER_STATE_TABLE"]["Ref"])
+    assert re.fullmatch(r"StateTable[0-9A-F]{8}", variables[contract.STATE_TABLE_VARIABLE]["Ref"])
     # AND no second name for a setting: concurrency travels only as the container_concurrency setting
     assert "WORKER_TIER_CONCURRENCY" not in variables and "WORKER_TIER_GRACE_SECONDS" not in variables
 

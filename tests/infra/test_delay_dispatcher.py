@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Match
 
+from worker_tier import contract
 from worker_tier_cdk.delay_dispatcher import LAG_ALARM_SECONDS
 
 
@@ -42,7 +43,7 @@ def test_scheduler_runs_every_minute_without_retries(template):
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.dispatcher.lambda_handler", "Timeout": 60,
-         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": Match.any_value()})}},
+         "Environment": {"Variables": Match.object_like({contract.DELAY_TABLE_VARIABLE: Match.any_value()})}},
     )
 
 
@@ -71,7 +72,7 @@ def test_scheduler_may_dead_letter_what_the_work_queue_refuses(stack, template):
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.dispatcher.lambda_handler",
-         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DLQ_URL": {"Ref": dlq_id}})}},
+         "Environment": {"Variables": Match.object_like({contract.DLQ_URL_VARIABLE: {"Ref": dlq_id}})}},
     )
     sends = [s for s in _policy_statements(template, "DelaysScheduler") if "sqs:SendMessage" in s["Action"]]
     assert {"Fn::GetAtt": [dlq_id, "Arn"]} in [s["Resource"] for s in sends]
@@ -84,15 +85,15 @@ def test_worker_may_store_delayed_messages_and_knows_the_table(template):
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.worker.lambda_handler",
-         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": Match.any_value()})}},
+         "Environment": {"Variables": Match.object_like({contract.DELAY_TABLE_VARIABLE: Match.any_value()})}},
     )
 
 
 def test_lag_alarm_treats_silence_as_lag(template):
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
-        {"MetricName": "SchedulerLag", "Namespace": "WorkerTier", "Threshold": LAG_ALARM_SECONDS,
-         "TreatMissingData": "breaching", "Dimensions": [{"Name": "service", "Value": "worker-tier"}]},
+        {"MetricName": contract.METRIC_DISPATCHER_LAG, "Namespace": contract.METRICS_NAMESPACE, "Threshold": LAG_ALARM_SECONDS,
+         "TreatMissingData": "breaching", "Dimensions": [{"Name": "service", "Value": contract.SERVICE_NAME}]},
     )
 
 
@@ -102,9 +103,9 @@ def test_the_scheduler_may_move_message_items_only(template):
     assert (("dynamodb:PutItem", "dynamodb:DeleteItem"), ["b#*"]) in statements
 
 
-@pytest.mark.parametrize("metric", ["SchedulerWatermarkAhead", "SchedulerStateUnreadable"])
+@pytest.mark.parametrize("metric", [contract.METRIC_DISPATCHER_WATERMARK_AHEAD, contract.METRIC_DISPATCHER_STATE_UNREADABLE])
 def test_the_scheduler_alarms_on_a_watermark_it_cannot_trust(template, metric):
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
-        {"MetricName": metric, "Namespace": "WorkerTier", "Threshold": 0, "Statistic": "Sum"},
+        {"MetricName": metric, "Namespace": contract.METRICS_NAMESPACE, "Threshold": 0, "Statistic": "Sum"},
     )

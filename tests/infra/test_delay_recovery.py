@@ -9,6 +9,7 @@ import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
+from worker_tier import contract
 from worker_tier_cdk import defaults
 from worker_tier_cdk.delay_recovery import (
     ITERATOR_AGE_ALARM_SECONDS,
@@ -145,7 +146,7 @@ def test_the_function_is_the_smallest_size_knows_the_delay_table_and_waits_the_l
     recovery_template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.recovery.lambda_handler", "MemorySize": 128,
-         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DELAY_TABLE": {"Ref": Match.string_like_regexp("Delay")}})}},
+         "Environment": {"Variables": Match.object_like({contract.DELAY_TABLE_VARIABLE: {"Ref": Match.string_like_regexp("Delay")}})}},
     )
 
 
@@ -161,6 +162,6 @@ def test_the_stack_streams_the_delay_table_into_its_safety_net(template):
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {"Handler": "worker_tier.handlers.recovery.lambda_handler",
-         "Environment": {"Variables": Match.object_like({"WORKER_TIER_DLQ_URL": Match.any_value(), "WORKER_TIER_QUEUE_URL": Match.any_value(),
-                                                         "WORKER_TIER_STATE_TABLE": Match.any_value()})}},
+         "Environment": {"Variables": Match.object_like({contract.DLQ_URL_VARIABLE: Match.any_value(), contract.QUEUE_URL_VARIABLE: Match.any_value(),
+                                                         contract.STATE_TABLE_VARIABLE: Match.any_value()})}},
     )

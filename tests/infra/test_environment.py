@@ -1,48 +1,34 @@
-"""Every function and container gets every WORKER_TIER_* variable its code reads (issue #8, item 13).
+"""Every function and container gets every variable its code reads (issue #8, item 13; issue #12).
 
-"What its code reads" is derived from the code, never listed by hand:
+"What its code reads" is declared where it is read, never listed here: each entry
+module's ``NEEDS`` (``worker_tier.contract.Needs``), through which it reads its
+resources, so an undeclared resource reads as None and a missing required one stops
+it at start. A ``NEEDS`` with ``settings`` reads every setting's variable too.
 
-- the entry module is the template's own: a function's ``Handler`` module, or the
-  module a container's ``EntryPoint`` runs with ``python -m``;
-- from there, every module under ``lambdas/`` named in an import statement, transitively
-  (``from package import name`` counts the package's ``__init__`` unless ``name`` is a
-  module); the parent packages Python runs on the way are not followed, as importing
-  them is not reading their variables;
-- each module contributes its ``WORKER_TIER_*`` string literals, and a call of
-  ``Settings.from_environment`` contributes every setting's variable plus, since the
-  worker imports them then, the modules of the resource's ``task_modules`` setting.
-
-When the variable names move into one contract module, only ``variables_read`` changes.
+The entry module is the template's own: a function's ``Handler`` module, or the
+module a container's ``EntryPoint`` runs with ``python -m``.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import re
-from functools import lru_cache
-from pathlib import Path
+import importlib
 
 import pytest
 from aws_cdk.assertions import Template
 
-from pathlib import Path as _Path
-
-LAMBDAS_DIR = _Path(__file__).resolve().parents[2] / "src"
-from worker_tier_cdk.worker_queue import WORKER_HANDLER
 from tests.infra.conftest import synth
-from worker_tier.settings import ENVIRONMENT_PREFIX, Settings
+from worker_tier import contract
+from worker_tier.contract import Needs, Resources, setting_variable
+from worker_tier.settings import Settings
+from worker_tier_cdk.worker_queue import WORKER_HANDLER
 
-VARIABLE = re.compile(r"WORKER_TIER_[A-Z0-9_]+")
-SETTINGS_VARIABLES = frozenset(ENVIRONMENT_PREFIX + f.name.upper() for f in dataclasses.fields(Settings))
-TASK_MODULES_VARIABLE = ENVIRONMENT_PREFIX + "TASK_MODULES"
-LONG_QUEUE_URL = "WORKER_TIER_LONG_QUEUE_URL"
-# Read by the code but absent from every deployed resource on purpose.
-LOCAL_ONLY = frozenset({"WORKER_TIER_DELAY_HORIZON"})  # only the local environment lowers the dispatch horizon
+SETTINGS_VARIABLES = frozenset(setting_variable(f.name) for f in dataclasses.fields(Settings))
+RESOURCE_VARIABLES = frozenset(Resources.variable(name) for name in contract.RESOURCE_FIELDS)
 CONTAINER_ENTRY_MODULE = "worker_tier.__main__"
-SEND_QUEUE_URL = "WORKER_TIER_SEND_QUEUE_URL"  # only where the consumed queue is not the work queue (the container)
+LAMBDA_WORKER_MODULE = WORKER_HANDLER.rpartition(".")[0]
 # A FIFO queue has no per-message delay, so a FIFO stack has no delay table to produce into.
-DELAY_TABLE_VARIABLES = frozenset({"WORKER_TIER_DELAY_TABLE", "WORKER_TIER_DELAY_SHARDS"})
+DELAY_TABLE_VARIABLES = frozenset({contract.DELAY_TABLE_VARIABLE, contract.DELAY_SHARDS_VARIABLE})
 
 STACKS = {
     "default": Settings(),
@@ -60,90 +46,28 @@ class Resource:
     environment: dict[str, object]
 
 
-def _module_file(module: str) -> Path | None:
-    """The source of a module under lambdas/, or None when it lives elsewhere (stdlib, site-packages)."""
-    base = LAMBDAS_DIR.joinpath(*module.split("."))
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
+def needs_of(entry_module: str) -> Needs:
+    """What the entry module declares it reads."""
+    needs = getattr(importlib.import_module(entry_module), "NEEDS", None)
+    assert isinstance(needs, Needs), f"entry module {entry_module} must declare what it reads as NEEDS (a contract.Needs)"
+    return needs
 
 
-@lru_cache(maxsize=None)
-def _tree(module: str) -> ast.Module:
-    return ast.parse(_module_file(module).read_text())  # type: ignore[union-attr]
-
-
-def _imports(module: str) -> set[str]:
-    """Modules under lambdas/ that ``module``'s import statements name."""
-    package = module if _module_file(module).name == "__init__.py" else module.rpartition(".")[0]  # type: ignore[union-attr]
-    named: set[str] = set()
-    for node in ast.walk(_tree(module)):
-        if isinstance(node, ast.Import):
-            named |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node.module or "", node.level, package)
-            named |= {f"{base}.{a.name}" if _module_file(f"{base}.{a.name}") else base for a in node.names}
-    return {name for name in named if _module_file(name) is not None}
-
-
-def _absolute(module: str, level: int, package: str) -> str:
-    """Resolve a relative import against the importing module's package."""
-    if not level:
-        return module
-    parts = package.split(".")[: len(package.split(".")) - level + 1]
-    return ".".join(parts + ([module] if module else []))
-
-
-def _reads_settings(module: str) -> bool:
-    """Whether the module calls ``Settings.from_environment``."""
-    return any(
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "from_environment"
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "Settings"
-        for node in ast.walk(_tree(module))
-    )
-
-
-def variables_read(module: str) -> set[str]:
-    """The WORKER_TIER_* variables one module names (as whole string literals)."""
-    return {
-        node.value
-        for node in ast.walk(_tree(module))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and VARIABLE.fullmatch(node.value)
-    }
-
-
-def required_variables(entry_module: str, task_modules: str) -> set[str]:
-    """Every variable the entry module and what it imports read; see the module docstring."""
-    seen: set[str] = set()
-    pending = [entry_module]
-    required: set[str] = set()
-    while pending:
-        module = pending.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        required |= variables_read(module)
-        if _reads_settings(module):
-            required |= SETTINGS_VARIABLES
-            pending += [name for name in task_modules.split(",") if _module_file(name) is not None]
-        pending += sorted(_imports(module))
-    return required
+def variables_read(entry_module: str) -> set[str]:
+    """Every variable the entry module reads: its resources, and every setting if it reads settings."""
+    needs = needs_of(entry_module)
+    return set(needs.variables()) | (set(SETTINGS_VARIABLES) if needs.settings else set())
 
 
 def absent_by_design(settings: Settings, entry_module: str) -> set[str]:
     """Variables a resource's code reads that it is rightly not given."""
-    absent = set(LOCAL_ONLY)
-    is_lambda_worker = entry_module == WORKER_HANDLER.rpartition(".")[0]
-    if not (is_lambda_worker and settings.container_worker):
-        absent.add(LONG_QUEUE_URL)  # only the Lambda worker forwards, and only to a container worker
+    absent = {contract.DELAY_HORIZON_VARIABLE}  # only the local environment lowers the dispatch horizon
+    if not (entry_module == LAMBDA_WORKER_MODULE and settings.container_worker):
+        absent.add(contract.CONTAINER_QUEUE_URL_VARIABLE)  # only the Lambda worker forwards, and only to a container worker
     if settings.fifo:
         absent |= DELAY_TABLE_VARIABLES
     if entry_module != CONTAINER_ENTRY_MODULE:
-        absent.add(SEND_QUEUE_URL)  # WORKER_TIER_QUEUE_URL is already the work queue there
+        absent.add(contract.SEND_QUEUE_URL_VARIABLE)  # the queue it consumes is already the work queue
     return absent
 
 
@@ -178,12 +102,10 @@ def stack_template(request, tmp_path_factory) -> tuple[Settings, Template]:
 def test_every_resource_has_every_variable_its_code_reads(stack_template):
     # GIVEN a synthesized stack (default, with the container worker, FIFO with the container worker)
     settings, template = stack_template
-    # WHEN each function's and container's variables are compared with what its code reads
+    # WHEN each function's and container's variables are compared with what its entry module declares it reads
     missing = {
         resource.path: sorted(
-            required_variables(resource.entry_module, settings.task_modules)
-            - absent_by_design(settings, resource.entry_module)
-            - set(resource.environment)
+            variables_read(resource.entry_module) - absent_by_design(settings, resource.entry_module) - set(resource.environment)
         )
         for resource in resources(template)
     }
@@ -191,35 +113,53 @@ def test_every_resource_has_every_variable_its_code_reads(stack_template):
     assert {path: names for path, names in missing.items() if names} == {}
 
 
+def test_no_resource_lacks_a_variable_its_code_cannot_start_without(stack_template):
+    # GIVEN a synthesized stack  WHEN each resource's required variables are compared with what it is given
+    settings, template = stack_template
+    for resource in resources(template):
+        required = {Resources.variable(name) for name in needs_of(resource.entry_module).required}
+        # THEN every one is given: none is excused as absent by design
+        assert required <= set(resource.environment), resource.path
+        assert not required & absent_by_design(settings, resource.entry_module), resource.path
+
+
+def test_every_variable_given_is_one_the_contract_names(stack_template):
+    # GIVEN a synthesized stack  WHEN each resource's Worker Tier variables are listed
+    _, template = stack_template
+    for resource in resources(template):
+        ours = {name for name in resource.environment if name.startswith(contract.ENVIRONMENT_PREFIX)}
+        # THEN each is a resource or a setting variable: one name per setting, no second spelling
+        assert ours <= RESOURCE_VARIABLES | SETTINGS_VARIABLES, (resource.path, sorted(ours - RESOURCE_VARIABLES - SETTINGS_VARIABLES))
+
+
 def test_the_container_worker_is_not_told_to_forward_to_itself(stack_template):
-    # GIVEN a stack with the container worker  THEN its container has no long-task queue to forward to
+    # GIVEN a stack with the container worker  THEN its container has no container queue to forward to
     settings, template = stack_template
     containers = [r for r in resources(template) if r.entry_module == CONTAINER_ENTRY_MODULE]
     assert len(containers) == (1 if settings.container_worker else 0)
-    assert all(LONG_QUEUE_URL not in c.environment for c in containers)
+    assert all(contract.CONTAINER_QUEUE_URL_VARIABLE not in c.environment for c in containers)
 
 
 def test_the_container_workers_tasks_send_follow_ups_to_the_work_queue(stack_template):
-    # GIVEN a stack with the container worker, which consumes its long-task queue
-    settings, template = stack_template
-    queues = {r.entry_module: r.environment.get("WORKER_TIER_QUEUE_URL") for r in resources(template)}
+    # GIVEN a stack with the container worker, which consumes its own queue
+    _, template = stack_template
+    queues = {r.entry_module: r.environment.get(contract.QUEUE_URL_VARIABLE) for r in resources(template)}
     for container in [r for r in resources(template) if r.entry_module == CONTAINER_ENTRY_MODULE]:
         # THEN Client.from_env in its tasks sends to the queue the Lambda worker consumes, not its own
-        assert container.environment[SEND_QUEUE_URL] == queues[WORKER_HANDLER.rpartition(".")[0]]
-        assert container.environment["WORKER_TIER_QUEUE_URL"] != container.environment[SEND_QUEUE_URL]
+        assert container.environment[contract.SEND_QUEUE_URL_VARIABLE] == queues[LAMBDA_WORKER_MODULE]
+        assert container.environment[contract.QUEUE_URL_VARIABLE] != container.environment[contract.SEND_QUEUE_URL_VARIABLE]
 
 
-def test_code_derivation_finds_what_the_worker_reads():
-    # GIVEN the Lambda worker's handler module  WHEN its variables are derived from the code
-    required = required_variables(WORKER_HANDLER.rpartition(".")[0], Settings().task_modules)
-    # THEN they include its resources, every setting, and what its task modules' Client reads
-    assert {"WORKER_TIER_QUEUE_URL", "WORKER_TIER_DLQ_URL", "WORKER_TIER_STATE_TABLE", LONG_QUEUE_URL} <= required
-    assert SETTINGS_VARIABLES <= required
-    assert "WORKER_TIER_DELAY_TABLE" in required
+def test_the_workers_declare_what_their_tasks_producers_read():
+    # GIVEN the Lambda worker and the container worker, whose task code may call Client.from_env
+    for entry_module in (LAMBDA_WORKER_MODULE, CONTAINER_ENTRY_MODULE):
+        # WHEN their declarations are read  THEN they cover the producer's variables and every setting
+        assert contract.PRODUCER_NEEDS.variables() <= needs_of(entry_module).variables()
+        assert SETTINGS_VARIABLES <= variables_read(entry_module)
 
 
-def test_code_derivation_does_not_follow_parent_packages():
-    # GIVEN the cron handler, which imports no Client  WHEN derived  THEN the delay table is not required of it
-    required = required_variables("worker_tier.handlers.periodic", Settings().task_modules)
-    assert {"WORKER_TIER_QUEUE_URL", "WORKER_TIER_STATE_TABLE"} <= required
-    assert not required & (DELAY_TABLE_VARIABLES | SETTINGS_VARIABLES)
+def test_the_periodic_task_function_reads_no_delay_table_and_no_setting():
+    # GIVEN the periodic-task handler, which runs no task code  WHEN its declaration is read
+    read = variables_read("worker_tier.handlers.periodic")
+    # THEN it reads its queue and state table, and nothing of the delay table or the settings
+    assert {contract.QUEUE_URL_VARIABLE, contract.STATE_TABLE_VARIABLE} == read

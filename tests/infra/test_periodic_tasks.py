@@ -6,7 +6,7 @@ import json
 
 import pytest
 from aws_cdk import App, Stack
-from aws_cdk import aws_cloudwatch as cloudwatch, aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb, aws_sns as sns, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import json
+import platform
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from aws_cdk.assertions import Annotations
 
 from tests.infra.conftest import TASK_CODE
+from worker_tier import contract
+from worker_tier_cdk.code import TaskCode, TaskCodeError
 from worker_tier_cdk.grants import (
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
@@ -28,13 +37,16 @@ from worker_tier_cdk.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_V
 from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
 from tests.infra.conftest import actions_of, dynamodb_statements, on_table, synth
 from worker_tier import delay, dispatcher
-from worker_tier.settings import Settings, SettingsError
+from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, Settings, SettingsError
 
 # What grant_read_write_data gives: every item of the table, to read and write.
 FULL_READ_WRITE = {"dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem",
                    "dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 
 REPO = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+DOCKERFILE = REPO / "src" / "worker_tier_cdk" / "docker" / "worker.Dockerfile"
+CONTAINER_REQUIREMENTS = REPO / "src" / "worker_tier_cdk" / "docker" / "requirements.txt"
 
 
 def test_work_queue_is_encrypted_with_redrive_backstop_above_max_retries(template):
@@ -87,6 +99,33 @@ def test_runtime_layer_and_pinned_powertools_agree():
     assert f"aws-lambda-powertools=={POWERTOOLS_VERSION}" in pins
 
 
+
+def test_one_python_version_for_the_package_the_lambda_and_the_image():
+    # GIVEN pyproject's requires-python, and every Python the Dockerfile and the image default name
+    supported = SpecifierSet(PYPROJECT["requires-python"])
+    named_by_dockerfile = set(re.findall(r"python:(\d+\.\d+)", DOCKERFILE.read_text()))
+    # THEN the Lambda runtime, the image's default base and the Dockerfile all run PYTHON_VERSION
+    assert LAMBDA_RUNTIME.name == f"python{PYTHON_VERSION}"
+    assert re.search(rf"/python:{re.escape(PYTHON_VERSION)}(-[a-z]+)?$", DEFAULT_CONTAINER_BASE_IMAGE)
+    assert named_by_dockerfile == {PYTHON_VERSION}
+    # AND the package supports it, as it supports the Python running these tests (CI's)
+    assert Version(PYTHON_VERSION) in supported
+    assert Version(platform.python_version()) in supported
+
+
+def test_container_requirements_pin_what_the_runtime_dependencies_allow():
+    # GIVEN pyproject's runtime dependencies and the container image's requirements
+    allowed = {canonicalize_name(r.name): r.specifier for r in map(Requirement, PYPROJECT["dependencies"])}
+    lines = CONTAINER_REQUIREMENTS.read_text().splitlines()
+    pins = [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+    # THEN the image pins exactly those packages, each to one version the range allows
+    assert {canonicalize_name(pin.name) for pin in pins} == set(allowed)
+    for pin in pins:
+        [exact] = pin.specifier
+        assert exact.operator == "==", pin
+        assert Version(exact.version) in allowed[canonicalize_name(pin.name)], pin
+
+
 def test_worker_environment_carries_settings_and_resources(template):
     [function] = template.find_resources(
         "AWS::Lambda::Function", {"Properties": {"Handler": "worker_tier.handlers.worker.lambda_handler"}}
@@ -94,7 +133,7 @@ def test_worker_environment_carries_settings_and_resources(template):
     variables = function["Properties"]["Environment"]["Variables"]
     for name, value in Settings().to_environment().items():
         assert variables[name] == value
-    assert {"WORKER_TIER_QUEUE_URL", "WORKER_TIER_DLQ_URL", "WORKER_TIER_STATE_TABLE"} <= set(variables)
+    assert {contract.QUEUE_URL_VARIABLE, contract.DLQ_URL_VARIABLE, contract.STATE_TABLE_VARIABLE} <= set(variables)
 
 
 def test_event_source_reports_item_failures_with_max_concurrency(template):
@@ -179,7 +218,7 @@ def test_cfn_lint_finds_nothing_but_w3005(synthesized):
     path = Path(assembly.directory) / "WorkerTier.template.json"
     # WHEN cfn-lint checks it
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)], capture_output=True, text=True
+        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)], capture_output=True, text=True, check=False
     )
     # THEN nothing else is reported
     assert result.returncode == 0, result.stdout + result.stderr
@@ -238,7 +277,7 @@ def test_fifo_setting_makes_fifo_queue_and_dlq(tmp_path):
         assert queue["Properties"]["FifoQueue"] is True
         assert queue["Properties"]["ContentBasedDeduplication"] is False
     [function] = template.find_resources("AWS::Lambda::Function").values()
-    assert function["Properties"]["Environment"]["Variables"]["WORKER_TIER_FIFO"] == "true"
+    assert function["Properties"]["Environment"]["Variables"][contract.setting_variable("fifo")] == "true"
 
 
 def test_lambda_path_alarms_on_backlog_per_worker(template):
@@ -298,7 +337,7 @@ def test_no_role_has_a_dynamodb_wildcard_or_reads_across_the_state_table(templat
         assert not any("*" in action for action in actions), (role, statement)
         if on_table(statement, "StateTable"):
             # AND none has full read/write on the shared state table, or can Scan/Query across its owners' items
-            assert not FULL_READ_WRITE <= actions, (role, statement)
+            assert not actions >= FULL_READ_WRITE, (role, statement)
             assert not actions & {"dynamodb:Scan", "dynamodb:Query", "dynamodb:BatchGetItem"}, (role, statement)
 
 
@@ -356,3 +395,29 @@ def test_every_role_reaches_only_its_own_items_of_the_shared_tables(template):
     for role, statement in statements:
         keys = statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
         assert keys and all(k.endswith("#*") for k in keys), (role, statement)
+
+
+@pytest.mark.parametrize(
+    "task_modules, message",
+    [
+        ("tasks.exampels", "task_modules names 'tasks.exampels', but its task code directory '{tasks}' has no "
+                           "tasks/exampels.py or tasks/exampels/__init__.py; name a module that the directory contains"),
+        ("billing.tasks", "task_modules names 'billing.tasks', but no task code directory is named 'billing' "
+                          "(deployed: ['tasks']); pass task_code=TaskCode.from_directories(...) with the directory that holds it"),
+    ],
+)
+def test_task_modules_the_task_code_does_not_deploy_fail_naming_the_module(task_modules, message):
+    # GIVEN this repo's task code  WHEN task_modules names a module it lacks  THEN the error names it and what was looked for
+    with pytest.raises(TaskCodeError) as error:
+        TASK_CODE.check_modules(task_modules)
+    assert str(error.value) == message.format(tasks=REPO / "tasks")
+
+
+def test_a_task_directory_without_init_is_no_task_module(tmp_path):
+    # GIVEN a plain folder of modules  WHEN task_modules names the folder itself  THEN it is refused: importing it registers nothing
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "tasks.py").write_text("")
+    code = TaskCode.from_directories(tmp_path / "jobs")
+    code.check_modules("jobs.tasks")
+    with pytest.raises(TaskCodeError, match=r"has no jobs/__init__.py; name a module"):
+        code.check_modules("jobs")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
+from worker_tier import contract
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
 from worker_tier.client import MAX_ENTRY_ATTEMPTS
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
@@ -94,7 +95,8 @@ def test_delays_up_to_fifteen_minutes_use_delay_seconds(kwargs, delay):
     [
         ({"at": datetime(2030, 1, 1)}, "message 0 for '/x': at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got datetime.datetime(2030, 1, 1, 0, 0)"),
         ({"delay": -1}, "message 0 for '/x': delay must be a non-negative number of seconds or a timedelta, got -1"),
-        ({"delay": 901}, "message 0 for '/x': a delay of 901 s is over SQS's 900 s maximum and needs the delay table; pass delay_table (or set WORKER_TIER_DELAY_TABLE)"),
+        ({"delay": 901}, ("message 0 for '/x': a delay of 901 s is over SQS's 900 s maximum and needs the delay table; "
+                          f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})")),
         ({"delay": 5, "at": datetime.now(timezone.utc)}, "message 0 for '/x': give delay or at, not both"),
         ({"attributes": {"AWS.trace": "x"}}, "message 0 for '/x': attribute name 'AWS.trace' is not allowed"),
         ({"attributes": {"beanstalk.sqsd.path": "/y"}}, "message 0 for '/x': attribute 'beanstalk.sqsd.path' is set from the path argument; do not pass it"),
@@ -268,7 +270,7 @@ class SizedSQS(FakeSQS):
         super().__init__()
         self.maximum = maximum
 
-    def get_queue_attributes(self, QueueUrl, AttributeNames):  # noqa: N803
+    def get_queue_attributes(self, QueueUrl, AttributeNames):
         self.calls.append(("GetQueueAttributes", {"QueueUrl": QueueUrl, "AttributeNames": AttributeNames}))
         if self.maximum is None:
             raise ConnectionError("endpoint unreachable")
@@ -304,7 +306,7 @@ class FlakySizedSQS(SizedSQS):
         super().__init__(maximum)
         self.failures = failures
 
-    def get_queue_attributes(self, QueueUrl, AttributeNames):  # noqa: N803
+    def get_queue_attributes(self, QueueUrl, AttributeNames):
         if self.failures:
             self.failures -= 1
             self.calls.append(("GetQueueAttributes", {"QueueUrl": QueueUrl}))
@@ -438,7 +440,7 @@ def test_dedupe_key_on_a_standard_queue_needs_the_delay_table():
     # THEN the error names the key and the setting
     assert str(error.value) == (
         "message 0 for '/x': dedupe_key 'k' on a standard queue needs the delay table, which keeps the key; "
-        "pass delay_table (or set WORKER_TIER_DELAY_TABLE)"
+        f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
     )
     assert sqs.calls == []
 
@@ -573,7 +575,7 @@ def test_producers_at_the_edges_of_the_skew_tolerance_send_one_message():
     during: list[SendError] = []
 
     class BSendsMeanwhile(FakeSQS):
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             real[0] += 0.002  # B sends the key 2 ms after A took it
             during.append(in_flight_error(b))
             return delivered.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
@@ -593,7 +595,7 @@ def test_a_send_slower_than_a_minute_still_holds_its_key():
     during: list[SendError] = []
 
     class Slow(FakeSQS):
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             clock.now += 61
             during.append(in_flight_error(b))
             return delivered.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
@@ -831,11 +833,11 @@ def test_bad_input_of_any_type_is_a_message_error(send, message):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: Client.from_env({"WORKER_TIER_QUEUE_URL": QUEUE, "WORKER_TIER_DELAY_SHARDS": "eight"}), "WORKER_TIER_DELAY_SHARDS must be a whole number 1..16, got 'eight'"),
+        (lambda: Client.from_env({contract.QUEUE_URL_VARIABLE: QUEUE, contract.DELAY_SHARDS_VARIABLE: "eight"}), f"{contract.DELAY_SHARDS_VARIABLE} must be a whole number 1..16, got 'eight'"),
         (lambda: Client(QUEUE, maximum_message_size="262144"), "maximum_message_size must be 1024..1048576 bytes (SQS MaximumMessageSize), got '262144'"),
         (lambda: Client(QUEUE, delay_shards="8"), "delay_shards must be a whole number 1..16, got '8'"),
         (lambda: Client(QUEUE, delay_shards=True), "delay_shards must be a whole number 1..16, got True"),
-        (lambda: Client(5), "Client needs a queue_url string (or use Client.from_env() with WORKER_TIER_QUEUE_URL set), got 5"),
+        (lambda: Client(5), f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), got 5"),
     ],
     ids=["env-shards-word", "maximum-as-text", "shards-as-text", "shards-bool", "queue-url-int"],
 )
@@ -955,7 +957,7 @@ def test_a_direct_send_at_a_time_leaves_room_for_its_due_time():
     # GIVEN nine attributes of the user's own (the path makes ten)
     attributes = {f"a{n}": "v" for n in range(9)}
     # WHEN sent for a moment ahead  THEN the error names the rule
-    with pytest.raises(MessageError, match="a message sent with at= carries worker_tier.due_at.*at most 8 attributes of its own"):
+    with pytest.raises(MessageError, match=r"a message sent with at= carries worker_tier\.due_at.*at most 8 attributes of its own"):
         client().send("/x", "b", at=datetime.fromtimestamp(NOW + 60, tz=timezone.utc), attributes=attributes)
 
 
@@ -969,7 +971,7 @@ def test_a_timeout_after_the_call_went_out_is_reported_per_message_not_raised():
     from botocore.exceptions import ReadTimeoutError
 
     class TimingOut(FakeSQS):
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             raise ReadTimeoutError(endpoint_url=QueueUrl)
 
     # WHEN a batch is sent  THEN every message is reported as maybe sent: its answer was lost
@@ -986,7 +988,7 @@ def test_a_dedupe_key_whose_send_may_have_gone_through_is_not_sent_again_within_
     class AnswerLost(FakeSQS):
         lost = True
 
-        def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+        def send_message_batch(self, QueueUrl, Entries):
             response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
             if self.lost:
                 self.lost = False

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
+from worker_tier import contract
 from worker_tier import delay
 from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
 from worker_tier.delay_recovery import (
@@ -450,7 +451,7 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
         now = time.time()
         world = World()
         dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(int(now // 60) - 300)}})
-        for name, value in {"WORKER_TIER_STATE_TABLE": "state", "WORKER_TIER_DELAY_TABLE": "delay", "WORKER_TIER_QUEUE_URL": queue, "WORKER_TIER_DLQ_URL": dlq,
+        for name, value in {contract.STATE_TABLE_VARIABLE: "state", contract.DELAY_TABLE_VARIABLE: "delay", contract.QUEUE_URL_VARIABLE: queue, contract.DLQ_URL_VARIABLE: dlq,
                             "POWERTOOLS_METRICS_DISABLED": "false"}.items():
             monkeypatch.setenv(name, value)
         handler.recovery.reset()
@@ -473,7 +474,7 @@ def test_the_handler_delivers_through_aws_and_publishes_counts_once_per_batch(mo
 class StreamedDynamoDB(FakeDynamoDB):
     """FakeDynamoDB whose delay table has a stream (INSERT, MODIFY, TTL REMOVE records) and a TTL sweeper."""
 
-    def __init__(self, clock) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, clock) -> None:
         super().__init__()
         self.clock = clock
         self.stream: list[dict] = []
@@ -488,7 +489,7 @@ class StreamedDynamoDB(FakeDynamoDB):
 
     def sweep_ttl(self) -> None:
         """DynamoDB's TTL: delete every expired item, each with a REMOVE made by the service."""
-        for key, stored in list(self.tables["delay"].items()):
+        for stored in list(self.tables["delay"].values()):
             if int(stored[delay.TTL_ATTRIBUTE]["N"]) <= self.clock():
                 self.delete_item(TableName="delay", Key={"pk": stored["pk"], "sk": stored["sk"]})
                 self.stream.append(stream_record(len(self.stream) + 1, "REMOVE", stored, self.clock(), TTL_IDENTITY))
@@ -501,7 +502,7 @@ class StreamedDynamoDB(FakeDynamoDB):
 class Timeline:
     """A clock, the streamed tables, SQS, a producer, the scheduler and the safety net."""
 
-    def __init__(self, producer_clock_offset_s: float = 0.0, fail=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, producer_clock_offset_s: float = 0.0, fail=None) -> None:
         from worker_tier import Client
         from worker_tier.dispatcher import DelayDispatcher
 
@@ -692,7 +693,7 @@ def test_a_due_ms_beyond_the_sort_keys_range_is_dead_lettered_and_the_batch_goes
 class ParamCheckingSQS(SingleSendSQS):
     """SingleSendSQS whose client refuses, before sending, a batch holding the body ``bad`` (as botocore's checks do)."""
 
-    def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+    def send_message_batch(self, QueueUrl, Entries):
         if any(entry["MessageBody"] == "bad" for entry in Entries):
             from botocore.exceptions import ParamValidationError
             raise ParamValidationError(report="Unknown parameter in MessageAttributes.n")

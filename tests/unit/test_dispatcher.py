@@ -27,7 +27,6 @@ from worker_tier.dispatcher import (
     TIME_RUNNING_OUT,
     WATERMARK_KEY,
     DelayDispatcher,
-    LeaseLostError,
     minute_key,
 )
 
@@ -270,7 +269,7 @@ class SlowSQS(FakeSQS):
         super().__init__(clock=lambda: world.now)
         self.world, self.seconds = world, seconds
 
-    def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+    def send_message_batch(self, QueueUrl, Entries):
         self.world.now += self.seconds
         return super().send_message_batch(QueueUrl, Entries)
 
@@ -313,7 +312,7 @@ def test_a_minute_larger_than_one_run_finishes_over_runs_with_bounded_memory(wor
     while not runs or runs[-1].watermark <= bucket:
         deadline = world.now + RUN_TIMEOUT_SECONDS
         world.dynamodb.new_run()
-        runs.append(scheduler.run(remaining_ms=lambda: (deadline - world.now) * 1000))
+        runs.append(scheduler.run(remaining_ms=lambda deadline=deadline: (deadline - world.now) * 1000))
         assert world.now <= deadline - RUN_MARGIN_MS / 1000 + 0.020
         world.now = deadline
     # THEN it takes more than one run, every message goes out exactly once, and a run held at most a page per shard
@@ -511,14 +510,16 @@ def test_an_attribute_with_an_extra_key_is_a_pointer_and_its_batch_mate_is_sent(
     assert _bodies(world.sqs.by_queue[QUEUE]) == ["good"] and report.stopped == ""
     [pointer] = [json.loads(e["MessageBody"]) for e in world.sqs.by_queue[DLQ]]
     assert pointer["sk"] == odd.key["sk"]["S"]
-    assert "attribute 'n' is {'DataType': 'String', 'StringValue': 'a', 'stringValue': 'a'}; an SQS message attribute " \
-           "has exactly DataType (a string) and StringValue (a string) or BinaryValue (bytes)" in pointer["reason"]["error_message"]
+    assert (
+        "attribute 'n' is {'DataType': 'String', 'StringValue': 'a', 'stringValue': 'a'}; an SQS message attribute "
+        "has exactly DataType (a string) and StringValue (a string) or BinaryValue (bytes)"
+    ) in pointer["reason"]["error_message"]
 
 
 class ParamCheckingSQS(FakeSQS):
     """A FakeSQS whose client refuses, before sending, any call holding the body ``bad`` (as botocore's checks do)."""
 
-    def send_message_batch(self, QueueUrl, Entries):  # noqa: N803
+    def send_message_batch(self, QueueUrl, Entries):
         if any(entry["MessageBody"] == "bad" for entry in Entries):
             from botocore.exceptions import ParamValidationError
             raise ParamValidationError(report="Unknown parameter in MessageAttributes.n: \"stringValue\"")
@@ -673,7 +674,7 @@ def test_a_round_of_unreadable_items_longer_than_a_run_makes_progress_and_repeat
     # WHEN runs each stop once they have sent 100 more pointers, until one finishes
     for _ in range(5):
         budget = len(world.sqs.by_queue.get(DLQ, [])) + 100
-        runs.append(world.scheduler().run(lambda: 0 if len(world.sqs.by_queue.get(DLQ, [])) >= budget else RUN_MARGIN_MS + 1))
+        runs.append(world.scheduler().run(lambda budget=budget: 0 if len(world.sqs.by_queue.get(DLQ, [])) >= budget else RUN_MARGIN_MS + 1))
         if runs[-1].stopped == "":
             break
         world.now += 60
@@ -686,7 +687,6 @@ def test_a_round_of_unreadable_items_longer_than_a_run_makes_progress_and_repeat
 
 def test_a_refile_dynamodb_refuses_for_good_goes_to_the_dlq_and_the_minute_goes_on(world):
     # GIVEN an item due a week after its pk's minute, whose copy DynamoDB refuses for what it is, beside a good message
-    from tests.fake_dynamodb import client_error
 
     week_ms = 7 * 24 * 3600 * 1000
     odd = world.store("id-odd", "odd", 1000, shard=5)

@@ -140,8 +140,8 @@ class DelayMachine(RuleBasedStateMachine):
         bodies = [f"m{self.counter + n}" for n in range(count)]
         self.counter += count
         delays = [delay + n * spacing for n in range(count)]
-        results = client.send_batch([OutgoingMessage("/x", body, delay=d) for body, d in zip(bodies, delays)])
-        for body, d, result in zip(bodies, delays, results):
+        results = client.send_batch([OutgoingMessage("/x", body, delay=d) for body, d in zip(bodies, delays, strict=True)])
+        for body, d, result in zip(bodies, delays, results, strict=True):
             if result.ok:
                 message_id = result.message_id
                 self._stored(body, message_id, math.ceil((producer_clock + d) * 1000), shard_of(message_id, shards))
@@ -268,7 +268,7 @@ class DelayMachine(RuleBasedStateMachine):
         dead = self.fake_sqs.by_queue.get(DLQ, [])
         for entry in dead[self.checked_dead :]:
             reason = json.loads(entry["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"])
-            assert REASON_FIELDS <= set(reason), reason
+            assert set(reason) >= REASON_FIELDS, reason
             assert reason["error_type"] == "DispatchRefusedError" and reason["path"] == "/x", reason
             if entry["MessageBody"] in self.due_ms:
                 self.dead.add(entry["MessageBody"])

@@ -17,7 +17,7 @@ def test_retry_later_past_a_floats_range_gets_the_clear_error_not_an_overflow():
     # THEN the error names the rule and the value, cut short
     assert str(error.value) == (
         "RetryLater delay must be a finite, non-negative number of seconds or a timedelta, got "
-        + "1" + "0" * 76 + "..."
+         "1" + "0" * 76 + "..."
     )
 
 

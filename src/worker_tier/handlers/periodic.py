@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from worker_tier import contract
+from worker_tier.contract import (
+    METRIC_TICKS_DUPLICATE,
+    METRIC_TICKS_ENQUEUED,
+    METRIC_TICKS_RETRIED,
+)
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
 from worker_tier.periodic import TickEnqueuer, tick_from_event
 
-METRIC_TICKS_ENQUEUED = "TicksEnqueued"
-METRIC_TICKS_DUPLICATE = "TicksDuplicate"
-METRIC_TICKS_RETRIED = "TicksRetried"
-enqueuer = PerProcess(lambda: TickEnqueuer(os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_STATE_TABLE"]))
+NEEDS = contract.Needs("the periodic-task function", required=("queue_url", "state_table"))
+
+
+def _new_enqueuer() -> TickEnqueuer:
+    resources = NEEDS.read()
+    return TickEnqueuer(resources.named("queue_url"), resources.named("state_table"))
+
+
+enqueuer = PerProcess(_new_enqueuer)
 
 
 @metrics.log_metrics

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
+from worker_tier import contract
+from worker_tier.contract import (
+    METRIC_LATE_WRITES,
+    METRIC_RECOVERED_FROM_TTL,
+    METRIC_RECOVERY_DEAD_LETTERED,
+    METRIC_RECOVERY_WATERMARK_AHEAD,
+    METRIC_REFILED,
+)
 from worker_tier.delay_recovery import DelayRecovery, RecoveryReport
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import count, logger, metrics
 
-METRIC_LATE_WRITES = "DelayedLateWrites"
-METRIC_RECOVERED_FROM_TTL = "DelayedRecoveredFromTtl"
-METRIC_RECOVERY_DEAD_LETTERED = "DelayedRecoveryDeadLettered"
-METRIC_REFILED = "DelayedRefiled"
-METRIC_WATERMARK_AHEAD = "DelayedWatermarkAhead"
+# The delay table is optional: without it, each record's eventSourceARN names it.
+NEEDS = contract.Needs("delay recovery", required=("state_table", "queue_url", "dlq_url"), optional=("delay_table",))
 
 
 class StreamEventError(ValueError):
@@ -21,10 +25,9 @@ class StreamEventError(ValueError):
 
 
 def _new_recovery() -> DelayRecovery:
-    return DelayRecovery(
-        os.environ["WORKER_TIER_STATE_TABLE"], os.environ["WORKER_TIER_QUEUE_URL"], os.environ["WORKER_TIER_DLQ_URL"],
-        delay_table=os.environ.get("WORKER_TIER_DELAY_TABLE"),  # else each record's eventSourceARN names it
-    )
+    resources = NEEDS.read()
+    return DelayRecovery(resources.named("state_table"), resources.named("queue_url"), resources.named("dlq_url"),
+                         delay_table=resources.delay_table)
 
 
 recovery = PerProcess(_new_recovery)
@@ -33,7 +36,7 @@ recovery = PerProcess(_new_recovery)
 @metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-    """One stream batch: deliver what the scheduler missed; report where to retry from, if anywhere."""
+    """One stream batch: deliver what the delay dispatcher missed; report where to retry from, if anywhere."""
     records = event.get("Records") if isinstance(event, Mapping) else None
     if not isinstance(records, list):
         raise StreamEventError(f"a DynamoDB stream event is a mapping with a 'Records' list, got {type(event).__name__} "
@@ -50,7 +53,7 @@ def _publish(report: RecoveryReport) -> None:
     count(METRIC_RECOVERED_FROM_TTL, report.recovered_from_ttl)
     count(METRIC_RECOVERY_DEAD_LETTERED, report.dead_lettered)
     count(METRIC_REFILED, report.refiled)
-    count(METRIC_WATERMARK_AHEAD, report.watermark_ahead)
+    count(METRIC_RECOVERY_WATERMARK_AHEAD, report.watermark_ahead)
     summary = {
         "records": report.records, "skipped": report.skipped, "late_writes": report.late_writes,
         "recovered_from_ttl": report.recovered_from_ttl, "dead_lettered": report.dead_lettered,

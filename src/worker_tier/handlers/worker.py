@@ -4,11 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker_tier import contract
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
 from worker_tier.worker import Worker
 
-worker = PerProcess(Worker.from_environment)
+# The state table only for idempotent tasks; the delay table for retries past SQS's limit (none on FIFO);
+# the container worker's queue only where there is one. Task code's Client.from_env reads the producer's.
+NEEDS = contract.Needs(
+    "the Lambda worker", required=("queue_url", "dlq_url"),
+    optional=("state_table", "delay_table", "container_queue_url"), settings=True,
+) | contract.PRODUCER_NEEDS
+
+
+def _new_worker() -> Worker:
+    NEEDS.check()
+    return Worker.from_environment()
+
+
+worker = PerProcess(_new_worker)
 
 
 @metrics.log_metrics

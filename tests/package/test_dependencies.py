@@ -1,0 +1,79 @@
+"""Each package of the wheel imports only the standard library, the packages it may build on, and what pyproject declares.
+
+The wheel test's fresh venv borrows the test venv's third-party packages, so it would not see
+an import that pyproject forgot to declare; this test does. A third-party import is declared
+when its distribution is a requirement of the package's extras, or one of theirs (botocore
+through boto3): whatever installs the declared requirements installs it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as metadata
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+# package: (the extras it needs, the packages of ours it may import). The runtime imports neither the
+# constructs nor the local environment: it is what every Lambda function deploys.
+PACKAGES = {
+    "worker_tier": ((), {"worker_tier"}),
+    "worker_tier_cdk": (("cdk",), {"worker_tier", "worker_tier_cdk"}),
+    "worker_tier_local": (("cdk", "local"), {"worker_tier", "worker_tier_cdk", "worker_tier_local"}),
+}
+
+
+def _imported(package: str) -> dict[str, str]:
+    """Each top-level module the package's source imports (lazily or not), with one file that does."""
+    found: dict[str, str] = {}
+    for path in sorted((REPO / "src" / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for name in names:
+                found.setdefault(name.split(".")[0], str(path.relative_to(REPO)))
+    return found
+
+
+def _requirements(extras: tuple[str, ...]) -> set[str]:
+    """The distributions pyproject declares for these extras, without our own name."""
+    own = canonicalize_name(PROJECT["name"])
+    declared = PROJECT["dependencies"] + [r for extra in extras for r in PROJECT["optional-dependencies"][extra]]
+    return {canonicalize_name(Requirement(r).name) for r in declared} - {own}
+
+
+def _with_their_requirements(distributions: set[str]) -> set[str]:
+    """``distributions`` and, transitively, what their installed metadata requires (extras' markers aside)."""
+    closed, pending = set(), list(distributions)
+    while pending:
+        name = pending.pop()
+        if name in closed:
+            continue
+        closed.add(name)
+        for line in metadata.requires(name) or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(canonicalize_name(requirement.name))
+    return closed
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_every_third_party_import_is_declared_in_pyproject(package):
+    # GIVEN what the package may rely on: the standard library, its own packages, and its declared requirements
+    extras, ours = PACKAGES[package]
+    installed_by = {module: {canonicalize_name(d) for d in dists} for module, dists in metadata.packages_distributions().items()}
+    declared = _with_their_requirements(_requirements(extras))
+    # WHEN its source's imports are read  THEN each is one of those
+    for module, where in _imported(package).items():
+        if module in sys.stdlib_module_names or module in ours:
+            continue
+        assert module not in PACKAGES, f"{where} imports {module}, which {package} may not import"
+        assert installed_by.get(module, set()) & declared, (
+            f"{where} imports {module} (from {sorted(installed_by.get(module, [])) or 'no installed distribution'}), "
+            f"which pyproject does not declare for {package} (extras {list(extras)}); add it to its requirements")
