@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from worker_tier.errors import (
     MalformedBodyError,
+    MalformedEventError,
     MessageError,
     NonRetryableError,
     RetryLater,
     SendError,
     SettingsError,
+    TaskAbortedError,
+    TaskRegistrationError,
     UnknownPathError,
     WorkerTierError,
 )
@@ -41,6 +44,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Client",
     "MalformedBodyError",
+    "MalformedEventError",
     "MessageError",
     "NonRetryableError",
     "OutgoingMessage",
@@ -49,6 +53,8 @@ __all__ = [
     "SendResult",
     "SettingsError",
     "Task",
+    "TaskAbortedError",
+    "TaskRegistrationError",
     "UnknownPathError",
     "WorkerTierError",
     "task",

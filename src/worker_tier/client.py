@@ -25,15 +25,11 @@ from worker_tier.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
 from worker_tier.outgoing import OutgoingMessage, due_in_seconds
+from worker_tier.retry import SEND_ENTRIES
 
 __all__ = ["Client", "OutgoingMessage", "SendResult", "due_in_seconds"]
 
 _log = logging.getLogger(__name__)
-
-# Attempts per entry for SendMessageBatch entries that fail on SQS's side (throttling, internal errors).
-MAX_ENTRY_ATTEMPTS = 5
-ENTRY_RETRY_BASE_SECONDS = 0.05
-ENTRY_RETRY_CAP_SECONDS = 2.0
 
 # The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(message.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
@@ -310,7 +306,9 @@ class Client:
             return {}
         failures: Mapping[str, tuple[str, str]] = {}
         try:
-            store = delay.DelayStore(self.delay_table or "", self._dynamodb.get(), self._delay_shards, self._sleep, self._clock)
+            dynamodb = self._dynamodb.get()
+            markers = dedupe.DedupeMarkers(self.delay_table or "", dynamodb, self._clock)
+            store = delay.DelayStore(self.delay_table or "", dynamodb, self._delay_shards, self._sleep, keyed_write=markers.store_delayed)
             store.put_many([m for _, m in delayed])
         except delay.DelayStoreError as error:
             failures = error.failures
@@ -379,11 +377,11 @@ class Client:
                 results[index] = SendResult(index, message_id=delay.new_message_id(key))
 
     def _send_chunk(self, chunk: list[dict[str, Any]]) -> dict[int, SendResult]:
-        """One batch, retrying entries that failed on SQS's side; no call for a dedupe claim past its send window."""
+        """One batch, retrying entries that failed on SQS's side (``retry.SEND_ENTRIES``); no call for a dedupe claim past its send window."""
         results: dict[int, SendResult] = {}
         claims = {e["Id"]: (e["_dedupe_key"], e["_claimed_ms"]) for e in chunk if "_claimed_ms" in e}
         pending = [{k: v for k, v in entry.items() if not k.startswith("_")} for entry in chunk]
-        for attempt in range(1, MAX_ENTRY_ATTEMPTS + 1):
+        for _ in SEND_ENTRIES.attempts_with_pauses(self._sleep):
             pending = self._inside_send_window(pending, claims, results)
             if not pending:
                 break
@@ -396,8 +394,8 @@ class Client:
                 return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=text, code=code) for e in pending}}
             retry_ids = self._read_batch_response(response, results)
             pending = [e for e in pending if e["Id"] in retry_ids]
-            if pending and attempt < MAX_ENTRY_ATTEMPTS:
-                self._sleep(min(ENTRY_RETRY_CAP_SECONDS, ENTRY_RETRY_BASE_SECONDS * 2**attempt))
+            if not pending:
+                break
         return results
 
     @staticmethod

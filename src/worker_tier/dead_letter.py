@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from worker_tier import limits, message
+from worker_tier.errors import WorkerTierError
 
 # The reason record's "note": what a reader of the DLQ finds next to it.
 REASON_RECORD_NOTE = "the message was too large to carry its reason; it follows in this queue as it came, without a reason attribute"
@@ -31,7 +32,7 @@ REASON_RECORD_NOTE = "the message was too large to carry its reason; it follows 
 REASON_DEDUPLICATION_SUFFIX = "-reason"
 
 
-class DeadLetterError(Exception):
+class DeadLetterError(WorkerTierError):
     """The dead-letter queue did not accept a message; it must not be deleted from the source queue."""
 
 

@@ -50,7 +50,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from worker_tier.aws import error_code, error_response, is_condition_failure
-from worker_tier.delay import DEDUPE_PREFIX, DISPATCHED_RETENTION_SECONDS, MAX_CLOCK_SKEW_SECONDS, PK, SK, TTL_ATTRIBUTE, new_message_id
+from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_PREFIX
+from worker_tier.contract import DELAY_PARTITION_KEY as PK
+from worker_tier.contract import DELAY_SORT_KEY as SK
+from worker_tier.contract import DELAY_TTL_ATTRIBUTE as TTL_ATTRIBUTE
+from worker_tier.delay import DISPATCHED_RETENTION_SECONDS, MAX_CLOCK_SKEW_SECONDS, DelayedMessage, new_message_id
 
 _log = logging.getLogger(__name__)
 
@@ -170,7 +174,7 @@ def repeated_keys(keys: list[Any]) -> list[str]:
 
 
 class DedupeMarkers:
-    """The markers of messages sent straight to SQS: claim before the send, settle after it."""
+    """The markers of dedupe keys: claimed before a send straight to SQS and settled after it, or stored with a delayed message."""
 
     def __init__(self, table: str, dynamodb: Any, clock: Callable[[], float]) -> None:
         self._table = table
@@ -202,6 +206,16 @@ class DedupeMarkers:
                 )
         except Exception as error:  # an unsent marker waits out its lease; a sent one left unsent may be sent again
             _log.warning("dedupe_key %r: could not settle its marker (%s: %s)", key, error_code(error), error)
+
+    def store_delayed(self, message: DelayedMessage) -> tuple[str, str] | None:
+        """Store a delayed message with its key's marker (``store_with_marker``); None when stored or deduplicated.
+
+        Else (code, reason) of the retryable failure. This is the ``keyed_write`` of
+        ``delay.DelayStore``; DynamoDB errors other than the marker's condition raise.
+        """
+        now_ms = int(self._clock() * 1000)
+        claim = store_with_marker(self._dynamodb, self._table, str(message.dedupe_key), message.to_item(), message.due_ms / 1000, now_ms)
+        return claim.failure()
 
 
 def store_with_marker(dynamodb: Any, table: str, key: str, item: dict[str, Any], due: float, now_ms: int) -> Claim:

@@ -43,7 +43,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
 from worker_tier.aws import error_code
@@ -52,11 +52,10 @@ from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_PREFIX  # noq
 from worker_tier.contract import DELAY_PARTITION_KEY as PK
 from worker_tier.contract import DELAY_SORT_KEY as SK
 from worker_tier.contract import DELAY_TTL_ATTRIBUTE as TTL_ATTRIBUTE
+from worker_tier.errors import WorkerTierError
 from worker_tier.message import DUE_AT_ATTRIBUTE, format_due_at
+from worker_tier.retry import BATCH_ENTRIES, chunks
 from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
-
-if TYPE_CHECKING:
-    from worker_tier.dedupe import Claim
 
 BUCKET_SECONDS = 60
 DEFAULT_SHARDS = DEFAULT_DELAY_SHARDS
@@ -73,15 +72,13 @@ DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
 MAX_DUE_MS = 10**13 - 1
 _BUCKET_KEY = re.compile(r"b#(-?[0-9]+)#(-?[0-9]+)")
 _ATTRIBUTE_VALUE_KEYS = (frozenset({"DataType", "StringValue"}), frozenset({"DataType", "BinaryValue"}))
-MAX_WRITE_ATTEMPTS = 8
-WRITE_RETRY_BASE_SECONDS = 0.05
 
 
-class UnreadableItemError(ValueError):
+class UnreadableItemError(WorkerTierError, ValueError):
     """A delay-table item is not a delayed message as the producer writes one; the text says what is wrong."""
 
 
-class DelayStoreError(Exception):
+class DelayStoreError(WorkerTierError):
     """The delay table did not store some messages; ``failures`` maps each one's id to (error code, reason)."""
 
     def __init__(self, message: str, failures: Mapping[str, tuple[str, str]] | None = None) -> None:
@@ -284,8 +281,13 @@ def _value_bytes(value: Mapping[str, Any]) -> int:
     raise ValueError(f"item_bytes counts S, N, B, BOOL and NULL values (the delay table's item shapes), got {kind!r}")
 
 
+# Stores one delayed message that has a dedupe key, with its key's marker: None when stored or deduplicated,
+# else (code, reason). ``worker_tier.dedupe.DedupeMarkers.store_delayed`` is the one the client passes.
+KeyedWrite = Callable[[DelayedMessage], tuple[str, str] | None]
+
+
 class DelayStore:
-    """Writes delayed messages into the delay table: BatchWriteItem, or a transaction for a dedupe key."""
+    """Writes delayed messages into the delay table: BatchWriteItem, or ``keyed_write`` for a dedupe key."""
 
     def __init__(
         self,
@@ -293,55 +295,56 @@ class DelayStore:
         dynamodb: Any,
         shards: int = DEFAULT_SHARDS,
         sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.time,
+        *,
+        keyed_write: KeyedWrite | None = None,
     ) -> None:
         self.table = table
         self.shards = shards
         self._dynamodb = dynamodb
         self._sleep = sleep
-        self._clock = clock
+        self._keyed_write = keyed_write
 
     def put_many(self, messages: Iterable[DelayedMessage]) -> None:
-        """Store messages: plain ones 25 per BatchWriteItem, each keyed one in a transaction with its key's marker.
+        """Store messages: plain ones 25 per BatchWriteItem, each keyed one through ``keyed_write``.
 
         Every message is tried. A keyed message whose key is already used is
         deduplicated: not stored, and not a failure. Raises DelayStoreError naming
-        each message not stored, with its code and reason, and only those.
+        each message not stored, with its code and reason, and only those. Raises
+        ValueError, storing nothing, for a keyed message when there is no ``keyed_write``.
         """
         messages = list(messages)
+        self._check_keyed(messages)
         failures: dict[str, tuple[str, str]] = {}
         for message in messages:
             if message.dedupe_key is not None:
                 failures.update(self._put_keyed(message))
         plain = [m.to_item() for m in messages if m.dedupe_key is None]
-        for start in range(0, len(plain), limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
-            failures.update(self._batch_write(plain[start : start + limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS]))
+        for chunk in chunks(plain, limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
+            failures.update(self._batch_write(list(chunk)))
         if failures:
             raise DelayStoreError(f"delay table {self.table} did not store {len(failures)} of {len(messages)} messages", failures)
 
-    def put_deduplicated(self, message: DelayedMessage) -> Claim:
-        """Store the message under its dedupe key's claim rule (``worker_tier.dedupe``); return the ``dedupe.Claim``.
-
-        The key's marker and the message go in one transaction, so a crash cannot
-        leave a marker without its message.
-        """
-        from worker_tier import dedupe  # dedupe builds on this module's key layout, so it imports this module
-
-        now_ms = int(self._clock() * 1000)
-        return dedupe.store_with_marker(self._dynamodb, self.table, str(message.dedupe_key), message.to_item(), message.due_ms / 1000, now_ms)
+    def _check_keyed(self, messages: list[DelayedMessage]) -> None:
+        """ValueError naming the first keyed message when this store has no ``keyed_write`` for it."""
+        keyed = next((m for m in messages if m.dedupe_key is not None), None)
+        if keyed is not None and self._keyed_write is None:
+            raise ValueError(
+                f"message {keyed.message_id} has dedupe_key {keyed.dedupe_key!r}, which needs its marker written with it; "
+                "give the DelayStore keyed_write (worker_tier.dedupe.DedupeMarkers.store_delayed)"
+            )
 
     def _put_keyed(self, message: DelayedMessage) -> dict[str, tuple[str, str]]:
         """One keyed message: {} when stored or deduplicated, else its id with the code and reason."""
         try:
-            failure = self.put_deduplicated(message).failure()
+            failure = self._keyed_write(message)  # type: ignore[misc]  # _check_keyed made sure it is set
         except Exception as error:
             return {message.message_id: (error_code(error), f"delay table {self.table} did not store it: {error}")}
         return {message.message_id: failure} if failure else {}
 
     def _batch_write(self, items: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
-        """BatchWriteItem until every item is processed, backing off on UnprocessedItems; the ids not stored, with why."""
+        """BatchWriteItem until every item is processed (``retry.BATCH_ENTRIES``); the ids not stored, with why."""
         pending = [{"PutRequest": {"Item": item}} for item in items]
-        for attempt in range(MAX_WRITE_ATTEMPTS):
+        for _ in BATCH_ENTRIES.attempts_with_pauses(self._sleep):
             try:
                 response = self._dynamodb.batch_write_item(RequestItems={self.table: pending})
             except Exception as error:  # botocore already retried; what was still pending is not stored
@@ -349,9 +352,7 @@ class DelayStore:
             pending = (response.get("UnprocessedItems") or {}).get(self.table) or []
             if not pending:
                 return {}
-            if attempt + 1 < MAX_WRITE_ATTEMPTS:
-                self._sleep(min(2.0, WRITE_RETRY_BASE_SECONDS * 2**attempt))
-        reason = f"delay table {self.table} left {len(pending)} items unprocessed after {MAX_WRITE_ATTEMPTS} attempts"
+        reason = f"delay table {self.table} left {len(pending)} items unprocessed after {BATCH_ENTRIES.attempts} attempts"
         return _unstored(pending, "UnprocessedItems", reason)
 
 

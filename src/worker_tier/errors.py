@@ -6,7 +6,10 @@ import math
 
 
 class WorkerTierError(Exception):
-    """Base class of every error Worker Tier raises."""
+    """Base class of every exception Worker Tier defines (``tests/unit/test_errors.py`` walks the package to keep it so).
+
+    Those that callers may also catch as ``ValueError`` (bad settings, input or stored data) keep it as a second base.
+    """
 
 
 class SettingsError(WorkerTierError, ValueError):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from worker_tier import backoff, contract, limits, message, observability
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
-from worker_tier.errors import NonRetryableError, RetryLater
+from worker_tier.errors import NonRetryableError, RetryLater, WorkerTierError
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import Settings
@@ -66,7 +66,7 @@ def remove_outcome_listener(listener: OutcomeListener) -> None:
     _listeners.remove(listener)
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(WorkerTierError):
     """The heartbeat lost the message's lease before its task started: another consumer may run it now."""
 
 

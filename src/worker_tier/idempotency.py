@@ -32,13 +32,13 @@ from worker_tier import contract, message
 from worker_tier.aws import is_condition_failure
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
+from worker_tier.state import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.state import PARTITION_KEY as STATE_TABLE_PARTITION_KEY
+from worker_tier.state import TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.task import Task
 
-# The state table's key and TTL attribute; infra creates the table with the same names.
-STATE_TABLE_PARTITION_KEY = "pk"
-STATE_TABLE_TTL_ATTRIBUTE = "expiration"
-# Prefix of every idempotency record's key (the table's other items belong to the scheduler and cron).
-IDEMPOTENCY_KEY_PREFIX = "idempotency#"
+# The state table's key layout (worker_tier.contract's) comes through worker_tier.state; these names stay importable from here.
+
 # Powertools' DynamoDB attribute names and in-progress status (DynamoDBPersistenceLayer defaults).
 IN_PROGRESS_EXPIRY_ATTRIBUTE = "in_progress_expiration"
 STATUS_ATTRIBUTE = "status"

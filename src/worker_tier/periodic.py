@@ -33,32 +33,34 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from worker_tier import message, observability, sqs_rules
-from worker_tier.aws import LazyClient, error_code, is_condition_failure
+from worker_tier.aws import LazyClient, error_code
 from worker_tier.contract import METRIC_TICK_MARK_FAILED
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.errors import WorkerTierError
 from worker_tier.observability import logger
+from worker_tier.retry import TICK_MARK
+from worker_tier.state import TICK_KEY_PREFIX, Lease
 
-# Every state-table key a tick writes starts with this (roles are limited to it).
-TICK_KEY_PREFIX = "cron#"
 TICK_RECORD_TTL_SECONDS = 3 * 24 * 60 * 60
 # Longer than the cron function's timeout, shorter than Lambda's first asynchronous retry delay (1 min).
 TICK_LEASE_SECONDS = 60
 # A duplicate invocation waits this long for the holder to send before asking for a retry.
 TICK_PENDING_POLLS = 10
 TICK_PENDING_POLL_SECONDS = 1
-# After SQS took the message, marking the claim sent is tried this often, this far apart, then given up (never raised).
-TICK_MARK_ATTEMPTS = 3
-TICK_MARK_RETRY_SECONDS = 1
 STATUS_PENDING = "pending"
 STATUS_SENT = "sent"
+STATUS_ATTRIBUTE = "status"
+# The term the lease's takeover and release conditions add: only a pending claim is taken over or given back.
+_PENDING = "#status = :pending"
+_STATUS_NAMES = {"#status": STATUS_ATTRIBUTE}
+_PENDING_VALUES = {":pending": {"S": STATUS_PENDING}}
 _EVENT_FIELDS = ("name", "url", "scheduled_time")
 
 
-class TickNotEnqueuedError(Exception):
+class TickNotEnqueuedError(WorkerTierError):
     """SendMessage failed for a tick; its claim was given back so a retry can send it."""
 
 
-class TickPendingError(Exception):
+class TickPendingError(WorkerTierError):
     """Another invocation holds the tick's claim and has not sent it yet; retry later."""
 
 
@@ -81,6 +83,10 @@ class Tick:
         'cron#backup-job#2026-11-22 12:00:00 UTC'
         """
         return f"{TICK_KEY_PREFIX}{self.name}#{message.format_scheduled_time(self.scheduled_at)}"
+
+    def lease(self, state_table: str) -> Lease:
+        """The claim on this tick in the state table: held by one invocation for ``TICK_LEASE_SECONDS``."""
+        return Lease(state_table, self.key, TICK_LEASE_SECONDS, TICK_RECORD_TTL_SECONDS)
 
     @property
     def group_id(self) -> str:
@@ -147,31 +153,15 @@ class TickEnqueuer:
         )
 
     def _claim(self, tick: Tick, holder: str) -> str | None:
-        """Conditional put of a new tick, or over a pending one whose lease has run out.
+        """Claim a new tick, or take over a pending one whose lease has run out.
 
         None when ``holder`` now holds the claim, else the status found (pending or sent).
         """
-        now = int(self._clock())
-        try:
-            self._dynamodb.get().put_item(
-                TableName=self.state_table,
-                Item={
-                    STATE_TABLE_PARTITION_KEY: {"S": tick.key},
-                    "status": {"S": STATUS_PENDING},
-                    "holder": {"S": holder},
-                    "lease_until": {"N": str(now + TICK_LEASE_SECONDS)},
-                    STATE_TABLE_TTL_ATTRIBUTE: {"N": str(now + TICK_RECORD_TTL_SECONDS)},
-                },
-                ConditionExpression="attribute_not_exists(#pk) OR (#status = :pending AND lease_until < :now)",
-                ExpressionAttributeNames={"#pk": STATE_TABLE_PARTITION_KEY, "#status": "status"},
-                ExpressionAttributeValues={":pending": {"S": STATUS_PENDING}, ":now": {"N": str(now)}},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except Exception as error:
-            if is_condition_failure(error):
-                return _found_status(getattr(error, "response", {}))
-            raise
-        return None
+        found = tick.lease(self.state_table).claim(
+            self._dynamodb.get(), holder, int(self._clock()), attributes={STATUS_ATTRIBUTE: {"S": STATUS_PENDING}},
+            takeover_condition=_PENDING, names=_STATUS_NAMES, values=_PENDING_VALUES,
+        )
+        return None if found is None else found.get(STATUS_ATTRIBUTE, {}).get("S", STATUS_PENDING)
 
     def _send(self, tick: Tick, holder: str) -> None:
         """Send the claimed tick and mark it sent; on a failed send, give the claim back and raise."""
@@ -187,28 +177,20 @@ class TickEnqueuer:
         self._mark_sent(tick, holder)
 
     def _mark_sent(self, tick: Tick, holder: str) -> None:
-        """Mark the claim sent while ``holder`` still has it; never raises, since SQS already has the message."""
-        for attempt in range(1, TICK_MARK_ATTEMPTS + 1):
+        """Mark the claim sent while ``holder`` still has it (``retry.TICK_MARK``); never raises, since SQS already has the message."""
+        for attempt in TICK_MARK.attempts_with_pauses(self._sleep):
             try:
-                self._update_status(tick, holder)
-                return
+                marked = tick.lease(self.state_table).update(
+                    self._dynamodb.get(), holder, "SET #status = :sent",
+                    names=_STATUS_NAMES, values={":sent": {"S": STATUS_SENT}},
+                )
             except Exception as error:
-                if is_condition_failure(error):
-                    return self._mark_failed(tick, "the claim is no longer this invocation's (its lease ran out)")
-                if attempt == TICK_MARK_ATTEMPTS:
-                    return self._mark_failed(tick, f"UpdateItem failed {attempt} times, last with {error_code(error)}: {error}")
-            self._sleep(TICK_MARK_RETRY_SECONDS)
-
-    def _update_status(self, tick: Tick, holder: str) -> None:
-        """The conditional update: a claim given back or taken over is never recreated, so no record lacks a TTL."""
-        self._dynamodb.get().update_item(
-            TableName=self.state_table,
-            Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}},
-            UpdateExpression="SET #status = :sent",
-            ConditionExpression="#holder = :holder",
-            ExpressionAttributeNames={"#status": "status", "#holder": "holder"},
-            ExpressionAttributeValues={":sent": {"S": STATUS_SENT}, ":holder": {"S": holder}},
-        )
+                if attempt == TICK_MARK.attempts - 1:
+                    self._mark_failed(tick, f"UpdateItem failed {TICK_MARK.attempts} times, last with {error_code(error)}: {error}")
+                continue
+            if not marked:
+                self._mark_failed(tick, "the claim is no longer this invocation's (its lease ran out)")
+            return
 
     def _mark_failed(self, tick: Tick, reason: str) -> None:
         """Log and count a sent tick whose claim is not marked sent (a later invocation may send it again)."""
@@ -220,21 +202,14 @@ class TickEnqueuer:
         )
 
     def _release(self, tick: Tick, holder: str, failure: Exception) -> None:
-        """Delete the claim if ``holder`` still has it; if that fails, the lease runs out instead."""
+        """Delete the claim if ``holder`` still has it pending; if that fails, the lease runs out instead."""
         try:
-            self._dynamodb.get().delete_item(
-                TableName=self.state_table,
-                Key={STATE_TABLE_PARTITION_KEY: {"S": tick.key}},
-                ConditionExpression="#holder = :holder AND #status = :pending",
-                ExpressionAttributeNames={"#holder": "holder", "#status": "status"},
-                ExpressionAttributeValues={":holder": {"S": holder}, ":pending": {"S": STATUS_PENDING}},
-            )
+            tick.lease(self.state_table).release(self._dynamodb.get(), holder, condition=_PENDING, names=_STATUS_NAMES, values=_PENDING_VALUES)
         except Exception as error:
-            if not is_condition_failure(error):
-                failure.add_note(
-                    f"Giving the claim back failed too ({error_code(error)}): "
-                    f"a retry takes the tick over after the {TICK_LEASE_SECONDS} s lease."
-                )
+            failure.add_note(
+                f"Giving the claim back failed too ({error_code(error)}): "
+                f"a retry takes the tick over after the {TICK_LEASE_SECONDS} s lease."
+            )
 
     def _request(self, tick: Tick) -> dict[str, Any]:
         """SendMessage arguments: EB's body and ``beanstalk.sqsd.*`` attributes."""
@@ -247,11 +222,6 @@ class TickEnqueuer:
             request["MessageGroupId"] = tick.group_id
             request["MessageDeduplicationId"] = tick.deduplication_id()
         return request
-
-
-def _found_status(response: Mapping[str, Any]) -> str:
-    """The status of the claim a conditional put ran into (pending when the response does not say)."""
-    return str(response.get("Item", {}).get("status", {}).get("S", STATUS_PENDING))
 
 
 def tick_from_event(event: Any) -> Tick:

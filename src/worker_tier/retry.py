@@ -32,6 +32,23 @@ class Retry:
     base_seconds: float
     cap_seconds: float
 
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"Retry attempts must be at least 1 (the first try counts), got {self.attempts}")
+        if not 0 <= self.base_seconds <= self.cap_seconds:
+            raise ValueError(
+                f"Retry waits must satisfy 0 <= base_seconds <= cap_seconds, got base_seconds={self.base_seconds} "
+                f"and cap_seconds={self.cap_seconds}"
+            )
+
+    def total_seconds(self) -> float:
+        """The longest this budget waits in all (every pause, when every attempt fails).
+
+        >>> SEND_ENTRIES.total_seconds()
+        1.5
+        """
+        return sum(self.pause(retry) for retry in range(self.attempts - 1))
+
     def pause(self, retry: int) -> float:
         """The wait before retry number ``retry`` (0 = the first retry)."""
         return min(self.cap_seconds, self.base_seconds * 2.0**retry)
@@ -60,13 +77,17 @@ class Retry:
             except Exception as error:
                 if attempt == self.attempts - 1 or give_up(error):
                     raise
-        raise AssertionError("attempts must be at least 1")
+        raise AssertionError(f"unreachable: {self} made no attempt")
 
 
-# The budgets, named once. Batch entries: SendMessageBatch / BatchWriteItem partial failures.
+# The budgets, named once. Batch entries: SendMessageBatch / BatchWriteItem partial failures (5.15 s of waits).
 BATCH_ENTRIES = Retry(attempts=8, base_seconds=0.05, cap_seconds=2.0)
+# The client's SendMessageBatch entries: 1.5 s of waits in all, so a send from inside a task ends well within its Lambda's time.
+SEND_ENTRIES = Retry(attempts=5, base_seconds=0.1, cap_seconds=2.0)
 # State reads and writes a run cannot go on without (the dispatcher's watermark and minute records).
 STATE_CALLS = Retry(attempts=8, base_seconds=0.05, cap_seconds=2.0)
+# Marking a sent tick's claim sent: 1 s apart, 2 s of waits, well inside the tick's lease (periodic.TICK_LEASE_SECONDS).
+TICK_MARK = Retry(attempts=3, base_seconds=1.0, cap_seconds=1.0)
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

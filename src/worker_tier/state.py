@@ -65,7 +65,7 @@ class Lease:
         names: Mapping[str, str] | None = None,
         values: Mapping[str, Mapping[str, str]] | None = None,
     ) -> dict[str, Any] | None:
-        """Put the lease for ``holder``; None when it now holds it, else the item that stood in the way.
+        """Put the lease for ``holder``; None when it now holds it, else the item that stood in the way ({} if unknown).
 
         The put succeeds when the item is missing, or when its lease has run out and
         ``takeover_condition`` (an extra ``AND`` term, with its ``names`` and ``values``)
@@ -75,16 +75,15 @@ class Lease:
         try:
             dynamodb.put_item(
                 TableName=self.table,
-                Item={
-                    **(attributes or {}),
+                Item=_merged("attribute", {
                     PARTITION_KEY: {"S": self.key},
                     HOLDER_ATTRIBUTE: {"S": holder},
                     LEASE_UNTIL_ATTRIBUTE: {"N": str(now + self.seconds)},
                     TTL_ATTRIBUTE: {"N": str(now + self.retention_seconds)},
-                },
+                }, attributes),
                 ConditionExpression=f"attribute_not_exists(#pk) OR ({expired})",
-                ExpressionAttributeNames={"#pk": PARTITION_KEY, "#lease_until": LEASE_UNTIL_ATTRIBUTE, **(names or {})},
-                ExpressionAttributeValues={":now": {"N": str(now)}, **(values or {})},
+                ExpressionAttributeNames=_merged("name", {"#pk": PARTITION_KEY, "#lease_until": LEASE_UNTIL_ATTRIBUTE}, names),
+                ExpressionAttributeValues=_merged("value", {":now": {"N": str(now)}}, values),
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as error:
@@ -106,17 +105,58 @@ class Lease:
 
         Other errors propagate: the caller decides whether the lease may simply run out.
         """
-        owned = f"#holder = :holder AND ({condition})" if condition else "#holder = :holder"
         try:
             dynamodb.delete_item(
                 TableName=self.table,
                 Key={PARTITION_KEY: {"S": self.key}},
-                ConditionExpression=owned,
-                ExpressionAttributeNames={"#holder": HOLDER_ATTRIBUTE, **(names or {})},
-                ExpressionAttributeValues={":holder": {"S": holder}, **(values or {})},
+                ConditionExpression=_owned(condition),
+                ExpressionAttributeNames=_merged("name", {"#holder": HOLDER_ATTRIBUTE}, names),
+                ExpressionAttributeValues=_merged("value", {":holder": {"S": holder}}, values),
             )
         except Exception as error:
             if is_condition_failure(error):
                 return False
             raise
         return True
+
+    def update(
+        self,
+        dynamodb: Any,
+        holder: str,
+        update_expression: str,
+        *,
+        names: Mapping[str, str] | None = None,
+        values: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> bool:
+        """Apply ``update_expression`` to the lease's item while ``holder`` owns it; False if it does not.
+
+        A lease given back or taken over is never recreated by the update, so no item
+        lacks its TTL. Other errors propagate.
+        """
+        try:
+            dynamodb.update_item(
+                TableName=self.table,
+                Key={PARTITION_KEY: {"S": self.key}},
+                UpdateExpression=update_expression,
+                ConditionExpression=_owned(""),
+                ExpressionAttributeNames=_merged("name", {"#holder": HOLDER_ATTRIBUTE}, names),
+                ExpressionAttributeValues=_merged("value", {":holder": {"S": holder}}, values),
+            )
+        except Exception as error:
+            if is_condition_failure(error):
+                return False
+            raise
+        return True
+
+
+def _owned(condition: str) -> str:
+    """The condition that the holder still owns the lease, AND ``condition`` (parenthesised) when given."""
+    return f"#holder = :holder AND ({condition})" if condition else "#holder = :holder"
+
+
+def _merged(what: str, own: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``own`` plus the caller's ``extra``; ValueError when the caller's would replace one the lease relies on."""
+    clash = sorted(set(own) & set(extra or {}))
+    if clash:
+        raise ValueError(f"a lease sets its own {what}s {sorted(own)}; the caller's may not replace them, got {clash}")
+    return {**own, **(extra or {})}

@@ -8,6 +8,7 @@ from typing import Any
 
 from worker_tier import limits
 from worker_tier.aws import error_code
+from worker_tier.retry import chunks
 
 _log = logging.getLogger(__name__)
 
@@ -62,9 +63,8 @@ def change_visibility(sqs: Any, queue_url: str, changes: list[VisibilityChange])
     caller decides what it means (count it, or treat the message as lost).
     """
     refused: list[VisibilityRefusal] = []
-    for start in range(0, len(changes), limits.SQS_MAX_BATCH_ENTRIES):
-        chunk = changes[start : start + limits.SQS_MAX_BATCH_ENTRIES]
-        refused.extend(_change_chunk(sqs, queue_url, chunk))
+    for chunk in chunks(changes, limits.SQS_MAX_BATCH_ENTRIES):
+        refused.extend(_change_chunk(sqs, queue_url, list(chunk)))
     return refused
 
 

@@ -73,11 +73,11 @@ if TYPE_CHECKING:
     from worker_tier.heartbeat import Heartbeat
     from worker_tier.idempotency import IdempotentRunner
 
-class InvocationEndingError(Exception):
+class InvocationEndingError(WorkerTierError):
     """The invocation's remaining time fell below the safety margin before this record started."""
 
 
-class HeldBackError(Exception):
+class HeldBackError(WorkerTierError):
     """The message is not due yet; it goes back until it is (not a failure)."""
 
 
@@ -258,7 +258,7 @@ class Worker(Fates):
         """
         message_id = record["messageId"]
         attributes = record["messageAttributes"]
-        routing = attributes.get(message.PATH_ATTRIBUTE)
+        routing = attributes.get(contract.PATH_ATTRIBUTE)
         path = routing.get("stringValue") if isinstance(routing, dict) else None
         task = Task(
             message_id, path if path and isinstance(path, str) else self.settings.http_path, record.get("body") or "",

@@ -52,7 +52,7 @@ def render() -> str:
     fields = dataclasses.fields(Settings)
     if len(variables) != len(fields):
         raise RuntimeError(f"Settings.to_environment() gave {len(variables)} variables for {len(fields)} settings")
-    rows = [_row(field, variable) for field, variable in zip(fields, variables)]
+    rows = [_row(field, variable) for field, variable in zip(fields, variables, strict=True)]
     return _HEADER + "\n".join(rows) + "\n"
 
 

@@ -253,7 +253,7 @@ class LocalEnvironment:
         key_types = ("HASH", "RANGE")
         self.dynamodb.create_table(
             TableName=name,
-            KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, key_types)],
+            KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, key_types, strict=True)],
             AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"} for key in keys],
             BillingMode="PAY_PER_REQUEST",
         )

@@ -20,8 +20,6 @@ from worker_tier_local.cron import CronEmulator
 from worker_tier.periodic import (
     METRIC_TICK_MARK_FAILED,
     TICK_LEASE_SECONDS,
-    TICK_MARK_ATTEMPTS,
-    TICK_MARK_RETRY_SECONDS,
     TICK_PENDING_POLL_SECONDS,
     TICK_PENDING_POLLS,
     Tick,
@@ -31,6 +29,7 @@ from worker_tier.periodic import (
     tick_from_event,
 )
 from worker_tier.registry import Registry
+from worker_tier.retry import TICK_MARK
 from worker_tier.settings import Settings
 from worker_tier.task import Task
 from worker_tier.worker import Worker
@@ -163,7 +162,7 @@ def test_a_throttled_mark_after_the_send_is_retried_and_the_tick_is_sent_once(aw
     # WHEN the tick is enqueued  THEN it reports the tick sent (it was: raising would make Lambda send it again)
     assert first.enqueue(TICK) is True
     # AND the mark was retried after a pause, and holds
-    assert sleeps == [TICK_MARK_RETRY_SECONDS]
+    assert sleeps == [TICK_MARK.pause(0)]
     assert claim(aws, TICK)["status"] == {"S": "sent"}
     # WHEN a duplicate comes after the lease  THEN it finds the tick sent: one message, nothing counted as failed
     now[0] += TICK_LEASE_SECONDS + 1
@@ -179,7 +178,7 @@ def test_a_mark_that_keeps_failing_is_counted_and_logged_never_raised(aws, publi
     sends = marking_enqueuer(aws, StrictSQS(aws.sqs), FlakyDynamoDB(aws.dynamodb, failures=99), now, sleeps)
     # WHEN the tick is enqueued  THEN it is reported sent after every attempt, not raised for a retry that sends again
     assert sends.enqueue(TICK) is True
-    assert sleeps == [TICK_MARK_RETRY_SECONDS] * (TICK_MARK_ATTEMPTS - 1)
+    assert sleeps == [TICK_MARK.pause(n) for n in range(TICK_MARK.attempts - 1)]
     assert len(received(aws)) == 1
     # AND the failure is counted and logged with its cause
     assert published()[METRIC_TICK_MARK_FAILED] == 1
@@ -187,7 +186,7 @@ def test_a_mark_that_keeps_failing_is_counted_and_logged_never_raised(aws, publi
     assert log.levelno == logging.ERROR
     assert log.getMessage() == (
         "tick 'cron#backup-job#2026-11-22 12:00:00 UTC' was sent but its claim was not marked sent: UpdateItem failed "
-        f"{TICK_MARK_ATTEMPTS} times, last with ProvisionedThroughputExceededException: An error occurred "
+        f"{TICK_MARK.attempts} times, last with ProvisionedThroughputExceededException: An error occurred "
         "(ProvisionedThroughputExceededException) when calling the UpdateItem operation: throttled; a retry or duplicate "
         "invocation may send it again (a FIFO queue deduplicates it)"
     )

@@ -21,7 +21,7 @@ def _plain_shell(command: str, cwd: Path, **extra: str) -> subprocess.CompletedP
     """``command`` as the CDK CLI runs it (``sh -c``), with no venv on PATH, none activated, no PYTHONPATH."""
     path = [d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d).parent / "pyvenv.cfg").exists()]
     environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    return subprocess.run(["sh", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=SYNTH_TIMEOUT_SECONDS,
+    return subprocess.run(["sh", "-c", command], check=False, cwd=cwd, capture_output=True, text=True, timeout=SYNTH_TIMEOUT_SECONDS,
                           env={**environment, "PATH": os.pathsep.join(path), **extra})
 
 

@@ -115,7 +115,7 @@ def _write(directory: Path, files: dict[str, str]) -> None:
 def _run(command: list[str], cwd: Path, timeout: float = RUN_TIMEOUT_SECONDS, **extra: str) -> subprocess.CompletedProcess:
     """``command`` as a plain shell would run it: no PYTHONPATH, no activated venv."""
     environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(command, check=False, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**environment, **extra})
 
 

@@ -14,11 +14,11 @@ from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import contract
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
-from worker_tier.client import MAX_ENTRY_ATTEMPTS
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
 from worker_tier.delay import DelayedMessage, new_message_id
 from worker_tier.limits import SQS_MAX_MESSAGE_BYTES
 from worker_tier.message import DUE_AT_ATTRIBUTE, copy_attributes
+from worker_tier.retry import SEND_ENTRIES
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 FIFO_QUEUE = QUEUE + ".fifo"
@@ -187,7 +187,21 @@ def test_entries_failing_every_attempt_are_reported_not_dropped():
     results = client(sqs).send_batch([OutgoingMessage("/x", str(i)) for i in range(3)])
     assert [r.ok for r in results] == [True, False, True]
     assert (results[1].code, results[1].error) == ("InternalError", "InternalError (fake)")
-    assert sqs.count("SendMessageBatch") == MAX_ENTRY_ATTEMPTS
+    assert sqs.count("SendMessageBatch") == SEND_ENTRIES.attempts
+
+
+def test_entry_retries_wait_the_send_budget_and_stay_well_within_a_lambda():
+    # GIVEN SQS fails one entry on its side at every attempt, and a sleep that records its waits
+    sqs = StrictSQS(FakeSQS(fail=lambda call, entry: ("InternalError", False)))
+    waits: list[float] = []
+    c = Client(QUEUE, sqs=sqs, clock=lambda: NOW, sleep=waits.append)
+    # WHEN it is sent
+    [result] = c.send_batch([OutgoingMessage("/x", "a")])
+    # THEN it is reported failed after the budget's attempts, waiting exactly the budget's pauses between them
+    assert not result.ok and sqs.count("SendMessageBatch") == SEND_ENTRIES.attempts
+    assert waits == [SEND_ENTRIES.pause(n) for n in range(SEND_ENTRIES.attempts - 1)]
+    # AND those waits add up to a few seconds at most
+    assert sum(waits) == SEND_ENTRIES.total_seconds() <= 2
 
 
 def test_sender_fault_entries_are_reported_without_retry():
@@ -511,7 +525,7 @@ def test_a_key_whose_sender_died_before_sending_is_in_flight_until_its_lease_end
 
 def test_a_failed_send_gives_the_key_back_so_a_retry_sends():
     # GIVEN SQS refuses the first call for the key
-    sqs = StrictSQS(FakeSQS(fail=lambda call, entry: ("InternalError", False) if call <= MAX_ENTRY_ATTEMPTS else None))
+    sqs = StrictSQS(FakeSQS(fail=lambda call, entry: ("InternalError", False) if call <= SEND_ENTRIES.attempts else None))
     dynamodb = delay_table()
     c = table_client(sqs, dynamodb)
     # WHEN the send fails, then is retried at once

@@ -149,3 +149,34 @@ def test_repeated_keys_name_both_indexes():
         "messages 2 and 5 have the same dedupe_key 'b': a batch may carry each key once; send one of them",
         "messages 0 and 6 have the same dedupe_key 'a': a batch may carry each key once; send one of them",
     ]
+
+
+def test_store_delayed_stores_the_message_with_its_marker_or_names_why_not():
+    # GIVEN an empty delay table, then one whose key is held unsent by a direct send still inside its lease
+    message = DelayedMessage(new_message_id("k"), NOW_MS + 3_600_000, "b", {}, 0, "k")
+    free, held = table(), table(unsent(NOW_MS - 1000))
+    # WHEN the delayed message is stored with its marker in each
+    stored = DedupeMarkers("delay", free, lambda: NOW).store_delayed(message)
+    refused = DedupeMarkers("delay", held, lambda: NOW).store_delayed(message)
+    # THEN the first stores both items and reports no failure, the second stores nothing and names the holder's lease
+    assert stored is None and set(free.tables["delay"]) == {("dedupe#k", "-"), (message.key["pk"]["S"], message.key["sk"]["S"])}
+    assert refused == (IN_FLIGHT_CODE, (
+        f"dedupe_key 'k' is held by another send still in flight (its lease ends in {DEDUPE_MARKER_LEASE_SECONDS - 1} s at most); "
+        "nothing was sent: retry later"
+    ))
+    assert set(held.tables["delay"]) == {("dedupe#k", "-")}
+
+
+def test_the_delay_table_layout_does_not_import_dedupe():
+    # GIVEN delay.py, which dedupe builds on (WHEN its imports are read, lazy ones included)
+    import ast
+    import inspect
+
+    from worker_tier import delay
+
+    tree = ast.parse(inspect.getsource(delay))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names}
+    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    # THEN dedupe is not among them: the two modules import in one direction
+    assert "worker_tier.dedupe" not in imported

@@ -26,6 +26,7 @@ from worker_tier.delay import (
     sort_key,
 )
 from worker_tier.limits import DYNAMODB_MAX_ITEM_BYTES
+from worker_tier.retry import BATCH_ENTRIES
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, on a minute boundary
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
@@ -319,13 +320,43 @@ def test_put_many_names_only_the_messages_it_did_not_store(dynamodb):
     # GIVEN a table that keeps one request of every call unprocessed
     dynamodb.unprocessed = lambda requests: requests[:1]
     messages = [DelayedMessage(f"id-{i}", int((NOW + 3600) * 1000), "b", {}, 0) for i in range(3)]
+    waits: list[float] = []
     # WHEN three messages are stored
     with pytest.raises(DelayStoreError) as error:
-        DelayStore("delay", dynamodb, sleep=lambda s: None).put_many(messages)
+        DelayStore("delay", dynamodb, sleep=waits.append).put_many(messages)
     # THEN the error names the one left unprocessed, with its code and reason
-    assert error.value.failures == {"id-0": ("UnprocessedItems", "delay table delay left 1 items unprocessed after 8 attempts")}
+    reason = f"delay table delay left 1 items unprocessed after {BATCH_ENTRIES.attempts} attempts"
+    assert error.value.failures == {"id-0": ("UnprocessedItems", reason)}
     assert str(error.value) == "delay table delay did not store 1 of 3 messages"
     assert len(items(dynamodb)) == 2
+    # AND the writes backed off by the batch budget, pausing only between attempts
+    assert waits == [BATCH_ENTRIES.pause(n) for n in range(BATCH_ENTRIES.attempts - 1)]
+
+
+def test_put_many_writes_at_most_25_items_per_batch_call(dynamodb):
+    # GIVEN 60 plain delayed messages
+    messages = [DelayedMessage(f"id-{i}", int((NOW + 3600) * 1000), "b", {}, 0) for i in range(60)]
+    sizes: list[int] = []
+    dynamodb.fault = lambda operation, params: sizes.append(len(params["RequestItems"]["delay"])) if operation == "BatchWriteItem" else None
+    # WHEN they are stored
+    DelayStore("delay", dynamodb, sleep=lambda s: None).put_many(messages)
+    # THEN they went in BatchWriteItem calls of 25, 25 and 10, and all are stored
+    assert sizes == [25, 25, 10]
+    assert len(items(dynamodb)) == 60
+
+
+def test_a_keyed_message_without_a_keyed_write_is_refused_before_anything_is_stored(dynamodb):
+    # GIVEN a plain message and a keyed one, and a store without keyed_write
+    messages = [DelayedMessage("id-0", int((NOW + 3600) * 1000), "b", {}), DelayedMessage("id-1", int((NOW + 3600) * 1000), "b", {}, dedupe_key="k")]
+    # WHEN they are stored
+    with pytest.raises(ValueError) as error:
+        DelayStore("delay", dynamodb).put_many(messages)
+    # THEN the error names the message and what the store needs, and nothing was written
+    assert str(error.value) == (
+        "message id-1 has dedupe_key 'k', which needs its marker written with it; "
+        "give the DelayStore keyed_write (worker_tier.dedupe.DedupeMarkers.store_delayed)"
+    )
+    assert dynamodb.tables["delay"] == {}
 
 
 # -- the item reader shared by the scheduler and the safety net (issue #8, delay-path audit) ----------

@@ -13,6 +13,7 @@ from worker_tier.contract import (
     METRIC_REFILED,
 )
 from worker_tier.delay_recovery import DelayRecovery, RecoveryReport
+from worker_tier.errors import WorkerTierError
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import count, logger, metrics
 
@@ -20,7 +21,7 @@ from worker_tier.observability import count, logger, metrics
 NEEDS = contract.Needs("delay recovery", required=("state_table", "queue_url", "dlq_url"), optional=("delay_table",))
 
 
-class StreamEventError(ValueError):
+class StreamEventError(WorkerTierError, ValueError):
     """The event is not a DynamoDB stream batch."""
 
 
