@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from worker_tier import backoff, contract, limits, message, observability
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
 from worker_tier.errors import NonRetryableError, RetryLater, WorkerTierError
-from worker_tier.idempotency import LeaseContext
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import Settings
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from worker_tier.aws import LazyClient
     from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
+    from worker_tier.idempotency import LeaseContext
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_RETRYING = "retrying"
@@ -88,9 +88,6 @@ class _Invocation:
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
         self.remaining_ms: Callable[[], int] | None = getattr(self.context, "get_remaining_time_in_millis", None)
-
-    def time_is_short(self) -> bool:
-        return self.remaining_ms is not None and self.remaining_ms() < self.margin_ms
 
     def set_visibility(self, record: Mapping[str, Any], seconds: int, key: str | None = None) -> None:
         key = key or record["messageId"]
