@@ -40,7 +40,7 @@ import random as _random
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from worker_tier import contract, limits, message, observability
+from worker_tier import contract, limits, message
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
@@ -276,7 +276,7 @@ class Worker(Fates):
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         if task.lease is not None and task.lease.is_set():
             raise self._lease_lost(task, invocation)
-        if message.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
+        if contract.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
             definition = self.registry.get(task.path) or self._unknown_path(task)
@@ -306,7 +306,7 @@ class Worker(Fates):
             request["MessageGroupId"] = task.group_id
             request["MessageDeduplicationId"] = task.message_id
         self._sqs.get().send_message(**request)
-        invocation.metrics.count(observability.METRIC_FORWARDED)
+        invocation.metrics.count(contract.METRIC_FORWARDED)
         if _listeners:
             self._emit(OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
 
@@ -360,7 +360,7 @@ class Worker(Fates):
 
     def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
         """Processed count, and the age of the batch's oldest message when the batch starts."""
-        invocation.metrics.count(observability.METRIC_PROCESSED, len(records))
+        invocation.metrics.count(contract.METRIC_PROCESSED, len(records))
         oldest_ms = _oldest_sent_ms(records)
         if oldest_ms is not None:
             invocation.metrics.message_age(max(0.0, self._clock() * 1000 - oldest_ms))
@@ -368,15 +368,15 @@ class Worker(Fates):
     def _count_succeeded(self, reported_done: int, invocation: _Invocation) -> None:
         """Succeeded: reported done, less those reported done because they were dead-lettered or replaced."""
         counts = invocation.metrics.counts
-        replaced = counts.get(observability.METRIC_DEAD_LETTERED, 0) + counts.get(observability.METRIC_RESCHEDULED, 0)
-        invocation.metrics.count(observability.METRIC_SUCCEEDED, reported_done - replaced)
+        replaced = counts.get(contract.METRIC_DEAD_LETTERED, 0) + counts.get(contract.METRIC_RESCHEDULED, 0)
+        invocation.metrics.count(contract.METRIC_SUCCEEDED, reported_done - replaced)
 
     def _back_off_nameless(self, nameless: list[tuple[int, Any]], invocation: _Invocation) -> None:
         """Log records with no usable messageId and back off those with a receipt handle (they cannot be reported)."""
         for index, record in nameless:
             shown = {k: str(v)[:80] for k, v in record.items()} if isinstance(record, Mapping) else repr(record)[:200]
             logger.error("record without a usable messageId: logged and backed off", extra={"index": index, "record": shown})
-            invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
+            invocation.metrics.count(contract.METRIC_MALFORMED_RECORDS)
             if isinstance(record, Mapping):
                 invocation.set_visibility(record, self._backoff_first(), key=f"record #{index} (no messageId)")
 
@@ -393,7 +393,7 @@ class Worker(Fates):
         for record in unreadable:
             shown = {k: str(v)[:80] for k, v in record.items()}
             logger.error("record the worker cannot read: reported failed and backed off", extra={"record": shown})
-            invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
+            invocation.metrics.count(contract.METRIC_MALFORMED_RECORDS)
             if type(record.get("receiptHandle")) is str:
                 invocation.set_visibility(record, self._backoff_first())
         stopped = _fifo_stopped(named, unreadable) if self.settings.fifo else []
@@ -419,7 +419,7 @@ class Worker(Fates):
             return
         refused = change_visibility(self._sqs.get(), self._resolve_queue_url(records), list(invocation.changes.values()))
         if refused:
-            invocation.metrics.count(observability.METRIC_VISIBILITY_REFUSED, len(refused))
+            invocation.metrics.count(contract.METRIC_VISIBILITY_REFUSED, len(refused))
             shown = [{"message_id": r.message_id, "seconds": r.change.timeout_seconds, "code": r.code} for r in refused]
             logger.warning("visibility changes refused: those messages keep their current timeout", extra={"refused": shown})
 
@@ -437,7 +437,7 @@ def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
 
     The container's default idempotency key is this id, so a source message delivered twice runs once.
     """
-    if message.SOURCE_MESSAGE_ID_ATTRIBUTE in attributes:
+    if contract.SOURCE_MESSAGE_ID_ATTRIBUTE in attributes:
         return
     if len(attributes) >= limits.SQS_MAX_MESSAGE_ATTRIBUTES:
         logger.warning(
@@ -446,7 +446,7 @@ def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
             extra={"attribute_count": len(attributes), "limit": limits.SQS_MAX_MESSAGE_ATTRIBUTES},
         )
         return
-    attributes[message.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
+    attributes[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
 
 
 def _oldest_sent_ms(records: list[Any]) -> int | None:
