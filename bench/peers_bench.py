@@ -1,0 +1,263 @@
+"""The container worker against Celery and Dramatiq on SQS, side by side on one moto server.
+
+Run with `make bench` (all benchmarks) or `python -m bench peers`; writes bench/results/peers.json.
+
+Setup. One moto server (``bench.peers.server``, its own process) serves two ports: the
+consumers use the counted one, the bench's producer the other. For each framework and
+scenario a fresh queue gets ``messages`` no-op tasks, sent through the framework's own client
+in chunks of ``SEND_CHUNK`` while fewer than ``DEPTH_LOW`` are visible (moto slows as a queue
+deepens), and one consumer process with concurrency 4 and the framework's recommended SQS
+settings (``bench.peers.frameworks``) drains it. Each task appends its id to a file
+(``bench.peers.runs``).
+
+Measures, from the first message sent to the queue being empty with every run recorded:
+- SQS requests per message, counted at the server by action (start-up calls excluded: the
+  window opens once the consumer has polled and settled);
+- CPU seconds per 1,000 messages of the consumer's process tree (psutil: user + system of
+  every live process in it, plus what its reaped children used);
+- wall seconds to drain;
+- lost (fewer runs than planned) and duplicated (more) tasks, read from the runs file after
+  ``settle_seconds`` more, so a late redelivery would be seen.
+
+The retry scenario fails every 10th task's first run, so each of those must run exactly twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench import results
+from bench.peers import runs
+from bench.peers.frameworks import CELERY, CREDENTIALS, DRAMATIQ, FRAMEWORKS, OURS, Endpoints, Feed, Framework
+
+REPO = Path(__file__).resolve().parent.parent
+MESSAGES = 2000
+FAIL_EVERY = 10  # the retry scenario: 10 % of tasks fail their first run
+DEPTH_LOW = 100  # send another chunk while fewer than this are visible
+SEND_CHUNK = 50
+SETTLE_SECONDS = 3.0
+READY_SETTLE_SECONDS = 1.0
+READY_TIMEOUT_SECONDS = 90.0
+DRAIN_TIMEOUT_SECONDS = 900.0
+STOP_TIMEOUT_SECONDS = 2.0
+POLL_SECONDS = 0.1  # the bench's own checks of depth and runs: each is a request the one moto process must serve
+SCENARIOS = {"plain": 0, "retry": FAIL_EVERY}
+FIGURE_KEYS = ("api_calls_per_message", "cpu_seconds_per_1000_messages", "wall_seconds_to_drain", "lost", "duplicated")
+GOALS = {
+    "api_calls_ratio_vs_celery": ("<=", 0.3),
+    "api_calls_ratio_vs_dramatiq": ("<=", 0.5),
+    "cpu_per_message_ratio_vs_fastest_peer": ("<=", 1.0),
+    "lost_total": ("==", 0),
+    "duplicated_total": ("==", 0),
+}
+
+
+class MotoServer:
+    """``python -m bench.peers.server`` as a child process: its two ports and its request counts."""
+
+    def __enter__(self) -> MotoServer:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "bench.peers.server"], cwd=REPO, env=_environment({}),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        line = self._process.stdout.readline().split()  # type: ignore[union-attr]
+        if line[:1] != ["ready"]:
+            self._process.kill()
+            raise RuntimeError(f"the moto server did not start: it printed {line!r}, not 'ready <port> <port>'")
+        host = "127.0.0.1"
+        self.endpoints = Endpoints(counted=f"{host}:{line[1]}", producer=f"{host}:{line[2]}")
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._process.kill()
+        self._process.wait()
+
+    def counts(self) -> Counter[str]:
+        """Requests on the counted port so far, by SQS action."""
+        with urllib.request.urlopen(f"http://{self.endpoints.counted}/peers-bench/counts") as response:
+            return Counter(json.loads(response.read()))
+
+
+def measure(server: MotoServer, framework: Framework, scenario: str, messages: int, settle_seconds: float, workdir: Path) -> dict[str, Any]:
+    """Drain ``messages`` tasks with one framework's consumer; return its figures for the scenario."""
+    queue = f"{framework.name}-{scenario}-{uuid.uuid4().hex[:8]}"
+    feed = framework.feed(server.endpoints, queue)
+    runs_dir = workdir / queue
+    runs_dir.mkdir()
+    fail_every = SCENARIOS[scenario]
+    variables = {**feed.environment, runs.RUNS_DIR_VARIABLE: str(runs_dir), runs.FAIL_EVERY_VARIABLE: str(fail_every)}
+    with open(runs_dir / "consumer.log", "wb") as log:
+        consumer = subprocess.Popen(feed.command, cwd=REPO, env=_environment(variables), stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            return _measure_consumer(server, consumer, feed, runs_dir, messages, fail_every, settle_seconds)
+        except Exception as error:
+            raise RuntimeError(f"{framework.name} ({scenario}) failed; its log is {runs_dir / 'consumer.log'}") from error
+        finally:
+            _stop(consumer)
+
+
+def _measure_consumer(server: MotoServer, consumer: subprocess.Popen, feed: Feed, runs_dir: Path, messages: int,
+                      fail_every: int, settle_seconds: float) -> dict[str, Any]:
+    """Wait until the consumer polls, then feed it and time, count and check the drain."""
+    _wait_polling(server, consumer)
+    calls_before, cpu_before, started = server.counts(), _tree_cpu_seconds(consumer.pid), time.monotonic()
+    planned = {str(i): 1 + runs.fails_once(str(i), fail_every) for i in range(messages)}
+    sqs = server.endpoints.sqs()
+    _feed(feed, sqs, list(planned))
+    _wait_drained(feed, sqs, runs_dir, sum(planned.values()), consumer)
+    wall_seconds = time.monotonic() - started
+    cpu_seconds = _tree_cpu_seconds(consumer.pid) - cpu_before
+    calls = server.counts() - calls_before
+    time.sleep(settle_seconds)
+    ran = Counter((runs_dir / runs.RUNS_FILE).read_text().split())
+    return {
+        "api_calls_per_message": sum(calls.values()) / messages,
+        "api_calls_by_action": dict(sorted(calls.items())),
+        "cpu_seconds_per_1000_messages": cpu_seconds * 1000 / messages,
+        "wall_seconds_to_drain": wall_seconds,
+        "lost": sum(1 for task_id, times in planned.items() if ran[task_id] < times),
+        "duplicated": sum(1 for task_id, times in planned.items() if ran[task_id] > times) + sum(1 for t in ran if t not in planned),
+        "runs": sum(ran.values()),
+    }
+
+
+def _wait_polling(server: MotoServer, consumer: subprocess.Popen) -> None:
+    """Until the consumer's first ReceiveMessage reaches the server, then a moment for its start-up to settle."""
+    before = server.counts()["ReceiveMessage"]
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while server.counts()["ReceiveMessage"] == before:
+        if consumer.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the consumer never polled within {READY_TIMEOUT_SECONDS} s (exit code {consumer.poll()})")
+        time.sleep(0.1)
+    time.sleep(READY_SETTLE_SECONDS)
+
+
+def _depth(sqs: Any, queue_url: str, names: list[str]) -> int:
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
+    return sum(int(attributes[name]) for name in names)
+
+
+def _feed(feed: Feed, sqs: Any, task_ids: list[str]) -> None:
+    """Send the task ids a chunk at a time, while fewer than DEPTH_LOW messages are visible."""
+    for start in range(0, len(task_ids), SEND_CHUNK):
+        while _depth(sqs, feed.queue_url, ["ApproximateNumberOfMessages"]) >= DEPTH_LOW:
+            time.sleep(POLL_SECONDS)
+        feed.send(task_ids[start : start + SEND_CHUNK])
+
+
+def _wait_drained(feed: Feed, sqs: Any, runs_dir: Path, planned_runs: int, consumer: subprocess.Popen) -> None:
+    """Until every planned run is recorded and the queue holds nothing, visible, in flight or delayed."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"]
+    deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
+    while True:
+        recorded = _count_lines(runs_dir / runs.RUNS_FILE)
+        if recorded >= planned_runs and _depth(sqs, feed.queue_url, names) == 0:  # the depth only then: moto is busy
+            return
+        if consumer.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"not drained: {recorded} of {planned_runs} runs recorded, consumer exit code {consumer.poll()}, "
+                f"limit {DRAIN_TIMEOUT_SECONDS} s"
+            )
+        time.sleep(POLL_SECONDS)
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its live descendants, plus what their reaped children used."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _stop(consumer: subprocess.Popen) -> None:
+    """End the consumer's process group (it and any pool children): SIGTERM, then SIGKILL."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(consumer.pid, signum)
+        except ProcessLookupError:
+            return
+        try:
+            consumer.wait(STOP_TIMEOUT_SECONDS)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _environment(variables: dict[str, str]) -> dict[str, str]:
+    """This process's environment for a child, with the repo's code first and fake credentials."""
+    path = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    return {**os.environ, **CREDENTIALS, "PYTHONPATH": path, **variables}
+
+
+def compare(messages: int = MESSAGES, settle_seconds: float = SETTLE_SECONDS) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run every framework in every scenario on one server; return the flat figures and the per-framework details."""
+    for name, value in CREDENTIALS.items():  # the producers' clients in this process (Dramatiq's takes no keys)
+        os.environ.setdefault(name, value)
+    details: dict[str, Any] = {f.name: {"settings": f.settings, "docs": f.docs, "retry": f.retry} for f in FRAMEWORKS}
+    with MotoServer() as server, tempfile.TemporaryDirectory(prefix="peers-bench-") as workdir:
+        for scenario in SCENARIOS:
+            for framework in FRAMEWORKS:
+                details[framework.name][scenario] = measure(server, framework, scenario, messages, settle_seconds, Path(workdir))
+    return _figures(details), details
+
+
+def _figures(details: dict[str, Any]) -> dict[str, float]:
+    """The flat figures: each framework's measures per scenario, our ratios to the peers, and lost and duplicated in total."""
+    figures: dict[str, float] = {}
+    for scenario in SCENARIOS:
+        measured = {f.name: details[f.name][scenario] for f in FRAMEWORKS}
+        for name, measures in measured.items():
+            figures.update({f"{scenario}_{name}_{key}": round(value, 4) for key, value in measures.items() if key in FIGURE_KEYS})
+        figures.update(_ratios(measured, "" if scenario == "plain" else f"{scenario}_"))
+    figures["lost_total"] = sum(details[f.name][s]["lost"] for f in FRAMEWORKS for s in SCENARIOS)
+    figures["duplicated_total"] = sum(details[f.name][s]["duplicated"] for f in FRAMEWORKS for s in SCENARIOS)
+    return figures
+
+
+def _ratios(measured: dict[str, dict[str, Any]], prefix: str) -> dict[str, float]:
+    """Our SQS requests per message against each peer's, and our CPU per message against the lower of theirs."""
+    calls, cpu = "api_calls_per_message", "cpu_seconds_per_1000_messages"
+    ours = measured[OURS.name]
+    fastest_peer = min(measured[CELERY.name][cpu], measured[DRAMATIQ.name][cpu])
+    return {
+        f"{prefix}api_calls_ratio_vs_celery": round(ours[calls] / measured[CELERY.name][calls], 4),
+        f"{prefix}api_calls_ratio_vs_dramatiq": round(ours[calls] / measured[DRAMATIQ.name][calls], 4),
+        f"{prefix}cpu_per_message_ratio_vs_fastest_peer": round(ours[cpu] / fastest_peer, 4),
+    }
+
+
+def run(messages: int = MESSAGES) -> Path:
+    """Compare the three consumers and write bench/results/peers.json, with each one's settings, docs and retry mechanism."""
+    figures, details = compare(messages)
+    path = results.write("peers", figures, GOALS, "make bench")
+    document = json.loads(path.read_text())
+    document["messages"] = messages
+    document["frameworks"] = details
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    return path
