@@ -3,23 +3,25 @@
 Run with `make bench` (all benchmarks) or `python -m bench peers`; writes bench/results/peers.json.
 
 Setup. One moto server (``bench.peers.server``, its own process) serves two ports: the
-consumers use the counted one, the bench's producer the other. For each framework and
-scenario a fresh queue gets ``messages`` no-op tasks, sent through the framework's own client
-in chunks of ``SEND_CHUNK`` while fewer than ``DEPTH_LOW`` are visible (moto slows as a queue
-deepens), and one consumer process with concurrency 4 and the framework's recommended SQS
-settings (``bench.peers.frameworks``) drains it. Each task appends its id to a file
-(``bench.peers.runs``).
+workers use the counted one, the bench's producer the other. Each framework gets a fresh
+queue and one worker process with concurrency 4 and its recommended SQS settings
+(``bench.peers.frameworks``), which drains one scenario after the other: ``messages`` no-op
+tasks each, sent through the framework's own client in chunks of ``SEND_CHUNK`` while fewer
+than ``DEPTH_LOW`` are visible (moto slows as a queue deepens). Each task appends its id to a
+file (``bench.peers.runs``).
 
 Measures, from the first message sent to the queue being empty with every run recorded:
 - SQS requests per message, counted at the server by action (start-up calls excluded: the
-  window opens once the consumer has polled and settled);
-- CPU seconds per 1,000 messages of the consumer's process tree (psutil: user + system of
+  window opens once the worker has polled and settled);
+- CPU seconds per 1,000 messages of the worker's process tree (psutil: user + system of
   every live process in it, plus what its reaped children used);
 - wall seconds to drain;
 - lost (fewer runs than planned) and duplicated (more) tasks, read from the runs file after
   ``settle_seconds`` more, so a late redelivery would be seen.
 
 The retry scenario fails every 10th task's first run, so each of those must run exactly twice.
+Each framework's retry mechanism on SQS is described in ``bench.peers.frameworks`` and in the
+results ("frameworks" → name → "retry").
 """
 
 from __future__ import annotations
@@ -89,57 +91,69 @@ class MotoServer:
             return Counter(json.loads(response.read()))
 
 
-def measure(server: MotoServer, framework: Framework, scenario: str, messages: int, settle_seconds: float, workdir: Path) -> dict[str, Any]:
-    """Drain ``messages`` tasks with one framework's consumer; return its figures for the scenario."""
-    queue = f"{framework.name}-{scenario}-{uuid.uuid4().hex[:8]}"
+def measure(server: MotoServer, framework: Framework, messages: int, settle_seconds: float, workdir: Path) -> dict[str, Any]:
+    """One framework's worker drains ``messages`` tasks per scenario, one scenario after the other; its figures by scenario."""
+    queue = f"{framework.name}-{uuid.uuid4().hex[:8]}"
     feed = framework.feed(server.endpoints, queue)
     runs_dir = workdir / queue
     runs_dir.mkdir()
-    fail_every = SCENARIOS[scenario]
-    variables = {**feed.environment, runs.RUNS_DIR_VARIABLE: str(runs_dir), runs.FAIL_EVERY_VARIABLE: str(fail_every)}
-    with open(runs_dir / "consumer.log", "wb") as log:
-        consumer = subprocess.Popen(feed.command, cwd=REPO, env=_environment(variables), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+    variables = {**feed.environment, runs.RUNS_DIR_VARIABLE: str(runs_dir)}
+    with open(runs_dir / "worker.log", "wb") as log:
+        worker = subprocess.Popen(feed.command, cwd=REPO, env=_environment(variables), stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
         try:
-            return _measure_consumer(server, consumer, feed, runs_dir, messages, fail_every, settle_seconds)
+            _wait_polling(server, worker)
+            return {
+                scenario: _measure_scenario(server, worker, feed, runs_dir, messages, fail_every, settle_seconds)
+                for scenario, fail_every in SCENARIOS.items()
+            }
         except Exception as error:
-            raise RuntimeError(f"{framework.name} ({scenario}) failed; its log is {runs_dir / 'consumer.log'}") from error
+            raise RuntimeError(f"{framework.name} failed; its log is {runs_dir / 'worker.log'}") from error
         finally:
-            _stop(consumer)
+            _stop(worker)
 
 
-def _measure_consumer(server: MotoServer, consumer: subprocess.Popen, feed: Feed, runs_dir: Path, messages: int,
+def _measure_scenario(server: MotoServer, worker: subprocess.Popen, feed: Feed, runs_dir: Path, messages: int,
                       fail_every: int, settle_seconds: float) -> dict[str, Any]:
-    """Wait until the consumer polls, then feed it and time, count and check the drain."""
-    _wait_polling(server, consumer)
-    calls_before, cpu_before, started = server.counts(), _tree_cpu_seconds(consumer.pid), time.monotonic()
-    planned = {str(i): 1 + runs.fails_once(str(i), fail_every) for i in range(messages)}
+    """Feed the worker one scenario's tasks; time, count and check the drain."""
+    calls_before, cpu_before, started = server.counts(), _tree_cpu_seconds(worker.pid), time.monotonic()
+    planned = {task: 1 + runs.fails_once(task) for task in (runs.task_id(fail_every, n) for n in range(messages))}
     sqs = server.endpoints.sqs()
     _feed(feed, sqs, list(planned))
-    _wait_drained(feed, sqs, runs_dir, sum(planned.values()), consumer)
+    _wait_drained(feed, sqs, runs_dir, fail_every, sum(planned.values()), worker)
     wall_seconds = time.monotonic() - started
-    cpu_seconds = _tree_cpu_seconds(consumer.pid) - cpu_before
+    cpu_seconds = _tree_cpu_seconds(worker.pid) - cpu_before
     calls = server.counts() - calls_before
     time.sleep(settle_seconds)
-    ran = Counter((runs_dir / runs.RUNS_FILE).read_text().split())
+    ran = _runs(runs_dir, fail_every)
     return {
         "api_calls_per_message": sum(calls.values()) / messages,
         "api_calls_by_action": dict(sorted(calls.items())),
         "cpu_seconds_per_1000_messages": cpu_seconds * 1000 / messages,
         "wall_seconds_to_drain": wall_seconds,
-        "lost": sum(1 for task_id, times in planned.items() if ran[task_id] < times),
-        "duplicated": sum(1 for task_id, times in planned.items() if ran[task_id] > times) + sum(1 for t in ran if t not in planned),
+        "lost": sum(1 for task, times in planned.items() if ran[task] < times),
+        "duplicated": sum(1 for task, times in planned.items() if ran[task] > times)
+        + sum(1 for task in ran if task not in planned),
         "runs": sum(ran.values()),
     }
 
 
-def _wait_polling(server: MotoServer, consumer: subprocess.Popen) -> None:
-    """Until the consumer's first ReceiveMessage reaches the server, then a moment for its start-up to settle."""
+def _runs(runs_dir: Path, fail_every: int) -> Counter[str]:
+    """How many times each task of the scenario (its ids start with ``<fail_every>-``) has run so far."""
+    try:
+        lines = (runs_dir / runs.RUNS_FILE).read_text().split()
+    except FileNotFoundError:
+        return Counter()
+    return Counter(line for line in lines if line.startswith(f"{fail_every}-"))
+
+
+def _wait_polling(server: MotoServer, worker: subprocess.Popen) -> None:
+    """Until the worker's first ReceiveMessage reaches the server, then a moment for its start-up to settle."""
     before = server.counts()["ReceiveMessage"]
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while server.counts()["ReceiveMessage"] == before:
-        if consumer.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the consumer never polled within {READY_TIMEOUT_SECONDS} s (exit code {consumer.poll()})")
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the worker never polled within {READY_TIMEOUT_SECONDS} s (exit code {worker.poll()})")
         time.sleep(0.1)
     time.sleep(READY_SETTLE_SECONDS)
 
@@ -157,27 +171,20 @@ def _feed(feed: Feed, sqs: Any, task_ids: list[str]) -> None:
         feed.send(task_ids[start : start + SEND_CHUNK])
 
 
-def _wait_drained(feed: Feed, sqs: Any, runs_dir: Path, planned_runs: int, consumer: subprocess.Popen) -> None:
+def _wait_drained(feed: Feed, sqs: Any, runs_dir: Path, fail_every: int, planned_runs: int, worker: subprocess.Popen) -> None:
     """Until every planned run is recorded and the queue holds nothing, visible, in flight or delayed."""
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"]
     deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
     while True:
-        recorded = _count_lines(runs_dir / runs.RUNS_FILE)
+        recorded = sum(_runs(runs_dir, fail_every).values())
         if recorded >= planned_runs and _depth(sqs, feed.queue_url, names) == 0:  # the depth only then: moto is busy
             return
-        if consumer.poll() is not None or time.monotonic() > deadline:
+        if worker.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(
-                f"not drained: {recorded} of {planned_runs} runs recorded, consumer exit code {consumer.poll()}, "
+                f"not drained: {recorded} of {planned_runs} runs recorded, worker exit code {worker.poll()}, "
                 f"limit {DRAIN_TIMEOUT_SECONDS} s"
             )
         time.sleep(POLL_SECONDS)
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
 
 
 def _tree_cpu_seconds(pid: int) -> float:
@@ -195,15 +202,15 @@ def _tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def _stop(consumer: subprocess.Popen) -> None:
-    """End the consumer's process group (it and any pool children): SIGTERM, then SIGKILL."""
+def _stop(worker: subprocess.Popen) -> None:
+    """End the worker's process group (it and any pool children): SIGTERM, then SIGKILL."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(consumer.pid, signum)
+            os.killpg(worker.pid, signum)
         except ProcessLookupError:
             return
         try:
-            consumer.wait(STOP_TIMEOUT_SECONDS)
+            worker.wait(STOP_TIMEOUT_SECONDS)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -221,9 +228,8 @@ def compare(messages: int = MESSAGES, settle_seconds: float = SETTLE_SECONDS) ->
         os.environ.setdefault(name, value)
     details: dict[str, Any] = {f.name: {"settings": f.settings, "docs": f.docs, "retry": f.retry} for f in FRAMEWORKS}
     with MotoServer() as server, tempfile.TemporaryDirectory(prefix="peers-bench-") as workdir:
-        for scenario in SCENARIOS:
-            for framework in FRAMEWORKS:
-                details[framework.name][scenario] = measure(server, framework, scenario, messages, settle_seconds, Path(workdir))
+        for framework in FRAMEWORKS:
+            details[framework.name].update(measure(server, framework, messages, settle_seconds, Path(workdir)))
     return _figures(details), details
 
 
@@ -253,7 +259,7 @@ def _ratios(measured: dict[str, dict[str, Any]], prefix: str) -> dict[str, float
 
 
 def run(messages: int = MESSAGES) -> Path:
-    """Compare the three consumers and write bench/results/peers.json, with each one's settings, docs and retry mechanism."""
+    """Compare the three workers and write bench/results/peers.json, with each one's settings, docs and retry mechanism."""
     figures, details = compare(messages)
     path = results.write("peers", figures, GOALS, "make bench")
     document = json.loads(path.read_text())

@@ -1,8 +1,8 @@
-"""The three consumers side by side: how each is started, fed and configured, and how each retries on SQS.
+"""The three workers side by side: how each is started, fed and configured, and how each retries on SQS.
 
 Each framework gets its own queue per scenario on the one moto server. Its producer talks
 to the server's uncounted port, through the framework's own client, so every message has the
-framework's real wire format; its consumer process talks to the counted port.
+framework's real wire format; its worker process talks to the counted port.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "
 
 @dataclass(frozen=True)
 class Endpoints:
-    """The moto server's two ports as ``host:port``: consumers use ``counted``, producers ``producer``."""
+    """The moto server's two ports as ``host:port``: worker processes use ``counted``, producers ``producer``."""
 
     counted: str
     producer: str
@@ -35,7 +35,7 @@ class Endpoints:
 
 @dataclass
 class Feed:
-    """One framework's queue for one scenario: how to send task ids to it, and its consumer's command line."""
+    """One framework's queue for one scenario: how to send task ids to it, and its worker process's command line."""
 
     queue_url: str  # on the producer's port, for depth checks
     send: Callable[[list[str]], None]
@@ -45,7 +45,7 @@ class Feed:
 
 @dataclass(frozen=True)
 class Framework:
-    """A consumer under test: its settings as run (named in the results), their sources, and its retry mechanism."""
+    """A worker under test: its settings as run (named in the results), their sources, and its retry mechanism."""
 
     name: str
     settings: dict[str, Any]

@@ -1,4 +1,4 @@
-"""One moto server on two ports: consumers talk to the counted port, the bench's producer to the other.
+"""One moto server on two ports: worker processes talk to the counted port, the bench's producer to the other.
 
 Both ports serve the same in-process moto backends, so a message sent on one is received on
 the other. Requests to the counted port are tallied by SQS action, read from the JSON

@@ -392,7 +392,7 @@ class _Deletions:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._waiting or self._stopping)
-                self._changed.wait_for(lambda: len(self._waiting) >= full or self._stopping, timeout=self._linger_seconds)
+                self._changed.wait_for(lambda: len(self._waiting) >= full or self._stopping, self._linger_seconds)
                 batch, self._waiting = self._waiting[:full], self._waiting[full:]
                 done = self._stopping and not self._waiting
             if batch:
@@ -410,7 +410,10 @@ class _Deletions:
         if failed:
             logger.error(
                 "succeeded messages were not deleted: they will run again when they return",
-                extra={"message_ids": [batch[int(f["Id"])]["MessageId"] for f in failed], "codes": sorted({f.get("Code", "") for f in failed})},
+                extra={
+                    "message_ids": [batch[int(f["Id"])]["MessageId"] for f in failed],
+                    "codes": sorted({f.get("Code", "") for f in failed}),
+                },
             )
 
 
