@@ -56,6 +56,15 @@ STOP_TIMEOUT_SECONDS = 2.0
 POLL_SECONDS = 0.1  # the bench's own checks of depth and runs: each is a request the one moto process must serve
 SCENARIOS = {"plain": 0, "retry": FAIL_EVERY}
 FIGURE_KEYS = ("api_calls_per_message", "cpu_seconds_per_1000_messages", "wall_seconds_to_drain", "lost", "duplicated")
+METHOD = {
+    "api_calls": "requests on the moto server's counted port by SQS action (X-Amz-Target or Action), from the "
+                 "first message sent to the drain; the producer uses another port; start-up calls excluded",
+    "cpu": "user + system seconds of the worker's process tree (psutil: every live process, plus reaped children)",
+    "lost_duplicated": "tasks append their id to a file; a task planned once (twice if it fails once) that ran "
+                       "fewer times is lost, more times duplicated",
+    "moto": "actions other than ReceiveMessage are serialized: moto's delete_message is not thread-safe",
+    "concurrency": 4,
+}
 GOALS = {
     "api_calls_ratio_vs_celery": ("<=", 0.3),
     "api_calls_ratio_vs_dramatiq": ("<=", 0.5),
@@ -264,6 +273,7 @@ def run(messages: int = MESSAGES) -> Path:
     path = results.write("peers", figures, GOALS, "make bench")
     document = json.loads(path.read_text())
     document["messages"] = messages
+    document["method"] = METHOD
     document["frameworks"] = details
     path.write_text(json.dumps(document, indent=2) + "\n")
     return path

@@ -369,6 +369,7 @@ class _Deletions:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start the thread that sends the deletes."""
         self._thread = threading.Thread(target=self._run, name="worker-tier-deletions", daemon=True)
         self._thread.start()
 
