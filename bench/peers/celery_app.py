@@ -23,7 +23,7 @@ from typing import Any
 
 from celery import Celery
 
-from bench.peers.runs import FirstRunFailure, record
+from bench.peers.runs import FirstRunFailedError, record
 
 TASK_NAME = "peers.noop"
 POLLING_INTERVAL_SECONDS = 0.1  # see the module docstring
@@ -55,7 +55,7 @@ def new_app(endpoint: str, queue: str) -> Celery:
     app = Celery("peers", broker=f"sqs://bench:bench@{endpoint}")
     app.conf.update(settings(queue))
 
-    @app.task(name=TASK_NAME, autoretry_for=(FirstRunFailure,), default_retry_delay=RETRY_DELAY_SECONDS, max_retries=3)
+    @app.task(name=TASK_NAME, autoretry_for=(FirstRunFailedError,), default_retry_delay=RETRY_DELAY_SECONDS, max_retries=3)
     def noop(task_id: str) -> None:
         record(task_id)
 

@@ -13,7 +13,6 @@ The bench shortens the retry backoff to 1 s (Dramatiq's default minimum is 15 s)
 
 from __future__ import annotations
 
-import os
 
 import dramatiq
 from dramatiq_sqs import SQSBroker

@@ -135,7 +135,7 @@ CELERY = Framework(
     name="celery",
     settings={"pool": "prefork", "concurrency": CONCURRENCY, **celery_app.settings("<queue>"),
               "worker_flags": "--without-gossip --without-mingle --without-heartbeat",
-              "retry": f"autoretry_for=(FirstRunFailure,), default_retry_delay={celery_app.RETRY_DELAY_SECONDS}"},
+              "retry": f"autoretry_for=(FirstRunFailedError,), default_retry_delay={celery_app.RETRY_DELAY_SECONDS}"},
     docs=[
         "https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/sqs.html",
         "https://docs.celeryq.dev/en/stable/userguide/optimizing.html#prefetch-limits",

@@ -8,5 +8,5 @@ PATH = "/peers-noop"
 
 @task(PATH)
 def noop(t: Task) -> None:
-    """Records its run; a raised FirstRunFailure is retried by a visibility change."""
+    """Records its run; a raised FirstRunFailedError is retried by a visibility change."""
     record(t.body)

@@ -18,7 +18,7 @@ RUNS_DIR_VARIABLE = "PEERS_BENCH_RUNS_DIR"  # set by the bench in each worker's 
 RUNS_FILE = "runs"
 
 
-class FirstRunFailure(Exception):
+class FirstRunFailedError(Exception):
     """The planned failure of a task's first run; its retry succeeds."""
 
 
@@ -34,7 +34,7 @@ def fails_once(task: str) -> bool:
 
 
 def record(task: str) -> None:
-    """Note one run of the task with this id; raise FirstRunFailure if it is planned to fail and has not yet."""
+    """Note one run of the task with this id; raise FirstRunFailedError if it is planned to fail and has not yet."""
     directory = Path(os.environ[RUNS_DIR_VARIABLE])
     descriptor = os.open(directory / RUNS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -47,4 +47,4 @@ def record(task: str) -> None:
         os.close(os.open(directory / f"failed-{task}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     except FileExistsError:
         return
-    raise FirstRunFailure(f"task {task} fails its first run, as planned by its id (<fail_every>-<n>)")
+    raise FirstRunFailedError(f"task {task} fails its first run, as planned by its id (<fail_every>-<n>)")
