@@ -32,7 +32,7 @@ __all__ = ["Client", "OutgoingMessage", "SendResult", "due_in_seconds"]
 _log = logging.getLogger(__name__)
 
 # The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
-DUE_AT_ATTRIBUTE_BYTES = len(message.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
+DUE_AT_ATTRIBUTE_BYTES = len(contract.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
 QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
 # A send whose answer was lost (read timeout, closed connection, 5xx): SQS may or may not have the message.
 OUTCOME_UNKNOWN_CODE = "SendOutcomeUnknown"
@@ -242,7 +242,7 @@ class Client:
         """A message for the delay table, checked against what the table and the dispatch can carry."""
         self._check_delay_table_use(outgoing, math.ceil(seconds), len(attributes))
         maximum, failure = queue_limit()
-        what = f"with {message.DUE_AT_ATTRIBUTE} (added at dispatch)"
+        what = f"with {contract.DUE_AT_ATTRIBUTE} (added at dispatch)"
         size = checks.checked_size(body, attributes, maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
         message_id = delay.new_message_id(outgoing.dedupe_key)
         delayed = DelayedMessage(
@@ -277,7 +277,7 @@ class Client:
         if attribute_count > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
             raise MessageError(
                 f"a delayed message may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
-                f"(the path and {message.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
+                f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
                 f"got {attribute_count - 1}"
             )
 
@@ -425,19 +425,19 @@ def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
     clock ran ahead (DelaySeconds comes from that clock); MessageError when there is no attribute left for it."""
     if len(attributes) > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
         raise MessageError(
-            f"a message sent with at= carries {message.DUE_AT_ATTRIBUTE}, so it is never delivered early whatever this "
+            f"a message sent with at= carries {contract.DUE_AT_ATTRIBUTE}, so it is never delivered early whatever this "
             f"clock says: it may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
-            f"(the path and {message.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
+            f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
             f"got {len(attributes) - 1}"
         )
-    return {**attributes, message.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
+    return {**attributes, contract.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
 
 
 def _limit_unknown_reason(size: int, failure: str) -> str:
     """The retryable error of a delayed message too big to store while the queue's maximum is unknown."""
     return (
         f"could not read the queue's MaximumMessageSize ({failure}); this delayed message is {size} bytes with "
-        f"{message.DUE_AT_ATTRIBUTE}, over the {limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES} bytes any queue takes, "
+        f"{contract.DUE_AT_ATTRIBUTE}, over the {limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES} bytes any queue takes, "
         "so it was not stored: retry"
     )
 

@@ -22,6 +22,12 @@ It receives no more messages than it has free threads, so none waits hidden behi
 long task (but for the earlier messages of its own FIFO group), and the Worker counts
 SQS's 12 hours from each message's real receive.
 Its metrics are printed (EMF) after each message and before it exits.
+
+A succeeded message is deleted in a DeleteMessageBatch of up to 10, sent once 10 are
+waiting or the first has waited ``DELETE_LINGER_SECONDS`` (``_Deletions``), and always
+before the process exits. Meanwhile it stays hidden: its last extension leaves at least the
+heartbeat's margin. A delete that fails is logged, and the message runs again when it
+returns, as it would after a failed single delete.
 """
 
 from __future__ import annotations
@@ -114,6 +120,7 @@ class Consumer:
         exit_process: Callable[[int], None] = exit_now,
         stop_timeout_seconds: float = limits.ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        delete_linger_seconds: float | None = None,
     ) -> None:
         self.worker = worker
         self.sqs = sqs
@@ -133,6 +140,8 @@ class Consumer:
         self._lock = threading.Lock()
         self._receive_failures = 0
         self._fatal: QueueConfigurationError | None = None
+        linger = DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
+        self._deletions = _Deletions(sqs, queue_url, linger)
 
     def run(self) -> None:
         """Consume until ``stopping`` is set, then drain within the grace period (counted from the stop).
@@ -142,6 +151,7 @@ class Consumer:
         from ReceiveMessage stops consuming the same way; ``QueueConfigurationError`` is raised after the drain.
         """
         self.heartbeat.start()
+        self._deletions.start()
         self.protection.start(lambda: self._in_flight() > 0)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
         try:
@@ -157,19 +167,25 @@ class Consumer:
     def _consume(self, pool: ThreadPoolExecutor) -> None:
         """Receive while there are free threads, until stopping."""
         while not self.stopping.is_set():
+            self._gather()
             if self._in_flight() >= self.concurrency:
-                with self._lock:
-                    running = list(self._pending)
-                wait(running, timeout=1, return_when="FIRST_COMPLETED")
                 continue
             self._receive_into(pool)
             self.protection.hold(self._in_flight() > 0)
+
+    def _gather(self) -> None:
+        """Give running tasks up to RECEIVE_GATHER_SECONDS to end, so that one receive fills every thread they free."""
+        with self._lock:
+            running = list(self._pending)
+        if running:
+            wait(running, timeout=RECEIVE_GATHER_SECONDS)
 
     def _finish(self, pool: ThreadPoolExecutor) -> None:
         """Drain; exit with the messages still running held, or stop the heartbeat and protection."""
         self.stopping.set()
         observability.flush()
         still_running = self._drain(pool)
+        self._deletions.stop()  # before any exit: the finished messages' deletes go out first
         self.protection.stop()
         if still_running:
             self._abandon(still_running)
@@ -276,7 +292,7 @@ class Consumer:
             observability.flush()
         if response["batchItemFailures"]:
             return False
-        self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        self._deletions.add(message)
         return True
 
     def _done(self, future: Future[None]) -> None:
@@ -331,6 +347,75 @@ class Consumer:
             logger.info("released messages", extra={"count": len(messages), "reason": why})
             change_visibility(
                 self.sqs, self.queue_url, [VisibilityChange(m["MessageId"], m["ReceiptHandle"], 0) for m in messages]
+            )
+
+
+# Before each receive, running tasks get at most this long to end: short tasks are then received in one poll
+# for every thread rather than a poll per thread freed, and a long task's freed thread waits at most this long.
+RECEIVE_GATHER_SECONDS = 0.5
+# A succeeded message waits at most this long for its DeleteMessageBatch to fill up to 10 entries.
+DELETE_LINGER_SECONDS = 0.5
+
+
+class _Deletions:
+    """Deletes succeeded messages on a background thread, in DeleteMessageBatch calls of up to 10."""
+
+    def __init__(self, sqs: Any, queue_url: str, linger_seconds: float = DELETE_LINGER_SECONDS) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._linger_seconds = linger_seconds
+        self._waiting: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread that sends the deletes."""
+        self._thread = threading.Thread(target=self._run, name="worker-tier-deletions", daemon=True)
+        self._thread.start()
+
+    def add(self, message: dict[str, Any]) -> None:
+        """Queue a succeeded message for deletion."""
+        with self._changed:
+            self._waiting.append(message)
+            self._changed.notify()
+
+    def stop(self) -> None:
+        """Send every delete still waiting, then end the thread."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        """Send a batch when 10 wait or the first has lingered; after stop, whatever is left."""
+        full = limits.SQS_MAX_BATCH_ENTRIES
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._waiting or self._stopping)
+                self._changed.wait_for(lambda: len(self._waiting) >= full or self._stopping, self._linger_seconds)
+                batch, self._waiting = self._waiting[:full], self._waiting[full:]
+                done = self._stopping and not self._waiting
+            if batch:
+                self._delete(batch)
+            if done:
+                return
+
+    def _delete(self, batch: list[dict[str, Any]]) -> None:
+        """One DeleteMessageBatch; what it could not delete is logged and returns to the queue for another run."""
+        entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)]
+        try:
+            failed = self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries).get("Failed") or []
+        except Exception as error:  # any AWS or network error: the messages return when their visibility ends
+            failed = [{"Id": e["Id"], "Code": error_code(error) or type(error).__name__} for e in entries]
+        if failed:
+            logger.error(
+                "succeeded messages were not deleted: they will run again when they return",
+                extra={
+                    "message_ids": [batch[int(f["Id"])]["MessageId"] for f in failed],
+                    "codes": sorted({f.get("Code", "") for f in failed}),
+                },
             )
 
 

@@ -80,7 +80,8 @@ class Resources:
         """The variable that carries one field, e.g. ``"queue_url"`` -> ``WORKER_TIER_QUEUE_URL``."""
         for field in dataclasses.fields(cls):
             if field.name == field_name:
-                return field.metadata["variable"]
+                variable: str = field.metadata["variable"]
+                return variable
         raise SettingsError(f"{field_name!r} is not a Resources field; the fields are: {', '.join(RESOURCE_FIELDS)}")
 
     @classmethod

@@ -23,7 +23,7 @@ import json
 from datetime import datetime
 from typing import Any, Mapping
 
-from worker_tier import limits, message
+from worker_tier import contract, limits, message
 from worker_tier.errors import WorkerTierError
 
 # The reason record's "note": what a reader of the DLQ finds next to it.
@@ -74,7 +74,7 @@ def fit_reason(
     if message.message_bytes(body, attributes) <= max_message_bytes:
         return attributes
     # Keep the body whole: shed the non-routing attributes, and name them in the reason.
-    routing_only = {k: v for k, v in original.items() if k in message.ROUTING_ATTRIBUTES}
+    routing_only = {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES}
     shed = [k for k in original if k not in routing_only]
     reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *shed]}
     attributes = message.dead_letter_attributes(routing_only, reason)

@@ -47,15 +47,25 @@ from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
 from worker_tier.aws import error_code
-from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as BUCKET_KEY_PREFIX  # noqa: F401 - the key layout is the contract's
-from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_PREFIX  # noqa: F401 - importable from here too
-from worker_tier.contract import DELAY_PARTITION_KEY as PK
-from worker_tier.contract import DELAY_SORT_KEY as SK
-from worker_tier.contract import DELAY_TTL_ATTRIBUTE as TTL_ATTRIBUTE
+from worker_tier.contract import (
+    DELAY_BUCKET_KEY_PREFIX,
+    DELAY_DEDUPE_KEY_PREFIX,
+    DELAY_PARTITION_KEY,
+    DELAY_SORT_KEY,
+    DELAY_TTL_ATTRIBUTE,
+    DUE_AT_ATTRIBUTE,
+)
 from worker_tier.errors import WorkerTierError
-from worker_tier.message import DUE_AT_ATTRIBUTE, format_due_at
+from worker_tier.message import format_due_at
 from worker_tier.retry import BATCH_ENTRIES, chunks
 from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
+
+# The key layout is the contract's; these names stay importable from here.
+PK = DELAY_PARTITION_KEY
+SK = DELAY_SORT_KEY
+TTL_ATTRIBUTE = DELAY_TTL_ATTRIBUTE
+BUCKET_KEY_PREFIX = DELAY_BUCKET_KEY_PREFIX
+DEDUPE_PREFIX = DELAY_DEDUPE_KEY_PREFIX
 
 BUCKET_SECONDS = 60
 DEFAULT_SHARDS = DEFAULT_DELAY_SHARDS

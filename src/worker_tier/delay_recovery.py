@@ -74,8 +74,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from worker_tier import contract, delay, delivery, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
 from worker_tier.delay import DelayedMessage
+from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.errors import WorkerTierError
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier.retry import BATCH_ENTRIES, chunks
 from worker_tier.dispatcher import (
     FINISHED_MS_ATTRIBUTE,
@@ -91,7 +91,7 @@ SKIP, SEND, REFILE, AHEAD = "skip", "send", "refile", "ahead"  # an INSERT's fat
 # A TTL deletion is made by DynamoDB itself:
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-streams.html
 TTL_PRINCIPAL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-MESSAGE_KEY_PREFIX = delay.BUCKET_KEY_PREFIX
+MESSAGE_KEY_PREFIX = contract.DELAY_BUCKET_KEY_PREFIX
 # ApproximateCreationDateTime is whole seconds; the scheduler's clock may be off by half the skew budget.
 STREAM_TIME_RESOLUTION_SECONDS = 1
 # The scheduler's Query is eventually consistent: a write may be missing from it for a while after it
@@ -235,14 +235,14 @@ def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
     try:
         kind: Any = record.get("eventName")  # INSERT or REMOVE once _concerns_safety_net passes
         change = record["dynamodb"]
-        pk = change["Keys"][delay.PK]["S"]
+        pk = change["Keys"][contract.DELAY_PARTITION_KEY]["S"]
         if not pk.startswith(MESSAGE_KEY_PREFIX) or not _concerns_safety_net(kind, record.get("userIdentity")):
             return None
         image = change["NewImage"] if kind == INSERT else change["OldImage"]
         parsed = delay.parse_bucket_key(pk)
         if parsed is None:
             raise ValueError(f"pk {pk!r} names no minute and shard ({MESSAGE_KEY_PREFIX}<minute>#<shard>, whole numbers)")
-        return StreamEvent(kind, delay.read_item(image), *parsed, change["Keys"][delay.SK]["S"],
+        return StreamEvent(kind, delay.read_item(image), *parsed, change["Keys"][contract.DELAY_SORT_KEY]["S"],
                            float(change["ApproximateCreationDateTime"]), delay.is_scheduled_key(pk), image,
                            _table_of(record.get("eventSourceARN")))
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
@@ -418,7 +418,7 @@ class DelayRecovery:
         table = self.delay_table or event.table
         if not table:  # a wiring fault: say so with the item, rather than send it early or drop it
             text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
-            error = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} where the "
+            error = StreamRecordError(f"cannot move item {event.item[contract.DELAY_PARTITION_KEY]['S']!r} / {event.sort_key!r} where the "
                                       f"scheduler reads it: no delay table given ({contract.DELAY_TABLE_VARIABLE}) and the record "
                                       "has no eventSourceARN", text)
             self._dead_letter(_Action(action.position, body=text, error=error, message_id=event.message.message_id,
@@ -430,7 +430,7 @@ class DelayRecovery:
             if not delivery.is_permanent_write_error(error):  # transient, or access: Lambda retries from this record
                 raise _StoppedError(action.position) from error
             text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
-            refused = StreamRecordError(f"cannot move item {event.item[delay.PK]['S']!r} / {event.sort_key!r} into minute "
+            refused = StreamRecordError(f"cannot move item {event.item[contract.DELAY_PARTITION_KEY]['S']!r} / {event.sort_key!r} into minute "
                                         f"{event.message.bucket}, where the scheduler reads it: DynamoDB refused the copy "
                                         f"({error}); the item stays where it is", text)
             self._dead_letter(_Action(action.position, body=text, error=refused, message_id=event.message.message_id,
@@ -505,8 +505,8 @@ def _refused(action: _Action, refusal: str) -> _Action:
     assert delayed is not None
     error = SendRefusedError(f"the work queue refused delayed message {delayed.message_id} (due {delayed.due_ms} ms) "
                              f"when the safety net sent it: {refusal}")
-    kept = (f"kept in the delay table under {delay.PK} {delayed.key[delay.PK]['S']!r} and {delay.SK} "
-            f"{delayed.key[delay.SK]['S']!r} until its TTL" if action.counter == "late_writes" else "already deleted by the TTL")
+    kept = (f"kept in the delay table under {contract.DELAY_PARTITION_KEY} {delayed.key[contract.DELAY_PARTITION_KEY]['S']!r} and {contract.DELAY_SORT_KEY} "
+            f"{delayed.key[contract.DELAY_SORT_KEY]['S']!r} until its TTL" if action.counter == "late_writes" else "already deleted by the TTL")
     return _Action(action.position, body=delayed.body, attributes=delay.with_due_at(delayed), error=error,
                    message_id=delayed.message_id, kept=kept)
 
@@ -516,11 +516,11 @@ def _pointer(action: _Action, reason: dict[str, Any], refusal: str) -> dict[str,
     reason = {**reason, "copy_refused": f"the dead-letter queue refused the full copy ({refusal}); the item is {action.kept}"}
     head = action.body.encode("utf-8")[:MAX_DEAD_LETTER_BODY_HEAD_BYTES].decode("utf-8", "ignore")
     body = {"message_id": action.message_id, "reason": reason, "body_head": head}
-    routing, _ = delivery.acceptable_attributes({k: v for k, v in action.attributes.items() if k == message.PATH_ATTRIBUTE})
+    routing, _ = delivery.acceptable_attributes({k: v for k, v in action.attributes.items() if k == contract.PATH_ATTRIBUTE})
     return {"MessageBody": json.dumps(body, ensure_ascii=True), "MessageAttributes": message.dead_letter_attributes(routing, reason)}
 
 
 def _path(attributes: Mapping[str, Any]) -> str:
     """The message's route, for the reason."""
-    value = attributes.get(message.PATH_ATTRIBUTE)
+    value = attributes.get(contract.PATH_ATTRIBUTE)
     return str(value.get("StringValue") or "") if isinstance(value, Mapping) else ""

@@ -23,12 +23,13 @@ from typing import Any, Callable, Mapping
 
 from botocore.exceptions import ParamValidationError
 
-from worker_tier import delay, limits, sqs_rules
+from worker_tier import contract, delay, limits, sqs_rules
 from worker_tier.aws import error_code
 from worker_tier.delay import DelayedMessage, UnreadableItemError
+from worker_tier.contract import PATH_ATTRIBUTE
 from worker_tier.errors import WorkerTierError
+from worker_tier.message import dead_letter_attributes, failure_reason
 from worker_tier.retry import BATCH_ENTRIES
-from worker_tier.message import PATH_ATTRIBUTE, dead_letter_attributes, failure_reason
 
 # SQS errors that refuse a whole SendMessageBatch call because of what a message holds (botocore may
 # prefix them "AWS.SimpleQueueService."). Any other raised error (throttling, access, a missing queue) is
@@ -144,14 +145,14 @@ def refile(dynamodb: Any, table: str, item: Mapping[str, Any], bucket: int, shar
     safety net ignores; the copy's INSERT reaches it like any write.
     """
     pk = delay.bucket_key(bucket, shard % delay.MAX_SHARDS)
-    copy = {**item, delay.PK: {"S": pk}}
+    copy = {**item, contract.DELAY_PARTITION_KEY: {"S": pk}}
     due_s = int(item["due_ms"]["N"]) // 1000 if "due_ms" in item else None
     if due_s is not None:  # the copy keeps its TTL at least as long after its due time as the producer's
-        expiration = max(int((item.get(delay.TTL_ATTRIBUTE) or {}).get("N", 0)), due_s + delay.DISPATCHED_RETENTION_SECONDS)
-        copy[delay.TTL_ATTRIBUTE] = {"N": str(expiration)}
+        expiration = max(int((item.get(contract.DELAY_TTL_ATTRIBUTE) or {}).get("N", 0)), due_s + delay.DISPATCHED_RETENTION_SECONDS)
+        copy[contract.DELAY_TTL_ATTRIBUTE] = {"N": str(expiration)}
     dynamodb.put_item(TableName=table, Item=copy)
-    if item[delay.PK]["S"] != pk:
-        dynamodb.delete_item(TableName=table, Key={delay.PK: item[delay.PK], delay.SK: item[delay.SK]})
+    if item[contract.DELAY_PARTITION_KEY]["S"] != pk:
+        dynamodb.delete_item(TableName=table, Key={contract.DELAY_PARTITION_KEY: item[contract.DELAY_PARTITION_KEY], contract.DELAY_SORT_KEY: item[contract.DELAY_SORT_KEY]})
     return pk
 
 
@@ -213,12 +214,12 @@ class Delivery:
 
         Raises DispatchIncompleteError when the DLQ does not take it.
         """
-        pk, sk = item[delay.PK]["S"], item[delay.SK]["S"]
+        pk, sk = item[contract.DELAY_PARTITION_KEY]["S"], item[contract.DELAY_SORT_KEY]["S"]
         reason = self._reason(UnreadableItemError(
             f"delay-table item {pk} / {sk} is not a delayed message ({problem}); it is kept in delay table "
-            f"{self.delay_table} until its TTL ({delay.TTL_ATTRIBUTE})"
+            f"{self.delay_table} until its TTL ({contract.DELAY_TTL_ATTRIBUTE})"
         ), "")
-        body = {"delay_table": self.delay_table, delay.PK: pk, delay.SK: sk, "reason": reason,
+        body = {"delay_table": self.delay_table, contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: sk, "reason": reason,
                 "item_head": json.dumps(item, default=repr)[:POINTER_BODY_HEAD_BYTES]}
         entry = {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes({}, reason)}
         sent = self.deliver(self.dead_letter_queue_url, [entry])
@@ -237,13 +238,13 @@ class Delivery:
         reason = {
             **reason,
             "copy_refused": f"the dead-letter queue refused the full copy ({copy_refusal}); the message is kept in "
-            f"delay table {self.delay_table} under this pk and sk until its TTL ({delay.TTL_ATTRIBUTE})",
+            f"delay table {self.delay_table} under this pk and sk until its TTL ({contract.DELAY_TTL_ATTRIBUTE})",
         }
         key = message.key
         body = {
             "delay_table": self.delay_table,
-            delay.PK: key[delay.PK]["S"],
-            delay.SK: key[delay.SK]["S"],
+            contract.DELAY_PARTITION_KEY: key[contract.DELAY_PARTITION_KEY]["S"],
+            contract.DELAY_SORT_KEY: key[contract.DELAY_SORT_KEY]["S"],
             "message_id": message.message_id,
             "reason": reason,
             "body_head": message.body.encode("utf-8", "replace")[:POINTER_BODY_HEAD_BYTES].decode("utf-8", "ignore"),

@@ -56,10 +56,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from worker_tier import delay, delivery, limits
+from worker_tier import contract, delay, delivery, limits
 from worker_tier.aws import AwsService, LazyClient, error_code, is_condition_failure, new_client
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY, STATE_TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.delivery import (  # noqa: F401 (the errors: part of this module's API)
     DispatchIncompleteError,
     DispatchRefusedError,
@@ -271,12 +271,12 @@ class DelayDispatcher:
             "Limit": QUERY_PAGE_ITEMS,
         }
         if after is not None:
-            request["ExclusiveStartKey"] = {delay.PK: pk, delay.SK: {"S": after}}
+            request["ExclusiveStartKey"] = {contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: {"S": after}}
         if bucket in self._refiled_buckets:
             request["ConsistentRead"] = True
         page = self._with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")
-        result = _Page(shard, [], [], next_key[delay.SK]["S"] if next_key else None)
+        result = _Page(shard, [], [], next_key[contract.DELAY_SORT_KEY]["S"] if next_key else None)
         for item in page.get("Items") or []:
             message: DelayedMessage | None = None  # stays None when set aside
             try:
@@ -289,7 +289,7 @@ class DelayDispatcher:
                 else:  # due in this minute, or before it (then it is late: sent at once)
                     result.messages.append(read)
                     message = read
-            result.stored.append((item[delay.SK]["S"], message))
+            result.stored.append((item[contract.DELAY_SORT_KEY]["S"], message))
         return result
 
     def _refile(self, item: dict[str, Any], message: DelayedMessage) -> bool:
@@ -505,14 +505,14 @@ class _MinuteDispatch:
                     self.report.refiled += 1
                 else:
                     self.report.dead_lettered += 1
-                self.set_aside.add((page.shard, item[delay.SK]["S"]))
+                self.set_aside.add((page.shard, item[contract.DELAY_SORT_KEY]["S"]))
         for page, (item, problem) in [(p, pair) for p in pages for pair in p.unreadable]:
             if self.scheduler._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 self._save_cursors(pages, [])
                 return False
             self.scheduler.delivery.dead_letter_unreadable(item, problem)
-            self.set_aside.add((page.shard, item[delay.SK]["S"]))
+            self.set_aside.add((page.shard, item[contract.DELAY_SORT_KEY]["S"]))
             self.report.dead_lettered += 1
         return True
 
@@ -654,7 +654,7 @@ def parse_watermark(item: dict[str, Any]) -> tuple[int, dict[int, str]]:
 
 def _scheduled_minute(item: dict[str, Any]) -> int:
     """The minute of a key the scheduler reads; a big number for any other key, so a minimum ignores it."""
-    pk = item.get(delay.PK, {}).get("S", "")
+    pk = item.get(contract.DELAY_PARTITION_KEY, {}).get("S", "")
     parsed = delay.parse_bucket_key(pk) if isinstance(pk, str) and delay.is_scheduled_key(pk) else None
     return parsed[0] if parsed else delay.MAX_DUE_MS
 

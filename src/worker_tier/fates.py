@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from worker_tier import backoff, contract, limits, message, observability
 from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
 from worker_tier.errors import NonRetryableError, RetryLater, WorkerTierError
-from worker_tier.idempotency import LeaseContext
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import Settings
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from worker_tier.aws import LazyClient
     from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
+    from worker_tier.idempotency import LeaseContext
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_RETRYING = "retrying"
@@ -89,9 +89,6 @@ class _Invocation:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
         self.remaining_ms: Callable[[], int] | None = getattr(self.context, "get_remaining_time_in_millis", None)
 
-    def time_is_short(self) -> bool:
-        return self.remaining_ms is not None and self.remaining_ms() < self.margin_ms
-
     def set_visibility(self, record: Mapping[str, Any], seconds: int, key: str | None = None) -> None:
         key = key or record["messageId"]
         if self.heartbeat is not None:  # its visibility is now set on purpose: stop extending it
@@ -120,7 +117,7 @@ class Fates:
     def _lease_lost(self, task: Task, invocation: _Invocation) -> LeaseLostError:
         """A task whose message the heartbeat lost is not started: the error to report it failed with, its visibility left alone."""
         invocation.left_alone.add(task.message_id)
-        invocation.metrics.count(observability.METRIC_LEASE_LOST_BEFORE_START)
+        invocation.metrics.count(contract.METRIC_LEASE_LOST_BEFORE_START)
         logger.warning("message's lease was lost before its task started: not run, left to its new holder")
         return LeaseLostError(f"message {task.message_id} lost its lease before its task started")
 
@@ -162,7 +159,7 @@ class Fates:
             return False
         wait = min(wait, self._longest_visibility(invocation))
         invocation.set_visibility(record, wait)
-        invocation.metrics.count(observability.METRIC_HELD_BACK)
+        invocation.metrics.count(contract.METRIC_HELD_BACK)
         logger.info("message not due yet: held back", extra={"due_at": str(due_at), "back_in_seconds": wait})
         self._emit(OUTCOME_HELD_BACK, task, f"due at {due_at}", wait)
         return True
@@ -186,15 +183,15 @@ class Fates:
         if delay > longest:
             if self._reschedule(record, task, invocation, delay, error):
                 return False
-            invocation.metrics.count(observability.METRIC_RETRY_DELAY_SHORTENED)
+            invocation.metrics.count(contract.METRIC_RETRY_DELAY_SHORTENED)
             logger.warning(
                 "retry delay beyond SQS's visibility limit: shortened to it",
                 extra={"wanted_seconds": delay, "retry_in_seconds": longest},
             )
             delay = longest
         invocation.set_visibility(record, delay)
-        invocation.metrics.count(observability.METRIC_FAILED)
-        invocation.metrics.count(observability.METRIC_RETRIED)
+        invocation.metrics.count(contract.METRIC_FAILED)
+        invocation.metrics.count(contract.METRIC_RETRIED)
         logger.warning("task failed; retrying", extra={"error": safe_repr(error), "retry_in_seconds": delay})
         self._emit(OUTCOME_RETRYING, task, _describe(error), delay)
         return True
@@ -208,7 +205,7 @@ class Fates:
         from worker_tier.client import OutgoingMessage
 
         attributes, internal = message.copy_attributes(record)
-        internal[message.ATTEMPTS_ATTRIBUTE] = str(task.receive_count)
+        internal[contract.ATTEMPTS_ATTRIBUTE] = str(task.receive_count)
         copy = OutgoingMessage(task.path, task.body, delay=delay, attributes=attributes)
         try:
             [result] = self._client(record).send_batch([copy], _internal_attributes={0: internal})
@@ -218,7 +215,7 @@ class Fates:
         if problem is not None:
             logger.warning("retry could not be re-sent through the delay table", extra={"error": problem})
             return False
-        invocation.metrics.count(observability.METRIC_RESCHEDULED)
+        invocation.metrics.count(contract.METRIC_RESCHEDULED)
         logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
         self._emit(OUTCOME_RESCHEDULED, task, _describe(error), delay)
         return True
@@ -250,11 +247,11 @@ class Fates:
             logger.error(
                 "dead-letter failed; message kept for retry", extra={"message_id": task.message_id, "error": _describe(failure)}
             )
-            invocation.metrics.count(observability.METRIC_DEAD_LETTER_FAILED)
+            invocation.metrics.count(contract.METRIC_DEAD_LETTER_FAILED)
             return self._retry(record, task, invocation, self._backoff(task), failure)
         invocation.dead_lettered.add(task.message_id)
-        invocation.metrics.count(observability.METRIC_FAILED)
-        invocation.metrics.count(observability.METRIC_DEAD_LETTERED)
+        invocation.metrics.count(contract.METRIC_FAILED)
+        invocation.metrics.count(contract.METRIC_DEAD_LETTERED)
         logger.error("task dead-lettered", extra={"error": safe_repr(error), "attempts": task.receive_count})
         self._emit(OUTCOME_DEAD_LETTERED, task, _describe(error))
         return False
@@ -271,7 +268,7 @@ class Fates:
     def _release(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, detail: str) -> None:
         """Give an unstarted message back at once: visibility 0."""
         invocation.set_visibility(record, 0)
-        invocation.metrics.count(observability.METRIC_RELEASED)
+        invocation.metrics.count(contract.METRIC_RELEASED)
         self._emit(OUTCOME_RELEASED, task, detail, 0)
 
     def _emit(self, status: str, task: Task, detail: str = "", visibility: int | None = None) -> None:
@@ -303,7 +300,7 @@ def _trusted_due(task: Task, due_at: datetime) -> float:
     latest = sent.timestamp() + limits.SQS_MAX_DELAY_SECONDS + MAX_CLOCK_SKEW_SECONDS
     if due > latest:
         logger.warning(
-            f"{message.DUE_AT_ATTRIBUTE} is further ahead than its sender could have meant: held to send time + "
+            f"{contract.DUE_AT_ATTRIBUTE} is further ahead than its sender could have meant: held to send time + "
             f"{limits.SQS_MAX_DELAY_SECONDS + MAX_CLOCK_SKEW_SECONDS} s instead",
             extra={"due_at": str(due_at), "sent_at": str(sent)},
         )

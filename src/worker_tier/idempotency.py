@@ -28,16 +28,16 @@ import json
 import time
 from typing import Any, Callable
 
-from worker_tier import contract, message
+from worker_tier import contract
 from worker_tier.aws import is_condition_failure
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
-from worker_tier.state import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.state import PARTITION_KEY as STATE_TABLE_PARTITION_KEY
-from worker_tier.state import TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX
 from worker_tier.task import Task
 
-# The state table's key layout (worker_tier.contract's) comes through worker_tier.state; these names stay importable from here.
+# The state table's key layout is worker_tier.contract's; these names stay importable from here.
+STATE_TABLE_PARTITION_KEY = contract.STATE_PARTITION_KEY
+STATE_TABLE_TTL_ATTRIBUTE = contract.STATE_TTL_ATTRIBUTE
 
 # Powertools' DynamoDB attribute names and in-progress status (DynamoDBPersistenceLayer defaults).
 IN_PROGRESS_EXPIRY_ATTRIBUTE = "in_progress_expiration"
@@ -183,7 +183,7 @@ def idempotency_key(definition: TaskDefinition, task: Task) -> str:
     """
     key = definition.idempotency_key
     if key is None:
-        return task.attributes.get(message.SOURCE_MESSAGE_ID_ATTRIBUTE) or task.message_id
+        return task.attributes.get(contract.SOURCE_MESSAGE_ID_ATTRIBUTE) or task.message_id
     if callable(key):
         return str(key(task))
     import jmespath

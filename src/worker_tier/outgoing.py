@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from worker_tier import delay, limits, message, sqs_rules
+from worker_tier import contract, delay, limits, message, sqs_rules
 from worker_tier.errors import MessageError
 
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
@@ -159,7 +159,7 @@ def message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -
             f"{len(user)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
             f"and Worker Tier uses one for the path, so at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1}"
         )
-    attributes = {message.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
+    attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
     attributes.update({user_attribute_name(name): attribute_value(name, value) for name, value in user.items()})
     attributes.update({name: {"DataType": "String", "StringValue": value} for name, value in internal.items()})
     problem = sqs_rules.attributes_problem(attributes)
@@ -170,7 +170,7 @@ def message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -
 
 def user_attribute_name(name: Any) -> Any:
     """Refuse the names Worker Tier and sqsd set themselves; SQS's own rules are checked with the values."""
-    if name == message.PATH_ATTRIBUTE:
+    if name == contract.PATH_ATTRIBUTE:
         raise MessageError(f"attribute {name!r} is set from the path argument; do not pass it")
     if isinstance(name, str) and name.startswith(RESERVED_ATTRIBUTE_PREFIXES):
         raise MessageError(
@@ -205,12 +205,12 @@ def internal_by_index(internal: Mapping[int, Mapping[str, str]], count: int) -> 
             if (
                 not isinstance(name, str)
                 or not name.startswith(RESERVED_ATTRIBUTE_PREFIXES)
-                or name in (message.DUE_AT_ATTRIBUTE, message.PATH_ATTRIBUTE)
+                or name in (contract.DUE_AT_ATTRIBUTE, contract.PATH_ATTRIBUTE)
             ):
                 raise MessageError(
                     f"_internal_attributes: name {name!r} must start with "
-                    f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} and not be {message.DUE_AT_ATTRIBUTE!r} "
-                    f"(set by the delay scheduler) or {message.PATH_ATTRIBUTE!r} (set from the path)"
+                    f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} and not be {contract.DUE_AT_ATTRIBUTE!r} "
+                    f"(set by the delay scheduler) or {contract.PATH_ATTRIBUTE!r} (set from the path)"
                 )
             if not isinstance(value, str):
                 raise MessageError(f"_internal_attributes: {name!r} must be a string, got {type(value).__name__}")

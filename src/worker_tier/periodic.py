@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from worker_tier import message, observability, sqs_rules
+from worker_tier import contract, message, observability, sqs_rules
 from worker_tier.aws import LazyClient, error_code
-from worker_tier.contract import METRIC_TICK_MARK_FAILED
+from worker_tier.contract import METRIC_TICK_MARK_FAILED, TICK_KEY_PREFIX
 from worker_tier.errors import WorkerTierError
 from worker_tier.observability import logger
 from worker_tier.retry import TICK_MARK
-from worker_tier.state import TICK_KEY_PREFIX, Lease
+from worker_tier.state import Lease
 
 TICK_RECORD_TTL_SECONDS = 3 * 24 * 60 * 60
 # Longer than the cron function's timeout, shorter than Lambda's first asynchronous retry delay (1 min).
@@ -71,7 +71,7 @@ class Tick:
     name: str
     url: str
     scheduled_at: datetime
-    body: str = message.SCHEDULED_JOB_BODY
+    body: str = contract.SCHEDULED_JOB_BODY
 
     @property
     def key(self) -> str:
@@ -100,9 +100,9 @@ class Tick:
     def message_attributes(self) -> dict[str, dict[str, str]]:
         """EB's ``beanstalk.sqsd.*`` attributes in the SQS API shape."""
         return {
-            message.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": self.url},
-            message.TASK_NAME_ATTRIBUTE: {"DataType": "String", "StringValue": self.name},
-            message.SCHEDULED_TIME_ATTRIBUTE: {
+            contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": self.url},
+            contract.TASK_NAME_ATTRIBUTE: {"DataType": "String", "StringValue": self.name},
+            contract.SCHEDULED_TIME_ATTRIBUTE: {
                 "DataType": "String",
                 "StringValue": message.format_scheduled_time(self.scheduled_at),
             },
@@ -234,7 +234,7 @@ def tick_from_event(event: Any) -> Tick:
     missing = [key for key in _EVENT_FIELDS if not isinstance(event.get(key), str)]
     if missing:
         raise ValueError(f"cron event needs string fields name, url and scheduled_time; missing {missing} in {event!r:.500}")
-    body = event.get("body") or message.SCHEDULED_JOB_BODY
+    body = event.get("body") or contract.SCHEDULED_JOB_BODY
     if not isinstance(body, str):
         raise ValueError(f"cron event body must be a string, got {type(body).__name__}: {body!r:.200}")
     tick = Tick(event["name"], event["url"], _scheduled_time(event["scheduled_time"]), body)
@@ -264,7 +264,7 @@ def _scheduled_time(text: str) -> datetime:
 def _send_problem(tick: Tick) -> str | None:
     """The first reason SQS would refuse the tick's attributes or body (the checks synth runs on cron.yaml), or None."""
     attributes = tick.message_attributes()
-    for name in (message.TASK_NAME_ATTRIBUTE, message.PATH_ATTRIBUTE):
+    for name in (contract.TASK_NAME_ATTRIBUTE, contract.PATH_ATTRIBUTE):
         problem = sqs_rules.attribute_value_problem(name, attributes[name])
         if problem:
             return problem

@@ -23,14 +23,19 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from worker_tier.aws import is_condition_failure
-from worker_tier.contract import (  # noqa: F401 - the key layout is the contract's; its users import it from here
-    DISPATCHER_KEY_PREFIX,
-    IDEMPOTENCY_KEY_PREFIX,
-    TICK_KEY_PREFIX,
+from worker_tier.contract import (  # the key layout is the contract's, re-exported: its users import it from here
+    DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX,
+    IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX,
+    STATE_KEY_PREFIXES,
+    STATE_PARTITION_KEY,
+    STATE_TTL_ATTRIBUTE,
+    TICK_KEY_PREFIX as TICK_KEY_PREFIX,
 )
-from worker_tier.contract import STATE_KEY_PREFIXES as KEY_PREFIXES  # noqa: F401
-from worker_tier.contract import STATE_PARTITION_KEY as PARTITION_KEY
-from worker_tier.contract import STATE_TTL_ATTRIBUTE as TTL_ATTRIBUTE
+
+# The contract's names for the state table, under the names this module exports.
+KEY_PREFIXES = STATE_KEY_PREFIXES
+PARTITION_KEY = STATE_PARTITION_KEY
+TTL_ATTRIBUTE = STATE_TTL_ATTRIBUTE
 
 HOLDER_ATTRIBUTE = "holder"
 LEASE_UNTIL_ATTRIBUTE = "lease_until"

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any, Callable, Mapping, TypeVar
 
-from worker_tier import message
+from worker_tier import contract, message
 from worker_tier.errors import MalformedBodyError
 
 
@@ -65,8 +65,8 @@ class Task:
         """
         count = _whole_number(self._system.get("ApproximateReceiveCount"), 1)
         attributes = self.record.get("messageAttributes")
-        if isinstance(attributes, dict) and (message.ATTEMPTS_ATTRIBUTE in attributes or message.DUE_AT_ATTRIBUTE in attributes):
-            count += max(0, _whole_number(self.attributes.get(message.ATTEMPTS_ATTRIBUTE), 0)) - self._held_back_receives()
+        if isinstance(attributes, dict) and (contract.ATTEMPTS_ATTRIBUTE in attributes or contract.DUE_AT_ATTRIBUTE in attributes):
+            count += max(0, _whole_number(self.attributes.get(contract.ATTEMPTS_ATTRIBUTE), 0)) - self._held_back_receives()
         return max(1, count)
 
     def _held_back_receives(self) -> int:
@@ -102,12 +102,12 @@ class Task:
     @cached_property
     def task_name(self) -> str | None:
         """The periodic task's name (``beanstalk.sqsd.task_name``)."""
-        return self.attributes.get(message.TASK_NAME_ATTRIBUTE)
+        return self.attributes.get(contract.TASK_NAME_ATTRIBUTE)
 
     @cached_property
     def scheduled_at(self) -> datetime | None:
         """The periodic task's tick (``beanstalk.sqsd.scheduled_time``)."""
-        return message.parse_scheduled_time(self.attributes.get(message.SCHEDULED_TIME_ATTRIBUTE))
+        return message.parse_scheduled_time(self.attributes.get(contract.SCHEDULED_TIME_ATTRIBUTE))
 
     @cached_property
     def due_at(self) -> datetime | None:
@@ -115,7 +115,7 @@ class Task:
 
         An unreadable value counts as absent (and is logged): it never raises inside a task.
         """
-        return message.parse_due_at(self.attributes.get(message.DUE_AT_ATTRIBUTE), self.message_id)
+        return message.parse_due_at(self.attributes.get(contract.DUE_AT_ATTRIBUTE), self.message_id)
 
     @property
     def _system(self) -> Mapping[str, Any]:

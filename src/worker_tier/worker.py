@@ -27,8 +27,8 @@ lose every decision. Errors are logged through ``message.safe_repr`` (an error's
 backs off (never visibility 0), unless it already went to the DLQ. A record
 without a usable ``messageId`` cannot be named in ``batchItemFailures`` (Lambda
 always names its records: only a hand-built event lacks one); it is logged with
-what it has and, when it has a receipt handle, backed off. A named record Powertools
-or the heartbeat cannot read (no receipt handle, ``attributes`` or
+what it has and, when it has a receipt handle, backed off. A named record the batch
+loop or the heartbeat cannot read (no receipt handle, ``attributes`` or
 ``messageAttributes`` that are not objects) is reported failed and backed off
 before either sees it.
 """
@@ -40,9 +40,7 @@ import random as _random
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, SqsFifoPartialProcessor
-
-from worker_tier import contract, limits, message, observability
+from worker_tier import contract, limits, message
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
@@ -63,9 +61,8 @@ from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from
     add_outcome_listener,
     remove_outcome_listener,
 )
-from worker_tier.idempotency import IdempotentRunner, LeaseContext
 from worker_tier.message import safe_repr
-from worker_tier.observability import logger
+from worker_tier.observability import logger, running_record
 from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.settings import Settings
 from worker_tier.task import Task
@@ -74,6 +71,7 @@ from worker_tier.visibility import change_visibility
 if TYPE_CHECKING:
     from worker_tier.client import Client
     from worker_tier.heartbeat import Heartbeat
+    from worker_tier.idempotency import IdempotentRunner
 
 class InvocationEndingError(WorkerTierError):
     """The invocation's remaining time fell below the safety margin before this record started."""
@@ -84,7 +82,7 @@ class HeldBackError(WorkerTierError):
 
 
 class TaskFailedError(WorkerTierError):
-    """Marks a record failed for the batch processor; the task's own error (any BaseException) is its cause."""
+    """Marks a record failed for the batch loop; the task's own error (any BaseException) is its cause."""
 
 
 class Worker(Fates):
@@ -122,7 +120,8 @@ class Worker(Fates):
         # Heartbeats need calls that end within their margin; an injected client (tests) serves both.
         self._heartbeat_sqs = LazyClient("sqs", sqs, factory=new_heartbeat_client)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
-        self._idempotency = IdempotentRunner(state_table, self._dynamodb.get)
+        self._state_table = state_table
+        self._idempotency: IdempotentRunner | None = None  # built with the first idempotent task
         self._clock = clock
         self._random = random
         self._producer: Client | None = None
@@ -157,26 +156,45 @@ class Worker(Fates):
         self._count_batch(named, invocation)
         self._back_off_nameless(nameless, invocation)
         records, set_aside = self._set_aside_unreadable(named, invocation)
-        processor = self._new_processor()
-
-        def record_handler(record: Any) -> None:  # Powertools requires the name ``record``
-            self._process_record(record.raw_event, invocation)
-
         self._hold(records, invocation, heartbeat)
         try:
-            with processor(records, record_handler, lambda_context=None):
-                processor.process()
+            failures, succeeded = self._process_all(records, invocation)
         finally:
-            logger.remove_keys(["message_id", "path"])
+            running_record.set(None)
             if heartbeat is None and invocation.heartbeat is not None:
                 invocation.heartbeat.stop()  # before the batch's own visibility changes go out
-        response: dict[str, Any] = dict(processor.response())
-        self._count_succeeded(len(processor.success_messages), invocation)
-        self._release_undecided(records, response, invocation)
-        response["batchItemFailures"].extend(set_aside)
+        self._count_succeeded(succeeded, invocation)
+        if failures:
+            self._release_undecided(records, failures, invocation)
+        failures.extend(set_aside)
         self._flush(named, invocation)
         invocation.metrics.publish()
-        return response
+        return {"batchItemFailures": failures}
+
+    def _process_all(self, records: list[Any], invocation: _Invocation) -> tuple[list[dict[str, str]], int]:
+        """Run each record; return the failure items and how many records were reported done.
+
+        A record is reported failed when processing it raises an ``Exception`` (a task's own
+        failure arrives here as TaskFailedError). On a FIFO queue, a failure stops the rest of its
+        message group, as Lambda requires of a partial batch response:
+        https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html
+        Those records are reported failed unstarted, and ``_release_undecided`` gives them back.
+        """
+        failures: list[dict[str, str]] = []
+        fifo = self.settings.fifo
+        stopped_groups: set[str] = set()
+        for record in records:
+            group = record["attributes"].get("MessageGroupId") if fifo else None
+            if group is not None and group in stopped_groups:
+                failures.append({"itemIdentifier": record["messageId"]})
+                continue
+            try:
+                self._process_record(record, invocation)
+            except Exception:  # the record's fate is decided and logged; here it is only reported
+                failures.append({"itemIdentifier": record["messageId"]})
+                if group:
+                    stopped_groups.add(group)
+        return failures, len(records) - len(failures)
 
     def _receive_lag_seconds(self) -> float:
         """How long before this invocation its messages may have been received (Lambda path).
@@ -199,6 +217,9 @@ class Worker(Fates):
             return
         invocation.heartbeat = heartbeat
         invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
+        # The container worker's path: kept off the Lambda cold start.
+        from worker_tier.idempotency import LeaseContext
+
         invocation.lease_context = LeaseContext(heartbeat.extension_seconds)
         # The caller received them: count SQS's 12 hours from its receive, however long they waited since.
         ages = [age for r in records if (age := heartbeat.held_for(r["messageId"])) is not None]
@@ -229,39 +250,36 @@ class Worker(Fates):
         invocation.heartbeat = heartbeat
         heartbeat.start()
 
-    def _new_processor(self) -> BatchProcessor:
-        """Powertools' partial-batch processor; a FIFO queue stops only the failed message group."""
-        if self.settings.fifo:
-            processor: BatchProcessor = SqsFifoPartialProcessor(skip_group_on_error=True)
-        else:
-            processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-        # Every failure is reported per item, never as a raised BatchProcessingError.
-        processor.raise_on_entire_batch_failure = False
-        return processor
-
     def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
-        """Run one record with its message id and path on every log line (replaced per record, removed per batch)."""
-        message_id = record["messageId"]
-        path = message.record_path(record, self.settings.http_path)
-        # Task.from_record, inlined: this is the hot path of every message.
-        body = record.get("body") or ""
-        lease = invocation.leases.get(message_id)
-        task = Task(message_id, path, body, self.settings.mime_type, record, None, invocation.remaining_ms, lease)
-        logger.append_keys(message_id=task.message_id, path=task.path)
-        self._run(record, task, invocation)
+        """Run one record with its message id and path on every log line written meanwhile.
 
-    def _run(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
-        """Route, run and decide; raising marks the record failed for the processor."""
-        if invocation.time_is_short():
+        ``Task.from_record`` and ``message.record_path``, inlined: this is the hot path of every
+        message. Its ``messageAttributes`` is a dict (``_split_unreadable`` set aside the others).
+        """
+        message_id = record["messageId"]
+        attributes = record["messageAttributes"]
+        routing = attributes.get(contract.PATH_ATTRIBUTE)
+        path = routing.get("stringValue") if isinstance(routing, dict) else None
+        task = Task(
+            message_id, path if path and isinstance(path, str) else self.settings.http_path, record.get("body") or "",
+            self.settings.mime_type, record, None, invocation.remaining_ms,
+            invocation.leases.get(message_id) if invocation.leases else None,
+        )
+        running_record.set(task)
+        self._run(record, task, attributes, invocation)
+
+    def _run(self, record: Mapping[str, Any], task: Task, attributes: dict[str, Any], invocation: _Invocation) -> None:
+        """Route, run and decide; raising marks the record failed for the batch loop."""
+        remaining_ms = invocation.remaining_ms
+        if remaining_ms is not None and remaining_ms() < invocation.margin_ms:
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         if task.lease is not None and task.lease.is_set():
             raise self._lease_lost(task, invocation)
-        attributes = record.get("messageAttributes")
-        if attributes and message.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
+        if contract.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
-            definition = self._definition(task)
+            definition = self.registry.get(task.path) or self._unknown_path(task)
             if definition.container and self._long_queue_url:
                 self._forward(record, task, invocation)
                 return
@@ -288,18 +306,15 @@ class Worker(Fates):
             request["MessageGroupId"] = task.group_id
             request["MessageDeduplicationId"] = task.message_id
         self._sqs.get().send_message(**request)
-        invocation.metrics.count(observability.METRIC_FORWARDED)
+        invocation.metrics.count(contract.METRIC_FORWARDED)
         if _listeners:
             self._emit(OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
 
-    def _definition(self, task: Task) -> TaskDefinition:
-        """The task registered for the message's path, or UnknownPathError."""
-        definition = self.registry.get(task.path)
-        if definition is None:
-            raise UnknownPathError(
-                f"no task is registered for path {task.path!r}; registered paths: {', '.join(self.registry.paths()) or 'none'}"
-            )
-        return definition
+    def _unknown_path(self, task: Task) -> TaskDefinition:
+        """Raise UnknownPathError: no task is registered for the message's path."""
+        raise UnknownPathError(
+            f"no task is registered for path {task.path!r}; registered paths: {', '.join(self.registry.paths()) or 'none'}"
+        )
 
     @staticmethod
     def _parse(parser: Callable[[str], Any], task: Task) -> None:
@@ -326,45 +341,51 @@ class Worker(Fates):
 
     def _run_idempotent(self, definition: TaskDefinition, task: Task, invocation: _Invocation) -> None:
         """Run through the idempotency layer; with the caller's heartbeat, the record's expiry follows the lease."""
+        runner = self._idempotent_runner()
         if invocation.context is not None or invocation.heartbeat is None:
-            self._idempotency.run(definition, task, invocation.context)
+            runner.run(definition, task, invocation.context)
             return
         heartbeat = invocation.heartbeat
-        self._idempotency.run(
+        runner.run(
             definition, task, invocation.lease_context, on_lease=lambda extend: heartbeat.on_extended(task.message_id, extend)
         )
 
+    def _idempotent_runner(self) -> IdempotentRunner:
+        """The idempotency layer, imported and built on first use: a function without idempotent tasks never pays for it."""
+        if self._idempotency is None:
+            from worker_tier.idempotency import IdempotentRunner
+
+            self._idempotency = IdempotentRunner(self._state_table, self._dynamodb.get)
+        return self._idempotency
+
     def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
         """Processed count, and the age of the batch's oldest message when the batch starts."""
-        invocation.metrics.count(observability.METRIC_PROCESSED, len(records))
-        try:
-            sent = [int(r["attributes"]["SentTimestamp"]) for r in records if (r.get("attributes") or {}).get("SentTimestamp")]
-        except (AttributeError, KeyError, TypeError, ValueError):  # a malformed record: read each one with care
-            sent = [ms for r in records if (ms := message.sent_timestamp_ms(r)) is not None]
-        if sent:
-            invocation.metrics.message_age(max(0.0, self._clock() * 1000 - min(sent)))
+        invocation.metrics.count(contract.METRIC_PROCESSED, len(records))
+        oldest_ms = _oldest_sent_ms(records)
+        if oldest_ms is not None:
+            invocation.metrics.message_age(max(0.0, self._clock() * 1000 - oldest_ms))
 
     def _count_succeeded(self, reported_done: int, invocation: _Invocation) -> None:
         """Succeeded: reported done, less those reported done because they were dead-lettered or replaced."""
         counts = invocation.metrics.counts
-        replaced = counts.get(observability.METRIC_DEAD_LETTERED, 0) + counts.get(observability.METRIC_RESCHEDULED, 0)
-        invocation.metrics.count(observability.METRIC_SUCCEEDED, reported_done - replaced)
+        replaced = counts.get(contract.METRIC_DEAD_LETTERED, 0) + counts.get(contract.METRIC_RESCHEDULED, 0)
+        invocation.metrics.count(contract.METRIC_SUCCEEDED, reported_done - replaced)
 
     def _back_off_nameless(self, nameless: list[tuple[int, Any]], invocation: _Invocation) -> None:
         """Log records with no usable messageId and back off those with a receipt handle (they cannot be reported)."""
         for index, record in nameless:
             shown = {k: str(v)[:80] for k, v in record.items()} if isinstance(record, Mapping) else repr(record)[:200]
             logger.error("record without a usable messageId: logged and backed off", extra={"index": index, "record": shown})
-            invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
+            invocation.metrics.count(contract.METRIC_MALFORMED_RECORDS)
             if isinstance(record, Mapping):
                 invocation.set_visibility(record, self._backoff_first(), key=f"record #{index} (no messageId)")
 
     def _set_aside_unreadable(self, named: list[Any], invocation: _Invocation) -> tuple[list[Any], list[dict[str, str]]]:
-        """The records to process, and failure items for those set aside before the processor and heartbeat see them.
+        """The records to process, and failure items for those set aside before the batch loop and heartbeat see them.
 
         Unreadable records are logged and backed off; on a FIFO queue, the later records of
         their groups (of every group, when an unreadable record's group cannot be read) are
-        released, as Powertools stops a group after a failure.
+        released, as the batch loop stops a group after a failure.
         """
         records, unreadable = _split_unreadable(named)
         if not unreadable:
@@ -372,7 +393,7 @@ class Worker(Fates):
         for record in unreadable:
             shown = {k: str(v)[:80] for k, v in record.items()}
             logger.error("record the worker cannot read: reported failed and backed off", extra={"record": shown})
-            invocation.metrics.count(observability.METRIC_MALFORMED_RECORDS)
+            invocation.metrics.count(contract.METRIC_MALFORMED_RECORDS)
             if type(record.get("receiptHandle")) is str:
                 invocation.set_visibility(record, self._backoff_first())
         stopped = _fifo_stopped(named, unreadable) if self.settings.fifo else []
@@ -383,9 +404,9 @@ class Worker(Fates):
         failures = [{"itemIdentifier": record["messageId"]} for record in unreadable + stopped]
         return [r for r in records if id(r) not in kept], failures
 
-    def _release_undecided(self, records: list[Any], response: Mapping[str, Any], invocation: _Invocation) -> None:
+    def _release_undecided(self, records: list[Any], failures: list[dict[str, str]], invocation: _Invocation) -> None:
         """Failed records with no decision of ours (a stopped FIFO group) return at once."""
-        failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        failed = {item["itemIdentifier"] for item in failures}
         for record in records:
             message_id = record["messageId"]
             if message_id in failed and message_id not in invocation.changes and message_id not in invocation.left_alone:
@@ -398,7 +419,7 @@ class Worker(Fates):
             return
         refused = change_visibility(self._sqs.get(), self._resolve_queue_url(records), list(invocation.changes.values()))
         if refused:
-            invocation.metrics.count(observability.METRIC_VISIBILITY_REFUSED, len(refused))
+            invocation.metrics.count(contract.METRIC_VISIBILITY_REFUSED, len(refused))
             shown = [{"message_id": r.message_id, "seconds": r.change.timeout_seconds, "code": r.code} for r in refused]
             logger.warning("visibility changes refused: those messages keep their current timeout", extra={"refused": shown})
 
@@ -416,7 +437,7 @@ def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
 
     The container's default idempotency key is this id, so a source message delivered twice runs once.
     """
-    if message.SOURCE_MESSAGE_ID_ATTRIBUTE in attributes:
+    if contract.SOURCE_MESSAGE_ID_ATTRIBUTE in attributes:
         return
     if len(attributes) >= limits.SQS_MAX_MESSAGE_ATTRIBUTES:
         logger.warning(
@@ -425,11 +446,27 @@ def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
             extra={"attribute_count": len(attributes), "limit": limits.SQS_MAX_MESSAGE_ATTRIBUTES},
         )
         return
-    attributes[message.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
+    attributes[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
+
+
+def _oldest_sent_ms(records: list[Any]) -> int | None:
+    """The batch's oldest SentTimestamp (epoch ms); None when no record has a readable one.
+
+    SQS writes them as digit strings, all of one length (13 digits until the year 2286), and
+    among those text order is number order: one ``int`` per batch rather than one per record.
+    """
+    try:  # Lambda gives every record its SentTimestamp
+        stamps = [r["attributes"]["SentTimestamp"] for r in records]
+        if len(set(map(len, stamps))) == 1:
+            return int(min(stamps))
+        return min(map(int, stamps))
+    except (AttributeError, KeyError, TypeError, ValueError):  # a hand-built or malformed record: read each with care
+        sent = [ms for r in records if (ms := message.sent_timestamp_ms(r)) is not None]
+        return min(sent) if sent else None
 
 
 def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
-    """Records Powertools and the heartbeat can read, and those they cannot (no receipt handle, or
+    """Records the batch loop and the heartbeat can read, and those they cannot (no receipt handle, or
     ``attributes`` / ``messageAttributes`` that are not objects): those must not reach either."""
     none = _NO_ATTRIBUTES  # ``.__class__ is`` rather than type(): this runs for every record of every batch
     unreadable = [

@@ -33,9 +33,9 @@ from constructs import Construct
 from worker_tier_cdk import defaults
 from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
-from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
-from worker_tier.contract import SEND_QUEUE_URL_VARIABLE, Resources
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
 from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
 from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC
 

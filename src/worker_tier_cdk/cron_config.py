@@ -33,7 +33,8 @@ import yaml
 
 from worker_tier_cdk.cron_expression import CronExpressionError, to_eventbridge
 from worker_tier import limits, sqs_rules
-from worker_tier.message import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE, message_bytes
+from worker_tier.contract import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE
+from worker_tier.message import message_bytes
 from worker_tier.periodic import Tick
 
 CRON_VERSION = 1

@@ -12,15 +12,15 @@ from worker_tier_cdk.alarms import count_alarm
 from worker_tier_cdk.delay_recovery import DelayRecovery, DelayRecoveryProps
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import (
-    DELAYED_MESSAGE_KEY_PREFIX,
     REFILE_ACTIONS,
-    SCHEDULER_KEY_PREFIX,
     SCHEDULER_STATE_ACTIONS,
     grant_delay_produce,
     grant_items,
 )
 from worker_tier_cdk.settings import Settings
-from worker_tier import delay
+from worker_tier import contract
+from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
+from worker_tier.contract import DISPATCHER_KEY_PREFIX as SCHEDULER_KEY_PREFIX
 from worker_tier.contract import (
     DELAY_SHARDS_VARIABLE,
     METRIC_DISPATCHER_LAG,
@@ -57,14 +57,14 @@ class DelayDispatcher(Construct):
         self.table = dynamodb.TableV2(
             self,
             "DelayTable",
-            partition_key=dynamodb.Attribute(name=delay.PK, type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name=delay.SK, type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=contract.DELAY_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=contract.DELAY_SORT_KEY, type=dynamodb.AttributeType.STRING),
             billing=dynamodb.Billing.on_demand(),
             encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
-            time_to_live_attribute=delay.TTL_ATTRIBUTE,
+            time_to_live_attribute=contract.DELAY_TTL_ATTRIBUTE,
             # Every write and every TTL deletion, for the safety net (infra/delay_recovery.py).
             dynamo_stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
             removal_policy=RemovalPolicy.RETAIN,

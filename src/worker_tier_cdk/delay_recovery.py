@@ -26,8 +26,10 @@ from constructs import Construct
 from worker_tier_cdk import defaults
 from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import DELAYED_MESSAGE_KEY_PREFIX, REFILE_ACTIONS, SCHEDULER_KEY_PREFIX, grant_items
+from worker_tier_cdk.grants import REFILE_ACTIONS, grant_items
 from worker_tier import delay_recovery, limits
+from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
+from worker_tier.contract import DISPATCHER_KEY_PREFIX as SCHEDULER_KEY_PREFIX
 from worker_tier.contract import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_RECOVERY_WATERMARK_AHEAD, Resources
 from worker_tier.settings import Settings
 

@@ -21,11 +21,19 @@ from typing import Sequence
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
 
 # The key prefixes are the contract's (worker_tier.contract); tests/infra/test_stack.py checks the runtime's keys start so.
-from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
-from worker_tier.contract import DELAY_DEDUPE_KEY_PREFIX as DEDUPE_KEY_PREFIX
-from worker_tier.contract import DISPATCHER_KEY_PREFIX as SCHEDULER_KEY_PREFIX  # noqa: F401 - for the constructs
-from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX  # noqa: F401 - for the constructs
-from worker_tier.contract import TICK_KEY_PREFIX as CRON_KEY_PREFIX  # noqa: F401 - for the constructs
+from worker_tier.contract import (
+    DELAY_BUCKET_KEY_PREFIX,
+    DELAY_DEDUPE_KEY_PREFIX,
+    DISPATCHER_KEY_PREFIX,
+    IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX,
+    TICK_KEY_PREFIX,
+)
+
+# The contract's prefixes under the names this module exports.
+DELAYED_MESSAGE_KEY_PREFIX = DELAY_BUCKET_KEY_PREFIX
+DEDUPE_KEY_PREFIX = DELAY_DEDUPE_KEY_PREFIX
+SCHEDULER_KEY_PREFIX = DISPATCHER_KEY_PREFIX
+CRON_KEY_PREFIX = TICK_KEY_PREFIX
 
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")

@@ -35,10 +35,11 @@ from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
 from worker_tier_cdk.cron_config import CronEntry, check_sendable
 from worker_tier_cdk.cron_expression import parse
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import CRON_ACTIONS, CRON_KEY_PREFIX, grant_items
+from worker_tier_cdk.grants import CRON_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
 from worker_tier import limits
 from worker_tier.contract import METRIC_TICK_MARK_FAILED, Resources
+from worker_tier.contract import TICK_KEY_PREFIX as CRON_KEY_PREFIX
 
 CRON_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
 # Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.

@@ -13,9 +13,10 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX, grant_items
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
 from worker_tier import contract
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 # The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).

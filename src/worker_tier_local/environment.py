@@ -162,9 +162,12 @@ class LocalEnvironment:
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
         from worker_tier.container import Consumer
+        from worker_tier.errors import WorkerTierError
         from worker_tier.protection import TaskProtection
         from worker_tier.worker import Worker
 
+        if self.container_queue_url is None:  # _create_resources creates it when container=True
+            raise WorkerTierError("the container worker has no queue: container_queue_url was not created (LocalEnvironment(container=True) creates it)")
         core = Worker(
             self.settings,
             queue_url=self.container_queue_url,
@@ -250,7 +253,7 @@ class LocalEnvironment:
 
     def _create_table(self, name: str, keys: list[str], ttl_attribute: str) -> None:
         """An on-demand table keyed by ``keys`` (partition key, then sort key) of strings, with its TTL."""
-        key_types = ("HASH", "RANGE")
+        key_types = ("HASH", "RANGE")[: len(keys)]  # a partition key, and a sort key when there are two
         self.dynamodb.create_table(
             TableName=name,
             KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, key_types, strict=True)],
@@ -305,7 +308,7 @@ def _real_periodic_handler() -> Callable[[dict, Any], dict]:
 
 def _dead_letter_view(received: dict[str, Any]) -> dict[str, Any]:
     """A DLQ message as body, String attributes and the parsed ``worker_tier.failure``."""
-    from worker_tier.message import FAILURE_ATTRIBUTE
+    from worker_tier.contract import FAILURE_ATTRIBUTE
 
     attributes = {k: v.get("StringValue") for k, v in (received.get("MessageAttributes") or {}).items()}
     failure = attributes.get(FAILURE_ATTRIBUTE)

@@ -1,0 +1,106 @@
+"""One moto server on two ports: worker processes talk to the counted port, the bench's producer to the other.
+
+Both ports serve the same in-process moto backends, so a message sent on one is received on
+the other. Requests to the counted port are tallied by SQS action, read from the JSON
+protocol's ``X-Amz-Target`` header or the query protocol's ``Action`` parameter: this is
+what SQS would bill, whatever the client library batches or retries.
+``GET /peers-bench/counts`` on the counted port returns the tallies (it is not counted).
+
+Moto's SQS is not thread-safe: ``Queue.delete_message`` rebuilds the queue's message list
+without a lock, so two deletes at once can undo one of them (the message comes back: a
+duplicate no real SQS would make), and a send during a delete can vanish (a loss). Every
+action but ReceiveMessage (which waits, up to 20 s, for messages) is therefore run one at a
+time, on both ports.
+
+Run as ``python -m bench.peers.server``: it prints ``ready <counted port> <producer port>``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import threading
+import urllib.parse
+from collections import Counter
+from typing import Any, Callable, Iterable
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
+
+COUNTS_PATH = "/peers-bench/counts"
+HOST = "127.0.0.1"
+
+Environ = dict[str, Any]
+
+
+UNSERIALIZED_ACTIONS = frozenset({"ReceiveMessage"})
+
+
+class SerializedApp:
+    """WSGI middleware that runs moto's SQS actions one at a time, but for ReceiveMessage's long polls."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if _action(environ) in UNSERIALIZED_ACTIONS:
+            return self._app(environ, start_response)
+        with self._lock:
+            return list(self._app(environ, start_response))
+
+
+class CountingApp:
+    """WSGI middleware that counts SQS requests by action before moto answers them."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self._app = app
+        self._counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == COUNTS_PATH:
+            with self._lock:
+                body = json.dumps(dict(self._counts)).encode()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        action = _action(environ)
+        with self._lock:
+            self._counts[action] += 1
+        return self._app(environ, start_response)
+
+
+def _action(environ: Environ) -> str:
+    """The SQS action of a request (JSON protocol header, else the query protocol's Action), rewinding its body."""
+    if "peers_bench.action" in environ:
+        return environ["peers_bench.action"]
+    environ["peers_bench.action"] = action = _read_action(environ)
+    return action
+
+
+def _read_action(environ: Environ) -> str:
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    if target:
+        return target.rsplit(".", 1)[-1]
+    query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+    if "Action" in query:
+        return query["Action"][0]
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+    return form.get("Action", ["unknown"])[0]
+
+
+def main() -> None:
+    app = SerializedApp(DomainDispatcherApplication(create_backend_app))
+    counted = make_server(HOST, 0, CountingApp(app), True, request_handler=MotoRequestHandler)
+    producer = make_server(HOST, 0, app, True, request_handler=MotoRequestHandler)
+    threading.Thread(target=producer.serve_forever, daemon=True).start()
+    print(f"ready {counted.server_port} {producer.server_port}", flush=True)
+    counted.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
