@@ -31,7 +31,7 @@ __all__ = ["Client", "OutgoingMessage", "SendResult", "due_in_seconds"]
 
 _log = logging.getLogger(__name__)
 
-# The scheduler adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
+# The dispatcher adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(contract.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
 QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
 # A send whose answer was lost (read timeout, closed connection, 5xx): SQS may or may not have the message.

@@ -6,10 +6,10 @@ Layout (one item per delayed message)::
     sk = "<due ms, 13 digits>#<id>"   ordered by due time, then id
 
 and one item per dedupe key of a standard queue (``pk = "dedupe#<key>"``, ``sk = "-"``;
-``worker_tier.dedupe``), which the scheduler never reads.
+``worker_tier.dedupe``), which the dispatcher never reads.
 
 A busy minute spreads its writes over ``shards`` partitions (the producer's
-``delay_shards``). The scheduler reads every one of the ``MAX_SHARDS`` possible
+``delay_shards``). The dispatcher reads every one of the ``MAX_SHARDS`` possible
 shards of a minute, one paginated Query each, in parallel, and gets each shard's
 items already in due order: whatever shard count a producer used, and however
 the setting changes, its messages are read.
@@ -17,10 +17,10 @@ the setting changes, its messages are read.
 TTL. Items are never deleted after dispatch (a delete would cost as much as the
 write): the TTL attribute, set at write, removes them ``DISPATCHED_RETENTION_SECONDS``
 after they were due, for free, and leaves them for troubleshooting until then.
-The TTL cannot tell a dispatched item from one the scheduler never read (it was
+The TTL cannot tell a dispatched item from one the dispatcher never read (it was
 stopped, or stuck on a minute, for longer than the margin). The table's stream
 can: ``worker_tier.delay_recovery`` reads every TTL deletion and every write from
-it, and sends to the work queue each item the scheduler could have missed
+it, and sends to the work queue each item the dispatcher could have missed
 (late, never early, and counted). The guarantee: no undispatched message is lost
 to the TTL, **provided the recovery function processes each stream record within
 the stream's 24-hour retention** (its mapping alarms on age and names any batch
@@ -28,7 +28,7 @@ it gives up on while the stream still holds it).
 
 The invariant that makes the watermark safe (see ``worker_tier.dispatcher``): the
 producer stores a message only when it is due more than ``LONG_DELAY_THRESHOLD_SECONDS``
-(SQS's 900 s) after the producer's clock, and the scheduler dispatches a minute only
+(SQS's 900 s) after the producer's clock, and the dispatcher dispatches a minute only
 once that minute has *ended* by ``DISPATCH_HORIZON_SECONDS`` = 900 − ``MAX_CLOCK_SKEW_SECONDS``
 after its own clock. A producer can therefore write into a dispatched minute only
 if the two clocks differ by more than ``MAX_CLOCK_SKEW_SECONDS`` in total.
@@ -71,10 +71,10 @@ BUCKET_SECONDS = 60
 DEFAULT_SHARDS = DEFAULT_DELAY_SHARDS
 MAX_SHARDS = MAX_DELAY_SHARDS
 LONG_DELAY_THRESHOLD_SECONDS = limits.SQS_MAX_DELAY_SECONDS
-MAX_CLOCK_SKEW_SECONDS = 60  # producer and scheduler clocks together; ±30 s each
+MAX_CLOCK_SKEW_SECONDS = 60  # producer and dispatcher clocks together; ±30 s each
 DISPATCH_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS - MAX_CLOCK_SKEW_SECONDS
 MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
-# TTL margin after due. Kept below the scheduler's minute-record retention less the stream's 24 h, so the
+# TTL margin after due. Kept below the dispatcher's minute-record retention less the stream's 24 h, so the
 # safety net still finds the minute record when it decides an expired item (tests/unit/test_delay_recovery.py).
 DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
 # The sort key holds due_ms in 13 zero-padded digits, so text order is time order up to 10**13 - 1 ms
@@ -160,7 +160,7 @@ def parse_bucket_key(pk: str) -> tuple[int, int] | None:
 
 
 def is_scheduled_key(pk: str) -> bool:
-    """Whether the scheduler reads this pk: exactly ``bucket_key(m, s)`` with ``0 <= s < MAX_SHARDS``.
+    """Whether the dispatcher reads this pk: exactly ``bucket_key(m, s)`` with ``0 <= s < MAX_SHARDS``.
 
     Examples
     --------

@@ -1,31 +1,31 @@
-"""The delay table's safety net: from the table's stream, deliver every message the scheduler could have missed.
+"""The delay table's safety net: from the table's stream, deliver every message the dispatcher could have missed.
 
-The scheduler (``worker_tier.dispatcher``) reads each minute of the delay table once,
+The dispatcher (``worker_tier.dispatcher``) reads each minute of the delay table once,
 in order, from its watermark. Two kinds of item can escape that read:
 
-- a **late write** (issue #8, item 6): an item stored in a minute the scheduler had
+- a **late write** (issue #8, item 6): an item stored in a minute the dispatcher had
   already started reading, because the producer's clock was more than
   ``delay.MAX_CLOCK_SKEW_SECONDS`` behind;
 - an **expired** item (item 2): deleted by the table's TTL
-  (``delay.DISPATCHED_RETENTION_SECONDS`` after it was due) before the scheduler read
-  it, because the scheduler was stopped or stuck on one minute for longer than that.
+  (``delay.DISPATCHED_RETENTION_SECONDS`` after it was due) before the dispatcher read
+  it, because the dispatcher was stopped or stuck on one minute for longer than that.
 
 The table's stream (NEW_AND_OLD_IMAGES) carries both: the INSERT holds the new item,
 the TTL's REMOVE the old one. The event source mapping passes only those two events
 of message items (``b#...``; see ``infra/delay_recovery.py``), and ``DelayRecovery``
-decides each from the scheduler's state, read once per batch: the watermark ``W``
+decides each from the dispatcher's state, read once per batch: the watermark ``W``
 (first minute not fully dispatched) with its per-shard cursors (how far each shard
 of ``W`` is dispatched), and the record of each minute ``m`` concerned, which the
-scheduler writes before its first Query of ``m`` (``started_ms``) and, when it
+dispatcher writes before its first Query of ``m`` (``started_ms``) and, when it
 passes ``m``, completes (``finished_ms``). ``t`` is the record's stream time;
 ``CLOCK_TOLERANCE_SECONDS`` covers the stream's whole-second timestamps, the
-scheduler's clock skew, and its eventually consistent Query. An item is *in place*
+dispatcher's clock skew, and its eventually consistent Query. An item is *in place*
 when its pk is exactly ``bucket_key(m, s)`` with ``0 <= s < MAX_SHARDS`` and it is due in
-``m``; only such items does the scheduler read in time. A pk naming no minute is
+``m``; only such items does the dispatcher read in time. A pk naming no minute is
 dead-lettered.
 
 - INSERT in place, ``m > W``, or ``m = W`` with neither a record of ``m`` nor cursors: skip;
-  the scheduler reads ``m`` later.
+  the dispatcher reads ``m`` later.
 - INSERT in place, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that Query saw it.
 - INSERT otherwise, due within SQS's 900 s: **send now** (``late_writes``).
 - INSERT otherwise, due later, its due minute not passed: **refile** it into that minute on
@@ -33,21 +33,21 @@ dead-lettered.
 - INSERT otherwise: the watermark is past minutes it cannot have reached: leave the item,
   count it (``watermark_ahead``, alarmed).
 - REMOVE of an item not in a scheduled key, ``m > W``, or ``m = W`` past its shard's cursor:
-  **send now** (``recovered_from_ttl``); the scheduler has not read it, and no longer can.
+  **send now** (``recovered_from_ttl``); the dispatcher has not read it, and no longer can.
 - REMOVE, ``m = W`` up to its shard's cursor: skip; dispatched.
-- REMOVE, ``m < W``, ``m`` finished before ``t - tolerance``: skip; the scheduler read the item
+- REMOVE, ``m < W``, ``m`` finished before ``t - tolerance``: skip; the dispatcher read the item
   while it existed.
 - REMOVE, otherwise (no record of ``m``, no ``finished_ms``, or ``m`` finished after the deletion): **send now**.
 
 Every doubtful case sends, so a doubt costs a duplicate, never a loss. A message
-sent here goes to the work queue as the scheduler sends it (attributes plus
+sent here goes to the work queue as the dispatcher sends it (attributes plus
 ``worker_tier.due_at``, ``DelaySeconds`` = ceil(due - now) in 0..900), so it is
 never early. A record that cannot be read, or a message SQS refuses for a sender
 fault, goes to the work queue's DLQ with a ``worker_tier.failure`` reason. Anything
 transient stops the batch at the first record not done; the handler reports it as
 the batch item failure, and Lambda retries from there.
 
-``finished_ms`` matters for one case: a minute the scheduler began before the TTL
+``finished_ms`` matters for one case: a minute the dispatcher began before the TTL
 deleted one of its items and finished after (a stuck minute that thawed, resumed
 from its cursors, and never saw the item). Records behind the watermark are read
 eventually consistent (half the cost); a stale copy can only lack ``finished_ms``,
@@ -92,9 +92,9 @@ SKIP, SEND, REFILE, AHEAD = "skip", "send", "refile", "ahead"  # an INSERT's fat
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-streams.html
 TTL_PRINCIPAL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 MESSAGE_KEY_PREFIX = contract.DELAY_BUCKET_KEY_PREFIX
-# ApproximateCreationDateTime is whole seconds; the scheduler's clock may be off by half the skew budget.
+# ApproximateCreationDateTime is whole seconds; the dispatcher's clock may be off by half the skew budget.
 STREAM_TIME_RESOLUTION_SECONDS = 1
-# The scheduler's Query is eventually consistent: a write may be missing from it for a while after it
+# The dispatcher's Query is eventually consistent: a write may be missing from it for a while after it
 # succeeded. "Consistency across all copies of data is usually reached within one second":
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html
 EVENTUAL_CONSISTENCY_SECONDS = 1
@@ -134,13 +134,13 @@ class StreamEvent:
     shard: int
     sort_key: str
     at_s: float  # the record's ApproximateCreationDateTime
-    scheduled: bool = True  # the pk is one the scheduler reads (delay.is_scheduled_key)
+    scheduled: bool = True  # the pk is one the dispatcher reads (delay.is_scheduled_key)
     item: Mapping[str, Any] = field(default_factory=dict)  # the image, for a refile
     table: str = ""  # the delay table, from the record's eventSourceARN when it has one
 
     @property
     def in_place(self) -> bool:
-        """Whether the scheduler reads this item where it is, in time: a key it reads, in the minute it is due."""
+        """Whether the dispatcher reads this item where it is, in time: a key it reads, in the minute it is due."""
         return self.scheduled and self.message.bucket == self.bucket
 
 
@@ -153,7 +153,7 @@ class RecoveryReport:
     late_writes: int = 0
     recovered_from_ttl: int = 0
     dead_lettered: int = 0
-    refiled: int = 0  # inserts the scheduler would not read where they are, moved where it reads them
+    refiled: int = 0  # inserts the dispatcher would not read where they are, moved where it reads them
     watermark_ahead: int = 0  # inserts left in place: due later than SQS can delay, behind an impossible watermark
     state_unreadable: str = ""  # what was wrong with the watermark item, when it could not be read
     failed_sequence_number: str | None = None
@@ -164,21 +164,21 @@ class RecoveryReport:
 
 
 @dataclass
-class SchedulerState:
-    """What the scheduler has read: its watermark (None before its first run), that minute's cursors, minute records."""
+class DispatcherState:
+    """What the dispatcher has read: its watermark (None before its first run), that minute's cursors, minute records."""
 
     watermark: int | None
     cursors: Mapping[int, str] = field(default_factory=dict)
     minutes: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
 
     def needs_minute_record(self, event: StreamEvent) -> bool:
-        """Whether deciding ``event`` needs the scheduler's record of its minute."""
-        if self.watermark is None:  # lost: the scheduler restarts after its latest finished minute
+        """Whether deciding ``event`` needs the dispatcher's record of its minute."""
+        if self.watermark is None:  # lost: the dispatcher restarts after its latest finished minute
             return event.kind == INSERT
         return event.bucket <= self.watermark if event.kind == INSERT else event.bucket < self.watermark
 
     def insert_fate(self, event: StreamEvent, now_s: float) -> str:
-        """SKIP (the scheduler reads it in time), SEND now, REFILE where the scheduler reads it, or leave it AHEAD.
+        """SKIP (the dispatcher reads it in time), SEND now, REFILE where the dispatcher reads it, or leave it AHEAD.
 
         Nothing is sent due more than SQS's longest delay from now: SQS would show it early.
         """
@@ -191,7 +191,7 @@ class SchedulerState:
         return AHEAD  # due later than SQS can delay, in a minute an impossible watermark has passed
 
     def insert_was_missed(self, event: StreamEvent) -> bool:
-        """Whether the scheduler may have read this insert's minute before the insert."""
+        """Whether the dispatcher may have read this insert's minute before the insert."""
         if self.watermark is not None and event.bucket > self.watermark:
             return False
         minute = self.minutes.get(event.bucket)
@@ -203,7 +203,7 @@ class SchedulerState:
         return started_s is None or started_s <= event.at_s + CLOCK_TOLERANCE_SECONDS
 
     def expiry_was_undispatched(self, event: StreamEvent) -> bool:
-        """Whether the TTL may have deleted this item before the scheduler read it."""
+        """Whether the TTL may have deleted this item before the dispatcher read it."""
         if not event.scheduled or self.watermark is None or event.bucket > self.watermark:
             return True
         if event.bucket == self.watermark:  # the minute in progress: dispatched up to each shard's cursor
@@ -227,7 +227,7 @@ class _Action:
     error: BaseException | None = None
     message_id: str = ""
     kept: str = ""  # where the item is, for a pointer message
-    refile: StreamEvent | None = None  # move this item where the scheduler reads it
+    refile: StreamEvent | None = None  # move this item where the dispatcher reads it
 
 
 def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
@@ -274,7 +274,7 @@ def _concerns_safety_net(kind: Any, identity: Any) -> bool:
 
 
 class DelayRecovery:
-    """Sends to the work queue what the scheduler could have missed; see the module docstring.
+    """Sends to the work queue what the dispatcher could have missed; see the module docstring.
 
     Examples
     --------
@@ -330,10 +330,10 @@ class DelayRecovery:
             else:
                 events.append((position, event))
         readable = [event for _, event in events if isinstance(event, StreamEvent)]
-        state = self._read_state(readable, report) if readable else SchedulerState(None)
+        state = self._read_state(readable, report) if readable else DispatcherState(None)
         return [a for a in (self._action(p, e, state, report) for p, e in events) if a is not None]
 
-    def _action(self, position: int, event: StreamEvent | StreamRecordError, state: SchedulerState,
+    def _action(self, position: int, event: StreamEvent | StreamRecordError, state: DispatcherState,
                 report: RecoveryReport) -> _Action | None:
         if isinstance(event, StreamRecordError):
             return _Action(position, body=event.record_text, error=event, message_id=event.event_id,
@@ -347,10 +347,10 @@ class DelayRecovery:
         report.count("watermark_ahead" if fate == AHEAD else "skipped")
         return None
 
-    def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> SchedulerState:
+    def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> DispatcherState:
         """The watermark and its cursors (consistent read), then the minute records the events need.
 
-        An unreadable watermark counts as none (the scheduler restarts after its latest
+        An unreadable watermark counts as none (the dispatcher restarts after its latest
         finished minute): an insert into a minute it started is sent, other inserts are
         left to it, expiries sent.
         """
@@ -358,10 +358,10 @@ class DelayRecovery:
             TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
         ).get("Item")
         try:
-            state = SchedulerState(None) if item is None else SchedulerState(*parse_watermark(item))
+            state = DispatcherState(None) if item is None else DispatcherState(*parse_watermark(item))
         except StateError as error:
             report.state_unreadable = str(error)
-            state = SchedulerState(None)
+            state = DispatcherState(None)
         state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
         return state
 
@@ -371,7 +371,7 @@ class DelayRecovery:
         Only the watermark's minute is read consistently: whether its record exists yet
         decides an insert. Behind the watermark every record is complete (``started_ms``
         never changes; ``finished_ms`` was stamped before the watermark passed it), and a
-        stale copy can only lack it, which sends (see SchedulerState): half the read cost.
+        stale copy can only lack it, which sends (see DispatcherState): half the read cost.
         GetItem rather than BatchGetItem: no role may batch-read the shared state table
         (tests/infra/test_stack.py).
         """
@@ -412,14 +412,14 @@ class DelayRecovery:
         raise _StoppedError(min(a.position for a in pending))
 
     def _refile(self, action: _Action, report: RecoveryReport) -> None:
-        """Move an insert the scheduler would not read in time into its due minute, on a shard it reads."""
+        """Move an insert the dispatcher would not read in time into its due minute, on a shard it reads."""
         event = action.refile
         assert event is not None
         table = self.delay_table or event.table
         if not table:  # a wiring fault: say so with the item, rather than send it early or drop it
             text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
             error = StreamRecordError(f"cannot move item {event.item[contract.DELAY_PARTITION_KEY]['S']!r} / {event.sort_key!r} where the "
-                                      f"scheduler reads it: no delay table given ({contract.DELAY_TABLE_VARIABLE}) and the record "
+                                      f"dispatcher reads it: no delay table given ({contract.DELAY_TABLE_VARIABLE}) and the record "
                                       "has no eventSourceARN", text)
             self._dead_letter(_Action(action.position, body=text, error=error, message_id=event.message.message_id,
                                       attributes=dict(event.message.attributes), kept="still in the delay table"), report)
@@ -431,7 +431,7 @@ class DelayRecovery:
                 raise _StoppedError(action.position) from error
             text = json.dumps(event.item, ensure_ascii=True, default=str, sort_keys=True)
             refused = StreamRecordError(f"cannot move item {event.item[contract.DELAY_PARTITION_KEY]['S']!r} / {event.sort_key!r} into minute "
-                                        f"{event.message.bucket}, where the scheduler reads it: DynamoDB refused the copy "
+                                        f"{event.message.bucket}, where the dispatcher reads it: DynamoDB refused the copy "
                                         f"({error}); the item stays where it is", text)
             self._dead_letter(_Action(action.position, body=text, error=refused, message_id=event.message.message_id,
                                       attributes=dict(event.message.attributes), kept="still in the delay table"), report)

@@ -1,12 +1,12 @@
-"""Sending delayed messages to SQS, shared by the scheduler and the safety net: one entry shape, one refusal rule.
+"""Sending delayed messages to SQS, shared by the dispatcher and the safety net: one entry shape, one refusal rule.
 
 A delayed message leaves the delay table in one shape (``entry``: its body, its
 attributes plus ``worker_tier.due_at``, ``DelaySeconds`` = ceil(due − now) in
 0..900, so it is never visible early). ``send_batch`` sorts SQS's answer into
 accepted, refused for what a message holds (never retried: the caller
 dead-letters it with the reason), and neither (transient: the caller retries or
-stops). ``refile`` moves an item the scheduler would not read where it is into the
-minute and shard it reads. ``Delivery`` is the scheduler's use of them: batches
+stops). ``refile`` moves an item the dispatcher would not read where it is into the
+minute and shard it reads. ``Delivery`` is the dispatcher's use of them: batches
 retried until each entry is accepted or refused, and a refused message (or an
 unreadable item) dead-lettered with its ``worker_tier.failure`` reason, or as a
 pointer to its delay-table item when the DLQ refuses the copy.
@@ -157,7 +157,7 @@ def refile(dynamodb: Any, table: str, item: Mapping[str, Any], bucket: int, shar
 
 
 class Delivery:
-    """The scheduler's sends: batches retried until accepted or refused, and dead letters with their reasons."""
+    """The dispatcher's sends: batches retried until accepted or refused, and dead letters with their reasons."""
 
     def __init__(self, sqs: Any, dead_letter_queue_url: str, delay_table: str, *,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:

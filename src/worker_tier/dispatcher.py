@@ -1,4 +1,4 @@
-"""The delay scheduler: each minute, move what falls due within the horizon from the delay table into SQS.
+"""The delay dispatcher: each minute, move what falls due within the horizon from the delay table into SQS.
 
 One run, under a lease in the state table so runs never overlap:
 
@@ -77,7 +77,7 @@ SCAN_KEY = "scheduler#scan"  # the first run's Scan, resumable: where it stopped
 SCAN_EARLIEST_ATTRIBUTE = "earliest"
 SCAN_NEXT_KEY_ATTRIBUTE = "next_key"  # the Scan's LastEvaluatedKey, as JSON
 MINUTE_KEY_PREFIX = "scheduler#minute#"  # one record per minute, read by the safety net
-STARTED_MS_ATTRIBUTE = "started_ms"  # when the scheduler first began to read the minute, epoch ms
+STARTED_MS_ATTRIBUTE = "started_ms"  # when the dispatcher first began to read the minute, epoch ms
 FINISHED_MS_ATTRIBUTE = "finished_ms"  # when it had read every shard of the minute, just before passing it
 BUCKET_ATTRIBUTE = "bucket"
 CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
@@ -85,7 +85,7 @@ MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60  # after the minute, set when
 # A first run (or one after the watermark was lost) starts no earlier than this before now: older minutes'
 # items are the safety net's (their TTL REMOVE recovers them), so a stray old key cannot cost days of catch-up.
 START_LOOKBACK_SECONDS = delay.DISPATCHED_RETENTION_SECONDS + 60 * 60
-# A watermark further ahead of the clock than the horizon plus this is not one this scheduler wrote.
+# A watermark further ahead of the clock than the horizon plus this is not one this dispatcher wrote.
 WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
 LEASE_SECONDS = 120
 LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
@@ -115,7 +115,7 @@ class LeaseLostError(WorkerTierError):
 
 
 class StateError(WorkerTierError, ValueError):
-    """A scheduler state item (the watermark) is not as the scheduler writes it."""
+    """A dispatcher state item (the watermark) is not as the dispatcher writes it."""
 
 
 @dataclass
@@ -156,9 +156,9 @@ class DelayDispatcher:
     >>> from tests.fakes import FakeSQS
     >>> dynamodb = FakeDynamoDB()
     >>> dynamodb.create_table("delay", "pk", "sk"); dynamodb.create_table("state", "pk")
-    >>> scheduler = DelayDispatcher("delay", "state", "https://q/work", dead_letter_queue_url="https://q/dlq",
+    >>> dispatcher = DelayDispatcher("delay", "state", "https://q/work", dead_letter_queue_url="https://q/dlq",
     ...                            sqs=FakeSQS(), dynamodb=dynamodb, clock=lambda: 1_800_000_000.0, parallel=False)
-    >>> scheduler.run().stopped
+    >>> dispatcher.run().stopped
     ''
     """
 
@@ -191,7 +191,7 @@ class DelayDispatcher:
         # Anything with Executor.map; the bench passes one that runs the calls on a simulated clock.
         self._given_pool, self._parallel = pool, parallel
         self._pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
-        self._refiled_buckets: set[int] = set()  # minutes this scheduler refiled into: Queried consistently
+        self._refiled_buckets: set[int] = set()  # minutes this dispatcher refiled into: Queried consistently
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
         """One dispatch run; see the module docstring."""
@@ -243,7 +243,7 @@ class DelayDispatcher:
             return False
         report.watermark, report.watermark_ahead_s = watermark, float(ahead_s)
         report.stopped = (f"watermark minute {watermark} is {ahead_s} s past the horizon (minute {last + 1}); over "
-                          f"{WATERMARK_AHEAD_ALLOWANCE_SECONDS} s is not a minute this scheduler passed: left as it is")
+                          f"{WATERMARK_AHEAD_ALLOWANCE_SECONDS} s is not a minute this dispatcher passed: left as it is")
         return True
 
     def _time_low(self, remaining_ms: Callable[[], int] | None) -> bool:
@@ -293,7 +293,7 @@ class DelayDispatcher:
         return result
 
     def _refile(self, item: dict[str, Any], message: DelayedMessage) -> bool:
-        """Move an item due in a later minute than its pk's into that minute, where this scheduler reads it in time.
+        """Move an item due in a later minute than its pk's into that minute, where this dispatcher reads it in time.
 
         False when DynamoDB refuses the copy for what it is (too large, say): then it goes to the DLQ as a
         pointer with the reason, and the minute goes on. That minute is read consistently in this run, so a
@@ -375,11 +375,11 @@ class DelayDispatcher:
         return None
 
     def _scan_earliest(self, scan: dict[str, Any] | None, remaining_ms: Callable[[], int] | None) -> int | None:
-        """The earliest minute among the scheduler's keys (keys only), or now; None when time ran low first.
+        """The earliest minute among the dispatcher's keys (keys only), or now; None when time ran low first.
 
-        Messages stored before the scheduler first ran may be due in minutes already past.
+        Messages stored before the dispatcher first ran may be due in minutes already past.
         Resumable: between pages, the Scan's position and running minimum are saved
-        under ``SCAN_KEY``. Keys the scheduler does not read are the safety net's.
+        under ``SCAN_KEY``. Keys the dispatcher does not read are the safety net's.
         """
         earliest = math.floor(self._clock() / BUCKET_SECONDS)
         request: dict[str, Any] = {"TableName": self.delay_table, "ProjectionExpression": "pk, sk"}
@@ -462,13 +462,13 @@ class _MinuteDispatch:
 
     def __init__(
         self,
-        scheduler: DelayDispatcher,
+        dispatcher: DelayDispatcher,
         bucket: int,
         cursors: dict[int, str],
         report: RunReport,
         remaining_ms: Callable[[], int] | None,
     ) -> None:
-        self.scheduler = scheduler
+        self.dispatcher = dispatcher
         self.bucket = bucket
         self.cursors = dict(cursors)
         self.report = report
@@ -480,13 +480,13 @@ class _MinuteDispatch:
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
         if not self.cursors:  # never started, or started and found nothing: the record's condition keeps the first
-            self.scheduler._record_start(self.bucket)
+            self.dispatcher._record_start(self.bucket)
         open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in range(delay.MAX_SHARDS)}
         while open_shards:
-            if self.scheduler._time_low(self.remaining_ms):
+            if self.dispatcher._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 return False
-            pages = self.scheduler._read_pages(self.bucket, open_shards)
+            pages = self.dispatcher._read_pages(self.bucket, open_shards)
             open_shards = {page.shard: page.next_after for page in pages if page.next_after is not None}
             if not self._set_aside(pages) or not self._round(pages, bool(open_shards)):
                 return False
@@ -501,17 +501,17 @@ class _MinuteDispatch:
         self.set_aside, self.handled = set(), set()
         for page in pages:
             for item, message in page.misplaced:
-                if self.scheduler._refile(item, message):
+                if self.dispatcher._refile(item, message):
                     self.report.refiled += 1
                 else:
                     self.report.dead_lettered += 1
                 self.set_aside.add((page.shard, item[contract.DELAY_SORT_KEY]["S"]))
         for page, (item, problem) in [(p, pair) for p in pages for pair in p.unreadable]:
-            if self.scheduler._time_low(self.remaining_ms):
+            if self.dispatcher._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 self._save_cursors(pages, [])
                 return False
-            self.scheduler.delivery.dead_letter_unreadable(item, problem)
+            self.dispatcher.delivery.dead_letter_unreadable(item, problem)
             self.set_aside.add((page.shard, item[contract.DELAY_SORT_KEY]["S"]))
             self.report.dead_lettered += 1
         return True
@@ -540,7 +540,7 @@ class _MinuteDispatch:
         attributes = [delay.with_due_at(m) for m in messages]
         batches = list(_batches([message_bytes(m.body, a) for m, a in zip(messages, attributes, strict=True)]))
         for wave in chunks(batches, DISPATCH_THREADS):
-            if self.scheduler._time_low(self.remaining_ms):
+            if self.dispatcher._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
                 return False
             self._send_wave(messages, attributes, list(wave))
@@ -552,7 +552,7 @@ class _MinuteDispatch:
         So the cursors pass exactly what was handled, whichever batch failed.
         """
         self.failing = False
-        outcomes = self.scheduler._map(lambda batch: self._send_batch(messages, attributes, batch), wave)
+        outcomes = self.dispatcher._map(lambda batch: self._send_batch(messages, attributes, batch), wave)
         failure: Exception | None = None
         for batch, outcome in zip(wave, outcomes, strict=True):
             if isinstance(outcome, tuple):
@@ -568,9 +568,9 @@ class _MinuteDispatch:
         if self.failing:
             return None
         try:
-            now = self.scheduler._clock()
+            now = self.dispatcher._clock()
             entries = [{**delivery.entry(str(i), messages[i], now), "MessageAttributes": attributes[i]} for i in batch]
-            sent = self.scheduler.delivery.deliver(self.scheduler.queue_url, entries)
+            sent = self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries)
         except Exception as error:
             self.failing = True
             return error
@@ -586,7 +586,7 @@ class _MinuteDispatch:
         self.report.max_lateness_s = max(self.report.max_lateness_s, late_s)
         for entry_id, refusal in sent.refused.items():
             try:
-                self.scheduler.delivery.dead_letter(messages[int(entry_id)], refusal)
+                self.dispatcher.delivery.dead_letter(messages[int(entry_id)], refusal)
             except DispatchIncompleteError as error:
                 return error
             self.handled.add(int(entry_id))
@@ -612,7 +612,7 @@ class _MinuteDispatch:
                 self.cursors[page.shard] = sort_key
                 moved = True
         if moved:
-            self.scheduler._write_watermark(self.bucket, self.cursors, expected=self.bucket)
+            self.dispatcher._write_watermark(self.bucket, self.cursors, expected=self.bucket)
 
 
 def _pooled_client(service: AwsService) -> Callable[[], Any]:
@@ -635,7 +635,7 @@ def _batches(sizes: list[int]) -> Iterator[list[int]]:
 
 
 def parse_watermark(item: dict[str, Any]) -> tuple[int, dict[int, str]]:
-    """The watermark item's minute and per-shard cursors; StateError when it is not as the scheduler writes it.
+    """The watermark item's minute and per-shard cursors; StateError when it is not as the dispatcher writes it.
 
     Examples
     --------
@@ -653,7 +653,7 @@ def parse_watermark(item: dict[str, Any]) -> tuple[int, dict[int, str]]:
 
 
 def _scheduled_minute(item: dict[str, Any]) -> int:
-    """The minute of a key the scheduler reads; a big number for any other key, so a minimum ignores it."""
+    """The minute of a key the dispatcher reads; a big number for any other key, so a minimum ignores it."""
     pk = item.get(contract.DELAY_PARTITION_KEY, {}).get("S", "")
     parsed = delay.parse_bucket_key(pk) if isinstance(pk, str) and delay.is_scheduled_key(pk) else None
     return parsed[0] if parsed else delay.MAX_DUE_MS

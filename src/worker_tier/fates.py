@@ -286,7 +286,7 @@ def _describe(error: BaseException) -> str:
 def _trusted_due(task: Task, due_at: datetime) -> float:
     """The due time to hold a message to: its ``due_at``, but never past what its sender could have meant.
 
-    Whoever sent it (the delay scheduler, or a Client's ``at=``) gave it at most SQS's 900 s of DelaySeconds,
+    Whoever sent it (the delay dispatcher, or a Client's ``at=``) gave it at most SQS's 900 s of DelaySeconds,
     so by SQS's own clock it was due at most 900 s plus the clock-skew tolerance after it was sent. A
     ``due_at`` beyond that comes from a sender's clock far ahead: holding the message to it would only
     spend receives until the redrive took it without a reason.

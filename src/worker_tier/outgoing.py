@@ -210,7 +210,7 @@ def internal_by_index(internal: Mapping[int, Mapping[str, str]], count: int) -> 
                 raise MessageError(
                     f"_internal_attributes: name {name!r} must start with "
                     f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} and not be {contract.DUE_AT_ATTRIBUTE!r} "
-                    f"(set by the delay scheduler) or {contract.PATH_ATTRIBUTE!r} (set from the path)"
+                    f"(set by the delay dispatcher) or {contract.PATH_ATTRIBUTE!r} (set from the path)"
                 )
             if not isinstance(value, str):
                 raise MessageError(f"_internal_attributes: {name!r} must be a string, got {type(value).__name__}")

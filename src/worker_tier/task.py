@@ -111,7 +111,7 @@ class Task:
 
     @cached_property
     def due_at(self) -> datetime | None:
-        """When a delayed message was due (``worker_tier.due_at``, set by the delay scheduler), else None.
+        """When a delayed message was due (``worker_tier.due_at``, set by the delay dispatcher), else None.
 
         An unreadable value counts as absent (and is logged): it never raises inside a task.
         """

@@ -9,7 +9,7 @@ Every record ends in exactly one of:
   delayed copy goes through the delay table (``worker_tier.attempts`` carries its receives)
   and the original is reported done;
 - held back: not due yet (its ``worker_tier.due_at`` is ahead of this clock, as when the
-  scheduler's clock runs fast); not run, reported failed, visibility set to the time left;
+  dispatcher's clock runs fast); not run, reported failed, visibility set to the time left;
   not a failure, and its receive does not count against ``max_retries`` (``Task.receive_count``);
 - released: not started (timeout guard, FIFO group stopped), reported failed with visibility 0;
 - lease lost: its heartbeat lost the message before its task started (another consumer may
