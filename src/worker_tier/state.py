@@ -20,7 +20,7 @@ one lease at once, and a crashed holder's lease is taken over once it runs out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from worker_tier.aws import is_condition_failure
 from worker_tier.contract import (  # the key layout is the contract's, re-exported: its users import it from here
@@ -110,19 +110,13 @@ class Lease:
 
         Other errors propagate: the caller decides whether the lease may simply run out.
         """
-        try:
-            dynamodb.delete_item(
-                TableName=self.table,
-                Key={PARTITION_KEY: {"S": self.key}},
-                ConditionExpression=_owned(condition),
-                ExpressionAttributeNames=_merged("name", {"#holder": HOLDER_ATTRIBUTE}, names),
-                ExpressionAttributeValues=_merged("value", {":holder": {"S": holder}}, values),
-            )
-        except Exception as error:
-            if is_condition_failure(error):
-                return False
-            raise
-        return True
+        return _if_owned(lambda: dynamodb.delete_item(
+            TableName=self.table,
+            Key={PARTITION_KEY: {"S": self.key}},
+            ConditionExpression=_owned(condition),
+            ExpressionAttributeNames=_merged("name", {"#holder": HOLDER_ATTRIBUTE}, names),
+            ExpressionAttributeValues=_merged("value", {":holder": {"S": holder}}, values),
+        ))
 
     def update(
         self,
@@ -138,20 +132,25 @@ class Lease:
         A lease given back or taken over is never recreated by the update, so no item
         lacks its TTL. Other errors propagate.
         """
-        try:
-            dynamodb.update_item(
-                TableName=self.table,
-                Key={PARTITION_KEY: {"S": self.key}},
-                UpdateExpression=update_expression,
-                ConditionExpression=_owned(""),
-                ExpressionAttributeNames=_merged("name", {"#holder": HOLDER_ATTRIBUTE}, names),
-                ExpressionAttributeValues=_merged("value", {":holder": {"S": holder}}, values),
-            )
-        except Exception as error:
-            if is_condition_failure(error):
-                return False
-            raise
-        return True
+        return _if_owned(lambda: dynamodb.update_item(
+            TableName=self.table,
+            Key={PARTITION_KEY: {"S": self.key}},
+            UpdateExpression=update_expression,
+            ConditionExpression=_owned(""),
+            ExpressionAttributeNames=_merged("name", {"#holder": HOLDER_ATTRIBUTE}, names),
+            ExpressionAttributeValues=_merged("value", {":holder": {"S": holder}}, values),
+        ))
+
+
+def _if_owned(write: Callable[[], object]) -> bool:
+    """Run a write conditioned on the holder; False when the condition failed, other errors propagate."""
+    try:
+        write()
+    except Exception as error:
+        if is_condition_failure(error):
+            return False
+        raise
+    return True
 
 
 def _owned(condition: str) -> str:
