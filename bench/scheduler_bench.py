@@ -41,7 +41,7 @@ from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecov
 from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, DelayDispatcher
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore
 from worker_tier.message import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier_cdk.delay_dispatcher import SCHEDULER_MEMORY_MB, SCHEDULER_TIMEOUT_SECONDS
+from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS
 from bench.network_model import LAMBDA_MB_PER_VCPU, Network, SimulatedClock
 
 MESSAGES = 100_000
@@ -358,7 +358,7 @@ class ScaleWorld:
     def run_at(self, start: float) -> float:
         """One run from ``start`` (or when the last ended), with the function's timeout; returns its end."""
         self.clock.now = max(start, self.clock.now)
-        deadline = self.clock.now + SCHEDULER_TIMEOUT_SECONDS
+        deadline = self.clock.now + DISPATCHER_TIMEOUT_SECONDS
         self.dispatcher.run(lambda: int((deadline - self.clock.now) * 1000))
         return self.clock.now
 
@@ -404,7 +404,7 @@ def sustained(per_minute: int, memory_mb: int, lanes: int = DISPATCH_THREADS) ->
 def largest_sustained_minute(memory_mb: int, rate: float, start: int | None = None) -> int:
     """The largest minute, repeated every minute, put on time (p99 dispatch lateness <= 1 s, 0 early): tried down from
     the rate's prediction."""
-    usable_s = SCHEDULER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS
+    usable_s = DISPATCHER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS
     candidate = start or int(rate * usable_s * 1.1 // 500 * 500)
     while candidate >= 100:
         p99, early = sustained(candidate, memory_mb)
@@ -414,7 +414,7 @@ def largest_sustained_minute(memory_mb: int, rate: float, start: int | None = No
     return 0
 
 
-def at_scale(memory_mb: int = SCHEDULER_MEMORY_MB, one_run_messages: int = ONE_RUN_MESSAGES,
+def at_scale(memory_mb: int = DISPATCHER_MEMORY_MB, one_run_messages: int = ONE_RUN_MESSAGES,
              every_minute_from: int | None = None) -> dict[str, float]:
     """Dispatch figures on the network model, at the deployed memory size and at one full vCPU.
 
@@ -431,11 +431,11 @@ def at_scale(memory_mb: int = SCHEDULER_MEMORY_MB, one_run_messages: int = ONE_R
         "dispatch_msgs_per_s_one_run_at_1769mb": rate_one_vcpu,
         "largest_on_time_minute_every_minute": sustained_minute,
         # One large minute among quiet ones: the horizon lets runs start on it ahead_s before it begins.
-        "largest_on_time_minute_alone": int(rate * ahead_s * (1 - RUN_MARGIN_MS / 1000 / SCHEDULER_TIMEOUT_SECONDS)),
+        "largest_on_time_minute_alone": int(rate * ahead_s * (1 - RUN_MARGIN_MS / 1000 / DISPATCHER_TIMEOUT_SECONDS)),
         "goal_minute_messages": GOAL_MINUTE_MESSAGES,
         "one_run_share_of_goal_minute_every_minute": sustained_minute / GOAL_MINUTE_MESSAGES,
         "runs_needed_for_goal_minute_at_1769mb": math.ceil(GOAL_MINUTE_MESSAGES / (rate_one_vcpu * (
-            SCHEDULER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS))),
+            DISPATCHER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS))),
     }
 
 

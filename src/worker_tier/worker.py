@@ -107,11 +107,11 @@ class Worker(Fates):
         dynamodb: Any = None,
         clock: Callable[[], float] = time.time,
         random: Callable[[], float] = _random.random,
-        long_queue_url: str | None = None,
+        container_queue_url: str | None = None,
         delay_table: str | None = None,
     ) -> None:
         self.settings = settings
-        self._long_queue_url = long_queue_url
+        self._container_queue_url = container_queue_url
         self.registry = registry
         self._queue_url = queue_url
         self._dead_letter_queue_url = dead_letter_queue_url
@@ -138,7 +138,7 @@ class Worker(Fates):
             queue_url=resources.queue_url,
             dead_letter_queue_url=resources.dlq_url,
             state_table=resources.state_table,
-            long_queue_url=resources.container_queue_url,
+            container_queue_url=resources.container_queue_url,
             delay_table=resources.delay_table,
             registry=registry,
             **overrides,
@@ -280,7 +280,7 @@ class Worker(Fates):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
             definition = self.registry.get(task.path) or self._unknown_path(task)
-            if definition.container and self._long_queue_url:
+            if definition.container and self._container_queue_url:
                 self._forward(record, task, invocation)
                 return
             if definition.parser is not None:
@@ -301,7 +301,7 @@ class Worker(Fates):
         if dropped:
             logger.warning("attributes SQS would refuse were left out of the forward", extra={"dropped_attributes": dropped})
         _carry_source_id(attributes, task)
-        request: dict[str, Any] = {"QueueUrl": self._long_queue_url, "MessageBody": task.body, "MessageAttributes": attributes}
+        request: dict[str, Any] = {"QueueUrl": self._container_queue_url, "MessageBody": task.body, "MessageAttributes": attributes}
         if task.group_id is not None:  # a FIFO queue: keep the group, and deduplicate on the source message
             request["MessageGroupId"] = task.group_id
             request["MessageDeduplicationId"] = task.message_id

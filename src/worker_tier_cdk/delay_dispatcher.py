@@ -1,4 +1,4 @@
-"""``DelayDispatcher``: the delay table, the scheduler function, its one-minute schedule and its lag alarm."""
+"""``DelayDispatcher``: the delay table, the dispatcher function, its one-minute schedule and its lag alarm."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from worker_tier_cdk.delay_recovery import DelayRecovery, DelayRecoveryProps
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import (
     REFILE_ACTIONS,
-    SCHEDULER_STATE_ACTIONS,
+    DISPATCHER_STATE_ACTIONS,
     grant_delay_produce,
     grant_items,
 )
 from worker_tier_cdk.settings import Settings
 from worker_tier import contract
 from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
-from worker_tier.contract import DISPATCHER_KEY_PREFIX as SCHEDULER_KEY_PREFIX
+from worker_tier.contract import DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX
 from worker_tier.contract import (
     DELAY_SHARDS_VARIABLE,
     METRIC_DISPATCHER_LAG,
@@ -31,16 +31,16 @@ from worker_tier.contract import (
     Resources,
 )
 
-SCHEDULER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
-SCHEDULER_TIMEOUT_SECONDS = 60
-SCHEDULER_MEMORY_MB = 256
+DISPATCHER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
+DISPATCHER_TIMEOUT_SECONDS = 60
+DISPATCHER_MEMORY_MB = 256
 # Normal lag is under a minute (one run per minute); three minutes means runs are failing or missing.
 LAG_ALARM_SECONDS = 3 * 60
 
 
 @dataclass
 class DelayDispatcherProps:
-    """The queue the scheduler feeds, the DLQ for what that queue refuses, and the state table of its lease and watermark."""
+    """The queue the dispatcher feeds, the DLQ for what that queue refuses, and the state table of its lease and watermark."""
 
     settings: Settings
     queue: sqs.IQueue
@@ -69,13 +69,13 @@ class DelayDispatcher(Construct):
             dynamo_stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
             removal_policy=RemovalPolicy.RETAIN,
         )
-        scheduler = ServiceFunction(
+        dispatcher = ServiceFunction(
             self,
             "Scheduler",
             ServiceFunctionProps(
-                handler=SCHEDULER_HANDLER,
-                timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
-                memory_mb=SCHEDULER_MEMORY_MB,
+                handler=DISPATCHER_HANDLER,
+                timeout_seconds=DISPATCHER_TIMEOUT_SECONDS,
+                memory_mb=DISPATCHER_MEMORY_MB,
                 # It reads every shard, so it needs the table but not the producers' shard count.
                 environment=Resources(
                     delay_table=self.table.table_name, queue_url=props.queue.queue_url,
@@ -84,7 +84,7 @@ class DelayDispatcher(Construct):
                 description="Worker Tier: moves due delayed messages from the delay table into SQS",
             ),
         )
-        self.function = scheduler.function
+        self.function = dispatcher.function
         props.queue.grant_send_messages(self.function)
         # A message the work queue refuses goes to the DLQ with its reason.
         props.dead_letter_queue.grant_send_messages(self.function)
@@ -93,7 +93,7 @@ class DelayDispatcher(Construct):
         # Move an item due after its minute into its due minute (worker_tier.delivery.refile).
         grant_items(self.table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update): scheduler# items only.
-        grant_items(props.state_table, self.function, actions=SCHEDULER_STATE_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
+        grant_items(props.state_table, self.function, actions=DISPATCHER_STATE_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])
         self.rule = events.Rule(
             self,
             "EveryMinute",
@@ -115,16 +115,16 @@ class DelayDispatcher(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             # No data means no runs: that is lag too.
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
-            alarm_description="The delay scheduler's watermark trails now + horizon by minutes: runs fail or do not happen.",
+            alarm_description="The delay dispatcher's watermark trails now + horizon by minutes: runs fail or do not happen.",
         )
         self.watermark_ahead_alarm = count_alarm(
             self, "WatermarkAhead", METRIC_DISPATCHER_WATERMARK_AHEAD,
-            "The delay scheduler found its watermark further ahead of its clock than it ever moves it, and stopped: "
+            "The delay dispatcher found its watermark further ahead of its clock than it ever moves it, and stopped: "
             "inspect the scheduler#watermark item (delete it to restart from the minute records).")
         self.state_unreadable_alarm = count_alarm(
             self, "StateUnreadable", METRIC_DISPATCHER_STATE_UNREADABLE,
-            "The delay scheduler found a watermark item it cannot read, and restarted from its minute records.")
-        # Delivers what the scheduler could have missed: TTL-expired undispatched items, late writes.
+            "The delay dispatcher found a watermark item it cannot read, and restarted from its minute records.")
+        # Delivers what the dispatcher could have missed: TTL-expired undispatched items, late writes.
         self.recovery = DelayRecovery(self, "Recovery", DelayRecoveryProps(
             delay_table=self.table, state_table=props.state_table, queue=props.queue, dead_letter_queue=props.dead_letter_queue,
         ))

@@ -1,6 +1,6 @@
 """``DelayRecovery``: the delay table's safety net, a function fed by the table's stream.
 
-It delivers what the delay scheduler could have missed: items the TTL deleted
+It delivers what the delay dispatcher could have missed: items the TTL deleted
 before dispatch, and late writes behind the watermark (``worker_tier.delay_recovery``
 has the rules). The event source mapping passes only INSERTs and TTL REMOVEs of
 message items; Lambda's stream reads and filtered-out records cost nothing.
@@ -29,7 +29,7 @@ from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import REFILE_ACTIONS, grant_items
 from worker_tier import delay_recovery, limits
 from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
-from worker_tier.contract import DISPATCHER_KEY_PREFIX as SCHEDULER_KEY_PREFIX
+from worker_tier.contract import DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX
 from worker_tier.contract import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_RECOVERY_WATERMARK_AHEAD, Resources
 from worker_tier.settings import Settings
 
@@ -56,7 +56,7 @@ STATE_READ_ACTIONS = ("dynamodb:GetItem",)
 
 @dataclass
 class DelayRecoveryProps:
-    """The delay table, the scheduler's state table, the work queue and its DLQ.
+    """The delay table, the dispatcher's state table, the work queue and its DLQ.
 
     The delay table must be built with ``dynamo_stream=StreamViewType.NEW_AND_OLD_IMAGES``
     (a TableV2 does not say at synth whether it has a stream, so this cannot be checked here).
@@ -86,7 +86,7 @@ class DelayRecovery(Construct):
                     state_table=props.state_table.table_name, delay_table=props.delay_table.table_name,
                     queue_url=props.queue.queue_url, dlq_url=props.dead_letter_queue.queue_url,
                 ).to_environment(),
-                description="Worker Tier: delivers delayed messages the scheduler missed (TTL expiry, late writes)",
+                description="Worker Tier: delivers delayed messages the delay dispatcher missed (TTL expiry, late writes)",
             ),
         )
         self.function = service.function
@@ -97,12 +97,12 @@ class DelayRecovery(Construct):
         self._add_alarms(props.alarm_actions)
 
     def _grant(self, props: DelayRecoveryProps) -> None:
-        """Read the stream and the scheduler's items (watermark, minute records); refile message items; send to the queues."""
+        """Read the stream and the dispatcher's items (watermark, minute records); refile message items; send to the queues."""
         stream_arn = props.delay_table.table_stream_arn
         if stream_arn is None:
             raise ValueError(f"DelayRecovery reads the delay table's stream, and table {props.delay_table.node.path} has none")
         self.function.add_to_role_policy(iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[stream_arn]))
-        grant_items(props.state_table, self.function, actions=STATE_READ_ACTIONS, leading_key_prefixes=[SCHEDULER_KEY_PREFIX])
+        grant_items(props.state_table, self.function, actions=STATE_READ_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])
         grant_items(props.delay_table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         props.queue.grant_send_messages(self.function)
         props.dead_letter_queue.grant_send_messages(self.function)
@@ -156,13 +156,13 @@ class DelayRecovery(Construct):
             "trimmed, and with them any message they were to recover.",
         )
         self.late_write_alarm = count_alarm(self, "LateWrites", METRIC_LATE_WRITES,
-                                             "A producer stored a delayed message behind the scheduler: its clock is more "
+                                             "A producer stored a delayed message behind the dispatcher: its clock is more "
                                              "than 60 s behind. The message was delivered late.")
         self.ttl_recovery_alarm = count_alarm(self, "RecoveredFromTtl", METRIC_RECOVERED_FROM_TTL,
-                                               "The TTL deleted delayed messages the scheduler had not sent (an outage or a "
+                                               "The TTL deleted delayed messages the dispatcher had not sent (an outage or a "
                                                "stuck minute longer than the TTL margin). They were delivered late.")
         self.watermark_ahead_alarm = count_alarm(self, "WatermarkAhead", METRIC_RECOVERY_WATERMARK_AHEAD,
-                                                  "The scheduler's watermark is past minutes it cannot have reached: "
+                                                  "The dispatcher's watermark is past minutes it cannot have reached: "
                                                   "delayed messages behind it were left in the delay table, unsent. "
                                                   "Inspect the scheduler#watermark item.")
         for alarm in (self.failure_alarm, self.iterator_age_alarm, self.late_write_alarm, self.ttl_recovery_alarm,

@@ -8,7 +8,7 @@ https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-cond
 The state table's key prefixes, one per owner:
 
 - ``idempotency#``: Powertools idempotency records (the worker and the container worker);
-- ``scheduler#``: the delay scheduler's lease and watermark;
+- ``scheduler#``: the delay dispatcher's lease and watermark (the prefix keeps its first name);
 - ``cron#``: cron tick claims.
 
 The delay table's producers write ``b#`` (delayed messages) and ``dedupe#`` (dedupe-key markers).
@@ -24,27 +24,25 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
 from worker_tier.contract import (
     DELAY_BUCKET_KEY_PREFIX,
     DELAY_DEDUPE_KEY_PREFIX,
-    DISPATCHER_KEY_PREFIX,
+    DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX,
     IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX,
-    TICK_KEY_PREFIX,
+    TICK_KEY_PREFIX as TICK_KEY_PREFIX,
 )
 
 # The contract's prefixes under the names this module exports.
 DELAYED_MESSAGE_KEY_PREFIX = DELAY_BUCKET_KEY_PREFIX
 DEDUPE_KEY_PREFIX = DELAY_DEDUPE_KEY_PREFIX
-SCHEDULER_KEY_PREFIX = DISPATCHER_KEY_PREFIX
-CRON_KEY_PREFIX = TICK_KEY_PREFIX
 
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
-# The delay scheduler's lease, watermark and minute records (worker_tier/scheduler.py).
-SCHEDULER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
-# Cron tick claims: claim, mark sent, give back (worker_tier/periodic.py).
-CRON_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# The delay dispatcher's lease, watermark and minute records (worker_tier/dispatcher.py).
+DISPATCHER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# Tick claims of periodic tasks: claim, mark sent, give back (worker_tier/periodic.py).
+TICK_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # Producers store delayed messages by BatchWriteItem, or by a TransactWriteItems of two Puts (marker and
 # message), which IAM authorises as PutItem on each item.
 DELAYED_MESSAGE_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem")
-# Moving a message item the scheduler would not read in time to where it reads it (worker_tier.delivery.refile).
+# Moving a message item the dispatcher would not read in time to where it reads it (worker_tier.delivery.refile).
 REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 # Dedupe-key markers of immediate sends: claim (a conditional Put, which returns the holder when refused),
 # settle (Put) or give back (Delete).

@@ -35,13 +35,13 @@ from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
 from worker_tier_cdk.cron_config import CronEntry, check_sendable
 from worker_tier_cdk.cron_expression import parse
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import CRON_ACTIONS, grant_items
+from worker_tier_cdk.grants import TICK_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
 from worker_tier import limits
 from worker_tier.contract import METRIC_TICK_MARK_FAILED, Resources
-from worker_tier.contract import TICK_KEY_PREFIX as CRON_KEY_PREFIX
+from worker_tier.contract import TICK_KEY_PREFIX
 
-CRON_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
+PERIODIC_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
 # Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.
 CRON_TIMEOUT_SECONDS = 30
 CRON_MEMORY_MB = 128
@@ -93,7 +93,7 @@ class PeriodicTasks(Construct):
             self,
             "Cron",
             ServiceFunctionProps(
-                handler=CRON_HANDLER,
+                handler=PERIODIC_HANDLER,
                 timeout_seconds=CRON_TIMEOUT_SECONDS,
                 memory_mb=CRON_MEMORY_MB,
                 environment=Resources(queue_url=props.queue.queue_url, state_table=props.state_table.table_name).to_environment(),
@@ -102,7 +102,7 @@ class PeriodicTasks(Construct):
         )
         self.function = cron.function
         props.queue.grant_send_messages(self.function)
-        grant_items(props.state_table, self.function, actions=CRON_ACTIONS, leading_key_prefixes=[CRON_KEY_PREFIX])
+        grant_items(props.state_table, self.function, actions=TICK_ACTIONS, leading_key_prefixes=[TICK_KEY_PREFIX])
         self._add_dead_letter_queue()
         self._add_retries()
         self.mark_failed_alarm = count_alarm(

@@ -185,7 +185,7 @@ def test_lambda_worker_forwards_container_tasks_which_the_container_worker_runs(
     tasks.task("/render", container=True)(ran.append)
     Client(aws.queue_url, sqs=aws.sqs).send("/render", '{"frames": 9000}', attributes={"tenant": "acme"})
     lambda_worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
-                           registry=tasks, sqs=aws.sqs, long_queue_url=long_queue)
+                           registry=tasks, sqs=aws.sqs, container_queue_url=long_queue)
     # WHEN the Lambda worker sees it  THEN it does not run it, but forwards it as it came
     assert lambda_worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
     assert ran == []

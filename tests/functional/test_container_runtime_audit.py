@@ -24,10 +24,10 @@ from worker_tier.settings import Settings
 from worker_tier.worker import Worker
 
 
-def worker_on(aws: AwsWorld, tasks: Registry, queue_url: str, sqs=None, long_queue_url: str | None = None) -> Worker:
+def worker_on(aws: AwsWorld, tasks: Registry, queue_url: str, sqs=None, container_queue_url: str | None = None) -> Worker:
     return Worker(Settings(), queue_url=queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
                   state_table=aws.state_table, registry=tasks, sqs=sqs or aws.sqs, dynamodb=aws.dynamodb,
-                  long_queue_url=long_queue_url)
+                  container_queue_url=container_queue_url)
 
 
 def container_on(aws: AwsWorld, tasks: Registry, queue_url: str, sqs=None, **kwargs) -> Consumer:
@@ -50,7 +50,7 @@ def test_a_source_message_delivered_twice_runs_its_idempotent_container_task_onc
     tasks.task("/render", idempotent=True, container=True)(lambda t: runs.append(t.message_id))
     Client(aws.queue_url, sqs=aws.sqs).send("/render", '{"video": 1}')
     event = aws.receive_event()
-    lambda_worker = worker_on(aws, tasks, aws.queue_url, StrictSQS(aws.sqs), long_queue_url=long_queue)
+    lambda_worker = worker_on(aws, tasks, aws.queue_url, StrictSQS(aws.sqs), container_queue_url=long_queue)
     # WHEN both deliveries are forwarded and the container worker consumes the long queue
     for _ in range(2):
         assert lambda_worker.handle(event, None) == {"batchItemFailures": []}
@@ -71,7 +71,7 @@ def test_a_forward_with_no_room_for_the_source_id_still_goes_and_says_so(aws, ca
     tasks = Registry()
     tasks.task("/render", container=True)(lambda t: None)
     Client(aws.queue_url, sqs=aws.sqs).send("/render", "{}", attributes={f"a{i}": str(i) for i in range(9)})
-    lambda_worker = worker_on(aws, tasks, aws.queue_url, StrictSQS(aws.sqs), long_queue_url=long_queue)
+    lambda_worker = worker_on(aws, tasks, aws.queue_url, StrictSQS(aws.sqs), container_queue_url=long_queue)
     # WHEN the Lambda worker forwards it
     assert lambda_worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
     # THEN the forward keeps its 10 attributes (an 11th would be refused), and the log says the key falls back

@@ -318,7 +318,7 @@ def test_fifo_forward_to_the_long_task_queue_keeps_group_and_deduplicates_on_the
         MessageAttributes={"beanstalk.sqsd.path": {"DataType": "String", "StringValue": "/render"}},
     )
     event = aws_fifo.receive_event()
-    worker = worker_for(aws_fifo, tasks, long_queue_url=long_queue, settings_values={"fifo": True})
+    worker = worker_for(aws_fifo, tasks, container_queue_url=long_queue, settings_values={"fifo": True})
     # WHEN the Lambda worker forwards it
     response = worker.handle(event, None)
     # THEN it is forwarded (done here), in its group, deduplicated on its source message id

@@ -28,7 +28,7 @@ from worker_tier_cdk.grants import (
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
     IDEMPOTENCY_KEY_PREFIX,
-    SCHEDULER_KEY_PREFIX,
+    DISPATCHER_KEY_PREFIX,
     GrantError,
     grant_delay_produce,
     grant_items,
@@ -343,9 +343,9 @@ def test_no_role_has_a_dynamodb_wildcard_or_reads_across_the_state_table(templat
 
 def test_key_prefixes_match_the_keys_the_code_writes():
     # GIVEN the prefixes the grants allow  THEN the keys the scheduler and producers write start with them
-    assert dispatcher.LEASE_KEY.startswith(SCHEDULER_KEY_PREFIX)
-    assert dispatcher.WATERMARK_KEY.startswith(SCHEDULER_KEY_PREFIX)
-    assert dispatcher.minute_key(29_000_000).startswith(SCHEDULER_KEY_PREFIX)
+    assert dispatcher.LEASE_KEY.startswith(DISPATCHER_KEY_PREFIX)
+    assert dispatcher.WATERMARK_KEY.startswith(DISPATCHER_KEY_PREFIX)
+    assert dispatcher.minute_key(29_000_000).startswith(DISPATCHER_KEY_PREFIX)
     assert delay.bucket_key(29_000_000, 3).startswith(DELAYED_MESSAGE_KEY_PREFIX)
 
 
