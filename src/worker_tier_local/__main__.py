@@ -114,10 +114,10 @@ def _print_dispatcher_run(result: dict) -> None:
 
 
 def _cron_entries(path: Path, fifo: bool) -> list:
-    """cron.yaml's entries (none when the file is absent), validated as at synth."""
+    """cron.yaml's entries, validated as at synth; none when the default file is absent, an error for a --cron that is."""
     from worker_tier_cdk.cron_config import load
 
-    return load(path, fifo=fifo)
+    return load(path, fifo=fifo, missing_ok=path == DEFAULT_CRON_YAML)
 
 
 def _print_outcome(outcome: Outcome) -> None:
