@@ -86,19 +86,19 @@ class Resources:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, fields: Iterable[str] | None = None) -> Resources:
-        """Read each variable that is set and not empty (of ``fields`` only, when given)."""
+        """Read each variable that is set and not blank (of ``fields`` only, when given); blank counts as unset."""
         wanted = set(RESOURCE_FIELDS if fields is None else fields)
         values: dict[str, object] = {}
         for field in dataclasses.fields(cls):
             raw = environ.get(field.metadata["variable"])
-            if field.name in wanted and raw:
+            if field.name in wanted and raw and not raw.isspace():
                 values[field.name] = _whole_number(field.metadata["variable"], raw) if field.type == "int | None" else raw
         return cls(**values)  # type: ignore[arg-type]
 
     def named(self, field_name: str, reader: str = "this process") -> str:
         """A resource ``reader`` cannot run without: its name or URL, else SettingsError naming its variable."""
         value = getattr(self, field_name)
-        if value is None:
+        if value is None or (isinstance(value, str) and not value.strip()):
             raise SettingsError(f"{self.variable(field_name)} must be set: {reader} reads its {field_name} from it")
         return str(value)
 

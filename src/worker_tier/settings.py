@@ -8,6 +8,7 @@ environment, so every default and range below is stated once.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import re
 from itertools import pairwise
 from dataclasses import dataclass
@@ -64,7 +65,6 @@ DEFAULT_CONTAINER_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.14-slim"
 ADVISED_VISIBILITY_TIMEOUT_FACTOR = 6
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
-_MODULE_LIST = r"^[A-Za-z_][\w.]*(,[A-Za-z_][\w.]*)*$"
 # registry/repository[:tag][@sha256:digest], as Docker's reference grammar allows (lower-case repository).
 _IMAGE_REFERENCE = r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?"
 
@@ -336,9 +336,10 @@ class Settings:
         for name in ("fifo", "heartbeat", "container_worker"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if not isinstance(self.task_modules, str) or not re.match(_MODULE_LIST, self.task_modules):
+        if not _is_module_list(self.task_modules):
             raise SettingsError(
-                f"task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got {self.task_modules!r}"
+                "task_modules must be comma-separated Python module names like 'tasks,billing.tasks', each dotted part "
+                f"a Python identifier that is not a keyword, got {self.task_modules!r}"
             )
         self._check_container_strings()
 
@@ -435,3 +436,10 @@ def _parse_environment_value(name: str, kind: Any, raw: str) -> Any:
 def _format_environment_value(value: Any) -> str:
     """Format one setting for an environment variable."""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _is_module_list(value: object) -> bool:
+    """Whether ``value`` is ``module[,module...]``, each module dotted identifiers that are not keywords."""
+    return isinstance(value, str) and all(
+        part.isidentifier() and not keyword.iskeyword(part) for module in value.split(",") for part in module.split(".")
+    )

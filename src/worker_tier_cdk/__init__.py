@@ -13,6 +13,10 @@ from worker_tier_cdk.code import TaskCode, TaskCodeError
 
 __all__ = ["TaskCode", "TaskCodeError"]
 
+# What the cdk extra adds to a runtime-only install that the constructs import.
+CDK_EXTRA_MODULES = frozenset({"aws_cdk", "constructs", "cdk_nag", "yaml"})
+CDK_EXTRA_INSTALL = "pip install 'worker-tier[cdk]'"
+
 
 def __getattr__(name: str) -> object:
     """The constructs, imported on first use so that ``import worker_tier_cdk`` stays light."""
@@ -33,4 +37,11 @@ def __getattr__(name: str) -> object:
     }
     if name not in homes:
         raise AttributeError(f"module 'worker_tier_cdk' has no attribute {name!r}")
-    return getattr(importlib.import_module(homes[name]), name)
+    try:
+        module = importlib.import_module(homes[name])
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] not in CDK_EXTRA_MODULES:
+            raise
+        raise ModuleNotFoundError(f"worker_tier_cdk.{name} needs {error.name}, which is not installed; install the "
+                                  f"CDK extra: {CDK_EXTRA_INSTALL}", name=error.name) from error
+    return getattr(module, name)

@@ -6,24 +6,46 @@ and each task directory is copied beside it under its own name, so ``task_module
 such as ``tasks`` or ``billing.tasks`` import in Lambda as they do on the developer's
 machine. The delay dispatcher, the recovery function and the periodic-task function
 run only the runtime; the worker function and the container image run the tasks too.
+
+Staging skips dot-entries (``.git``, ``.env``, ``.venv``), ``node_modules``, ``cdk.out``,
+``__pycache__`` and ``*.pyc``; it follows a symlinked directory only when it stays inside
+its task directory without a loop. It is keyed on content, not paths (``stage``).
 """
 
 from __future__ import annotations
 
-import atexit
+import hashlib
+import keyword
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import worker_tier
+
+if TYPE_CHECKING:
+    from constructs import Construct
 
 RUNTIME_PACKAGE = "worker_tier"
 DOCKER_DIR = Path(__file__).resolve().parent / "docker"
 DOCKERFILE = "worker.Dockerfile"
 CONTAINER_REQUIREMENTS = "requirements.txt"
-_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache")
+# Where stagings live: inside the app's outdir, so that they outlive the synth that made them (the CLI deploys
+# later, and with --no-staging the assembly points at them), one directory per content fingerprint.
+STAGING_DIRECTORY = ".worker-tier-staging"
+# Never deployed: dot-entries (.git, .env, .venv), dependencies and build output of other tools, bytecode.
+EXCLUDED_NAMES = frozenset({"node_modules", "cdk.out", "__pycache__"})
+EXCLUDED_SUFFIXES = (".pyc",)
+# The runtime's import names (its dependencies and theirs): a task directory so named would shadow them in
+# /var/task or /app, which come first on sys.path.
+RUNTIME_IMPORT_NAMES = frozenset({
+    "boto3", "botocore", "aws_lambda_powertools", "s3transfer", "jmespath", "dateutil", "urllib3", "six",
+    "typing_extensions",
+})
 
 
 class TaskCodeError(ValueError):
@@ -36,25 +58,30 @@ class TaskCode:
 
     ``TaskCode.from_directories("tasks")`` deploys ``./tasks`` as the importable package
     ``tasks``; name it in the ``task_modules`` setting. A directory may be a package or a
-    plain folder of modules; it must not be named ``worker_tier``.
+    plain folder of modules. Its name must be a Python identifier and must not shadow a module
+    the runtime imports: the standard library, the runtime's dependencies (``RUNTIME_IMPORT_NAMES``)
+    or ``worker_tier*`` itself.
     """
 
     directories: tuple[Path, ...] = ()
 
     @classmethod
     def from_directories(cls, *directories: str | os.PathLike[str]) -> TaskCode:
-        resolved = tuple(Path(d).resolve() for d in directories)
-        names = [d.name for d in resolved]
-        for directory in resolved:
-            if not directory.is_dir():
-                raise TaskCodeError(f"task code directory {str(directory)!r} does not exist or is not a directory")
-            if directory.name == RUNTIME_PACKAGE:
-                raise TaskCodeError(f"task code directory {str(directory)!r} may not be named {RUNTIME_PACKAGE!r}: "
-                                    "that name is the installed runtime's")
+        """The directories as given (made absolute; a symlinked directory keeps its link's name).
+
+        Examples
+        --------
+        >>> TaskCode.from_directories("src").directories[0].name
+        'src'
+        """
+        absolute = tuple(Path(os.path.abspath(d)) for d in directories)
+        for directory in absolute:
+            _check_directory(directory)
+        names = [d.name for d in absolute]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise TaskCodeError(f"task code directories must have distinct names; {duplicates} appear more than once")
-        return cls(resolved)
+        return cls(absolute)
 
     def check_modules(self, task_modules: str) -> None:
         """TaskCodeError unless every module of the ``task_modules`` setting is a file the directories deploy.
@@ -79,6 +106,25 @@ class TaskCode:
                     f"has no {expected}; name a module that the directory contains")
 
 
+def _check_directory(directory: Path) -> None:
+    """TaskCodeError unless ``directory`` exists and its name imports as itself beside the runtime."""
+    if not directory.is_dir():
+        raise TaskCodeError(f"task code directory {str(directory)!r} does not exist or is not a directory")
+    name = directory.name
+    if not name.isidentifier() or keyword.iskeyword(name):
+        rule = "must be a Python identifier (letters, digits and underscores, not first a digit, not a keyword)"
+    elif name.startswith(RUNTIME_PACKAGE):
+        rule = f"must not start with {RUNTIME_PACKAGE!r}, the runtime's own name"
+    elif name in sys.stdlib_module_names:
+        rule = "must not be a standard-library module's name, which it would shadow"
+    elif name in RUNTIME_IMPORT_NAMES:
+        rule = f"must not be a package the runtime imports ({', '.join(sorted(RUNTIME_IMPORT_NAMES))})"
+    else:
+        return
+    raise TaskCodeError(f"task code directory {str(directory)!r} is deployed as the package {name!r}, so its name "
+                        f"{rule}; rename the directory")
+
+
 def _module_files(directory: Path, inner: list[str]) -> list[Path]:
     """The files that ``import <directory name>.<inner...>`` could load from ``directory``."""
     path = directory.joinpath(*inner)
@@ -90,24 +136,99 @@ def runtime_directory() -> Path:
     return Path(worker_tier.__file__).resolve().parent
 
 
-_staged: dict[tuple[object, ...], Path] = {}
-
-
-def stage(task_code: TaskCode = TaskCode(), *, container: bool = False) -> Path:
+def stage(scope: Construct, task_code: TaskCode = TaskCode(), *, container: bool = False) -> Path:
     """A directory holding ``worker_tier`` and the task directories (and, for the image, its Dockerfile).
 
-    One directory per distinct content within a process; CDK hashes it, so equal
-    stagings become one asset.
+    Staged under ``scope``'s app outdir in ``.worker-tier-staging/<fingerprint>``, where the fingerprint
+    is of the relative paths and bytes of what it holds, so that an edit makes a new asset, equal content
+    is one asset, and the directory outlives this process (``cdk synth --no-staging`` points at it).
+    It is staged again when it is missing.
     """
-    key = (task_code.directories, container)
-    if key not in _staged:
-        root = Path(tempfile.mkdtemp(prefix="worker-tier-asset-"))
-        atexit.register(shutil.rmtree, root, True)
-        shutil.copytree(runtime_directory(), root / RUNTIME_PACKAGE, ignore=_IGNORED)
-        for directory in task_code.directories:
-            shutil.copytree(directory, root / directory.name, ignore=_IGNORED)
-        if container:
-            for name in (DOCKERFILE, CONTAINER_REQUIREMENTS):
-                shutil.copy2(DOCKER_DIR / name, root / name)
-        _staged[key] = root
-    return _staged[key]
+    files = dict(_files(runtime_directory(), RUNTIME_PACKAGE))
+    outdir = _outdir(scope)
+    for directory in task_code.directories:
+        _check_outside(directory, outdir)
+        files.update(_files(directory, directory.name))
+    if container:
+        files.update({name: DOCKER_DIR / name for name in (DOCKERFILE, CONTAINER_REQUIREMENTS)})
+    root = outdir / STAGING_DIRECTORY / _fingerprint(files)
+    if not root.is_dir():
+        _copy(files, root)
+    return root
+
+
+def _outdir(scope: Construct) -> Path:
+    """The app's cloud assembly directory (a stable temporary one for a scope outside any app)."""
+    from aws_cdk import Stage  # here, so that ``import worker_tier_cdk`` needs no aws_cdk
+
+    stage_ = scope if isinstance(scope, Stage) else Stage.of(scope)  # Stage.of(app) skips the app itself
+    if stage_ is None or stage_.outdir is None:
+        return Path(tempfile.gettempdir()) / "worker-tier"
+    return Path(stage_.outdir).resolve()
+
+
+def _check_outside(directory: Path, outdir: Path) -> None:
+    """TaskCodeError when the app's outdir is inside a task directory: each synth would deploy the last."""
+    if outdir.is_relative_to(directory.resolve()):
+        raise TaskCodeError(f"task code directory {str(directory)!r} contains the CDK app's output directory "
+                            f"{str(outdir)!r}; move the output (cdk.json \"output\", App(outdir=...)) out of it")
+
+
+def _excluded(name: str) -> bool:
+    return name.startswith(".") or name in EXCLUDED_NAMES or name.endswith(EXCLUDED_SUFFIXES)
+
+
+def _files(directory: Path, name: str) -> Iterator[tuple[str, Path]]:
+    """(relative destination, source file) for each deployed file of ``directory``, deployed as ``name``."""
+    yield from _walk(directory, name, directory.resolve(), (directory.resolve(),))
+
+
+def _walk(directory: Path, destination: str, root: Path, ancestors: tuple[Path, ...]) -> Iterator[tuple[str, Path]]:
+    """The files below ``directory``, following symlinked directories that stay inside ``root`` without a loop."""
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if _excluded(entry.name):
+            continue
+        path, target = Path(entry.path), Path(entry.path).resolve()
+        if entry.is_dir():
+            if entry.is_symlink():
+                _check_link(path, target, root, ancestors)
+            yield from _walk(path, f"{destination}/{entry.name}", root, (*ancestors, target))
+        elif entry.is_file():
+            yield f"{destination}/{entry.name}", path
+        else:
+            raise TaskCodeError(f"{str(path)!r} in task code is a broken symlink or not a regular file; remove it")
+
+
+def _check_link(link: Path, target: Path, root: Path, ancestors: tuple[Path, ...]) -> None:
+    """TaskCodeError for a symlinked directory that leaves its task directory or loops back into its own path."""
+    if not target.is_relative_to(root):
+        raise TaskCodeError(f"symlinked directory {str(link)!r} in task code points outside its task directory "
+                            f"{str(root)!r}, to {str(target)!r}; copy what it needs into the directory instead")
+    if target in ancestors:
+        raise TaskCodeError(f"symlinked directory {str(link)!r} in task code points to {str(target)!r}, which "
+                            "contains it: a loop; remove the link")
+
+
+def _fingerprint(files: dict[str, Path]) -> str:
+    """SHA-256 of each file's relative path and bytes, in path order."""
+    digest = hashlib.sha256()
+    for relative in sorted(files):
+        data = files[relative].read_bytes()
+        digest.update(f"{relative}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _copy(files: dict[str, Path], root: Path) -> None:
+    """Write the files to a sibling of ``root``, then rename it into place, so ``root`` is never half-written."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
+    partial.chmod(0o755)  # mkdtemp's 0o700 would reach the asset's root directory
+    for relative, source in files.items():
+        (partial / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, partial / relative)
+        shutil.copymode(source, partial / relative)
+    try:
+        partial.rename(root)
+    except OSError:  # another process staged the same content first
+        shutil.rmtree(partial, ignore_errors=True)

@@ -192,7 +192,7 @@ class ContainerWorker(Construct):
                 "pick up a different image: set it to '<image>@sha256:<digest>'",
             )
         return ecs.ContainerImage.from_asset(
-            str(stage(task_code, container=True)),
+            str(stage(self, task_code, container=True)),
             file=DOCKERFILE,
             platform=Platform.LINUX_ARM64,
             build_args={BASE_IMAGE_BUILD_ARG: settings.container_base_image},

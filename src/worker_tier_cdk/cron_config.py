@@ -77,14 +77,19 @@ class CronEntry:
         return f"{self.source} line {self.line}, entry {_shown(self.name)}"
 
 
-def load(path: str | Path, *, fifo: bool = False) -> list[CronEntry]:
-    """Entries of a cron.yaml file (UTF-8, with or without a BOM); an empty list when the file does not exist.
+def load(path: str | Path, *, fifo: bool = False, missing_ok: bool = False) -> list[CronEntry]:
+    """Entries of a cron.yaml file (UTF-8, with or without a BOM).
 
     ``fifo``: the ticks go to a FIFO queue, where each entry's name is the MessageGroupId.
+    ``missing_ok``: an absent file has no entries (the local environment's default cron.yaml);
+    otherwise CronConfigError names the path it resolved to, since a typo would deploy no periodic task.
     """
     path = Path(path)
-    if not path.exists():
-        return []
+    if not path.is_file():
+        if missing_ok and not path.exists():
+            return []
+        raise CronConfigError(f"cron file {str(path)!r} (resolved to {str(path.resolve())!r}) does not exist or is "
+                              "not a file; pass the path of your cron.yaml, absolute or relative to the current directory")
     return parse(_decoded(path.read_bytes(), path.name), source=path.name, fifo=fifo)
 
 

@@ -60,7 +60,7 @@ class ServiceFunction(Construct):
             runtime=LAMBDA_RUNTIME,
             architecture=LAMBDA_ARCHITECTURE,
             handler=props.handler,
-            code=lambda_.Code.from_asset(str(stage(props.task_code))),
+            code=lambda_.Code.from_asset(str(stage(self, props.task_code))),
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", powertools_layer_arn())],
             timeout=Duration.seconds(props.timeout_seconds),
             memory_size=props.memory_mb,

@@ -2,8 +2,8 @@
 
 Every fact on the page comes from ``worker_tier.settings``: the default and the
 description of each field, its range (or allowed values), its EB option name, and
-the environment variable ``Settings.to_environment()`` sets. Run it from the
-repository root::
+the environment variable ``Settings.to_environment()`` sets. From a checkout it
+writes the checkout's docs/settings.md, wherever it is run from::
 
     python -m worker_tier_cdk.settings_doc            # rewrite docs/settings.md
     python -m worker_tier_cdk.settings_doc --check    # exit 1 when docs/settings.md is stale
@@ -22,7 +22,14 @@ from typing import Any
 from worker_tier import settings as settings_module
 from worker_tier.settings import Settings
 
-DEFAULT_OUTPUT = Path("docs") / "settings.md"
+# From a checkout (src/worker_tier_cdk/ under a directory with pyproject.toml and docs/), the checkout's page
+# wherever it is run from; from an installed package, docs/settings.md under the current directory.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+DEFAULT_OUTPUT = (
+    _CHECKOUT / "docs" / "settings.md"
+    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "docs").is_dir()
+    else Path("docs") / "settings.md"
+)
 GENERATOR = "python -m worker_tier_cdk.settings_doc"
 EXIT_STALE = 1
 

@@ -24,13 +24,13 @@ class WorkerTierStack(Stack):
 
     Public attributes: ``state_table``, ``worker``, ``delay_dispatcher`` (None on a FIFO
     queue, which has no per-message delay), ``container_worker`` (None unless the
-    container_worker setting is on), and ``periodic_tasks`` (None when cron.yaml is
-    absent or empty).
+    container_worker setting is on), and ``periodic_tasks`` (None without cron entries).
 
     ``task_code``: the directories holding the modules of the ``task_modules`` setting
     (``TaskCode.from_directories("myjobs")``); the worker function and the container
-    image run them beside the installed runtime. ``cron_file`` or ``cron_entries``: the
-    periodic tasks.
+    image run them beside the installed runtime; one path (``task_code="tasks"``) is one
+    directory. ``cron_file`` or ``cron_entries``: the periodic tasks; a ``cron_file`` that
+    does not exist fails synth with a CronConfigError naming the path.
     """
 
     def __init__(
@@ -39,7 +39,7 @@ class WorkerTierStack(Stack):
         construct_id: str,
         *,
         settings: Settings | None = None,
-        task_code: TaskCode | Sequence[str | os.PathLike[str]] = (),
+        task_code: TaskCode | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = (),
         cron_file: str | os.PathLike[str] | None = None,
         cron_entries: list[CronEntry] | None = None,
         **kwargs: Any,
@@ -48,7 +48,7 @@ class WorkerTierStack(Stack):
         self.settings = settings if settings is not None else settings_from_context(self)
         # One per stack: task idempotency, the delay dispatcher's lease and watermark, and tick dedupe share it.
         self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
-        self.task_code = task_code if isinstance(task_code, TaskCode) else TaskCode.from_directories(*task_code)
+        self.task_code = _task_code(task_code)
         self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table,
                                                                    task_code=self.task_code))
         self.delay_dispatcher = self._delay_dispatcher()
@@ -118,3 +118,12 @@ class WorkerTierStack(Stack):
         CfnOutput(self, "DeadLetterQueueUrl", value=self.worker.dead_letter_queue.queue_url)
         CfnOutput(self, "StateTableName", value=self.state_table.table_name)
         CfnOutput(self, "WorkerFunctionName", value=self.worker.function.function_name)
+
+
+def _task_code(task_code: TaskCode | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> TaskCode:
+    """``task_code`` as TaskCode: one path is one directory, not a sequence of characters."""
+    if isinstance(task_code, TaskCode):
+        return task_code
+    if isinstance(task_code, (str, os.PathLike)):
+        return TaskCode.from_directories(task_code)
+    return TaskCode.from_directories(*task_code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -31,8 +32,12 @@ from worker_tier.fates import (
 )
 
 # Read from the project directory it is started in, like `cdk`; its task modules import from there too.
+# Both are optional: without cdk.json the settings are the defaults, without cron.yaml no cron fires.
 DEFAULT_CDK_JSON = Path("cdk.json")
 DEFAULT_CRON_YAML = Path("cron.yaml")
+# What the local extra adds to a runtime-only install that this command imports (moto, and PyYAML for cron.yaml).
+LOCAL_EXTRA_MODULES = ("moto", "yaml")
+LOCAL_EXTRA_INSTALL = "pip install 'worker-tier[local]'"
 EXAMPLES: list[tuple[str, Any]] = [
     ("/hello", {"name": "Ada"}),
     ("/flaky", {"report": "monthly"}),
@@ -52,10 +57,12 @@ _MARKS = {
 def main(argv: list[str] | None = None) -> int:
     """Run until --duration passes or Ctrl-C."""
     args = _parse(argv)
+    _check_local_extra()
     if os.getcwd() not in sys.path:  # the console script does not put the project directory on the path
         sys.path.insert(0, os.getcwd())
     settings = _settings(args.settings)
     entries = _cron_entries(args.cron, settings.fifo)
+    settings_source = args.settings or (DEFAULT_CDK_JSON if DEFAULT_CDK_JSON.is_file() else "defaults (no ./cdk.json)")
     add_outcome_listener(_print_outcome)
     with LocalEnvironment(
         settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run, container=args.container
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.container:
             _say(f"container worker (python -m worker_tier worker) consuming {env.container_queue_url}")
         _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
-        _say(f"settings from {args.settings}: max_retries={settings.max_retries}, "
+        _say(f"settings from {settings_source}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
         for entry in entries:
             state = "" if entry.enabled else " (disabled)"
@@ -113,11 +120,19 @@ def _print_dispatcher_run(result: dict) -> None:
         _say(f"delay dispatcher: {result['dead_lettered']} message(s) refused by the queue went to the DLQ with a reason")
 
 
-def _cron_entries(path: Path, fifo: bool) -> list:
-    """cron.yaml's entries (none when the file is absent), validated as at synth."""
+def _check_local_extra() -> None:
+    """SystemExit naming what to install when this is a runtime-only install (no local extra)."""
+    missing = [name for name in LOCAL_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"worker-tier-local: {', '.join(missing)} not installed; the local environment needs the "
+                         f"local extra: {LOCAL_EXTRA_INSTALL}")
+
+
+def _cron_entries(path: Path | None, fifo: bool) -> list:
+    """cron.yaml's entries, validated as at synth; none when ./cron.yaml is absent, an error for a --cron that is."""
     from worker_tier_cdk.cron_config import load
 
-    return load(path, fifo=fifo)
+    return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=path is None)
 
 
 def _print_outcome(outcome: Outcome) -> None:
@@ -132,17 +147,26 @@ def _say(text: str) -> None:
     print(f"{datetime.now().astimezone():%H:%M:%S}  {text}", flush=True)
 
 
-def _settings(cdk_json: Path) -> Settings:
-    """The stack's settings, from cdk.json's worker_tier context."""
-    context = json.loads(Path(cdk_json).read_text()).get("context", {})
+def _settings(cdk_json: Path | None) -> Settings:
+    """The stack's settings, from cdk.json's worker_tier context; the defaults when ./cdk.json is absent."""
+    if cdk_json is None:
+        if not DEFAULT_CDK_JSON.is_file():
+            return Settings()
+        cdk_json = DEFAULT_CDK_JSON
+    elif not cdk_json.is_file():
+        raise SystemExit(f"worker-tier-local: --settings {str(cdk_json)!r} (resolved to {str(cdk_json.resolve())!r}) "
+                         "is not a file; pass your CDK app's cdk.json, or leave --settings out to use ./cdk.json "
+                         "(the default settings when there is none)")
+    context = json.loads(cdk_json.read_text()).get("context", {})
     return Settings.from_mapping(context.get("worker_tier", {}))
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m worker_tier_local", description=__doc__)
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
-    parser.add_argument("--settings", type=Path, default=DEFAULT_CDK_JSON, help="cdk.json to read settings from")
-    parser.add_argument("--cron", type=Path, default=DEFAULT_CRON_YAML, help="cron.yaml to fire (default: the repo's)")
+    parser.add_argument("--settings", type=Path, default=None,
+                        help="cdk.json to read settings from (default: ./cdk.json, or the default settings without one)")
+    parser.add_argument("--cron", type=Path, default=None, help="cron.yaml to fire (default: ./cron.yaml, if any)")
     parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")
     parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
     parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")

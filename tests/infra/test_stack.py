@@ -24,6 +24,8 @@ from aws_cdk.assertions import Annotations
 from tests.infra.conftest import TASK_CODE
 from worker_tier import contract
 from worker_tier_cdk.code import TaskCode, TaskCodeError
+from worker_tier_cdk.cron_config import CronConfigError
+from worker_tier_cdk.stack import WorkerTierStack
 from worker_tier_cdk.grants import (
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
@@ -421,3 +423,19 @@ def test_a_task_directory_without_init_is_no_task_module(tmp_path):
     code.check_modules("jobs.tasks")
     with pytest.raises(TaskCodeError, match=r"has no jobs/__init__.py; name a module"):
         code.check_modules("jobs")
+
+
+def test_a_cron_file_that_does_not_exist_fails_synth_naming_the_resolved_path(tmp_path):
+    # GIVEN a cron_file with a typo (issue #12: the stack deployed no periodic task, silently)
+    # WHEN the stack is built  THEN a CronConfigError names the path as given and as resolved
+    with pytest.raises(CronConfigError) as error:
+        WorkerTierStack(cdk.App(), "Typo", task_code=TASK_CODE, cron_file=tmp_path / "cron.yml")
+    assert str(error.value).startswith(f"cron file {str(tmp_path / 'cron.yml')!r} (resolved to "
+                                       f"{str((tmp_path / 'cron.yml').resolve())!r}) does not exist or is not a file")
+
+
+def test_task_code_given_as_one_path_is_one_directory():
+    # GIVEN task_code as a plain string, not TaskCode (issue #12: it was read as one directory per character)
+    # WHEN the stack is built  THEN it deploys that one directory
+    stack = WorkerTierStack(cdk.App(), "OnePath", task_code=str(REPO / "tasks"))
+    assert stack.task_code == TaskCode.from_directories(REPO / "tasks")

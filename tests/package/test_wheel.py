@@ -240,3 +240,17 @@ def test_every_entry_point_and_the_console_script_import_from_the_wheel(venv, pr
     assert all(Path(f).is_relative_to(venv) for f in json.loads(imported.stdout.splitlines()[-1]))
     assert usage.returncode == 0, usage.stderr
     assert usage.stdout.startswith("usage: ") and "--duration" in usage.stdout
+
+
+def test_the_wheel_carries_the_apache_license_text(wheel):
+    # GIVEN the built wheel  WHEN its metadata is read
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        [license_path] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        text = archive.read(license_path).decode()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    # THEN it holds the repo's LICENSE, the Apache-2.0 text, and names it
+    assert text == (REPO / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "License-File: LICENSE" in metadata

@@ -343,3 +343,26 @@ def test_a_url_or_name_sqs_refuses_as_an_attribute_value_fails_synth():
     assert str(error.value).startswith(
         "cron.yaml line 3, entry 'a': url would fail every tick: attribute 'beanstalk.sqsd.path' value has character '\\x01'"
     )
+
+
+def test_a_cron_file_that_does_not_exist_is_refused_naming_the_resolved_path(tmp_path):
+    # GIVEN a path with a typo, relative to a directory that has only cron.yaml (issue #12: it deployed no periodic task)
+    (tmp_path / "cron.yaml").write_text("version: 1\ncron: []\n")
+    path = tmp_path / "sub" / ".." / "cron.yml"
+    # WHEN loaded  THEN a CronConfigError names the path as given and as resolved
+    with pytest.raises(CronConfigError) as error:
+        load(path)
+    assert str(error.value) == (f"cron file {str(path)!r} (resolved to {str(tmp_path / 'cron.yml')!r}) does not exist or "
+                                "is not a file; pass the path of your cron.yaml, absolute or relative to the current directory")
+
+
+def test_a_missing_cron_file_may_be_optional(tmp_path):
+    # GIVEN no cron.yaml  WHEN loaded as optional (the local environment's default)  THEN it has no entries
+    assert load(tmp_path / "cron.yaml", missing_ok=True) == []
+
+
+def test_a_directory_is_no_cron_file_even_when_optional(tmp_path):
+    # GIVEN a directory where cron.yaml should be  WHEN loaded as optional  THEN it is still refused
+    (tmp_path / "cron.yaml").mkdir()
+    with pytest.raises(CronConfigError, match=r"does not exist or is not a file"):
+        load(tmp_path / "cron.yaml", missing_ok=True)

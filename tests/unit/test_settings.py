@@ -4,6 +4,9 @@ import pytest
 
 from worker_tier.settings import Settings, SettingsError
 
+TASK_MODULES_RULE = ("task_modules must be comma-separated Python module names like 'tasks,billing.tasks', each "
+                     "dotted part a Python identifier that is not a keyword, got ")
+
 
 def test_defaults_are_elastic_beanstalks():
     # GIVEN / WHEN no settings
@@ -39,7 +42,8 @@ def test_defaults_are_elastic_beanstalks():
         ({"http_path": "jobs"}, "http_path must be a path starting with '/' (EB HttpPath), got 'jobs'"),
         ({"mime_type": "json"}, "mime_type must be a MIME type like 'application/json' (EB MimeType), got 'json'"),
         ({"fifo": "yes"}, "fifo must be true or false, got 'yes'"),
-        ({"task_modules": "tasks;more"}, "task_modules must be comma-separated Python module names like 'tasks,billing.tasks', got 'tasks;more'"),
+        *[({"task_modules": value}, TASK_MODULES_RULE + repr(value))
+          for value in ("tasks;more", "tasks.", "tasks..x", "tasks.2x", "tasks\n", "tasks, billing", ".tasks", "tasks.class")],
         (
             {"visibility_timeout": 100},
             "visibility_timeout must be >= inactivity_timeout + max_batching_window (a message stays hidden while its "
