@@ -8,8 +8,8 @@ machine. The delay dispatcher, the recovery function and the periodic-task funct
 run only the runtime; the worker function and the container image run the tasks too.
 
 Staging skips dot-entries (``.git``, ``.env``, ``.venv``), ``node_modules``, ``cdk.out``,
-``__pycache__`` and ``*.pyc``; it follows a symlinked directory only when it stays inside
-its task directory without a loop. It is keyed on content, not paths (``stage``).
+``__pycache__`` and ``*.pyc``; it follows a symlink (a file, or a directory without a loop)
+only when it stays inside its task directory, so nothing outside it is deployed by accident. It is keyed on content, not paths (``stage``).
 """
 
 from __future__ import annotations
@@ -194,6 +194,10 @@ def _walk(directory: Path, destination: str, root: Path, ancestors: tuple[Path, 
                 _check_link(path, target, root, ancestors)
             yield from _walk(path, f"{destination}/{entry.name}", root, (*ancestors, target))
         elif entry.is_file():
+            if entry.is_symlink() and not target.is_relative_to(root):
+                raise TaskCodeError(f"symlinked file {str(path)!r} in task code points outside its task directory "
+                                    f"{str(root)!r}, to {str(target)!r}: it would deploy that file's content; "
+                                    "copy what it needs into the directory instead")
             yield f"{destination}/{entry.name}", path
         else:
             raise TaskCodeError(f"{str(path)!r} in task code is a broken symlink or not a regular file; remove it")

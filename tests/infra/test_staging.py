@@ -67,6 +67,18 @@ def test_a_symlinked_directory_pointing_outside_the_task_directory_is_refused(tm
                                 "into the directory instead")
 
 
+def test_a_symlinked_file_pointing_outside_the_task_directory_is_refused(tmp_path, tasks):
+    # GIVEN tasks/credentials -> a file outside tasks (its content would be deployed)
+    (tmp_path / "secret.txt").write_text("key\n")
+    (tasks / "credentials").symlink_to(tmp_path / "secret.txt")
+    # WHEN staged  THEN a TaskCodeError names the link and its target
+    with pytest.raises(TaskCodeError) as error:
+        stage(_app(tmp_path), TaskCode.from_directories(tasks))
+    assert str(error.value) == (f"symlinked file {str(tasks / 'credentials')!r} in task code points outside its task "
+                                f"directory {str(tasks)!r}, to {str(tmp_path / 'secret.txt')!r}: it would deploy that "
+                                "file's content; copy what it needs into the directory instead")
+
+
 def test_a_symlinked_directory_that_loops_is_refused_not_followed_forever(tmp_path, tasks):
     # GIVEN tasks/sub/again -> tasks/sub (synth used to hang, filling /tmp)
     (tasks / "sub").mkdir()
