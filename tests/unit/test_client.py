@@ -707,9 +707,9 @@ def test_a_periodic_tasks_copy_keeps_its_sqsd_attributes():
 @pytest.mark.parametrize(
     "internal, rule",
     [
-        ({0: {"tenant": "x"}}, "_internal_attributes: name 'tenant' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay scheduler) or 'beanstalk.sqsd.path' (set from the path)"),
-        ({0: {"worker_tier.due_at": "x"}}, "_internal_attributes: name 'worker_tier.due_at' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay scheduler) or 'beanstalk.sqsd.path' (set from the path)"),
-        ({0: {"beanstalk.sqsd.path": "/y"}}, "_internal_attributes: name 'beanstalk.sqsd.path' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay scheduler) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"tenant": "x"}}, "_internal_attributes: name 'tenant' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"worker_tier.due_at": "x"}}, "_internal_attributes: name 'worker_tier.due_at' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"beanstalk.sqsd.path": "/y"}}, "_internal_attributes: name 'beanstalk.sqsd.path' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
         ({0: {"worker_tier.attempts": 4}}, "_internal_attributes: 'worker_tier.attempts' must be a string, got int"),
         ({1: {"worker_tier.attempts": "4"}}, "_internal_attributes: index 1 is not a message of this batch (0..0)"),
         ({0: {"worker_tier.attempts": "4\x00"}}, "message 0 for '/x': attribute 'worker_tier.attempts' value has character '\\x00'"),
