@@ -12,7 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_tier_local.environment import LOCAL_LONG_DELAY_THRESHOLD_SECONDS, LocalEnvironment
+from worker_tier_local.environment import (
+    LOCAL_DEFAULT_PORT,
+    LOCAL_LONG_DELAY_THRESHOLD_SECONDS,
+    LOCAL_REGION,
+    LocalEnvironment,
+)
 from worker_tier.settings import Settings
 
 if "--verbose" not in sys.argv:
@@ -38,6 +43,9 @@ DEFAULT_CRON_YAML = Path("cron.yaml")
 # What the local extra adds to a runtime-only install that this command imports (moto, and PyYAML for cron.yaml).
 LOCAL_EXTRA_MODULES = ("moto", "yaml")
 LOCAL_EXTRA_INSTALL = "pip install 'worker-tier[local]'"
+# moto accepts any credentials; these are the values its docs use.
+EXAMPLE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+MAX_PORT = 65535
 EXAMPLES: list[tuple[str, Any]] = [
     ("/hello", {"name": "Ada"}),
     ("/flaky", {"report": "monthly"}),
@@ -65,11 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     settings_source = args.settings or (DEFAULT_CDK_JSON if DEFAULT_CDK_JSON.is_file() else "defaults (no ./cdk.json)")
     add_outcome_listener(_print_outcome)
     with LocalEnvironment(
-        settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run, container=args.container
+        settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run,
+        container=args.container, port=args.port,
     ) as env:
-        if args.container:
-            _say(f"container worker (python -m worker_tier worker) consuming {env.container_queue_url}")
-        _say(f"moto on {env.endpoint_url}; queue {env.queue_url}")
+        _print_banner(env)
         _say(f"settings from {settings_source}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
         for entry in entries:
@@ -90,7 +97,37 @@ def main(argv: list[str] | None = None) -> int:
                  f"(locally anything over {LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s goes there, not 900 s, so you can watch it)")
         _loop(env, args.duration)
         _report_dead_letters(env)
+        for line in env.pending().lines():
+            _say(line)
     return 0
+
+
+def _print_banner(env: LocalEnvironment) -> None:
+    """Where everything is, and two lines to paste into another shell (no timestamp, so they paste as they are)."""
+    if env.unavailable_port is not None:
+        _say(f"port {env.unavailable_port} is in use (another `make run`?); using a free one instead: "
+             f"{env.endpoint_url} (--port chooses another)")
+    _say(f"moto on {env.endpoint_url}, region {LOCAL_REGION} (its queues are there; another "
+         "region finds none); any credentials work")
+    _say(f"queue            {env.queue_url}")
+    _say(f"DLQ              {env.dead_letter_queue_url}")
+    if env.container_queue_url is not None:
+        _say(f"container queue  {env.container_queue_url}  (the container worker, in this process, consumes it)")
+    _say(f"tables           {env.state_table} (state), {env.delay_table} (delays)")
+    _say("from another shell, paste these two lines: the export, then an AWS CLI command that works as printed")
+    print(f"  {_export_line()}")
+    print(f"  {_aws_example(env.endpoint_url, env.queue_url)}", flush=True)
+
+
+def _export_line() -> str:
+    """The ``export`` a shell needs for the local environment: its region (both variables), and any credentials."""
+    values = {"AWS_DEFAULT_REGION": LOCAL_REGION, "AWS_REGION": LOCAL_REGION, **EXAMPLE_CREDENTIALS}
+    return "export " + " ".join(f"{name}={value}" for name, value in values.items())
+
+
+def _aws_example(endpoint_url: str, queue_url: str) -> str:
+    """An AWS CLI command that works as printed once ``_export_line()`` ran: the queue's attributes."""
+    return f"aws --endpoint-url {endpoint_url} sqs get-queue-attributes --queue-url {queue_url} --attribute-names All"
 
 
 def _loop(env: LocalEnvironment, duration: float | None) -> None:
@@ -167,10 +204,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--settings", type=Path, default=None,
                         help="cdk.json to read settings from (default: ./cdk.json, or the default settings without one)")
     parser.add_argument("--cron", type=Path, default=None, help="cron.yaml to fire (default: ./cron.yaml, if any)")
+    parser.add_argument("--port", type=_port, default=LOCAL_DEFAULT_PORT,
+                        help=f"moto's port on 127.0.0.1 (default {LOCAL_DEFAULT_PORT}; a free one when it is taken; 0: any)")
     parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")
     parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
     parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
     return parser.parse_args(argv)
+
+
+def _port(text: str) -> int:
+    """--port's value: an int in 0..MAX_PORT."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..{MAX_PORT} (0: any free port), got {text!r}")
+    return port
 
 
 if __name__ == "__main__":

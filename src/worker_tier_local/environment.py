@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import urllib.request
@@ -15,12 +16,16 @@ from worker_tier.client import Client
 from worker_tier_local.context import LocalContext
 from worker_tier_local.cron import CronEmulator
 from worker_tier_local.event_source import EventSourceEmulator
+from worker_tier_local.pending import Pending, queue_backlog, undispatched
 from worker_tier.settings import Settings
 
 LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PREFIX = "worker-tier-local"
+# `make run`'s port: fixed, so the endpoint and the lines it prints stay the same between runs. Not LocalStack's
+# 4566, so the two can run side by side. Taken, the environment falls back to a free port (port 0: any).
+LOCAL_DEFAULT_PORT = 4577
 # Locally the producer and the delay dispatcher share one clock (no skew margin), and a lower threshold lets a
 # person watch a delayed message go through the delay table within a few minutes. The horizon must cover
 # one minute's bucket plus one minute between runs to stay punctual.
@@ -31,6 +36,9 @@ DISPATCHER_PERIOD_SECONDS = 60
 
 class LocalEnvironment:
     """Worker Tier on one machine: moto on 127.0.0.1, queues and table made from ``settings``.
+
+    ``port`` 0 takes any free port; another port is tried first, and a free one taken when it is in use
+    (``unavailable_port`` then names it).
 
     Examples
     --------
@@ -58,6 +66,7 @@ class LocalEnvironment:
         self._on_dispatcher_run = on_dispatcher_run or (lambda result: None)
         self._cron_clock = cron_clock
         self._port = port
+        self.unavailable_port: int | None = None  # the port asked for, when it was in use and another was taken
         self.cron: CronEmulator | None = None
         self._next_dispatcher_run = 0.0
         self._container = container
@@ -79,7 +88,10 @@ class LocalEnvironment:
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per API call otherwise
-        self._server = ThreadedMotoServer(ip_address=LOCAL_HOST, port=self._port, verbose=False)
+        port = self._port
+        if port and not _port_free(port):  # moto's server thread would fail to bind, and start() wait forever
+            self.unavailable_port, port = port, 0
+        self._server = ThreadedMotoServer(ip_address=LOCAL_HOST, port=port, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
@@ -223,6 +235,14 @@ class LocalEnvironment:
         attributes = self.sqs.get_queue_attributes(QueueUrl=queue_url or self.queue_url, AttributeNames=names)
         return sum(int(attributes["Attributes"].get(name, 0)) for name in names)
 
+    def pending(self) -> Pending:
+        """What is not processed yet: each queue's messages by state, and delayed messages not yet dispatched."""
+        queues = [("queue", self.queue_url)]
+        if self.container_queue_url is not None:
+            queues.append(("container queue", self.container_queue_url))
+        count, next_due_ms = undispatched(self.dynamodb, self.delay_table, self.state_table)
+        return Pending(tuple(queue_backlog(self.sqs, name, url) for name, url in queues), count, self.delay_table, next_due_ms)
+
     def dead_letters(self) -> list[dict[str, Any]]:
         """Read (without deleting) what is in the DLQ: body, attributes and the parsed failure reason."""
         response = self.sqs.receive_message(
@@ -280,6 +300,17 @@ class LocalEnvironment:
         for name, value in values.items():
             self._saved_environment.setdefault(name, os.environ.get(name))
             os.environ[name] = value
+
+
+def _port_free(port: int) -> bool:
+    """Whether ``port`` can be bound on LOCAL_HOST as moto's server binds it (SO_REUSEADDR, as HTTPServer sets)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((LOCAL_HOST, port))
+        except OSError:
+            return False
+    return True
 
 
 def _real_lambda_handler() -> Callable[[dict, Any], dict]:

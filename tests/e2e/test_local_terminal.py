@@ -1,0 +1,181 @@
+"""`make run` for a person at a terminal: lines that work as printed, a fixed port, and what is pending at exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import boto3
+
+from worker_tier import Client
+from worker_tier.settings import Settings
+from worker_tier_local import LocalEnvironment
+from worker_tier_local.environment import LOCAL_LONG_DELAY_THRESHOLD_SECONDS
+
+REPO = Path(__file__).resolve().parents[2]
+AWS_LINE = re.compile(r"^  aws --endpoint-url ", re.MULTILINE)
+
+
+def test_banner_export_and_aws_lines_work_as_printed():
+    # GIVEN `make run` started on any free port
+    with _make_run("--port", "0", "--no-examples", "--duration", "6") as process:
+        banner = _read_until(process, AWS_LINE)
+        # WHEN a person pastes its export line and runs its aws line
+        exported = _exported(banner)
+        aws = shlex.split(next(line for line in banner.splitlines() if AWS_LINE.match(line)))
+        endpoint, queue_url = aws[aws.index("--endpoint-url") + 1], aws[aws.index("--queue-url") + 1]
+        sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=exported["AWS_DEFAULT_REGION"],
+                           aws_access_key_id=exported["AWS_ACCESS_KEY_ID"],
+                           aws_secret_access_key=exported["AWS_SECRET_ACCESS_KEY"])
+        # THEN the endpoint answers for the queue and the DLQ the banner names, in the region it names
+        assert sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"] \
+            == "arn:aws:sqs:us-east-1:123456789012:worker-tier-local-queue"
+        dlq_url = re.search(r"  DLQ +(\S+)", banner).group(1)
+        assert dlq_url.startswith(endpoint) and sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])
+        assert exported["AWS_REGION"] == exported["AWS_DEFAULT_REGION"] == "us-east-1"
+        assert "any credentials work" in banner and "worker-tier-local-delays (delays)" in banner
+        # AND the AWS CLI, where installed, runs the aws line as printed
+        if _aws_cli_runs():
+            shell = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **exported}
+            cli = subprocess.run(aws, capture_output=True, text=True, timeout=30, env=shell, check=False)
+            assert cli.returncode == 0, cli.stderr
+            assert json.loads(cli.stdout)["Attributes"]["QueueArn"].endswith(":worker-tier-local-queue")
+        output, errors = process.communicate(timeout=30)
+    assert process.returncode == 0, errors
+    assert "nothing pending at exit" in output
+
+
+def test_port_is_the_one_asked_for_and_a_free_one_when_it_is_taken():
+    # GIVEN a port that is free, and one that another server listens on
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy_port = taken.getsockname()[1]
+        free_port = _free_port()
+        # WHEN the local environment is asked for each
+        with LocalEnvironment(Settings(), port=free_port) as fixed:
+            fixed_endpoint, fixed_unavailable = fixed.endpoint_url, fixed.unavailable_port
+        with LocalEnvironment(Settings(), port=busy_port) as fallback:
+            fallback_endpoint, fallback_unavailable = fallback.endpoint_url, fallback.unavailable_port
+            fallback_depth = fallback.queue_depth()
+        # AND `make run` is
+        with _make_run("--port", str(busy_port), "--no-examples", "--duration", "1") as process:
+            output, errors = process.communicate(timeout=30)
+    # THEN the free port is used as asked; the taken one is replaced by a free port that answers, with a clear line
+    assert (fixed_endpoint, fixed_unavailable) == (f"http://127.0.0.1:{free_port}", None)
+    assert fallback_unavailable == busy_port and not fallback_endpoint.endswith(f":{busy_port}") and fallback_depth == 0
+    assert process.returncode == 0, errors
+    moved = re.search(rf"port {busy_port} is in use \(another `make run`\?\); using a free one instead: "
+                      r"http://127\.0\.0\.1:(\d+) \(--port chooses another\)", output)
+    assert moved and int(moved.group(1)) != busy_port, output
+    assert f"moto on http://127.0.0.1:{moved.group(1)}, region us-east-1" in output
+
+
+def test_port_out_of_range_is_refused_with_the_range():
+    # WHEN `make run` is given a port no socket can have  THEN it says what a port can be
+    result = subprocess.run([sys.executable, "-m", "worker_tier_local", "--port", "70000"], capture_output=True,
+                            text=True, timeout=30, env=_environment(), cwd=REPO, check=False)
+    assert result.returncode == 2
+    assert "--port: must be a port number 0..65535 (0: any free port), got '70000'" in result.stderr
+
+
+def test_run_that_ends_with_work_pending_says_what_and_where_with_counts():
+    # GIVEN `make run` for a few seconds
+    with _make_run("--port", "0", "--no-examples", "--duration", "6") as process:
+        banner = _read_until(process, AWS_LINE)
+        exported = _exported(banner)
+        endpoint = re.search(r"moto on (\S+),", banner).group(1)
+        queue_url = re.search(r"  queue +(\S+)", banner).group(1)
+        delay_table = re.search(r"tables +\S+ \(state\), (\S+) \(delays\)", banner).group(1)
+        aws = {"endpoint_url": endpoint, "region_name": exported["AWS_DEFAULT_REGION"],
+               "aws_access_key_id": "any", "aws_secret_access_key": "any"}
+        # WHEN another shell sends a message delayed in SQS (as a dispatched one is) and one for the delay table
+        client = Client(queue_url, delay_table, sqs=boto3.client("sqs", **aws), dynamodb=boto3.client("dynamodb", **aws),
+                        long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS)
+        client.send("/hello", '{"name": "in SQS"}', delay=60)
+        due = time.time() + 600
+        client.send("/hello", '{"name": "in the table"}', delay=600)
+        output, errors = process.communicate(timeout=30)
+    # THEN the run ends saying what is still pending, where, with counts
+    assert process.returncode == 0, errors
+    lines = output.splitlines()
+    assert any(line.endswith("still pending at exit: 2 message(s), lost with moto's in-memory state") for line in lines), output
+    assert any(line.endswith("  queue: 1 (0 waiting, 0 in flight, 1 delayed)") for line in lines), output
+    [first_due] = [m.group(1) for line in lines if (m := re.search(
+        rf"  delay table {delay_table}: 1 delayed message\(s\) not yet moved to the queue by the delay dispatcher, "
+        r"the first due at (\d\d:\d\d:\d\d)$", line))]
+    hours, minutes, seconds = map(int, first_due.split(":"))
+    expected = time.localtime(due)
+    apart = ((hours - expected.tm_hour) * 3600 + (minutes - expected.tm_min) * 60 + seconds - expected.tm_sec) % 86400
+    assert min(apart, 86400 - apart) <= 2, (first_due, due)
+
+def test_pending_counts_only_delayed_messages_the_dispatcher_has_not_sent():
+    # GIVEN a message due in 150 s, and one whose producer's clock is 5 minutes behind (due 150 s ago)
+    with LocalEnvironment(Settings()) as env:
+        env.client.send("/hello", '{"name": "later"}', delay=150)
+        env.new_client(clock=lambda: time.time() - 300).send("/hello", '{"name": "late"}', delay=150)
+        before = env.pending()
+        # WHEN the delay dispatcher runs once (nothing polls the queue)
+        assert env.run_dispatcher()["sent"] == 1
+        after = env.pending()
+    # THEN both were pending in the table; then the late one is waiting in the queue, the other still in the table
+    assert (before.undispatched, before.total) == (2, 2)
+    assert (after.undispatched, [q.total for q in after.queues], after.total) == (1, [1], 2)
+    assert after.next_due_ms is not None and after.next_due_ms / 1000 > time.time() + 100
+
+
+@contextmanager
+def _make_run(*args: str) -> Iterator[subprocess.Popen]:
+    """`make run`'s entry point with ``args``, from the repository; killed if the test leaves it running."""
+    process = subprocess.Popen([sys.executable, "-m", "worker_tier_local", *args], env=_environment(), cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+
+
+def _read_until(process: subprocess.Popen, pattern: re.Pattern[str], seconds: float = 20) -> str:
+    """The process's stdout up to and including the first line matching ``pattern``."""
+    read, deadline = "", time.monotonic() + seconds
+    while not pattern.search(read):
+        assert time.monotonic() < deadline and process.poll() is None, f"{pattern.pattern!r} never appeared: {read!r}"
+        read += process.stdout.readline()
+    return read
+
+
+def _exported(banner: str) -> dict[str, str]:
+    """The variables the banner's export line sets, read as a shell would."""
+    line = next(line for line in banner.splitlines() if line.startswith("  export "))
+    words = shlex.split(line)
+    assert words[0] == "export"
+    return dict(word.split("=", 1) for word in words[1:])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _aws_cli_runs() -> bool:
+    """Whether an AWS CLI is installed and starts (it is not a test dependency)."""
+    if shutil.which("aws") is None:
+        return False
+    return subprocess.run(["aws", "--version"], capture_output=True, timeout=30, check=False).returncode == 0
