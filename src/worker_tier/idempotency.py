@@ -147,7 +147,7 @@ class IdempotentRunner:
         )
         config = IdempotencyConfig(expires_after_seconds=definition.idempotency_expiry)
 
-        def run_task(data: dict[str, str], task: Task, handler: Callable[[Task], None]) -> None:
+        def run_task(data: dict[str, str], task: Task, handler: Callable[[Task], object]) -> None:
             try:
                 handler(task)
             except Exception:

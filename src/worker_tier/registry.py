@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from worker_tier.errors import TaskRegistrationError
 from worker_tier.task import Task
 
-TaskHandler = Callable[[Task], None]
+# A task returns nothing that matters: returning is success, whatever it returns.
+TaskHandler = Callable[[Task], object]
+HandlerT = TypeVar("HandlerT", bound=TaskHandler)
 
 DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS = 60 * 60
 
@@ -46,7 +48,7 @@ class Registry:
     def __init__(self) -> None:
         self._definitions: dict[str, TaskDefinition] = {}
 
-    def task(self, path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
+    def task(self, path: str, **options: Any) -> Callable[[HandlerT], HandlerT]:
         """Decorator registering ``handler`` for ``path`` (see ``worker_tier.task``)."""
         unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
@@ -54,7 +56,7 @@ class Registry:
                 f"@task({path!r}) got unknown option {unknown[0]!r}; options are: {', '.join(_OPTIONS)}"
             )
 
-        def register(handler: TaskHandler) -> TaskHandler:
+        def register(handler: HandlerT) -> HandlerT:
             self.register(TaskDefinition(path=path, handler=handler, **options))
             return handler
 
@@ -124,7 +126,7 @@ def _qualified_name(handler: Callable[..., Any]) -> str:
 DEFAULT_REGISTRY = Registry()
 
 
-def task(path: str, **options: Any) -> Callable[[TaskHandler], TaskHandler]:
+def task(path: str, **options: Any) -> Callable[[HandlerT], HandlerT]:
     """Register a task handler for a path in the default registry.
 
     Parameters

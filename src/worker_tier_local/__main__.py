@@ -18,6 +18,7 @@ from worker_tier_local.environment import (
     LOCAL_REGION,
     LocalEnvironment,
 )
+from worker_tier import contract
 from worker_tier.settings import Settings
 
 if "--verbose" not in sys.argv:
@@ -115,18 +116,23 @@ def _print_banner(env: LocalEnvironment) -> None:
         _say(f"container queue  {env.container_queue_url}  (the container worker, in this process, consumes it)")
     _say(f"tables           {env.state_table} (state), {env.delay_table} (delays)")
     _say("from another shell, paste these two lines: the export, then an AWS CLI command that works as printed")
-    print(f"  {_export_line()}")
+    print(f"  {_export_line(env)}")
     print(f"  {_aws_example(env.endpoint_url, env.queue_url)}", flush=True)
 
 
-def _export_line() -> str:
-    """The ``export`` a shell needs for the local environment: its region (both variables), and any credentials."""
-    values = {"AWS_DEFAULT_REGION": LOCAL_REGION, "AWS_REGION": LOCAL_REGION, **EXAMPLE_CREDENTIALS}
+def _export_line(env: LocalEnvironment) -> str:
+    """The ``export`` a shell needs: region (both variables), any credentials, the endpoint, and the queue.
+
+    With it, boto3 and the AWS CLI reach moto (``AWS_ENDPOINT_URL``), and ``Client.from_env()`` sends
+    to the work queue.
+    """
+    values = {"AWS_DEFAULT_REGION": LOCAL_REGION, "AWS_REGION": LOCAL_REGION, **EXAMPLE_CREDENTIALS,
+              "AWS_ENDPOINT_URL": env.endpoint_url, contract.QUEUE_URL_VARIABLE: env.queue_url}
     return "export " + " ".join(f"{name}={value}" for name, value in values.items())
 
 
 def _aws_example(endpoint_url: str, queue_url: str) -> str:
-    """An AWS CLI command that works as printed once ``_export_line()`` ran: the queue's attributes."""
+    """An AWS CLI command that works as printed once ``_export_line(env)`` ran: the queue's attributes."""
     return f"aws --endpoint-url {endpoint_url} sqs get-queue-attributes --queue-url {queue_url} --attribute-names All"
 
 
