@@ -179,20 +179,23 @@ class Consumer:
             self.protection.hold(self._in_flight() > 0)
 
     def _gather(self) -> None:
-        """While fewer than half the threads are free, let running tasks end (up to RECEIVE_GATHER_SECONDS), one by one.
+        """Let running tasks end before a receive, so that one receive fills several threads.
 
-        With no thread free it waits for the first to end, however long.
+        While fewer than half the threads are free it waits up to RECEIVE_GATHER_SECONDS for
+        one to end (with none free, as long as it takes); then only while others end within
+        RECEIVE_FOLLOW_SECONDS of each other, so a long task delays no receive.
         """
         deadline = self._clock() + RECEIVE_GATHER_SECONDS
-        while not self.stopping.is_set() and 2 * (free := self.concurrency - self._in_flight()) < self.concurrency:
-            left = deadline - self._clock()
-            if free > 0 and left <= 0:
-                return
+        while not self.stopping.is_set() and (free := self.concurrency - self._in_flight()) < self.concurrency:
+            few = 2 * free < self.concurrency
+            timeout = (1.0 if free == 0 else deadline - self._clock()) if few else RECEIVE_FOLLOW_SECONDS
             with self._lock:
-                running = list(self._pending)
-            if not running:
+                running = [future for future in self._pending if not future.done()]
+            if not running or timeout <= 0:
                 return
-            wait(running, timeout=left if free > 0 else 1, return_when=FIRST_COMPLETED)
+            ended, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not ended and not few:
+                return
 
     def _finish(self, pool: ThreadPoolExecutor) -> None:
         """Drain; exit with the messages still running held, or stop the heartbeat and protection."""
@@ -369,6 +372,8 @@ class Consumer:
 # Before a receive, while fewer than half the threads are free, running tasks get at most this long to end, so
 # that short tasks are received a few threads at a time rather than a poll per thread freed.
 RECEIVE_GATHER_SECONDS = 0.2
+# Once enough threads are free, a receive waits for more only while they keep ending this close together.
+RECEIVE_FOLLOW_SECONDS = 0.02
 # A succeeded message's delete waits at most this long for others to share its DeleteMessageBatch.
 DELETE_LINGER_SECONDS = 0.05
 
