@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CODE_USAGE
     core = Worker.from_environment()
     heartbeat = Heartbeat(new_heartbeat_client(), queue_url, interval_seconds=core.settings.heartbeat_interval)
-    consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace, heartbeat=heartbeat)
+    # Deletes use the heartbeat's bounded client too: a task thread waits on its delete, so a hung call must end soon.
+    consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace, heartbeat=heartbeat,
+                        delete_sqs=new_heartbeat_client())
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: consumer.stopping.set())
     logger.info("container worker started", extra={"queue": queue_url, "concurrency": args.concurrency})

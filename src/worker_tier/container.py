@@ -23,11 +23,16 @@ long task (but for the earlier messages of its own FIFO group), and the Worker c
 SQS's 12 hours from each message's real receive.
 Its metrics are printed (EMF) after each message and before it exits.
 
-A succeeded message is deleted in a DeleteMessageBatch of up to 10, sent once 10 are
-waiting or the first has waited ``DELETE_LINGER_SECONDS`` (``_Deletions``), and always
-before the process exits. Meanwhile it stays hidden: its last extension leaves at least the
-heartbeat's margin. A delete that fails is logged, and the message runs again when it
-returns, as it would after a failed single delete.
+A succeeded message is deleted in a DeleteMessageBatch shared with other threads
+(``_Deletions``), and its thread waits for its own entry's answer: the heartbeat holds
+the message and its thread stays busy until the delete is confirmed, so no delete ever
+outlives its message's visibility, and no more messages are received than threads
+finish. A batch goes out as soon as every running task waits on a delete, or 10 wait,
+or the first has waited ``DELETE_LINGER_SECONDS``. A delete that fails is logged and
+counts as a failure: the message returns and runs again, and the rest of its FIFO
+group is released, as after a failed task. Before each receive, while fewer than half
+the threads are free, running tasks get up to ``RECEIVE_GATHER_SECONDS`` to end, so one
+receive fills several threads; a long task delays no receive.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -121,6 +126,7 @@ class Consumer:
         stop_timeout_seconds: float = limits.ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         delete_linger_seconds: float | None = None,
+        delete_sqs: Any | None = None,
     ) -> None:
         self.worker = worker
         self.sqs = sqs
@@ -141,7 +147,7 @@ class Consumer:
         self._receive_failures = 0
         self._fatal: QueueConfigurationError | None = None
         linger = DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
-        self._deletions = _Deletions(sqs, queue_url, linger)
+        self._deletions = _Deletions(delete_sqs if delete_sqs is not None else sqs, queue_url, self._busy, linger, clock)
 
     def run(self) -> None:
         """Consume until ``stopping`` is set, then drain within the grace period (counted from the stop).
@@ -151,7 +157,6 @@ class Consumer:
         from ReceiveMessage stops consuming the same way; ``QueueConfigurationError`` is raised after the drain.
         """
         self.heartbeat.start()
-        self._deletions.start()
         self.protection.start(lambda: self._in_flight() > 0)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
         try:
@@ -168,24 +173,35 @@ class Consumer:
         """Receive while there are free threads, until stopping."""
         while not self.stopping.is_set():
             self._gather()
-            if self._in_flight() >= self.concurrency:
+            if self.stopping.is_set() or self._in_flight() >= self.concurrency:
                 continue
             self._receive_into(pool)
             self.protection.hold(self._in_flight() > 0)
 
     def _gather(self) -> None:
-        """Give running tasks up to RECEIVE_GATHER_SECONDS to end, so that one receive fills every thread they free."""
-        with self._lock:
-            running = list(self._pending)
-        if running:
-            wait(running, timeout=RECEIVE_GATHER_SECONDS)
+        """Let running tasks end before a receive, so that one receive fills several threads.
+
+        While fewer than half the threads are free it waits up to RECEIVE_GATHER_SECONDS for
+        one to end (with none free, as long as it takes); then only while others end within
+        RECEIVE_FOLLOW_SECONDS of each other, so a long task delays no receive.
+        """
+        deadline = self._clock() + RECEIVE_GATHER_SECONDS
+        while not self.stopping.is_set() and (free := self.concurrency - self._in_flight()) < self.concurrency:
+            few = 2 * free < self.concurrency
+            timeout = (1.0 if free == 0 else deadline - self._clock()) if few else RECEIVE_FOLLOW_SECONDS
+            with self._lock:
+                running = [future for future in self._pending if not future.done()]
+            if not running or timeout <= 0:
+                return
+            ended, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not ended and not few:
+                return
 
     def _finish(self, pool: ThreadPoolExecutor) -> None:
         """Drain; exit with the messages still running held, or stop the heartbeat and protection."""
         self.stopping.set()
         observability.flush()
         still_running = self._drain(pool)
-        self._deletions.stop()  # before any exit: the finished messages' deletes go out first
         self.protection.stop()
         if still_running:
             self._abandon(still_running)
@@ -282,18 +298,16 @@ class Consumer:
     def _process(self, message: dict[str, Any]) -> bool:
         """Run one message through the shared Worker core; delete it unless it was reported failed (False).
 
-        Whatever happens, the heartbeat stops holding it and the metrics are printed.
+        A delete that fails also gives False. Whatever happens, the heartbeat holds the
+        message until its fate is settled (deleted, or failed), and the metrics are printed.
         """
         try:
             record = lambda_record(message, self._queue_arn, self._region)
             response = self.worker.handle({"Records": [record]}, None, heartbeat=self.heartbeat)
+            return not response["batchItemFailures"] and self._deletions.delete(message)
         finally:
             self.heartbeat.release(message["MessageId"])
             observability.flush()
-        if response["batchItemFailures"]:
-            return False
-        self._deletions.add(message)
-        return True
 
     def _done(self, future: Future[None]) -> None:
         with self._lock:
@@ -301,6 +315,11 @@ class Consumer:
         error = None if future.cancelled() else future.exception()
         if error is not None:
             logger.error("message processing crashed", extra={"error": safe_repr(error)})
+
+    def _busy(self) -> int:
+        """Threads that hold or will soon hold a message: one per chain received and not yet finished."""
+        with self._lock:
+            return len(self._pending)
 
     def _in_flight(self) -> int:
         """Messages received and not yet finished (running or waiting in a chain)."""
@@ -350,71 +369,111 @@ class Consumer:
             )
 
 
-# Before each receive, running tasks get at most this long to end: short tasks are then received in one poll
-# for every thread rather than a poll per thread freed, and a long task's freed thread waits at most this long.
-RECEIVE_GATHER_SECONDS = 0.5
-# A succeeded message waits at most this long for its DeleteMessageBatch to fill up to 10 entries.
-DELETE_LINGER_SECONDS = 0.5
+# Before a receive, while fewer than half the threads are free, running tasks get at most this long to end, so
+# that short tasks are received a few threads at a time rather than a poll per thread freed.
+RECEIVE_GATHER_SECONDS = 0.2
+# Once enough threads are free, a receive waits for more only while they keep ending this close together.
+RECEIVE_FOLLOW_SECONDS = 0.02
+# A succeeded message's delete waits at most this long for others to share its DeleteMessageBatch.
+DELETE_LINGER_SECONDS = 0.05
+
+
+@dataclass
+class _Deletion:
+    """One succeeded message waiting for its delete; ``result`` fails with ``MessageNotDeletedError``."""
+
+    message: dict[str, Any]
+    added_at: float
+    result: Future[None]
+
+
+class MessageNotDeletedError(WorkerTierError):
+    """DeleteMessageBatch did not delete a succeeded message; it returns and runs again."""
 
 
 class _Deletions:
-    """Deletes succeeded messages on a background thread, in DeleteMessageBatch calls of up to 10."""
+    """Deletes succeeded messages in DeleteMessageBatch calls of up to 10, sent by the task threads that wait on them."""
 
-    def __init__(self, sqs: Any, queue_url: str, linger_seconds: float = DELETE_LINGER_SECONDS) -> None:
+    def __init__(
+        self, sqs: Any, queue_url: str, busy: Callable[[], int], linger_seconds: float, clock: Callable[[], float]
+    ) -> None:
         self._sqs = sqs
         self._queue_url = queue_url
+        self._busy = busy
         self._linger_seconds = linger_seconds
-        self._waiting: list[dict[str, Any]] = []
+        self._clock = clock
+        self._unsent: list[_Deletion] = []
+        self._waiting = 0
         self._changed = threading.Condition()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start the thread that sends the deletes."""
-        self._thread = threading.Thread(target=self._run, name="worker-tier-deletions", daemon=True)
-        self._thread.start()
-
-    def add(self, message: dict[str, Any]) -> None:
-        """Queue a succeeded message for deletion."""
+    def delete(self, message: dict[str, Any]) -> bool:
+        """Delete a succeeded message in a shared batch; True once SQS confirms, False (logged) if it did not."""
+        entry = _Deletion(message, self._clock(), Future())
         with self._changed:
-            self._waiting.append(message)
-            self._changed.notify()
-
-    def stop(self) -> None:
-        """Send every delete still waiting, then end the thread."""
-        with self._changed:
-            self._stopping = True
-            self._changed.notify()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
-        """Send a batch when 10 wait or the first has lingered; after stop, whatever is left."""
-        full = limits.SQS_MAX_BATCH_ENTRIES
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._waiting or self._stopping)
-                self._changed.wait_for(lambda: len(self._waiting) >= full or self._stopping, self._linger_seconds)
-                batch, self._waiting = self._waiting[:full], self._waiting[full:]
-                done = self._stopping and not self._waiting
-            if batch:
-                self._delete(batch)
-            if done:
-                return
-
-    def _delete(self, batch: list[dict[str, Any]]) -> None:
-        """One DeleteMessageBatch; what it could not delete is logged and returns to the queue for another run."""
-        entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)]
+            self._unsent.append(entry)
+            self._waiting += 1
+            self._changed.notify_all()
         try:
-            failed = self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries).get("Failed") or []
-        except Exception as error:  # any AWS or network error: the messages return when their visibility ends
-            failed = [{"Id": e["Id"], "Code": error_code(error) or type(error).__name__} for e in entries]
+            while batch := self._next_batch(entry):
+                self._send(batch)
+        finally:
+            with self._changed:
+                self._waiting -= 1
+        try:
+            entry.result.result()
+        except MessageNotDeletedError:
+            return False
+        return True
+
+    def _next_batch(self, entry: _Deletion) -> list[_Deletion]:
+        """Wait until ``entry`` has its answer (empty list) or a batch is due, for this thread to send."""
+        with self._changed:
+            while not entry.result.done():
+                if entry not in self._unsent:  # in another thread's batch: wait for its answer
+                    self._changed.wait()
+                    continue
+                left = self._due_in()
+                if left <= 0:
+                    batch = self._unsent[: limits.SQS_MAX_BATCH_ENTRIES]
+                    del self._unsent[: limits.SQS_MAX_BATCH_ENTRIES]
+                    return batch
+                self._changed.wait(left)
+            return []
+
+    def _due_in(self) -> float:
+        """Seconds until the unsent deletes are due: now if 10 wait, or every busy thread waits on a delete."""
+        if len(self._unsent) >= limits.SQS_MAX_BATCH_ENTRIES or self._waiting >= self._busy():
+            return 0.0
+        return self._unsent[0].added_at + self._linger_seconds - self._clock()
+
+    def _send(self, batch: list[_Deletion]) -> None:
+        """One DeleteMessageBatch; every entry gets its answer, whatever is raised."""
+        entries = [{"Id": str(i), "ReceiptHandle": d.message["ReceiptHandle"]} for i, d in enumerate(batch)]
+        failed = {e["Id"]: "NotSent" for e in entries}
+        try:
+            response = self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
+            failed = {str(f["Id"]): str(f.get("Code", "")) for f in response.get("Failed") or []}
+        except Exception as error:  # any AWS or network error, or an answer we cannot read: none counts as deleted
+            failed = {e["Id"]: error_code(error) or type(error).__name__ for e in entries}
+        finally:
+            self._answer(batch, failed)
+
+    def _answer(self, batch: list[_Deletion], failed: dict[str, str]) -> None:
+        """Resolve each entry's result and wake the threads waiting on them; then log the failures."""
+        with self._changed:
+            for i, deletion in enumerate(batch):
+                code = failed.get(str(i))
+                if code is None:
+                    deletion.result.set_result(None)
+                else:
+                    deletion.result.set_exception(MessageNotDeletedError(f"DeleteMessageBatch failed with {code}"))
+            self._changed.notify_all()
         if failed:
             logger.error(
                 "succeeded messages were not deleted: they will run again when they return",
                 extra={
-                    "message_ids": [batch[int(f["Id"])]["MessageId"] for f in failed],
-                    "codes": sorted({f.get("Code", "") for f in failed}),
+                    "message_ids": [d.message["MessageId"] for i, d in enumerate(batch) if str(i) in failed],
+                    "codes": sorted(set(failed.values())),
                 },
             )
 
