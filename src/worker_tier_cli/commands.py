@@ -18,7 +18,8 @@ from worker_tier_cli.target import Target, TargetError, default_stack_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cannot be found or a refused message
-# What a server without StartMessageMoveTask answers (moto in-process raises NotImplementedError itself).
+# What a server without StartMessageMoveTask answers: moto's server a bare HTTP 500 (botocore's code "500", never
+# an AWS error code), moto in-process NotImplementedError. Falling back is safe: the batch move loses nothing.
 MOVE_TASK_UNAVAILABLE_CODES = frozenset({"UnsupportedOperation", "InvalidAction", "NotImplemented", "500"})
 MOVE_TASK_FALLBACK_NOTE = "StartMessageMoveTask is not available at this endpoint; moving one batch at a time instead"
 
