@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Callable
 
-from worker_tier import limits
-from worker_tier.retry import chunks
+from worker_tier import limits, message
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, receive, release
 
 MOVE_VISIBILITY_SECONDS = 300  # a batch is sent and deleted well within this; held ones are released at the end
@@ -64,7 +64,7 @@ def _move(sqs: Any, dlq_url: str, queue_url: str, letters: list[DeadLetter], fif
           report: MoveReport) -> list[DeadLetter]:
     """Send ``letters`` to the work queue, delete those sent; return those whose send failed."""
     failed: list[DeadLetter] = []
-    for batch in chunks(letters, limits.SQS_MAX_BATCH_ENTRIES):
+    for batch in _send_batches(letters):
         by_id = {str(i): letter for i, letter in enumerate(batch)}
         try:
             response = sqs.send_message_batch(QueueUrl=queue_url, Entries=[_entry(i, m, fifo) for i, m in by_id.items()])
@@ -78,6 +78,21 @@ def _move(sqs: Any, dlq_url: str, queue_url: str, letters: list[DeadLetter], fif
         _delete(sqs, dlq_url, [by_id[s["Id"]] for s in response.get("Successful") or []], report)
     report.failed += len(failed)
     return failed
+
+
+def _send_batches(letters: list[DeadLetter]) -> Iterator[list[DeadLetter]]:
+    """``letters`` in SendMessageBatch calls: at most 10 entries and SQS's 1 MiB in all (each fits alone)."""
+    batch: list[DeadLetter] = []
+    total = 0
+    for letter in letters:
+        size = message.message_bytes(letter.body, letter.original_attributes())
+        if batch and (len(batch) == limits.SQS_MAX_BATCH_ENTRIES or total + size > limits.SQS_MAX_MESSAGE_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(letter)
+        total += size
+    if batch:
+        yield batch
 
 
 def _entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:

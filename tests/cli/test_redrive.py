@@ -113,3 +113,18 @@ def test_redrive_yes_skips_the_question(deployment):
     deployment.runtime.interactive = lambda: True
     result = deployment.run("redrive", "--path", "/a", "--yes")
     assert result.exit_code == 0 and "Move" not in result.output and "moved 1, skipped 0, failed 0" in result.stdout
+
+
+def test_redrive_splits_large_messages_into_batches_sqs_accepts(deployment):
+    # GIVEN six dead letters of 200 KB each: 1.2 MB in all, more than one SendMessageBatch may carry
+    bodies = {f"{n}" + "x" * 200_000 for n in range(6)}
+    for body in bodies:
+        deployment.dead_letter("/big", NonRetryableError("x"), body)
+    strict = StrictSQS(boto3.client("sqs", region_name="us-east-1"))
+    deployment.runtime.client = lambda service, **kwargs: strict if service == "sqs" else boto3.client(service, **kwargs)
+    # WHEN they are redriven
+    result = deployment.run("redrive", "--path", "/big")
+    # THEN SQS refused no request and all six moved
+    assert not strict.refused
+    assert result.exit_code == 0 and "moved 6, skipped 0, failed 0" in result.stdout
+    assert set(_bodies(deployment.drain(deployment.queue_url))) == bodies
