@@ -213,10 +213,18 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
         if result is not None:
             _print_move_task(result, as_json)
             return
-    report = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds)
+    progress = _progress_line if session.runtime.interactive() and not as_json else (lambda report: None)
+    report = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds, progress)
+    if progress is _progress_line:
+        click.echo("", err=True)
     _print_report(report, "batches", as_json)
     if report.failed or report.not_deleted:
         raise SystemExit(1)
+
+
+def _progress_line(report: redrive.MoveReport) -> None:
+    """On a terminal: the counts so far, rewritten in place on stderr after each batch."""
+    click.echo(f"\rmoved {report.moved}, skipped {report.skipped}, failed {report.failed} ...", err=True, nl=False)
 
 
 def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None) -> dict[str, Any] | None:

@@ -128,3 +128,19 @@ def test_redrive_splits_large_messages_into_batches_sqs_accepts(deployment):
     assert not strict.refused
     assert result.exit_code == 0 and "moved 6, skipped 0, failed 0" in result.stdout
     assert set(_bodies(deployment.drain(deployment.queue_url))) == bodies
+
+
+def test_redrive_shows_progress_on_a_terminal_only(deployment):
+    # GIVEN dead letters, once on a terminal and once piped
+    for n in range(12):
+        deployment.dead_letter("/a", NonRetryableError("x"), f"a{n}")
+    deployment.runtime.interactive = lambda: True
+    on_terminal = deployment.run("redrive", "--path", "/a", "--yes")
+    for n in range(3):
+        deployment.dead_letter("/a", NonRetryableError("x"), f"b{n}")
+    deployment.runtime.interactive = lambda: False
+    piped = deployment.run("redrive", "--path", "/a")
+    # THEN the running counts are on the terminal's stderr only
+    assert "\rmoved 10, skipped 0, failed 0 ..." in on_terminal.stderr and "\rmoved 12" in on_terminal.stderr
+    assert on_terminal.stdout == "moved 12, skipped 0, failed 0\n"
+    assert piped.stderr == "" and piped.stdout == "moved 3, skipped 0, failed 0\n"
