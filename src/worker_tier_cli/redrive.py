@@ -10,6 +10,9 @@ both queues: it is counted in ``not_deleted`` and named, so it can be removed by
 Without a filter, ``start_move_task`` asks SQS to move everything (StartMessageMoveTask) and
 ``follow_move_task`` polls it to the end; the local environment (moto) has no move task, so the command
 falls back to the batch move.
+
+On a FIFO DLQ the held messages block their message groups until the move ends (SQS returns no later
+message of a group with one in flight), so one run moves what it can reach; run it again for the rest.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
             if not fresh:
                 return report
             matching = [m for m in fresh if which.matches(m)]
-            report.skipped += len(fresh) - len(matching)
-            held.update((m.message_id, m) for m in fresh if not which.matches(m))
+            skipped = [m for m in fresh if m not in matching]
+            report.skipped += len(skipped)
+            held.update((m.message_id, m) for m in skipped)
             for failed in _move(sqs, dlq_url, queue_url, matching, fifo, report):
                 held[failed.message_id] = failed
             progress(report)
