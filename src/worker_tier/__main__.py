@@ -2,6 +2,9 @@
 
 Configured like the Lambda worker, by the contract's resource variables and the settings'
 variables (``worker_tier.contract``); the container_concurrency setting is how many tasks run at once.
+
+Any other command (``status``, ``dlq``, ``redrive``, ``send``) is the ``worker-tier`` command line,
+``worker_tier_cli``: imported only then, so the runtime never needs click.
 """
 
 from __future__ import annotations
@@ -26,9 +29,28 @@ NEEDS = contract.Needs(
     "the container worker", required=("queue_url", "dlq_url"), optional=("state_table", "delay_table"), settings=True,
 ) | contract.PRODUCER_NEEDS
 EXIT_CODE_USAGE = 2
+WORKER_COMMAND = "worker"
+CLI_EXTRA_MODULES = ("click",)
+CLI_EXTRA_MISSING = "worker-tier: {missing} not installed; the command line needs the cli extra: pip install 'worker-tier[cli]'"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``worker`` runs the container worker; anything else goes to the command line (``worker-tier --help``)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == [WORKER_COMMAND]:
+        return run_worker(args)
+    try:
+        from worker_tier_cli import main as cli_main
+    except ImportError as error:
+        if error.name not in CLI_EXTRA_MODULES:
+            raise
+        print(CLI_EXTRA_MISSING.format(missing=error.name), file=sys.stderr)
+        return EXIT_CODE_USAGE
+    return cli_main(args)
+
+
+def run_worker(argv: list[str]) -> int:
+    """The container worker: ``worker [--concurrency N] [--grace SECONDS]``."""
     settings = Settings.from_environment(os.environ)
     parser = argparse.ArgumentParser(prog="python -m worker_tier", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

@@ -1,0 +1,315 @@
+"""The ``worker-tier`` command line: ``status``, ``dlq list``, ``dlq show``, ``redrive`` and ``send``.
+
+Every command prints a table for people and, with ``--json``, one JSON document for scripts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import click
+from botocore.exceptions import BotoCoreError, ClientError
+
+from worker_tier_cli import dead_letters, redrive, status
+from worker_tier_cli.output import emit_json, table
+from worker_tier_cli.session import Runtime, Session, parse_time
+from worker_tier_cli.target import Target, TargetError, default_stack_name
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cannot be found or a refused message
+# What a server without StartMessageMoveTask answers: moto's server a bare HTTP 500 (botocore's code "500", never
+# an AWS error code), moto in-process NotImplementedError. Falling back is safe: the batch move loses nothing.
+MOVE_TASK_UNAVAILABLE_CODES = frozenset({"UnsupportedOperation", "InvalidAction", "NotImplemented", "500"})
+MOVE_TASK_FALLBACK_NOTE = "StartMessageMoveTask is not available at this endpoint; moving one batch at a time instead"
+
+
+class UsageFailure(click.ClickException):
+    """A command that cannot run as asked: printed as ``Error: ...``, exit 2."""
+
+    exit_code = EXIT_CODE_USAGE
+
+
+class _Group(click.Group):
+    """Turns AWS and target errors into one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TargetError as error:
+            raise UsageFailure(str(error)) from error
+        except (BotoCoreError, ClientError) as error:
+            raise click.ClickException(str(error)) from error
+
+
+def json_option(command: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")(command)
+
+
+def _session() -> Session:
+    session: Session = click.get_current_context().find_object(Session)  # type: ignore[assignment]
+    return session
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--endpoint-url", help="AWS endpoint, e.g. the local environment's (make run prints it).")
+@click.option("--region", help="AWS region (default: the AWS configuration's).")
+@click.option("--stack", help="The stack whose outputs name the queues and tables (default: cdk.json's "
+                              "context.worker_tier_stack, else WorkerTier).")
+@click.option("--queue-url", help="The work queue, instead of the stack's QueueUrl output.")
+@click.option("--dlq-url", help="The dead-letter queue, instead of the stack's DeadLetterQueueUrl output.")
+@click.option("--state-table", help="The state table, instead of the stack's StateTableName output.")
+@click.option("--delay-table", help="The delay table, instead of the stack's DelayTableName output.")
+@click.pass_context
+def cli(ctx: click.Context, /, endpoint_url: str | None, region: str | None, stack: str | None, **given: str | None) -> None:
+    """Operate a Worker Tier deployment: its queues, its dead letters and the delay dispatcher.
+
+    Resources given as options are used as given. The others come from the stack's outputs; with
+    explicit resources and no --stack, no stack is read. `python -m worker_tier worker` runs the
+    container worker.
+    """
+    runtime = ctx.obj if isinstance(ctx.obj, Runtime) else Runtime()
+    session = Session(runtime, endpoint_url, region)
+    explicit = any(given.values())
+    stack_name = stack or (None if explicit else default_stack_name(Path.cwd()))
+    session.target = Target(stack_name, lambda: session.client("cloudformation"), given)
+    ctx.obj = session
+
+
+# -- status -----------------------------------------------------------------------------------------
+
+
+@cli.command("status")
+@json_option
+def status_command(as_json: bool) -> None:
+    """Queue depth, in flight and delayed; DLQ depth; the delay dispatcher's watermark and lag.
+
+    The age of the oldest message is CloudWatch's ApproximateAgeOfOldestMessage (the stack's dashboard);
+    SQS's queue attributes give counts only.
+    """
+    session = _session()
+    target, sqs = session.target, session.client("sqs")
+    queues = {"work queue": target.required("queue_url"), "DLQ": target.required("dlq_url")}
+    container = target.optional("container_queue_url")
+    if container:
+        queues["container queue"] = container
+    counts = {name: {"url": url, **status.queue_counts(sqs, url)} for name, url in queues.items()}
+    state_table = target.optional("state_table")
+    dispatcher = status.watermark(session.client("dynamodb"), state_table, session.runtime.clock()) if state_table else None
+    if as_json:
+        emit_json({"queues": counts, "delay_dispatcher": dispatcher})
+        return
+    rows = [(name, c["visible"], c["in_flight"], c["delayed"], c["url"]) for name, c in counts.items()]
+    click.echo(table(("queue", "visible", "in flight", "delayed", "url"), rows))
+    click.echo("oldest message age: CloudWatch's ApproximateAgeOfOldestMessage (the stack's dashboard); SQS gives counts only")
+    if dispatcher is None:
+        click.echo("delay dispatcher: no state table (pass --state-table or --stack)")
+    elif dispatcher["watermark"] is None:
+        click.echo(f"delay dispatcher: {dispatcher['note']}")
+    else:
+        click.echo(f"delay dispatcher: watermark {dispatcher['watermark']}, lag {dispatcher['lag_minutes']} min")
+
+
+# -- dlq --------------------------------------------------------------------------------------------
+
+PEEK_NOTE = (f"Reading does not consume the DLQ: messages are received with a {dead_letters.PEEK_VISIBILITY_SECONDS} s "
+             "visibility timeout and released (visibility 0) before the command ends; only their receive count grows.")
+
+
+@cli.group("dlq")
+def dlq_group() -> None:
+    """Dead-lettered messages and why they died."""
+
+
+def _filter(path: str | None, error: str | None, since: str | None) -> dead_letters.Filter:
+    try:
+        when = parse_time(since, _session().now()) if since else None
+    except ValueError as problem:
+        raise click.BadParameter(str(problem), param_hint="--since") from None
+    return dead_letters.Filter(path, error, when)
+
+
+def filter_options(command: F) -> F:
+    command = click.option("--since", help="Only those failed since: an ISO 8601 time or an age (30m, 2h, 7d).")(command)
+    command = click.option("--error", "error_type", help="Only this error type (e.g. NonRetryableError).")(command)
+    return click.option("--path", help="Only this task path (e.g. /resize).")(command)
+
+
+@dlq_group.command("list", help=f"Dead letters grouped by path and error type.\n\n{PEEK_NOTE}")
+@filter_options
+@click.option("--limit", type=click.IntRange(1), default=dead_letters.DEFAULT_PEEK_LIMIT, show_default=True,
+              help="Read at most this many messages.")
+@json_option
+def dlq_list(path: str | None, error_type: str | None, since: str | None, limit: int, as_json: bool) -> None:
+    session = _session()
+    which = _filter(path, error_type, since)
+    dlq_url = session.target.required("dlq_url")
+    with dead_letters.peek(session.client("sqs"), dlq_url, limit, session.runtime.wait_seconds) as letters:
+        groups = dead_letters.group([m for m in letters if which.matches(m)])
+    if as_json:
+        emit_json({"dlq_url": dlq_url, "read": len(letters), "limit": limit,
+                   "groups": [{k: v for k, v in vars(g).items() if k != "message_ids"} for g in groups]})
+        return
+    rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.sample_reason) for g in groups]
+    click.echo(table(("path", "error", "count", "first failed", "last failed", "sample reason"), rows))
+    more = " (the limit: there may be more)" if len(letters) >= limit else ""
+    click.echo(f"{sum(g.count for g in groups)} matching of {len(letters)} read{more} from {dlq_url}; all released")
+
+
+@dlq_group.command("show", help=f"One dead letter: its body, attributes and reason.\n\n{PEEK_NOTE}")
+@click.argument("message_id")
+@click.option("--limit", type=click.IntRange(1), default=dead_letters.DEFAULT_PEEK_LIMIT, show_default=True,
+              help="Read at most this many messages looking for it.")
+@json_option
+def dlq_show(message_id: str, limit: int, as_json: bool) -> None:
+    session = _session()
+    dlq_url = session.target.required("dlq_url")
+    with dead_letters.peek(session.client("sqs"), dlq_url, limit, session.runtime.wait_seconds) as letters:
+        found = next((m for m in letters if m.message_id == message_id), None)
+    if found is None:
+        raise click.ClickException(f"message {message_id} is not among the {len(letters)} messages read from {dlq_url}")
+    shown = {"message_id": found.message_id, "path": found.path, "error_type": found.error_type,
+             "reason": found.reason, "attributes": found.original_attributes(), "system_attributes": found.system,
+             "body": found.body}
+    if as_json:
+        emit_json(shown)
+        return
+    for key in ("message_id", "path", "error_type"):
+        click.echo(f"{key}: {shown[key]}")
+    for key, value in found.reason.items():
+        click.echo(f"reason.{key}: {value}")
+    for name, value in found.original_attributes().items():
+        click.echo(f"attribute {name}: {value.get('StringValue', value.get('BinaryValue'))}")
+    click.echo("body:")
+    click.echo(found.body)
+
+
+# -- redrive ----------------------------------------------------------------------------------------
+
+
+@cli.command("redrive")
+@filter_options
+@click.option("--rate", type=click.IntRange(1), help="Messages per second (StartMessageMoveTask's limit; no filter only).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def redrive_command(path: str | None, error_type: str | None, since: str | None, rate: int | None, yes: bool,
+                    as_json: bool) -> None:
+    """Move dead letters back to the work queue, without their reason (the receive count starts again).
+
+    With a filter: one batch at a time, receive, send, and delete from the DLQ only what was sent, so no
+    message is lost; it reports moved, skipped and failed. Without one: SQS's StartMessageMoveTask,
+    followed to the end (where it is unavailable, as on the local environment, the batch move).
+    Asks first on a terminal; --yes skips the question.
+    """
+    session = _session()
+    which = _filter(path, error_type, since)
+    queue_url, dlq_url = session.target.required("queue_url"), session.target.required("dlq_url")
+    if session.runtime.interactive() and not yes:
+        what = "all dead letters" if which.empty else "matching dead letters"
+        click.confirm(f"Move {what} from {dlq_url} to {queue_url}?", abort=True)
+    sqs = session.client("sqs")
+    if which.empty:
+        result = _move_task(sqs, dlq_url, queue_url, rate)
+        if result is not None:
+            _print_move_task(result, as_json)
+            return
+    progress = _progress_line if session.runtime.interactive() and not as_json else (lambda report: None)
+    report = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds, progress)
+    if progress is _progress_line:
+        click.echo("", err=True)
+    _print_report(report, "batches", as_json)
+    if report.failed or report.not_deleted:
+        raise SystemExit(1)
+
+
+def _progress_line(report: redrive.MoveReport) -> None:
+    """On a terminal: the counts so far, rewritten in place on stderr after each batch."""
+    click.echo(f"\rmoved {report.moved}, skipped {report.skipped}, failed {report.failed} ...", err=True, nl=False)
+
+
+def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None) -> dict[str, Any] | None:
+    """StartMessageMoveTask followed to its end; None when the endpoint has no move task (say so)."""
+    try:
+        handle = redrive.start_move_task(sqs, dlq_url, queue_url, rate)
+    except (NotImplementedError, ClientError) as error:
+        if isinstance(error, ClientError) and error.response.get("Error", {}).get("Code") not in MOVE_TASK_UNAVAILABLE_CODES:
+            raise
+        click.echo(MOVE_TASK_FALLBACK_NOTE, err=True)
+        return None
+    return redrive.follow_move_task(sqs, dlq_url, handle)
+
+
+def _print_move_task(task: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json({"method": "move_task", "task": task})
+        return
+    click.echo(f"move task {task.get('Status', '?')}: {task.get('ApproximateNumberOfMessagesMoved', 0)} moved"
+               + (f" ({task['FailureReason']})" if task.get("FailureReason") else ""))
+
+
+def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> None:
+    if as_json:
+        emit_json({"method": method, **vars(report)})
+        return
+    click.echo(f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}")
+    for error in report.errors[:10]:
+        click.echo(f"  {error}", err=True)
+    if report.not_deleted:
+        click.echo(f"sent but still in the DLQ (delete by hand): {', '.join(report.not_deleted)}", err=True)
+
+
+# -- send -------------------------------------------------------------------------------------------
+
+
+@cli.command("send")
+@click.argument("path")
+@click.argument("body")
+@click.option("--delay", type=float, help="Seconds before it is due (beyond 15 minutes: through the delay table).")
+@click.option("--at", "at_text", help="When it is due: an ISO 8601 time (UTC when it names no zone).")
+@click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="A String message attribute; repeatable.")
+@click.option("--dedupe-key", help="At most one message per key is accepted.")
+@click.option("--group", "group_id", help="The MessageGroupId (FIFO queues only, and required there).")
+@json_option
+def send_command(path: str, body: str, delay: float | None, at_text: str | None, attrs: tuple[str, ...],
+                 dedupe_key: str | None, group_id: str | None, as_json: bool) -> None:
+    """Send BODY to the task at PATH through worker_tier.Client, with its checks."""
+    from worker_tier import Client
+    from worker_tier.errors import MessageError, SendError
+
+    session = _session()
+    try:
+        at = parse_time(at_text) if at_text else None
+    except ValueError as problem:
+        raise click.BadParameter(str(problem), param_hint="--at") from None
+    attributes = dict(_attribute(a) for a in attrs)
+    target = session.target
+    try:
+        client = Client(target.required("queue_url"), target.optional("delay_table"),
+                        sqs=session.client("sqs"), dynamodb=session.client("dynamodb"), clock=session.runtime.clock)
+        message_id = client.send(path, body, delay=delay, at=at, attributes=attributes or None,
+                                 dedupe_key=dedupe_key, group_id=group_id)
+    except MessageError as error:
+        raise UsageFailure(str(error)) from error
+    except SendError as error:
+        raise click.ClickException(str(error)) from error
+    if as_json:
+        emit_json({"message_id": message_id, "path": path, "queue_url": client.queue_url})
+    else:
+        click.echo(f"sent {path} {message_id}")
+
+
+def _attribute(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise click.BadParameter(f"expected NAME=VALUE, got {text!r}", param_hint="--attr")
+    return name, value
+
+
+def main(argv: list[str] | None = None, runtime: Runtime | None = None) -> int:
+    """Run the command line; return its exit code."""
+    try:
+        cli.main(args=argv, prog_name="worker-tier", obj=runtime, standalone_mode=True)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
+

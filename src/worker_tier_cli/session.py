@@ -1,0 +1,61 @@
+"""What every command shares: the AWS clients (made once, injectable), the target, the clock, the terminal."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+import boto3
+
+from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS
+from worker_tier_cli.target import Target
+
+_RELATIVE = re.compile(r"^(\d+)([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass
+class Runtime:
+    """The process's edges, injected by tests: a boto3-like ``client(service, **kwargs)``, the clock, the terminal."""
+
+    client: Callable[..., Any] = boto3.client
+    clock: Callable[[], float] = time.time
+    interactive: Callable[[], bool] = lambda: sys.stdin.isatty() and sys.stdout.isatty()
+    wait_seconds: int = RECEIVE_WAIT_SECONDS
+
+
+@dataclass
+class Session:
+    """One command's runtime, endpoint, region and target; clients are made on first use."""
+
+    runtime: Runtime
+    endpoint_url: str | None
+    region: str | None
+    target: Target = field(init=False)
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            kwargs = {k: v for k, v in (("endpoint_url", self.endpoint_url), ("region_name", self.region)) if v}
+            self._clients[service] = self.runtime.client(service, **kwargs)
+        return self._clients[service]
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.runtime.clock(), timezone.utc)
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """An ISO 8601 time (UTC when it names no zone); given ``now`` (``--since``), an age too: 30m, 2h, 7d before it."""
+    relative = _RELATIVE.match(text.strip())
+    if relative and now is not None:
+        return now - timedelta(seconds=int(relative.group(1)) * _UNIT_SECONDS[relative.group(2)])
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        ages = " or an age (30m, 2h, 7d)" if now is not None else ""
+        raise ValueError(f"expected an ISO 8601 time (2026-11-22T09:30:00Z){ages}, got {text!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)

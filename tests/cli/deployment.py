@@ -1,0 +1,87 @@
+"""The command line against moto in-process: a work queue, its DLQ, a state table, and dead letters made by the runtime."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import boto3
+import pytest
+from click.testing import CliRunner, Result
+from moto import mock_aws
+
+from worker_tier import contract, message
+from worker_tier_cli import cli
+from worker_tier_cli.session import Runtime
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+
+
+@dataclass
+class Deployment:
+    """What a deployed stack gives the command line, in moto."""
+
+    sqs: Any
+    dynamodb: Any
+    queue_url: str
+    dlq_url: str
+    state_table: str
+    runtime: Runtime
+
+    def args(self, *command: str, state: bool = True) -> list[str]:
+        """Explicit resources (no stack), then the command."""
+        given = ["--region", "us-east-1", "--queue-url", self.queue_url, "--dlq-url", self.dlq_url]
+        return given + (["--state-table", self.state_table] if state else []) + list(command)
+
+    def run(self, *command: str, input: str | None = None, **kwargs: Any) -> Result:
+        return CliRunner().invoke(cli, self.args(*command, **kwargs), obj=self.runtime, input=input)
+
+    def dead_letter(self, path: str, error: BaseException, body: str, failed_at: datetime = NOW,
+                    attributes: dict[str, str] | None = None) -> str:
+        """A DLQ message as the worker writes it: body, attributes and ``worker_tier.failure``."""
+        original = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}}
+        original.update({k: {"DataType": "String", "StringValue": v} for k, v in (attributes or {}).items()})
+        reason = message.failure_reason(error, attempts=3, path=path, failed_at=failed_at)
+        sent = self.sqs.send_message(QueueUrl=self.dlq_url, MessageBody=body,
+                                     MessageAttributes=message.dead_letter_attributes(original, reason))
+        return str(sent["MessageId"])
+
+    def drain(self, queue_url: str) -> list[dict[str, Any]]:
+        """Every message of a queue (consumed), with its attributes."""
+        got: list[dict[str, Any]] = []
+        while True:
+            batch = self.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=600,
+                                             MessageAttributeNames=["All"]).get("Messages") or []
+            if not batch:
+                return got
+            got.extend(batch)
+
+    def depth(self, queue_url: str) -> int:
+        attributes = self.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+        return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+@pytest.fixture
+def deployment():
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        dynamodb.create_table(TableName="state", BillingMode="PAY_PER_REQUEST",
+                              KeySchema=[{"AttributeName": contract.STATE_PARTITION_KEY, "KeyType": "HASH"}],
+                              AttributeDefinitions=[{"AttributeName": contract.STATE_PARTITION_KEY, "AttributeType": "S"}])
+        yield Deployment(
+            sqs, dynamodb, sqs.create_queue(QueueName="work")["QueueUrl"], sqs.create_queue(QueueName="dlq")["QueueUrl"],
+            "state", Runtime(clock=NOW.timestamp, interactive=lambda: False, wait_seconds=0),
+        )
+
+
+def hours_ago(hours: float) -> datetime:
+    return NOW - timedelta(hours=hours)
+
+
+def parsed(result: Result) -> Any:
+    """The --json output, which must parse."""
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
