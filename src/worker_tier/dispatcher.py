@@ -15,9 +15,12 @@ One run, under a lease in the state table so runs never overlap:
    once, before its first Query ever), then go in rounds. A round reads the next
    page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
    the producers used (in parallel), sends the pages merged in due order with
-   ``DelaySeconds = ceil(due − now)`` (0..900), in waves of one SendMessageBatch
+   ``DelaySeconds = ceil(due − now)`` (0..900, ``now`` read just before each
+   SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's
    cursor over what was handled (a wave is a prefix of the round in due order).
+   Every answer of a wave is taken in (accepted messages counted, refusals
+   dead-lettered) before a failure in it stops the run.
    When every shard is done the record gets ``finished_ms`` and the watermark
    moves to the next minute (the safety net, ``worker_tier.delay_recovery``,
    reads these records);
@@ -33,7 +36,11 @@ A message has one of three fates at dispatch: SQS accepts it; SQS refuses it for
 a sender fault, and it goes to the dead-letter queue with a ``worker_tier.failure``
 reason (or, when the DLQ refuses that copy too, a small message pointing at its
 delay-table item, which is kept until its TTL); or SQS keeps failing it
-transiently, and the run stops there, to resume from the cursors next time.
+transiently, and the run stops there (its reason names the last error SQS gave),
+to resume from the cursors next time. A run stopped on a transient failure resends
+only what was not taken in: the messages of each shard from its first one that was
+neither accepted nor dead-lettered on. Only an AWS call's errors are transient; an
+exception of any other kind (a bug) is not retried: it ends the run, cursors saved.
 
 One run is bound by CPU rather than the network: a single interpreter (the GIL)
 builds and parses every call, and botocore spends milliseconds on each, so the
@@ -65,7 +72,7 @@ from worker_tier.delivery import (  # noqa: F401 (the errors: part of this modul
     DispatchRefusedError,
     Delivery,
 )
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import SettingsError, WorkerTierError
 from worker_tier.message import message_bytes
 from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, chunks
 from worker_tier.state import Lease
@@ -95,6 +102,8 @@ QUERY_PAGE_ITEMS = 100
 # The run's threads: one Query per shard in flight at once, and as many SendMessageBatch calls. A botocore
 # client pools 10 connections by default; the dispatcher's clients pool this many.
 DISPATCH_THREADS = 16
+# A horizon beyond SQS's longest DelaySeconds would send a message that SQS then shows early (DelaySeconds clamps).
+MAX_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 TIME_RUNNING_OUT = "invocation time running out"
 SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
 
@@ -181,7 +190,7 @@ class DelayDispatcher:
         self.state_table = state_table
         self.queue_url = queue_url
         self.dead_letter_queue_url = dead_letter_queue_url
-        self.horizon_seconds = horizon_seconds
+        self.horizon_seconds = _checked_horizon(horizon_seconds)
         self._dynamodb = LazyClient("dynamodb", dynamodb, factory=_pooled_client("dynamodb"))
         self._sqs = LazyClient("sqs", sqs, factory=_pooled_client("sqs"))
         self._clock = clock
@@ -475,7 +484,6 @@ class _MinuteDispatch:
         self.remaining_ms = remaining_ms
         self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
         self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
-        self.failing = False  # a batch of the wave kept failing: the wave's batches not yet gone stay unsent
 
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
@@ -549,52 +557,47 @@ class _MinuteDispatch:
     def _send_wave(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], wave: list[list[int]]) -> None:
         """The wave's batches in flight together; every answer is taken in (refusals dead-lettered), then the first failure raised.
 
-        So the cursors pass exactly what was handled, whichever batch failed.
+        So the cursors pass exactly what was handled, whichever batches failed.
         """
-        self.failing = False
         outcomes = self.dispatcher._map(lambda batch: self._send_batch(messages, attributes, batch), wave)
-        failure: Exception | None = None
-        for batch, outcome in zip(wave, outcomes, strict=True):
-            if isinstance(outcome, tuple):
-                failure = failure or self._take_in(messages, batch, *outcome)
-            elif isinstance(outcome, Exception):
-                failure = failure or outcome
+        failures = [outcome if isinstance(outcome, Exception) else self._take_in(messages, batch, outcome)
+                    for batch, outcome in zip(wave, outcomes, strict=True)]
+        failure = next((error for error in failures if error is not None), None)
         if failure is not None:
             raise failure
 
     def _send_batch(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]],
-                    batch: list[int]) -> tuple[delivery.Sent, float] | Exception | None:
-        """In a pool thread: (what SQS did, when it was sent), the error, or None when a batch of the wave kept failing first."""
-        if self.failing:
-            return None
-        try:
-            now = self.dispatcher._clock()
-            entries = [{**delivery.entry(str(i), messages[i], now), "MessageAttributes": attributes[i]} for i in batch]
-            sent = self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries)
-        except Exception as error:
-            self.failing = True
-            return error
-        if len(sent.accepted) + len(sent.refused) < len(batch):
-            self.failing = True
-        return sent, now
+                    batch: list[int]) -> delivery.Sent | Exception:
+        """In a pool thread: what SQS did, or the error that ended the batch (raised once the wave is taken in).
 
-    def _take_in(self, messages: list[DelayedMessage], batch: list[int], sent: delivery.Sent, now: float) -> Exception | None:
-        """Record one batch's answer, dead-letter its refusals; DispatchIncompleteError when some kept failing."""
+        Each call's DelaySeconds comes from the clock read just before it (``Delivery.deliver``).
+        """
+        entries = [{**delivery.entry(str(i), messages[i], 0.0), "MessageAttributes": attributes[i]} for i in batch]
+        try:
+            return self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries, {str(i): messages[i].due_ms for i in batch})
+        except Exception as error:  # not transient (delivery.AWS_CALL_ERRORS are retried): the run stops on it
+            return error
+
+    def _take_in(self, messages: list[DelayedMessage], batch: list[int], sent: delivery.Sent) -> Exception | None:
+        """Record one batch's answer, dead-letter each refusal; the first DispatchIncompleteError, when some were neither."""
         self.handled.update(int(i) for i in sent.accepted)
         self.report.sent += len(sent.accepted)
-        late_s = max(now - messages[i].due_ms / 1000 for i in batch)
-        self.report.max_lateness_s = max(self.report.max_lateness_s, late_s)
+        for entry_id, sent_at in sent.sent_at.items():
+            self.report.max_lateness_s = max(self.report.max_lateness_s, sent_at - messages[int(entry_id)].due_ms / 1000)
+        failure: Exception | None = None
         for entry_id, refusal in sent.refused.items():
             try:
                 self.dispatcher.delivery.dead_letter(messages[int(entry_id)], refusal)
             except DispatchIncompleteError as error:
-                return error
+                failure = failure or error
+                continue
             self.handled.add(int(entry_id))
             self.report.dead_lettered += 1
         left = len(batch) - len(sent.accepted) - len(sent.refused)
-        if left:
-            return DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {BATCH_ENTRIES.attempts} attempts")
-        return None
+        if left and failure is None:
+            failure = DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages "
+                                              f"{sent.unsent(BATCH_ENTRIES.attempts)}")
+        return failure
 
     def _save_cursors(self, pages: list[_Page], messages: list[DelayedMessage]) -> None:
         """Move each shard's cursor over the handled prefix of its page (in stored order), and save them if any moved.
@@ -613,6 +616,14 @@ class _MinuteDispatch:
                 moved = True
         if moved:
             self.dispatcher._write_watermark(self.bucket, self.cursors, expected=self.bucket)
+
+
+def _checked_horizon(seconds: object) -> int:
+    """``seconds`` when it is a whole number of seconds in 1..``MAX_HORIZON_SECONDS``; else SettingsError naming it and the rule."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= MAX_HORIZON_SECONDS:
+        raise SettingsError(f"delay horizon {seconds!r} is not allowed: the horizon is whole seconds 1..{MAX_HORIZON_SECONDS} "
+                            "(SQS's maximum DelaySeconds); beyond it a message would be visible before it is due")
+    return seconds
 
 
 def _pooled_client(service: AwsService) -> Callable[[], Any]:
