@@ -62,10 +62,12 @@ class Sent:
     refused: dict[str, str] = field(default_factory=dict)  # id -> "Code: message"
     sent_at: dict[str, float] = field(default_factory=dict)  # accepted id -> the clock read just before its call
     last_error: str = ""  # the last transient failure, "Code: message"
+    out_of_time: bool = False  # retries stopped because the run's time ran low
 
     def unsent(self, attempts: int) -> str:
         """Why entries are in neither set: how many attempts, and the last transient failure."""
-        return f"after {attempts} attempts; last: {self.last_error or 'no answer for them'}"
+        tries = "before its time ran low" if self.out_of_time else f"after {attempts} attempts"
+        return f"{tries}; last: {self.last_error or 'no answer for them'}"
 
 
 def is_content_error(error: BaseException) -> bool:
@@ -203,15 +205,20 @@ class Delivery:
         self._clock = clock
         self._sleep = sleep
 
-    def deliver(self, queue_url: str, entries: list[dict[str, Any]], due_ms: Mapping[str, int] | None = None) -> Sent:
+    def deliver(self, queue_url: str, entries: list[dict[str, Any]], due_ms: Mapping[str, int] | None = None,
+                time_low: Callable[[], bool] | None = None) -> Sent:
         """Send one batch until each entry is accepted or refused for a sender fault, or ``BATCH_ENTRIES`` runs out.
 
         Entries in neither set kept failing transiently. An entry whose id is in ``due_ms``
         gets its ``DelaySeconds`` from the clock read just before each call (``entry``).
+        No retry starts once ``time_low()`` (then ``out_of_time``).
         """
         sent = Sent()
         batches = [entries]
-        for _ in BATCH_ENTRIES.attempts_with_pauses(self._sleep):
+        for attempt in BATCH_ENTRIES.attempts_with_pauses(self._sleep):
+            if attempt and time_low is not None and time_low():
+                sent.out_of_time = True
+                break
             batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent, due_ms or {})]
             if not batches:
                 break
@@ -231,7 +238,7 @@ class Delivery:
         again = [entry for entry in batch if entry["Id"] not in sent.accepted and entry["Id"] not in sent.refused]
         return [again] if again else []
 
-    def dead_letter(self, message: DelayedMessage, refusal: str) -> None:
+    def dead_letter(self, message: DelayedMessage, refusal: str, time_low: Callable[[], bool] | None = None) -> None:
         """Send a message the work queue refused to the DLQ with its reason; a pointer if the DLQ refuses the copy.
 
         Raises DispatchIncompleteError when the DLQ takes neither (the run stops; the message is retried).
@@ -243,9 +250,9 @@ class Delivery:
         if refused_attributes:
             reason["refused_attributes"] = refused_attributes
         copy = {"Id": "0", "MessageBody": message.body, "MessageAttributes": dead_letter_attributes(attributes, reason)}
-        sent = self.deliver(self.dead_letter_queue_url, [copy])
+        sent = self.deliver(self.dead_letter_queue_url, [copy], time_low=time_low)
         if not sent.accepted and sent.refused:
-            sent = self.deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])])
+            sent = self.deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])], time_low=time_low)
         if not sent.accepted:
             raise DispatchIncompleteError(
                 f"dead-letter queue {self.dead_letter_queue_url} did not take message {message.message_id} "

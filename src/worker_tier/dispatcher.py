@@ -96,6 +96,16 @@ START_LOOKBACK_SECONDS = delay.DISPATCHED_RETENTION_SECONDS + 60 * 60
 WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
 LEASE_SECONDS = 120
 LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
+# Every call of the dispatcher's own clients ends within DISPATCHER_CALL_SECONDS: one attempt (botocore retries
+# off; BATCH_ENTRIES and STATE_CALLS retry, between our time checks) of at most 1 s to connect and 2 s to read
+# (botocore's defaults: 60 s each, 5 attempts). https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
+DISPATCHER_CONNECT_TIMEOUT_SECONDS = 1
+DISPATCHER_READ_TIMEOUT_SECONDS = 2
+DISPATCHER_CALL_SECONDS = DISPATCHER_CONNECT_TIMEOUT_SECONDS + DISPATCHER_READ_TIMEOUT_SECONDS
+# A send (SendMessageBatch, or a DLQ send) starts only while this much is left: its own worst call (3 s) and one
+# worst cursor write after the wave (3 s). So a wave, started with RUN_MARGIN_MS (10 s) left, ends its sends
+# with >= 3 s left: 10 s >= 6 s floor + 2 s (BATCH_ENTRIES' longest pause, before the floor is checked) + 2 s spare.
+SEND_FLOOR_MS = 2 * DISPATCHER_CALL_SECONDS * 1000
 RUN_MARGIN_MS = 10_000
 # A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
 QUERY_PAGE_ITEMS = 100
@@ -255,8 +265,8 @@ class DelayDispatcher:
                           f"{WATERMARK_AHEAD_ALLOWANCE_SECONDS} s is not a minute this dispatcher passed: left as it is")
         return True
 
-    def _time_low(self, remaining_ms: Callable[[], int] | None) -> bool:
-        return remaining_ms is not None and remaining_ms() < RUN_MARGIN_MS
+    def _time_low(self, remaining_ms: Callable[[], int] | None, floor_ms: int = RUN_MARGIN_MS) -> bool:
+        return remaining_ms is not None and remaining_ms() < floor_ms
 
     # -- the delay table ------------------------------------------------------------------
 
@@ -484,6 +494,7 @@ class _MinuteDispatch:
         self.remaining_ms = remaining_ms
         self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
         self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
+        self.out_of_time = False  # a send was not started or retried for time: the run stops after the wave
 
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
@@ -552,6 +563,9 @@ class _MinuteDispatch:
                 self.report.stopped = TIME_RUNNING_OUT
                 return False
             self._send_wave(messages, attributes, list(wave))
+            if self.out_of_time:
+                self.report.stopped = TIME_RUNNING_OUT
+                return False
         return True
 
     def _send_wave(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], wave: list[list[int]]) -> None:
@@ -574,9 +588,14 @@ class _MinuteDispatch:
         """
         entries = [{**delivery.entry(str(i), messages[i], 0.0), "MessageAttributes": attributes[i]} for i in batch]
         try:
-            return self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries, {str(i): messages[i].due_ms for i in batch})
+            return self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries, {str(i): messages[i].due_ms for i in batch},
+                                                    self._sends_low)
         except Exception as error:  # not transient (delivery.AWS_CALL_ERRORS are retried): the run stops on it
             return error
+
+    def _sends_low(self) -> bool:
+        """True when too little time is left to start a send (``SEND_FLOOR_MS``)."""
+        return self.dispatcher._time_low(self.remaining_ms, SEND_FLOOR_MS)
 
     def _take_in(self, messages: list[DelayedMessage], batch: list[int], sent: delivery.Sent) -> Exception | None:
         """Record one batch's answer, dead-letter each refusal; the first DispatchIncompleteError, when some were neither."""
@@ -586,15 +605,19 @@ class _MinuteDispatch:
             self.report.max_lateness_s = max(self.report.max_lateness_s, sent_at - messages[int(entry_id)].due_ms / 1000)
         failure: Exception | None = None
         for entry_id, refusal in sent.refused.items():
+            if self._sends_low():
+                self.out_of_time = True
+                continue
             try:
-                self.dispatcher.delivery.dead_letter(messages[int(entry_id)], refusal)
+                self.dispatcher.delivery.dead_letter(messages[int(entry_id)], refusal, self._sends_low)
             except DispatchIncompleteError as error:
                 failure = failure or error
                 continue
             self.handled.add(int(entry_id))
             self.report.dead_lettered += 1
         left = len(batch) - len(sent.accepted) - len(sent.refused)
-        if left and failure is None:
+        self.out_of_time = self.out_of_time or sent.out_of_time
+        if left and failure is None and not sent.out_of_time:
             failure = DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages "
                                               f"{sent.unsent(BATCH_ENTRIES.attempts)}")
         return failure
@@ -627,8 +650,9 @@ def _checked_horizon(seconds: object) -> int:
 
 
 def _pooled_client(service: AwsService) -> Callable[[], Any]:
-    """A factory of the dispatcher's default client: one pooled connection per thread."""
-    return lambda: new_client(service, max_pool_connections=DISPATCH_THREADS)
+    """A factory of the dispatcher's default client: one pooled connection per thread, each call bounded (DISPATCHER_CALL_SECONDS)."""
+    return lambda: new_client(service, max_pool_connections=DISPATCH_THREADS, connect_timeout=DISPATCHER_CONNECT_TIMEOUT_SECONDS,
+                              read_timeout=DISPATCHER_READ_TIMEOUT_SECONDS, max_attempts=0)
 
 
 def _batches(sizes: list[int]) -> Iterator[list[int]]:

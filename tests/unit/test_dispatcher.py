@@ -17,6 +17,10 @@ from worker_tier.errors import SettingsError
 from worker_tier.retry import BATCH_ENTRIES
 from worker_tier.dispatcher import (
     DISPATCH_THREADS,
+    DISPATCHER_CALL_SECONDS,
+    DISPATCHER_CONNECT_TIMEOUT_SECONDS,
+    DISPATCHER_READ_TIMEOUT_SECONDS,
+    SEND_FLOOR_MS,
     MAX_HORIZON_SECONDS,
     FINISHED_MS_ATTRIBUTE,
     LEASE_SECONDS,
@@ -943,3 +947,46 @@ def test_a_run_that_stops_is_logged_as_trouble_and_one_that_finds_the_lease_held
     assert is_trouble(RunReport(stopped=TIME_RUNNING_OUT))
     assert not is_trouble(RunReport())
     assert not is_trouble(RunReport(ran=False, stopped="another run holds the lease"))
+
+
+def test_the_dispatcher_clients_bound_every_call_within_the_stop_margin(monkeypatch):
+    # GIVEN the dispatcher's own clients (a region, as Lambda sets one)
+    from worker_tier.dispatcher import _pooled_client
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for service in ("sqs", "dynamodb"):
+        # WHEN one is made
+        config = _pooled_client(service)().meta.config
+        # THEN one attempt of at most DISPATCHER_CALL_SECONDS, with a connection per thread
+        assert (config.connect_timeout, config.read_timeout) == (DISPATCHER_CONNECT_TIMEOUT_SECONDS, DISPATCHER_READ_TIMEOUT_SECONDS)
+        assert config.retries["total_max_attempts"] == 1 and config.max_pool_connections == DISPATCH_THREADS
+    # AND a wave started at the margin ends its sends with a cursor write's worst call left
+    assert DISPATCHER_CALL_SECONDS == DISPATCHER_CONNECT_TIMEOUT_SECONDS + DISPATCHER_READ_TIMEOUT_SECONDS
+    assert SEND_FLOOR_MS - DISPATCHER_CALL_SECONDS * 1000 >= DISPATCHER_CALL_SECONDS * 1000
+    assert SEND_FLOOR_MS + BATCH_ENTRIES.cap_seconds * 1000 <= RUN_MARGIN_MS
+
+
+def test_a_failing_wave_stops_retrying_while_a_cursor_write_still_fits(world):
+    # GIVEN a wave started with just over the margin left, SQS failing every call, each call taking 1 s
+    world.scheduler().run()
+    world.store("m", "m", 1000)
+    world.now += 200
+    deadline = world.now + RUN_MARGIN_MS / 1000 + 1
+    left_at_calls = []
+
+    def fail(call, entry):
+        left_at_calls.append(deadline - world.now)
+        world.now += 1
+        return ("ServiceUnavailable", False)
+
+    def sleep(seconds):
+        world.now += seconds
+
+    scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=FakeSQS(fail=fail, clock=lambda: world.now),
+                                dynamodb=world.dynamodb, clock=lambda: world.now, sleep=sleep, parallel=False)
+    # WHEN the run sends it
+    report = scheduler.run(remaining_ms=lambda: int((deadline - world.now) * 1000))
+    # THEN it stops for time: every call started with the floor left, and the sends ended with a call's worth to spare
+    assert report.stopped == TIME_RUNNING_OUT
+    assert 1 < len(left_at_calls) < BATCH_ENTRIES.attempts
+    assert min(left_at_calls) >= SEND_FLOOR_MS / 1000
+    assert deadline - world.now >= DISPATCHER_CALL_SECONDS

@@ -47,7 +47,7 @@ from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.dispatcher import LEASE_SECONDS, START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatcher import LEASE_SECONDS, START_LOOKBACK_SECONDS, WATERMARK_KEY, DelayDispatcher
 
 START = 1_800_000_000.0
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
@@ -313,8 +313,8 @@ class DelayMachine(RuleBasedStateMachine):
             sent = [self._body(entry) for entry in self.fake_sqs.sent[before:]]  # to either queue
             if self.overlapped:  # overtaken: what it sent may go again
                 self.exposed.update(sent)
-            elif report.stopped not in ("", TIME_RUNNING_OUT):
-                # stopped on a failure: only the shards of a message never taken in keep their cursor behind what was sent
+            elif report.stopped:
+                # stopped on a failure, or for time with a send not retried: only the shards of a message never taken in keep their cursor behind what was sent
                 taken_in = set(sent)
                 blocked = {self.shard_of[body] for body in self.failed_now - taken_in if body in self.shard_of}
                 self.exposed.update(body for body in sent if self.shard_of.get(body) in blocked)
