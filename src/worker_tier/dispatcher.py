@@ -24,8 +24,11 @@ One run, under a lease in the state table so runs never overlap:
    When every shard is done the record gets ``finished_ms`` and the watermark
    moves to the next minute (the safety net, ``worker_tier.delay_recovery``,
    reads these records);
-3. stop before the invocation's time runs out, between any two waves; the
-   cursors and the watermark stay true.
+3. stop before the invocation's time runs out, between any two waves (no wave
+   starts with less than ``RUN_MARGIN_MS`` left, and inside one no send or DLQ
+   send starts with less than ``SEND_FLOOR_MS``; every call is bounded by the
+   clients' timeouts, ``DISPATCHER_CALL_SECONDS``); the cursors and the
+   watermark stay true.
 
 Before a round's first send, each item that is not a delayed message (``delay.read_item``)
 goes to the DLQ as a pointer with its reason, and each item due in a later minute
