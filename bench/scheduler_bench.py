@@ -38,7 +38,7 @@ from tests.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
 from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
-from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, DelayDispatcher
+from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, TIME_RUNNING_OUT, DelayDispatcher
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore
 from worker_tier.message import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS
@@ -326,6 +326,7 @@ RUN_JITTER_SECONDS = 2.0  # EventBridge fires a run within the first seconds of 
 # seconds, rounded up) and up to 1 s from the clock read for DelaySeconds to SQS receiving the call, which under a
 # full CPU (the model's one GIL at a fraction of a vCPU) is a few hundred milliseconds at p99.
 ON_TIME_P99_SECONDS = 2.0
+SEARCH_STEP_MESSAGES = 500  # the largest on-time minute is found to within this
 GOAL_MINUTE_MESSAGES = 1_000_000
 # Our own code's CPU per dispatched message at one vCPU, beside botocore's (network_model.CLIENT_CPU_SECONDS):
 # simulate()'s cpu_us_per_dispatched_message measures it (in-memory fakes included, so it errs high).
@@ -338,6 +339,7 @@ class ScaleWorld:
     def __init__(self, per_minute: int, minutes: int, memory_mb: int, lanes: int, horizon_seconds: int,
                  first_minute: int) -> None:
         self.clock = SimulatedClock(first_minute * BUCKET_SECONDS - horizon_seconds)  # the minute before is in reach
+        self.runs_out_of_time = 0  # runs that stopped for time with work in reach: a backlog carried over
         dynamodb = FakeDynamoDB()
         dynamodb.copy_items = False
         dynamodb.create_table("delay", "pk", "sk")
@@ -365,7 +367,8 @@ class ScaleWorld:
         """One run from ``start`` (or when the last ended), with the function's timeout; returns its end."""
         self.clock.now = max(start, self.clock.now)
         deadline = self.clock.now + DISPATCHER_TIMEOUT_SECONDS
-        self.dispatcher.run(lambda: int((deadline - self.clock.now) * 1000))
+        report = self.dispatcher.run(lambda: int((deadline - self.clock.now) * 1000))
+        self.runs_out_of_time += report.stopped == TIME_RUNNING_OUT
         return self.clock.now
 
     def lateness(self) -> tuple[dict[int, list[float]], int]:
@@ -396,7 +399,7 @@ def one_run_rate(memory_mb: int, lanes: int = DISPATCH_THREADS, messages: int = 
 def sustained(per_minute: int, memory_mb: int, lanes: int = DISPATCH_THREADS) -> tuple[float, int]:
     """(the worst minute's p99 lateness, early count) when each of SUSTAINED_MINUTES minutes holds ``per_minute`` messages.
 
-    inf when a minute's messages are not all sent within the window's runs (a backlog that never clears).
+    inf when a run stopped for time (a backlog carried over), or a minute's messages were not all sent in the window.
     """
     first = math.floor(START / BUCKET_SECONDS) + 30
     world = ScaleWorld(per_minute, SUSTAINED_MINUTES, memory_mb, lanes, SUSTAINED_HORIZON_SECONDS, first)
@@ -405,7 +408,9 @@ def sustained(per_minute: int, memory_mb: int, lanes: int = DISPATCH_THREADS) ->
         world.run_at(minute * BUCKET_SECONDS + RUN_JITTER_SECONDS)
         minute += 1
     by_minute, early = world.lateness()
-    if len(by_minute) < SUSTAINED_MINUTES or any(len(values) < per_minute for values in by_minute.values()):
+    # Every minute as large: a run that could not finish the minute in reach leaves a backlog that only grows,
+    # though it takes the horizon's slack many minutes to show as lateness (22,000 a minute: 30 minutes).
+    if world.runs_out_of_time or len(by_minute) < SUSTAINED_MINUTES or any(len(v) < per_minute for v in by_minute.values()):
         return math.inf, early
     return max(values[int(0.99 * (len(values) - 1))] for values in by_minute.values()), early
 
@@ -415,12 +420,24 @@ def largest_sustained_minute(memory_mb: int, rate: float, start: int | None = No
     0 early; its worst minute's p99), tried down from the rate's prediction."""
     usable_s = DISPATCHER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS
     candidate = start or int(rate * usable_s * 1.1 // 500 * 500)
+    failed = None
     while candidate >= 100:
         p99, early = sustained(candidate, memory_mb)
         if p99 <= ON_TIME_P99_SECONDS and early == 0:
-            return candidate, p99
-        candidate = int(candidate * 0.9 // 100 * 100)
-    return 0, math.inf
+            break
+        failed, candidate = candidate, int(candidate * 0.9 // 100 * 100)
+    else:
+        return 0, math.inf
+    while failed is not None and failed - candidate > SEARCH_STEP_MESSAGES:  # between the last on time and the first late
+        middle = (candidate + failed) // 2 // SEARCH_STEP_MESSAGES * SEARCH_STEP_MESSAGES
+        if middle <= candidate:
+            break
+        middle_p99, early = sustained(middle, memory_mb)
+        if middle_p99 <= ON_TIME_P99_SECONDS and early == 0:
+            candidate, p99 = middle, middle_p99
+        else:
+            failed = middle
+    return candidate, p99
 
 
 def at_scale(memory_mb: int = DISPATCHER_MEMORY_MB, one_run_messages: int = ONE_RUN_MESSAGES,
