@@ -10,7 +10,7 @@ At scale (``at_scale``), the dispatcher runs on ``bench.network_model``: every c
 costs its measured client CPU (one GIL, scaled to the function's share of a vCPU) and
 its in-region round trip, with the dispatcher's threads as lanes, on a simulated clock.
 It measures one run's rate, the largest minute put on time when every minute is as
-large (p99 dispatch lateness <= 1 s, 0 early), and derives the largest single minute
+large (in each minute, p99 lateness from due to visible <= ON_TIME_P99_SECONDS, 0 early; judged over SUSTAINED_MINUTES), and derives the largest single minute
 among quiet ones (the horizon lets runs start on it 13 minutes ahead).
 ``spot_check_on_moto`` runs the real dispatcher against a moto server and the model
 with moto's measured latencies, so the two can be compared.
@@ -38,7 +38,7 @@ from tests.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
 from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
-from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, DelayDispatcher
+from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, TIME_RUNNING_OUT, DelayDispatcher
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore
 from worker_tier.message import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS
@@ -315,10 +315,18 @@ def _epoch(text: str) -> float:
 SCALE_BODY = BODY
 SCALE_ATTRIBUTES = {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/remind"}}
 ONE_RUN_MESSAGES = 20_000
-SUSTAINED_MINUTES = 3  # minutes of load, each as large; a run each minute, horizon SUSTAINED_HORIZON_SECONDS
-# One minute of slack, so capacity shows within a few minutes: a deeper horizon only delays the same backlog.
+# Minutes of load, each as large, a run each minute, horizon SUSTAINED_HORIZON_SECONDS. Long enough for a backlog
+# that grows by a few percent of a minute per minute to use up the horizon's slack and show (3 minutes did not:
+# 22,000 passed over 3 minutes and was late over 40); each minute's messages are judged on their own.
+SUSTAINED_MINUTES = 20
+# One minute of slack, so capacity shows within the window: a deeper horizon only delays the same backlog.
 SUSTAINED_HORIZON_SECONDS = 2 * BUCKET_SECONDS
 RUN_JITTER_SECONDS = 2.0  # EventBridge fires a run within the first seconds of its minute
+# On time at scale: a minute's p99 lateness, due -> visible, within 2 s: up to 1 s by design (DelaySeconds is whole
+# seconds, rounded up) and up to 1 s from the clock read for DelaySeconds to SQS receiving the call, which under a
+# full CPU (the model's one GIL at a fraction of a vCPU) is a few hundred milliseconds at p99.
+ON_TIME_P99_SECONDS = 2.0
+SEARCH_STEP_MESSAGES = 500  # the largest on-time minute is found to within this
 GOAL_MINUTE_MESSAGES = 1_000_000
 # Our own code's CPU per dispatched message at one vCPU, beside botocore's (network_model.CLIENT_CPU_SECONDS):
 # simulate()'s cpu_us_per_dispatched_message measures it (in-memory fakes included, so it errs high).
@@ -331,87 +339,105 @@ class ScaleWorld:
     def __init__(self, per_minute: int, minutes: int, memory_mb: int, lanes: int, horizon_seconds: int,
                  first_minute: int) -> None:
         self.clock = SimulatedClock(first_minute * BUCKET_SECONDS - horizon_seconds)  # the minute before is in reach
+        self.runs_out_of_time = 0  # runs that stopped for time with work in reach: a backlog carried over
         dynamodb = FakeDynamoDB()
         dynamodb.copy_items = False
         dynamodb.create_table("delay", "pk", "sk")
         dynamodb.create_table("state", "pk")
         self.sqs = FakeSQS(clock=self.clock)
+        self.network = Network(self.clock, memory_mb, OWN_CPU_PER_MESSAGE_SECONDS, lanes)
+        self.dispatcher = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq",
+                                          sqs=self.network.wrap(self.sqs), dynamodb=self.network.wrap(dynamodb),
+                                          clock=self.clock, sleep=self._sleep, pool=self.network.pool(),
+                                          horizon_seconds=horizon_seconds)
+        # The first run, on the clean table (once per stack): it finds no watermark and writes one. Timed like every
+        # run; it sends nothing, so no message of the load goes out in an untimed run.
+        self.run_at(self.clock.now - BUCKET_SECONDS)
         rng = random.Random(per_minute)
         store = DelayStore("delay", dynamodb)
         for minute in range(first_minute, first_minute + minutes):
             messages = [DelayedMessage(f"{minute}-{n}", int((minute * BUCKET_SECONDS + rng.random() * BUCKET_SECONDS) * 1000),
                                        SCALE_BODY, SCALE_ATTRIBUTES, n % MAX_SHARDS) for n in range(per_minute)]
             store.put_many(messages)
-        self.network = Network(self.clock, memory_mb, OWN_CPU_PER_MESSAGE_SECONDS, lanes)
-        self.dispatcher = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq",
-                                          sqs=self.network.wrap(self.sqs), dynamodb=self.network.wrap(dynamodb),
-                                          clock=self.clock, sleep=self._sleep, pool=self.network.pool(),
-                                          horizon_seconds=horizon_seconds)
 
     def _sleep(self, seconds: float) -> None:
         self.clock.now += seconds
-
-    def prime(self) -> None:
-        """The first run, untimed: it finds no watermark, probes back for one, and writes it (once per stack)."""
-        self.dispatcher.run()
 
     def run_at(self, start: float) -> float:
         """One run from ``start`` (or when the last ended), with the function's timeout; returns its end."""
         self.clock.now = max(start, self.clock.now)
         deadline = self.clock.now + DISPATCHER_TIMEOUT_SECONDS
-        self.dispatcher.run(lambda: int((deadline - self.clock.now) * 1000))
+        report = self.dispatcher.run(lambda: int((deadline - self.clock.now) * 1000))
+        self.runs_out_of_time += report.stopped == TIME_RUNNING_OUT
         return self.clock.now
 
-    def lateness(self) -> tuple[list[float], int]:
-        """(each sent message's dispatch lateness, sorted; how many SQS shows before they are due).
+    def lateness(self) -> tuple[dict[int, list[float]], int]:
+        """(each sent message's lateness, sorted, by its due minute; how many SQS shows before they are due).
 
-        Dispatch lateness: how long after its due time SQS received it (0 when before). SQS
-        adds up to 1 s more on top, by design: DelaySeconds is whole seconds, rounded up.
+        Lateness: from its due time to when SQS shows it (``visible_at``: received + DelaySeconds).
+        It includes up to 1 s by design (DelaySeconds is whole seconds, rounded up), and whatever
+        passed between the clock read for DelaySeconds and SQS receiving the call.
         """
-        late, early = [], 0
+        late: dict[int, list[float]] = {}
+        early = 0
         for entry in self.sqs.sent:
             due = _epoch(entry["MessageAttributes"][DUE_AT_ATTRIBUTE]["StringValue"])
-            late.append(max(0.0, entry["visible_at"] - entry["DelaySeconds"] - due))
+            late.setdefault(math.floor(due / BUCKET_SECONDS), []).append(entry["visible_at"] - due)
             early += entry["visible_at"] < due
-        return sorted(late), early
+        return {minute: sorted(values) for minute, values in late.items()}, early
 
 
 def one_run_rate(memory_mb: int, lanes: int = DISPATCH_THREADS, messages: int = ONE_RUN_MESSAGES) -> float:
     """Messages per second of one run sending a large minute, well ahead of it (simulated time)."""
     first = math.floor(START / BUCKET_SECONDS) + 30
     world = ScaleWorld(messages, 1, memory_mb, lanes, DISPATCH_HORIZON_SECONDS, first)
-    world.prime()
     start = (first + 1) * BUCKET_SECONDS - DISPATCH_HORIZON_SECONDS  # the first moment the minute is in reach
     end = world.run_at(start)
     return len(world.sqs.sent) / (end - start)
 
 
 def sustained(per_minute: int, memory_mb: int, lanes: int = DISPATCH_THREADS) -> tuple[float, int]:
-    """(p99 dispatch lateness, early count) when every one of SUSTAINED_MINUTES minutes holds ``per_minute`` messages."""
+    """(the worst minute's p99 lateness, early count) when each of SUSTAINED_MINUTES minutes holds ``per_minute`` messages.
+
+    inf when a run stopped for time (a backlog carried over), or a minute's messages were not all sent in the window.
+    """
     first = math.floor(START / BUCKET_SECONDS) + 30
     world = ScaleWorld(per_minute, SUSTAINED_MINUTES, memory_mb, lanes, SUSTAINED_HORIZON_SECONDS, first)
-    world.prime()
     minute = first - 2
-    while len(world.sqs.sent) < per_minute * SUSTAINED_MINUTES and minute < first + 4 * SUSTAINED_MINUTES:
+    while len(world.sqs.sent) < per_minute * SUSTAINED_MINUTES and minute < first + 2 * SUSTAINED_MINUTES:
         world.run_at(minute * BUCKET_SECONDS + RUN_JITTER_SECONDS)
         minute += 1
-    lateness, early = world.lateness()
-    unsent = per_minute * SUSTAINED_MINUTES - len(lateness)
-    p99 = math.inf if unsent > len(lateness) // 100 else lateness[min(len(lateness) - 1, int(0.99 * len(lateness)))]
-    return p99, early
+    by_minute, early = world.lateness()
+    # Every minute as large: a run that could not finish the minute in reach leaves a backlog that only grows,
+    # though it takes the horizon's slack many minutes to show as lateness (22,000 a minute: 30 minutes).
+    if world.runs_out_of_time or len(by_minute) < SUSTAINED_MINUTES or any(len(v) < per_minute for v in by_minute.values()):
+        return math.inf, early
+    return max(values[int(0.99 * (len(values) - 1))] for values in by_minute.values()), early
 
 
-def largest_sustained_minute(memory_mb: int, rate: float, start: int | None = None) -> int:
-    """The largest minute, repeated every minute, put on time (p99 dispatch lateness <= 1 s, 0 early): tried down from
-    the rate's prediction."""
+def largest_sustained_minute(memory_mb: int, rate: float, start: int | None = None) -> tuple[int, float]:
+    """(the largest minute, repeated every minute, put on time: each minute's p99 lateness <= ON_TIME_P99_SECONDS,
+    0 early; its worst minute's p99), tried down from the rate's prediction."""
     usable_s = DISPATCHER_TIMEOUT_SECONDS - RUN_MARGIN_MS / 1000 - RUN_JITTER_SECONDS
     candidate = start or int(rate * usable_s * 1.1 // 500 * 500)
+    failed = None
     while candidate >= 100:
         p99, early = sustained(candidate, memory_mb)
-        if p99 <= 1.0 and early == 0:
-            return candidate
-        candidate = int(candidate * 0.9 // 100 * 100)
-    return 0
+        if p99 <= ON_TIME_P99_SECONDS and early == 0:
+            break
+        failed, candidate = candidate, int(candidate * 0.9 // 100 * 100)
+    else:
+        return 0, math.inf
+    while failed is not None and failed - candidate > SEARCH_STEP_MESSAGES:  # between the last on time and the first late
+        middle = (candidate + failed) // 2 // SEARCH_STEP_MESSAGES * SEARCH_STEP_MESSAGES
+        if middle <= candidate:
+            break
+        middle_p99, early = sustained(middle, memory_mb)
+        if middle_p99 <= ON_TIME_P99_SECONDS and early == 0:
+            candidate, p99 = middle, middle_p99
+        else:
+            failed = middle
+    return candidate, p99
 
 
 def at_scale(memory_mb: int = DISPATCHER_MEMORY_MB, one_run_messages: int = ONE_RUN_MESSAGES,
@@ -423,13 +449,14 @@ def at_scale(memory_mb: int = DISPATCHER_MEMORY_MB, one_run_messages: int = ONE_
     rate = one_run_rate(memory_mb, messages=one_run_messages)
     rate_one_vcpu = one_run_rate(LAMBDA_MB_PER_VCPU, messages=one_run_messages)
     sequential = one_run_rate(memory_mb, lanes=1, messages=one_run_messages)
-    sustained_minute = largest_sustained_minute(memory_mb, rate, every_minute_from)
+    sustained_minute, sustained_p99 = largest_sustained_minute(memory_mb, rate, every_minute_from)
     ahead_s = DISPATCH_HORIZON_SECONDS - BUCKET_SECONDS - RUN_MARGIN_MS / 1000
     return {
         "dispatch_msgs_per_s_one_run": rate,
         "dispatch_msgs_per_s_one_run_one_thread": sequential,
         "dispatch_msgs_per_s_one_run_at_1769mb": rate_one_vcpu,
         "largest_on_time_minute_every_minute": sustained_minute,
+        "p99_lateness_s_every_minute_at_largest": sustained_p99,  # worst minute's, due -> visible
         # One large minute among quiet ones: the horizon lets runs start on it ahead_s before it begins.
         "largest_on_time_minute_alone": int(rate * ahead_s * (1 - RUN_MARGIN_MS / 1000 / DISPATCHER_TIMEOUT_SECONDS)),
         "goal_minute_messages": GOAL_MINUTE_MESSAGES,
@@ -561,7 +588,6 @@ def _model_run(messages: int, round_trip: dict[str, float], client_cpu: dict[str
     world.network.own_cpu_per_message_seconds = own_cpu_s
     world.network.round_trip_seconds.update(round_trip)
     world.network.client_cpu_seconds.update(client_cpu)
-    world.prime()
     start = (first + 1) * BUCKET_SECONDS - DISPATCH_HORIZON_SECONDS
     end = world.run_at(start)
     return len(world.sqs.sent) / (end - start)
@@ -572,7 +598,7 @@ GOALS = {
     "early_count": ("<=", 0),
     "p99_lateness_s": ("<=", 1.0),
     "cpu_us_per_dispatched_message": ("<=", 50.0),
-    # issue #11: a minute of 1,000,000 messages, every minute, on time (p99 dispatch lateness <= 1 s, 0 early)
+    # issue #11: a minute of 1,000,000 messages, every minute, on time (each minute p99 lateness due -> visible <= ON_TIME_P99_SECONDS, 0 early)
     "largest_on_time_minute_every_minute": (">=", GOAL_MINUTE_MESSAGES),
 }
 

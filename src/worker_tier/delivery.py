@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from botocore.exceptions import ParamValidationError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from worker_tier import contract, delay, limits, sqs_rules
 from worker_tier.aws import error_code
@@ -40,6 +40,9 @@ MESSAGE_CONTENT_ERROR_CODES = frozenset(
      "InvalidAttributeValue", "MissingParameter"}
 )
 _SQS_CODE_PREFIX = "AWS.SimpleQueueService."
+# What a failed call to AWS raises: an answer (ClientError), no answer (botocore's connection and timeout errors),
+# or the socket's own error. Anything else (a TypeError, a KeyError) is a fault of this code: never retried, it propagates.
+AWS_CALL_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError, OSError)
 POINTER_BODY_HEAD_BYTES = 1024
 
 
@@ -57,6 +60,14 @@ class Sent:
 
     accepted: set[str] = field(default_factory=set)
     refused: dict[str, str] = field(default_factory=dict)  # id -> "Code: message"
+    sent_at: dict[str, float] = field(default_factory=dict)  # accepted id -> the clock read just before its call
+    last_error: str = ""  # the last transient failure, "Code: message"
+    out_of_time: bool = False  # retries stopped because the run's time ran low
+
+    def unsent(self, attempts: int) -> str:
+        """Why entries are in neither set: how many attempts, and the last transient failure."""
+        tries = "before its time ran low" if self.out_of_time else f"after {attempts} attempts"
+        return f"{tries}; last: {self.last_error or 'no answer for them'}"
 
 
 def is_content_error(error: BaseException) -> bool:
@@ -83,13 +94,23 @@ def entry(entry_id: str, message: DelayedMessage, now: float) -> dict[str, Any]:
     >>> entry("0", DelayedMessage("m-1", 1_800_000_090_500, "hi", {}), 1_800_000_000.0)["DelaySeconds"]
     91
     """
-    wait = math.ceil(message.due_ms / 1000 - now)
     return {
         "Id": entry_id,
         "MessageBody": message.body,
         "MessageAttributes": delay.with_due_at(message),
-        "DelaySeconds": max(0, min(limits.SQS_MAX_DELAY_SECONDS, wait)),
+        "DelaySeconds": delay_seconds(message.due_ms, now),
     }
+
+
+def delay_seconds(due_ms: int, now: float) -> int:
+    """ceil(due − now) in 0..``SQS_MAX_DELAY_SECONDS``: a message sent at ``now`` is never visible before it is due.
+
+    Examples
+    --------
+    >>> delay_seconds(1_800_000_090_500, 1_800_000_000.0)
+    91
+    """
+    return max(0, min(limits.SQS_MAX_DELAY_SECONDS, math.ceil(due_ms / 1000 - now)))
 
 
 def send_batch(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str]]:
@@ -97,29 +118,46 @@ def send_batch(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple
 
     A call refused as a whole for content is split into single sends, to find the entry at fault.
     """
-    try:
-        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
-    except Exception as error:  # botocore already retried throttling
-        if not is_content_error(error):
-            return set(), {}
-        if len(entries) == 1:
-            return set(), {entries[0]["Id"]: f"{error_code(error)}: {error}"}
-        return _send_singly(sqs, queue_url, entries)
-    accepted = {success["Id"] for success in response.get("Successful") or []}
-    refused = {failure["Id"]: f"{failure.get('Code')}: {failure.get('Message', '')}"
-               for failure in response.get("Failed") or [] if failure.get("SenderFault")}
+    accepted, refused, _ = send_batch_explained(sqs, queue_url, entries)
     return accepted, refused
 
 
-def _send_singly(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str]]:
+def send_batch_explained(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str], str]:
+    """``send_batch``, and the last transient failure as "Code: message" ("" when none).
+
+    Only an AWS call's errors (``AWS_CALL_ERRORS``) are transient; any other exception propagates.
+    """
+    try:
+        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+    except AWS_CALL_ERRORS as error:  # botocore already retried throttling
+        if not is_content_error(error):
+            return set(), {}, f"{error_code(error)}: {error}"
+        if len(entries) == 1:
+            return set(), {entries[0]["Id"]: f"{error_code(error)}: {error}"}, ""
+        return _send_singly(sqs, queue_url, entries)
+    accepted = {success["Id"] for success in response.get("Successful") or []}
+    failed = response.get("Failed") or []
+    refused = {failure["Id"]: _described(failure) for failure in failed if failure.get("SenderFault")}
+    transient = [_described(failure) for failure in failed if not failure.get("SenderFault")]
+    return accepted, refused, transient[-1] if transient else ""
+
+
+def _described(failure: Mapping[str, Any]) -> str:
+    """A Failed entry of SendMessageBatch's answer as "Code: message"."""
+    return f"{failure.get('Code')}: {failure.get('Message', '')}"
+
+
+def _send_singly(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str], str]:
     """Each entry in its own SendMessageBatch call."""
     accepted: set[str] = set()
     refused: dict[str, str] = {}
+    last = ""
     for one in entries:
-        got, lost = send_batch(sqs, queue_url, [one])
+        got, lost, failure = send_batch_explained(sqs, queue_url, [one])
         accepted |= got
         refused.update(lost)
-    return accepted, refused
+        last = failure or last
+    return accepted, refused, last
 
 
 def acceptable_attributes(attributes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -167,28 +205,40 @@ class Delivery:
         self._clock = clock
         self._sleep = sleep
 
-    def deliver(self, queue_url: str, entries: list[dict[str, Any]]) -> Sent:
+    def deliver(self, queue_url: str, entries: list[dict[str, Any]], due_ms: Mapping[str, int] | None = None,
+                time_low: Callable[[], bool] | None = None) -> Sent:
         """Send one batch until each entry is accepted or refused for a sender fault, or ``BATCH_ENTRIES`` runs out.
 
-        Entries in neither set kept failing transiently.
+        Entries in neither set kept failing transiently. An entry whose id is in ``due_ms``
+        gets its ``DelaySeconds`` from the clock read just before each call (``entry``).
+        No retry starts once ``time_low()`` (then ``out_of_time``).
         """
         sent = Sent()
         batches = [entries]
-        for _ in BATCH_ENTRIES.attempts_with_pauses(self._sleep):
-            batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent)]
+        for attempt in BATCH_ENTRIES.attempts_with_pauses(self._sleep):
+            if attempt and time_low is not None and time_low():
+                sent.out_of_time = True
+                break
+            batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent, due_ms or {})]
             if not batches:
                 break
         return sent
 
-    def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: Sent) -> list[list[dict[str, Any]]]:
+    def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: Sent,
+                    due_ms: Mapping[str, int]) -> list[list[dict[str, Any]]]:
         """One SendMessageBatch, recorded in ``sent``; returns the batches to try again."""
-        accepted, refused = send_batch(self._sqs.get(), queue_url, batch)
+        sqs = self._sqs.get()
+        now = self._clock()
+        timed = [{**one, "DelaySeconds": delay_seconds(due_ms[one["Id"]], now)} if one["Id"] in due_ms else one for one in batch]
+        accepted, refused, failure = send_batch_explained(sqs, queue_url, timed)
         sent.accepted |= accepted
         sent.refused.update(refused)
+        sent.sent_at.update(dict.fromkeys(accepted, now))
+        sent.last_error = failure or sent.last_error
         again = [entry for entry in batch if entry["Id"] not in sent.accepted and entry["Id"] not in sent.refused]
         return [again] if again else []
 
-    def dead_letter(self, message: DelayedMessage, refusal: str) -> None:
+    def dead_letter(self, message: DelayedMessage, refusal: str, time_low: Callable[[], bool] | None = None) -> None:
         """Send a message the work queue refused to the DLQ with its reason; a pointer if the DLQ refuses the copy.
 
         Raises DispatchIncompleteError when the DLQ takes neither (the run stops; the message is retried).
@@ -200,13 +250,13 @@ class Delivery:
         if refused_attributes:
             reason["refused_attributes"] = refused_attributes
         copy = {"Id": "0", "MessageBody": message.body, "MessageAttributes": dead_letter_attributes(attributes, reason)}
-        sent = self.deliver(self.dead_letter_queue_url, [copy])
+        sent = self.deliver(self.dead_letter_queue_url, [copy], time_low=time_low)
         if not sent.accepted and sent.refused:
-            sent = self.deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])])
+            sent = self.deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])], time_low=time_low)
         if not sent.accepted:
             raise DispatchIncompleteError(
                 f"dead-letter queue {self.dead_letter_queue_url} did not take message {message.message_id} "
-                f"(refused by the work queue: {refusal}): {sent.refused.get('0') or f'failed {BATCH_ENTRIES.attempts} attempts'}"
+                f"(refused by the work queue: {refusal}): {sent.refused.get('0') or sent.unsent(BATCH_ENTRIES.attempts)}"
             )
 
     def dead_letter_unreadable(self, item: dict[str, Any], problem: str) -> None:
@@ -226,7 +276,7 @@ class Delivery:
         if not sent.accepted:
             raise DispatchIncompleteError(
                 f"dead-letter queue {self.dead_letter_queue_url} did not take the pointer to unreadable item {pk} / {sk}: "
-                f"{sent.refused.get('0') or f'failed {BATCH_ENTRIES.attempts} attempts'}"
+                f"{sent.refused.get('0') or sent.unsent(BATCH_ENTRIES.attempts)}"
             )
 
     def _reason(self, error: Exception, path: str) -> dict[str, Any]:

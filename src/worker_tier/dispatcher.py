@@ -15,14 +15,20 @@ One run, under a lease in the state table so runs never overlap:
    once, before its first Query ever), then go in rounds. A round reads the next
    page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
    the producers used (in parallel), sends the pages merged in due order with
-   ``DelaySeconds = ceil(due − now)`` (0..900), in waves of one SendMessageBatch
+   ``DelaySeconds = ceil(due − now)`` (0..900, ``now`` read just before each
+   SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's
    cursor over what was handled (a wave is a prefix of the round in due order).
+   Every answer of a wave is taken in (accepted messages counted, refusals
+   dead-lettered) before a failure in it stops the run.
    When every shard is done the record gets ``finished_ms`` and the watermark
    moves to the next minute (the safety net, ``worker_tier.delay_recovery``,
    reads these records);
-3. stop before the invocation's time runs out, between any two waves; the
-   cursors and the watermark stay true.
+3. stop before the invocation's time runs out, between any two waves (no wave
+   starts with less than ``RUN_MARGIN_MS`` left, and inside one no send or DLQ
+   send starts with less than ``SEND_FLOOR_MS``; every call is bounded by the
+   clients' timeouts, ``DISPATCHER_CALL_SECONDS``); the cursors and the
+   watermark stay true.
 
 Before a round's first send, each item that is not a delayed message (``delay.read_item``)
 goes to the DLQ as a pointer with its reason, and each item due in a later minute
@@ -33,7 +39,11 @@ A message has one of three fates at dispatch: SQS accepts it; SQS refuses it for
 a sender fault, and it goes to the dead-letter queue with a ``worker_tier.failure``
 reason (or, when the DLQ refuses that copy too, a small message pointing at its
 delay-table item, which is kept until its TTL); or SQS keeps failing it
-transiently, and the run stops there, to resume from the cursors next time.
+transiently, and the run stops there (its reason names the last error SQS gave),
+to resume from the cursors next time. A run stopped on a transient failure resends
+only what was not taken in: the messages of each shard from its first one that was
+neither accepted nor dead-lettered on. Only an AWS call's errors are transient; an
+exception of any other kind (a bug) is not retried: it ends the run, cursors saved.
 
 One run is bound by CPU rather than the network: a single interpreter (the GIL)
 builds and parses every call, and botocore spends milliseconds on each, so the
@@ -65,7 +75,7 @@ from worker_tier.delivery import (  # noqa: F401 (the errors: part of this modul
     DispatchRefusedError,
     Delivery,
 )
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import SettingsError, WorkerTierError
 from worker_tier.message import message_bytes
 from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, chunks
 from worker_tier.state import Lease
@@ -89,12 +99,24 @@ START_LOOKBACK_SECONDS = delay.DISPATCHED_RETENTION_SECONDS + 60 * 60
 WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
 LEASE_SECONDS = 120
 LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
+# Every call of the dispatcher's own clients ends within DISPATCHER_CALL_SECONDS: one attempt (botocore retries
+# off; BATCH_ENTRIES and STATE_CALLS retry, between our time checks) of at most 1 s to connect and 2 s to read
+# (botocore's defaults: 60 s each, 5 attempts). https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
+DISPATCHER_CONNECT_TIMEOUT_SECONDS = 1
+DISPATCHER_READ_TIMEOUT_SECONDS = 2
+DISPATCHER_CALL_SECONDS = DISPATCHER_CONNECT_TIMEOUT_SECONDS + DISPATCHER_READ_TIMEOUT_SECONDS
+# A send (SendMessageBatch, or a DLQ send) starts only while this much is left: its own worst call (3 s) and one
+# worst cursor write after the wave (3 s). So a wave, started with RUN_MARGIN_MS (10 s) left, ends its sends
+# with >= 3 s left: 10 s >= 6 s floor + 2 s (BATCH_ENTRIES' longest pause, before the floor is checked) + 2 s spare.
+SEND_FLOOR_MS = 2 * DISPATCHER_CALL_SECONDS * 1000
 RUN_MARGIN_MS = 10_000
 # A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
 QUERY_PAGE_ITEMS = 100
 # The run's threads: one Query per shard in flight at once, and as many SendMessageBatch calls. A botocore
 # client pools 10 connections by default; the dispatcher's clients pool this many.
 DISPATCH_THREADS = 16
+# A horizon beyond SQS's longest DelaySeconds would send a message that SQS then shows early (DelaySeconds clamps).
+MAX_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 TIME_RUNNING_OUT = "invocation time running out"
 SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
 
@@ -181,7 +203,7 @@ class DelayDispatcher:
         self.state_table = state_table
         self.queue_url = queue_url
         self.dead_letter_queue_url = dead_letter_queue_url
-        self.horizon_seconds = horizon_seconds
+        self.horizon_seconds = _checked_horizon(horizon_seconds)
         self._dynamodb = LazyClient("dynamodb", dynamodb, factory=_pooled_client("dynamodb"))
         self._sqs = LazyClient("sqs", sqs, factory=_pooled_client("sqs"))
         self._clock = clock
@@ -246,8 +268,8 @@ class DelayDispatcher:
                           f"{WATERMARK_AHEAD_ALLOWANCE_SECONDS} s is not a minute this dispatcher passed: left as it is")
         return True
 
-    def _time_low(self, remaining_ms: Callable[[], int] | None) -> bool:
-        return remaining_ms is not None and remaining_ms() < RUN_MARGIN_MS
+    def _time_low(self, remaining_ms: Callable[[], int] | None, floor_ms: int = RUN_MARGIN_MS) -> bool:
+        return remaining_ms is not None and remaining_ms() < floor_ms
 
     # -- the delay table ------------------------------------------------------------------
 
@@ -475,7 +497,7 @@ class _MinuteDispatch:
         self.remaining_ms = remaining_ms
         self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
         self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
-        self.failing = False  # a batch of the wave kept failing: the wave's batches not yet gone stay unsent
+        self.out_of_time = False  # a send was not started or retried for time: the run stops after the wave
 
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
@@ -544,57 +566,64 @@ class _MinuteDispatch:
                 self.report.stopped = TIME_RUNNING_OUT
                 return False
             self._send_wave(messages, attributes, list(wave))
+            if self.out_of_time:
+                self.report.stopped = TIME_RUNNING_OUT
+                return False
         return True
 
     def _send_wave(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], wave: list[list[int]]) -> None:
         """The wave's batches in flight together; every answer is taken in (refusals dead-lettered), then the first failure raised.
 
-        So the cursors pass exactly what was handled, whichever batch failed.
+        So the cursors pass exactly what was handled, whichever batches failed.
         """
-        self.failing = False
         outcomes = self.dispatcher._map(lambda batch: self._send_batch(messages, attributes, batch), wave)
-        failure: Exception | None = None
-        for batch, outcome in zip(wave, outcomes, strict=True):
-            if isinstance(outcome, tuple):
-                failure = failure or self._take_in(messages, batch, *outcome)
-            elif isinstance(outcome, Exception):
-                failure = failure or outcome
+        failures = [outcome if isinstance(outcome, Exception) else self._take_in(messages, batch, outcome)
+                    for batch, outcome in zip(wave, outcomes, strict=True)]
+        failure = next((error for error in failures if error is not None), None)
         if failure is not None:
             raise failure
 
     def _send_batch(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]],
-                    batch: list[int]) -> tuple[delivery.Sent, float] | Exception | None:
-        """In a pool thread: (what SQS did, when it was sent), the error, or None when a batch of the wave kept failing first."""
-        if self.failing:
-            return None
-        try:
-            now = self.dispatcher._clock()
-            entries = [{**delivery.entry(str(i), messages[i], now), "MessageAttributes": attributes[i]} for i in batch]
-            sent = self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries)
-        except Exception as error:
-            self.failing = True
-            return error
-        if len(sent.accepted) + len(sent.refused) < len(batch):
-            self.failing = True
-        return sent, now
+                    batch: list[int]) -> delivery.Sent | Exception:
+        """In a pool thread: what SQS did, or the error that ended the batch (raised once the wave is taken in).
 
-    def _take_in(self, messages: list[DelayedMessage], batch: list[int], sent: delivery.Sent, now: float) -> Exception | None:
-        """Record one batch's answer, dead-letter its refusals; DispatchIncompleteError when some kept failing."""
+        Each call's DelaySeconds comes from the clock read just before it (``Delivery.deliver``).
+        """
+        entries = [{**delivery.entry(str(i), messages[i], 0.0), "MessageAttributes": attributes[i]} for i in batch]
+        try:
+            return self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries, {str(i): messages[i].due_ms for i in batch},
+                                                    self._sends_low)
+        except Exception as error:  # not transient (delivery.AWS_CALL_ERRORS are retried): the run stops on it
+            return error
+
+    def _sends_low(self) -> bool:
+        """True when too little time is left to start a send (``SEND_FLOOR_MS``)."""
+        return self.dispatcher._time_low(self.remaining_ms, SEND_FLOOR_MS)
+
+    def _take_in(self, messages: list[DelayedMessage], batch: list[int], sent: delivery.Sent) -> Exception | None:
+        """Record one batch's answer, dead-letter each refusal; the first DispatchIncompleteError, when some were neither."""
         self.handled.update(int(i) for i in sent.accepted)
         self.report.sent += len(sent.accepted)
-        late_s = max(now - messages[i].due_ms / 1000 for i in batch)
-        self.report.max_lateness_s = max(self.report.max_lateness_s, late_s)
+        for entry_id, sent_at in sent.sent_at.items():
+            self.report.max_lateness_s = max(self.report.max_lateness_s, sent_at - messages[int(entry_id)].due_ms / 1000)
+        failure: Exception | None = None
         for entry_id, refusal in sent.refused.items():
+            if self._sends_low():
+                self.out_of_time = True
+                continue
             try:
-                self.dispatcher.delivery.dead_letter(messages[int(entry_id)], refusal)
+                self.dispatcher.delivery.dead_letter(messages[int(entry_id)], refusal, self._sends_low)
             except DispatchIncompleteError as error:
-                return error
+                failure = failure or error
+                continue
             self.handled.add(int(entry_id))
             self.report.dead_lettered += 1
         left = len(batch) - len(sent.accepted) - len(sent.refused)
-        if left:
-            return DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages after {BATCH_ENTRIES.attempts} attempts")
-        return None
+        self.out_of_time = self.out_of_time or sent.out_of_time
+        if left and failure is None and not sent.out_of_time:
+            failure = DispatchIncompleteError(f"minute {self.bucket}: SQS did not accept {left} messages "
+                                              f"{sent.unsent(BATCH_ENTRIES.attempts)}")
+        return failure
 
     def _save_cursors(self, pages: list[_Page], messages: list[DelayedMessage]) -> None:
         """Move each shard's cursor over the handled prefix of its page (in stored order), and save them if any moved.
@@ -615,9 +644,18 @@ class _MinuteDispatch:
             self.dispatcher._write_watermark(self.bucket, self.cursors, expected=self.bucket)
 
 
+def _checked_horizon(seconds: object) -> int:
+    """``seconds`` when it is a whole number of seconds in 1..``MAX_HORIZON_SECONDS``; else SettingsError naming it and the rule."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= MAX_HORIZON_SECONDS:
+        raise SettingsError(f"delay horizon {seconds!r} is not allowed: the horizon is whole seconds 1..{MAX_HORIZON_SECONDS} "
+                            "(SQS's maximum DelaySeconds); beyond it a message would be visible before it is due")
+    return seconds
+
+
 def _pooled_client(service: AwsService) -> Callable[[], Any]:
-    """A factory of the dispatcher's default client: one pooled connection per thread."""
-    return lambda: new_client(service, max_pool_connections=DISPATCH_THREADS)
+    """A factory of the dispatcher's default client: one pooled connection per thread, each call bounded (DISPATCHER_CALL_SECONDS)."""
+    return lambda: new_client(service, max_pool_connections=DISPATCH_THREADS, connect_timeout=DISPATCHER_CONNECT_TIMEOUT_SECONDS,
+                              read_timeout=DISPATCHER_READ_TIMEOUT_SECONDS, max_attempts=0)
 
 
 def _batches(sizes: list[int]) -> Iterator[list[int]]:

@@ -32,7 +32,11 @@ from worker_tier.contract import (
 )
 
 DISPATCHER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
+# Below the dispatcher's lease (dispatcher.LEASE_SECONDS, 120 s), so a run that lives holds it throughout, and no
+# more than one run period (DISPATCHER_PERIOD_SECONDS) below it: a killed run's lease blocks at most the one
+# scheduled run that starts before it expires (120 − 60 = 60 s after the killed run's end).
 DISPATCHER_TIMEOUT_SECONDS = 60
+DISPATCHER_PERIOD_SECONDS = 60
 DISPATCHER_MEMORY_MB = 256
 # Normal lag is under a minute (one run per minute); three minutes means runs are failing or missing.
 LAG_ALARM_SECONDS = 3 * 60
@@ -97,7 +101,7 @@ class DelayDispatcher(Construct):
         self.rule = events.Rule(
             self,
             "EveryMinute",
-            schedule=events.Schedule.rate(Duration.minutes(1)),
+            schedule=events.Schedule.rate(Duration.seconds(DISPATCHER_PERIOD_SECONDS)),
             # A missed run is not retried: the next one catches up from the watermark.
             targets=[events_targets.LambdaFunction(self.function, retry_attempts=0, max_event_age=Duration.minutes(1))],
         )

@@ -15,3 +15,35 @@ def test_the_scheduler_bench_runs_and_measures_every_figure_with_a_goal():
     assert figures["dispatch_msgs_per_s_one_run"] > figures["dispatch_msgs_per_s_one_run_one_thread"] > 0
     assert figures["largest_on_time_minute_every_minute"] > 0
     assert figures["moto_sent"] == 60 and 0.5 < figures["moto_measured_over_model"] < 2.0
+
+
+def test_the_first_run_is_on_a_clean_table_and_sends_nothing():
+    # GIVEN a world of two loaded minutes  WHEN it is made (its first run included)
+    first = 30_000_030
+    world = scheduler_bench.ScaleWorld(200, 2, 256, 16, scheduler_bench.SUSTAINED_HORIZON_SECONDS, first)
+    # THEN that run sent nothing: every message goes out in a run timed like the others
+    assert world.sqs.sent == []
+    world.run_at((first + 1) * 60 + scheduler_bench.RUN_JITTER_SECONDS)
+    assert len(world.sqs.sent) == 400
+
+
+def test_lateness_is_from_due_to_visible_per_minute():
+    # GIVEN a loaded minute dispatched on the CPU model (one GIL at a share of a vCPU)
+    first = 30_000_030
+    world = scheduler_bench.ScaleWorld(2_000, 1, 256, 16, scheduler_bench.SUSTAINED_HORIZON_SECONDS, first)
+    world.run_at((first - 1) * 60 + scheduler_bench.RUN_JITTER_SECONDS)
+    # WHEN lateness is measured
+    by_minute, early = world.lateness()
+    # THEN it is each message's visible time less its due time, none early; rounding alone would keep it under 1 s,
+    # and the time from the clock read to SQS receiving the call shows on top
+    visible = sorted(entry["visible_at"] - scheduler_bench._epoch(entry["MessageAttributes"]["worker_tier.due_at"]["StringValue"])
+                     for entry in world.sqs.sent)
+    assert early == 0 and by_minute == {first: visible}
+    assert visible[-1] > 1.0
+
+
+def test_the_window_is_long_enough_for_a_slowly_growing_backlog_to_show():
+    # GIVEN the window judged  THEN it covers 20 minutes, so a backlog growing by 5% of the horizon's one-minute slack
+    # a minute uses it up within the window
+    assert scheduler_bench.SUSTAINED_MINUTES >= 20
+    assert scheduler_bench.SUSTAINED_HORIZON_SECONDS - scheduler_bench.BUCKET_SECONDS <= 60

@@ -6,7 +6,8 @@ import pytest
 from aws_cdk.assertions import Match
 
 from worker_tier import contract
-from worker_tier_cdk.delay_dispatcher import LAG_ALARM_SECONDS
+from worker_tier.dispatcher import LEASE_SECONDS
+from worker_tier_cdk.delay_dispatcher import DISPATCHER_PERIOD_SECONDS, DISPATCHER_TIMEOUT_SECONDS, LAG_ALARM_SECONDS
 
 
 def _policy_statements(template, role_prefix: str) -> list[dict]:
@@ -109,3 +110,12 @@ def test_the_scheduler_alarms_on_a_watermark_it_cannot_trust(template, metric):
         "AWS::CloudWatch::Alarm",
         {"MetricName": metric, "Namespace": contract.METRICS_NAMESPACE, "Threshold": 0, "Statistic": "Sum"},
     )
+
+
+def test_a_killed_run_lease_blocks_at_most_one_run_period(template):
+    # GIVEN the dispatcher function's timeout in the template
+    functions = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": "worker_tier.handlers.dispatcher.lambda_handler"}})
+    [timeout] = [function["Properties"]["Timeout"] for function in functions.values()]
+    # THEN a living run always holds its lease, and a killed run's lease outlives it by at most one run period
+    assert timeout == DISPATCHER_TIMEOUT_SECONDS
+    assert timeout < LEASE_SECONDS <= timeout + DISPATCHER_PERIOD_SECONDS

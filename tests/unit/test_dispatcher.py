@@ -13,9 +13,15 @@ from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.errors import SettingsError
 from worker_tier.retry import BATCH_ENTRIES
 from worker_tier.dispatcher import (
     DISPATCH_THREADS,
+    DISPATCHER_CALL_SECONDS,
+    DISPATCHER_CONNECT_TIMEOUT_SECONDS,
+    DISPATCHER_READ_TIMEOUT_SECONDS,
+    SEND_FLOOR_MS,
+    MAX_HORIZON_SECONDS,
     FINISHED_MS_ATTRIBUTE,
     LEASE_SECONDS,
     MINUTE_KEY_PREFIX,
@@ -127,7 +133,8 @@ def test_a_transient_refusal_stops_the_run_and_the_next_run_resumes_from_the_cur
     report = world.scheduler(refusing).run()
     # THEN the run stops there, the minute is not passed, and the shard's cursor keeps what was accepted
     bucket = int((START + 1000) // 60)
-    assert report.stopped == f"minute {bucket}: SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} attempts"
+    assert report.stopped == (f"minute {bucket}: SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} attempts; "
+                              "last: ServiceUnavailable: ServiceUnavailable (fake)")
     assert report.watermark == bucket
     assert _bodies(refusing.sent) == ["fine"]
     assert world.watermark()["cursors"]["M"]["0"]["S"].endswith("#id-fine")
@@ -147,7 +154,8 @@ def test_a_cursor_follows_the_stored_order_even_when_an_item_sort_key_disagrees_
                       clock=lambda: world.now)
     world.now += 200
     # WHEN a run sends the sooner one and stops on the other
-    assert world.scheduler(failing).run().stopped.endswith(f"SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} attempts")
+    assert world.scheduler(failing).run().stopped.endswith(
+        f"SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} attempts; last: ServiceUnavailable: ServiceUnavailable (fake)")
     # THEN the cursor did not pass the unsent item, and the next run delivers it (the sooner one again: a duplicate
     # of the round the run stopped in)
     assert "cursors" not in world.watermark() or world.watermark()["cursors"]["M"] == {}
@@ -221,7 +229,7 @@ def test_a_dlq_that_fails_transiently_stops_the_run_without_losing_the_message(w
     bucket = int((START + 1000) // 60)
     assert report.watermark == bucket
     assert report.stopped.startswith(f"dead-letter queue {DLQ} did not take message id-poison (refused by the work queue: InvalidParameterValue")
-    assert report.stopped.endswith(f"failed {BATCH_ENTRIES.attempts} attempts")
+    assert report.stopped.endswith(f"after {BATCH_ENTRIES.attempts} attempts; last: ServiceUnavailable: ServiceUnavailable (fake)")
     # WHEN the DLQ recovers  THEN the next run dead-letters it and passes the minute
     dlq_down[0] = False
     report = world.scheduler(strict).run()
@@ -419,7 +427,8 @@ def test_batches_in_flight_together_move_the_cursors_only_over_what_was_handled(
                                 clock=lambda: world.now, sleep=lambda s: None, pool=_ReversedPool())
     report = scheduler.run()
     # THEN it stops on the failure, later batches were sent, and no cursor passed the failed message
-    assert report.stopped == f"minute {int((START + 1000) // 60)}: SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} attempts"
+    assert report.stopped == (f"minute {int((START + 1000) // 60)}: SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} "
+                              "attempts; last: ServiceUnavailable: ServiceUnavailable (fake)")
     assert "m005" not in _bodies(failing.sent) and len(failing.sent) > 10
     # WHEN SQS recovers  THEN the next run sends the rest: nothing lost
     world.scheduler().run()
@@ -803,3 +812,181 @@ def test_every_error_of_the_delay_path_is_a_worker_tier_error():
     # WHEN a caller catches WorkerTierError
     # THEN each of them is caught
     assert [error.__name__ for error in raised if not issubclass(error, WorkerTierError)] == []
+
+
+def test_every_answer_of_a_wave_is_taken_in_before_its_failure_stops_the_run(world):
+    # GIVEN a wave of two batches: shard 0's (due first) failing at a0 every time, shard 1's accepted but for b5,
+    # which SQS refuses for a sender fault
+    world.scheduler().run()
+    for n in range(10):
+        world.store(f"a{n}", f"a{n}", 1000 + n / 100, shard=0)
+        world.store(f"b{n}", f"b{n}", 1001 + n / 100, shard=1)
+
+    def fail(call, entry):
+        if entry["MessageBody"] == "a0":
+            return ("ServiceUnavailable", False)
+        if entry["MessageBody"] == "b5" and FAILURE_ATTRIBUTE not in entry["MessageAttributes"]:
+            return ("InvalidParameterValue", True)
+        return None
+
+    failing = FakeSQS(fail=fail, clock=lambda: world.now)
+    world.now += 200
+    # WHEN a run sends the wave and stops on a0
+    report = world.scheduler(failing).run()
+    # THEN the later batch was taken in: counted, its refusal dead-lettered, its shard's cursor past it
+    assert report.stopped.startswith(f"minute {int((START + 1000) // 60)}: SQS did not accept 1 messages")
+    assert (report.sent, report.dead_lettered) == (18, 1)
+    assert _bodies(failing.by_queue[DLQ]) == ["b5"]
+    assert world.watermark()["cursors"]["M"]["1"]["S"].endswith("#b9") and "0" not in world.watermark()["cursors"]["M"]
+    # WHEN SQS recovers  THEN only shard 0's messages go again: nothing of the batch that was taken in
+    world.scheduler().run()
+    assert sorted(_bodies(world.sqs.sent)) == [f"a{n}" for n in range(10)]
+
+
+class _RaisingSQS(FakeSQS):
+    """FakeSQS whose SendMessageBatch raises ``error`` from call ``from_call`` on."""
+
+    def __init__(self, error: Exception, from_call: int, clock) -> None:
+        super().__init__(clock=clock)
+        self.error, self.from_call = error, from_call
+
+    def send_message_batch(self, QueueUrl, Entries):
+        if len(self.calls) + 1 >= self.from_call:
+            self.calls.append(("SendMessageBatch", {"QueueUrl": QueueUrl, "Entries": Entries}))
+            raise self.error
+        return super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+
+
+def test_a_stop_names_the_last_error_sqs_gave(world):
+    # GIVEN SQS refusing every call with an access error (the queue's KMS key is not usable)
+    from botocore.exceptions import ClientError
+    world.store("m", "m", 1000)
+    denied = ClientError({"Error": {"Code": "KMS.AccessDeniedException", "Message": "key policy denies kms:GenerateDataKey"}},
+                         "SendMessageBatch")
+    sqs = _RaisingSQS(denied, 1, clock=lambda: world.now)
+    world.now += 200
+    # WHEN a run meets it
+    report = world.scheduler(sqs).run()
+    # THEN the stop says how often it tried and what SQS said last
+    assert report.stopped == (f"minute {int((START + 1000) // 60)}: SQS did not accept 1 messages after {BATCH_ENTRIES.attempts} "
+                              "attempts; last: KMS.AccessDeniedException: An error occurred (KMS.AccessDeniedException) when "
+                              "calling the SendMessageBatch operation: key policy denies kms:GenerateDataKey")
+
+
+def test_an_error_of_our_own_code_is_not_retried_it_propagates_with_the_cursors_saved(world):
+    # GIVEN a round of two batches in one shard, and the second call raising a TypeError (a bug, not SQS)
+    world.scheduler().run()
+    for n in range(20):
+        world.store(f"m{n:02d}", f"m{n:02d}", 1000 + n / 100)
+    sqs = _RaisingSQS(TypeError("unhashable type: 'dict'"), 2, clock=lambda: world.now)
+    world.now += 200
+    # WHEN a run meets it
+    with pytest.raises(TypeError, match="unhashable type: 'dict'"):
+        world.scheduler(sqs).run()
+    # THEN it was called once, never retried; the first batch's cursor is saved, and the lease is free
+    assert sqs.count("SendMessageBatch") == 2
+    assert world.watermark()["cursors"]["M"]["0"]["S"].endswith("#m09")
+    assert world.scheduler().run().ran
+
+
+@pytest.mark.parametrize("horizon", [0, -60, MAX_HORIZON_SECONDS + 1, 3600, 120.5, True])
+def test_a_horizon_outside_sqs_delay_range_is_refused_at_construction(world, horizon):
+    # GIVEN a horizon SQS cannot delay a message for (a message would be visible early)
+    # WHEN a dispatcher is made with it  THEN it is refused, naming the value and the rule
+    with pytest.raises(SettingsError) as raised:
+        DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=world.sqs, dynamodb=world.dynamodb,
+                        horizon_seconds=horizon)
+    assert str(raised.value) == (f"delay horizon {horizon!r} is not allowed: the horizon is whole seconds 1..{MAX_HORIZON_SECONDS} "
+                                 "(SQS's maximum DelaySeconds); beyond it a message would be visible before it is due")
+
+
+def test_the_largest_horizon_never_shows_a_message_early(world):
+    # GIVEN the largest horizon allowed
+    scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=world.sqs, dynamodb=world.dynamodb,
+                                clock=lambda: world.now, sleep=lambda s: None, parallel=False, horizon_seconds=MAX_HORIZON_SECONDS)
+    scheduler.run()
+    world.store("m", "m", MAX_HORIZON_SECONDS + 60)
+    # WHEN runs go on every minute until it is sent
+    while not world.sqs.sent:
+        world.now += BUCKET_SECONDS
+        scheduler.run()
+    # THEN it becomes visible at its due second, not before
+    assert world.sqs.sent[0]["visible_at"] == START + MAX_HORIZON_SECONDS + 60
+
+
+def test_a_retried_batch_gets_its_delay_from_the_clock_at_the_retry(world):
+    # GIVEN a message due in 100 s, and SQS failing its first attempt; each pause before a retry takes 5 s
+    world.store("m", "m", 100)
+    first = [True]
+
+    def fail(call, entry):
+        if first[0]:
+            first[0] = False
+            return ("ServiceUnavailable", False)
+        return None
+
+    sqs = FakeSQS(fail=fail, clock=lambda: world.now)
+
+    def sleep(seconds):
+        world.now += 5
+
+    scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=sqs, dynamodb=world.dynamodb,
+                                clock=lambda: world.now, sleep=sleep, parallel=False)
+    # WHEN a run sends it
+    scheduler.run()
+    # THEN it is visible at its due second, not 5 s after
+    assert _bodies(sqs.sent) == ["m"] and sqs.sent[0]["visible_at"] == START + 100
+
+
+def test_a_run_that_stops_is_logged_as_trouble_and_one_that_finds_the_lease_held_is_not():
+    # GIVEN reports of runs that stopped, finished, or did not start
+    from worker_tier.dispatcher import RunReport
+    from worker_tier.handlers.dispatcher import is_trouble
+    # WHEN the handler decides how to log them  THEN a stopped run is a WARNING, the others are not
+    assert is_trouble(RunReport(stopped="minute 1: SQS did not accept 1 messages after 8 attempts; last: X: y"))
+    assert is_trouble(RunReport(stopped=TIME_RUNNING_OUT))
+    assert not is_trouble(RunReport())
+    assert not is_trouble(RunReport(ran=False, stopped="another run holds the lease"))
+
+
+def test_the_dispatcher_clients_bound_every_call_within_the_stop_margin(monkeypatch):
+    # GIVEN the dispatcher's own clients (a region, as Lambda sets one)
+    from worker_tier.dispatcher import _pooled_client
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for service in ("sqs", "dynamodb"):
+        # WHEN one is made
+        config = _pooled_client(service)().meta.config
+        # THEN one attempt of at most DISPATCHER_CALL_SECONDS, with a connection per thread
+        assert (config.connect_timeout, config.read_timeout) == (DISPATCHER_CONNECT_TIMEOUT_SECONDS, DISPATCHER_READ_TIMEOUT_SECONDS)
+        assert config.retries["total_max_attempts"] == 1 and config.max_pool_connections == DISPATCH_THREADS
+    # AND a wave started at the margin ends its sends with a cursor write's worst call left
+    assert DISPATCHER_CALL_SECONDS == DISPATCHER_CONNECT_TIMEOUT_SECONDS + DISPATCHER_READ_TIMEOUT_SECONDS
+    assert SEND_FLOOR_MS - DISPATCHER_CALL_SECONDS * 1000 >= DISPATCHER_CALL_SECONDS * 1000
+    assert SEND_FLOOR_MS + BATCH_ENTRIES.cap_seconds * 1000 <= RUN_MARGIN_MS
+
+
+def test_a_failing_wave_stops_retrying_while_a_cursor_write_still_fits(world):
+    # GIVEN a wave started with just over the margin left, SQS failing every call, each call taking 1 s
+    world.scheduler().run()
+    world.store("m", "m", 1000)
+    world.now += 200
+    deadline = world.now + RUN_MARGIN_MS / 1000 + 1
+    left_at_calls = []
+
+    def fail(call, entry):
+        left_at_calls.append(deadline - world.now)
+        world.now += 1
+        return ("ServiceUnavailable", False)
+
+    def sleep(seconds):
+        world.now += seconds
+
+    scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=FakeSQS(fail=fail, clock=lambda: world.now),
+                                dynamodb=world.dynamodb, clock=lambda: world.now, sleep=sleep, parallel=False)
+    # WHEN the run sends it
+    report = scheduler.run(remaining_ms=lambda: int((deadline - world.now) * 1000))
+    # THEN it stops for time: every call started with the floor left, and the sends ended with a call's worth to spare
+    assert report.stopped == TIME_RUNNING_OUT
+    assert 1 < len(left_at_calls) < BATCH_ENTRIES.attempts
+    assert min(left_at_calls) >= SEND_FLOOR_MS / 1000
+    assert deadline - world.now >= DISPATCHER_CALL_SECONDS

@@ -18,7 +18,9 @@ Invariants, after every step:
 - every dead-lettered message carries a parseable ``worker_tier.failure`` reason;
 - the watermark never passes a message that is neither delivered nor dead-lettered
   (late writes excepted: see below);
-- a message is sent twice only if a run died, or stopped on a failure, while it was in flight.
+- a message is sent twice only if a run died while it was in flight, or stopped on a failure while it was in
+  flight behind (in its shard's stored order) a message that was not taken in: every answer of a wave is taken
+  in before the failure stops the run, and ``ShuffledPool`` starts every batch of a wave, as the threads do.
 And at the end, once faults stop and time moves on: every message is delivered or,
 for poison, dead-lettered with a reason; nothing poison reaches the work queue.
 
@@ -112,6 +114,8 @@ class DelayMachine(RuleBasedStateMachine):
         self.sqs = StrictSQS(self.fake_sqs, maximum_message_size=MAXIMUM_MESSAGE_SIZE_BYTES)
         self.due_ms: dict[str, int] = {}  # body -> due (producer's clock)
         self.body_of: dict[str, str] = {}  # message id -> body
+        self.shard_of: dict[str, int] = {}  # body -> the shard it is stored in
+        self.failed_now: set[str] = set()  # bodies of the current run that SQS failed transiently (either queue)
         self.poison: set[str] = set()
         # stored behind the watermark or its shard's cursor, or (with no watermark) before the scheduler's restart
         # lookback, by then expired: the safety net's
@@ -141,7 +145,17 @@ class DelayMachine(RuleBasedStateMachine):
         return [r for r in requests if self.rng.random() < self.p_unprocessed]
 
     def _sqs_fault(self, call: int, entry: dict) -> tuple[str, bool] | None:
-        return ("ServiceUnavailable", False) if self.rng.random() < self.p_sqs_fail else None
+        if self.rng.random() >= self.p_sqs_fail:
+            return None
+        self.failed_now.add(self._body(entry))
+        return ("ServiceUnavailable", False)
+
+    def _body(self, entry: dict) -> str:
+        """The stored message an SQS entry carries: its body, or the one a DLQ pointer names."""
+        body = entry["MessageBody"]
+        if body in self.due_ms or not body.startswith("{"):
+            return body
+        return self.body_of.get(json.loads(body).get("message_id", ""), body)
 
     # -- producers ------------------------------------------------------------------------
 
@@ -200,6 +214,7 @@ class DelayMachine(RuleBasedStateMachine):
     def _stored(self, body: str, message_id: str, due_ms: int, shard: int) -> None:
         self.due_ms[body] = due_ms
         self.body_of[message_id] = body
+        self.shard_of[body] = shard
         bucket = due_ms // 1000 // BUCKET_SECONDS
         self.by_bucket.setdefault(bucket, set()).add(body)
         if self._behind(bucket, shard, sort_key(due_ms, message_id)):
@@ -282,6 +297,7 @@ class DelayMachine(RuleBasedStateMachine):
 
     def _run(self, remaining_ms=None) -> None:
         before = len(self.fake_sqs.sent)
+        self.failed_now = set()
         if (WATERMARK_KEY,) not in self.dynamodb.tables["state"]:  # a restart starts no earlier than the lookback
             floor_ms = math.floor((self.real - START_LOOKBACK_SECONDS) / BUCKET_SECONDS) * BUCKET_SECONDS * 1000
             self.late.update(body for body, due in self.due_ms.items()
@@ -294,9 +310,14 @@ class DelayMachine(RuleBasedStateMachine):
             # A run that died or failed mid-way: what it sent after its last saved cursor may be sent again.
             self.exposed.update(entry["MessageBody"] for entry in self.fake_sqs.sent[before:])
         else:
-            # stopped on a failure inside a round, or overtaken: what it sent may go again
-            if report.stopped not in ("", TIME_RUNNING_OUT) or self.overlapped:
-                self.exposed.update(entry["MessageBody"] for entry in self.fake_sqs.sent[before:])
+            sent = [self._body(entry) for entry in self.fake_sqs.sent[before:]]  # to either queue
+            if self.overlapped or report.stopped == TIME_RUNNING_OUT:  # overtaken, or out of time inside a wave
+                self.exposed.update(sent)  # (a refusal not dead-lettered for time blocks its shard, unseen here)
+            elif report.stopped:
+                # stopped on a failure: only the shards of a message never taken in keep their cursor behind what was sent
+                taken_in = set(sent)
+                blocked = {self.shard_of[body] for body in self.failed_now - taken_in if body in self.shard_of}
+                self.exposed.update(body for body in sent if self.shard_of.get(body) in blocked)
         finally:
             self.crash_armed = self.crashed = self.overlapped = False
             self.pool.countdown = self.pool.action = None

@@ -17,7 +17,7 @@ from worker_tier.contract import (
 )
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
-from worker_tier.dispatcher import DelayDispatcher
+from worker_tier.dispatcher import DelayDispatcher, RunReport
 
 # The horizon is optional: only the local environment sets it, together with a lower long-delay threshold.
 NEEDS = contract.Needs("the delay dispatcher", required=("delay_table", "state_table", "queue_url", "dlq_url"),
@@ -31,7 +31,7 @@ def _new_dispatcher() -> DelayDispatcher:
         resources.named("state_table"),
         resources.named("queue_url"),
         dead_letter_queue_url=resources.named("dlq_url"),
-        horizon_seconds=resources.delay_horizon_seconds or delay.DISPATCH_HORIZON_SECONDS,
+        horizon_seconds=delay.DISPATCH_HORIZON_SECONDS if resources.delay_horizon_seconds is None else resources.delay_horizon_seconds,
     )
 
 
@@ -56,6 +56,13 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
                "watermark": report.watermark, "lag_s": report.lag_s, "max_lateness_s": report.max_lateness_s,
                "refiled": report.refiled, "watermark_ahead_s": report.watermark_ahead_s,
                "state_unreadable": report.state_unreadable, "stopped": report.stopped}
-    trouble = report.watermark_ahead_s > 0 or report.state_unreadable
-    (logger.warning if trouble else logger.info)("delay dispatcher run", extra=summary)
+    (logger.warning if is_trouble(report) else logger.info)("delay dispatcher run", extra=summary)
     return summary
+
+
+def is_trouble(report: RunReport) -> bool:
+    """A run worth a WARNING: it stopped before the horizon (for time or a failure), or found its state wrong.
+
+    A run that did not start because another holds the lease is not trouble.
+    """
+    return report.ran and bool(report.stopped or report.watermark_ahead_s > 0 or report.state_unreadable)
