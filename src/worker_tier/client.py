@@ -25,7 +25,7 @@ from worker_tier.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MessageError, SendError
 from worker_tier.outgoing import OutgoingMessage, due_in_seconds
-from worker_tier.retry import SEND_ENTRIES
+from worker_tier.retry import SEND_ENTRIES, batches
 
 __all__ = ["Client", "OutgoingMessage", "SendResult", "due_in_seconds"]
 
@@ -444,14 +444,4 @@ def _limit_unknown_reason(size: int, failure: str) -> str:
 
 def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict[str, Any]]]:
     """Split entries into SendMessageBatch calls: at most 10 entries and ``max_bytes`` each."""
-    chunk: list[dict[str, Any]] = []
-    size = 0
-    for entry in entries:
-        full = len(chunk) == limits.SQS_MAX_BATCH_ENTRIES or size + entry["_size"] > max_bytes
-        if chunk and full:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(entry)
-        size += entry["_size"]
-    if chunk:
-        yield chunk
+    return batches(entries, lambda entry: int(entry["_size"]), max_count=limits.SQS_MAX_BATCH_ENTRIES, max_bytes=max_bytes)

@@ -77,7 +77,7 @@ from worker_tier.delivery import (  # noqa: F401 (the errors: part of this modul
 )
 from worker_tier.errors import SettingsError, WorkerTierError
 from worker_tier.message import message_bytes
-from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, chunks
+from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, batches, chunks
 from worker_tier.state import Lease
 
 # State-table keys: every key the scheduler writes starts with "scheduler#".
@@ -660,16 +660,8 @@ def _pooled_client(service: AwsService) -> Callable[[], Any]:
 
 def _batches(sizes: list[int]) -> Iterator[list[int]]:
     """Indices in runs of at most 10 entries and SQS's total bytes per SendMessageBatch."""
-    batch: list[int] = []
-    total = 0
-    for index, size in enumerate(sizes):
-        if batch and (len(batch) == limits.SQS_MAX_BATCH_ENTRIES or total + size > limits.SQS_MAX_MESSAGE_BYTES):
-            yield batch
-            batch, total = [], 0
-        batch.append(index)
-        total += size
-    if batch:
-        yield batch
+    return batches(range(len(sizes)), sizes.__getitem__, max_count=limits.SQS_MAX_BATCH_ENTRIES,
+                         max_bytes=limits.SQS_MAX_MESSAGE_BYTES)
 
 
 def parse_watermark(item: dict[str, Any]) -> tuple[int, dict[int, str]]:

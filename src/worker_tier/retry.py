@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -100,3 +100,24 @@ def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         raise ValueError(f"chunk size must be at least 1, got {size}")
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def batches(items: Iterable[T], size_of: Callable[[T], int], *, max_count: int, max_bytes: int) -> Iterator[list[T]]:
+    """``items`` in order, in consecutive batches of at most ``max_count`` items and ``max_bytes`` in all.
+
+    An item larger than ``max_bytes`` goes alone (the caller checks single sizes against SQS's rules).
+
+    >>> list(batches([400, 500, 300, 900], lambda n: n, max_count=10, max_bytes=1000))
+    [[400, 500], [300], [900]]
+    """
+    batch: list[T] = []
+    total = 0
+    for item in items:
+        size = size_of(item)
+        if batch and (len(batch) == max_count or total + size > max_bytes):
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += size
+    if batch:
+        yield batch

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from worker_tier import limits, message
+from worker_tier.retry import batches
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, receive, release
 
 MOVE_VISIBILITY_SECONDS = 300  # a batch is sent and deleted well within this; held ones are released at the end
@@ -86,17 +87,8 @@ def _move(sqs: Any, dlq_url: str, queue_url: str, letters: list[DeadLetter], fif
 
 def _send_batches(letters: list[DeadLetter]) -> Iterator[list[DeadLetter]]:
     """``letters`` in SendMessageBatch calls: at most 10 entries and SQS's 1 MiB in all (each fits alone)."""
-    batch: list[DeadLetter] = []
-    total = 0
-    for letter in letters:
-        size = message.message_bytes(letter.body, letter.original_attributes())
-        if batch and (len(batch) == limits.SQS_MAX_BATCH_ENTRIES or total + size > limits.SQS_MAX_MESSAGE_BYTES):
-            yield batch
-            batch, total = [], 0
-        batch.append(letter)
-        total += size
-    if batch:
-        yield batch
+    return batches(letters, lambda letter: message.message_bytes(letter.body, letter.original_attributes()),
+                   max_count=limits.SQS_MAX_BATCH_ENTRIES, max_bytes=limits.SQS_MAX_MESSAGE_BYTES)
 
 
 def _entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:

@@ -109,3 +109,14 @@ def test_a_chunk_size_below_one_is_refused():
     with pytest.raises(ValueError) as error:
         list(chunks([1, 2], 0))
     assert str(error.value) == "chunk size must be at least 1, got 0"
+
+
+def test_batches_keep_order_and_both_limits():
+    # GIVEN sizes around a 1,000-byte budget and a 3-item count
+    from worker_tier.retry import batches
+
+    sizes = [400, 500, 300, 900, 1200, 1, 1, 1, 1]
+    # WHEN batched  THEN each batch respects both limits, an oversized item goes alone, and order is kept
+    got = list(batches(sizes, lambda n: n, max_count=3, max_bytes=1000))
+    assert got == [[400, 500], [300], [900], [1200], [1, 1, 1], [1]]
+    assert [n for batch in got for n in batch] == sizes
