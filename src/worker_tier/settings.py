@@ -8,6 +8,7 @@ environment, so every default and range below is stated once.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import keyword
 import re
 from itertools import pairwise
@@ -28,6 +29,7 @@ DEFAULT_INACTIVITY_TIMEOUT_SECONDS = 299
 DEFAULT_RETENTION_PERIOD_SECONDS = 345600
 DEFAULT_HTTP_PATH = "/"
 DEFAULT_MIME_TYPE = "application/json"
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 5
 
 # Worker Tier's own defaults.
 DEFAULT_MAX_BACKOFF_SECONDS = 15 * 60
@@ -65,6 +67,7 @@ DEFAULT_CONTAINER_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.14-slim"
 ADVISED_VISIBILITY_TIMEOUT_FACTOR = 6
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
+_SIGNING_SECRET_ARN = r"arn:aws[a-z-]*:(secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+|ssm:[a-z0-9-]+:\d{12}:parameter/[\w/.-]+)"
 # registry/repository[:tag][@sha256:digest], as Docker's reference grammar allows (lower-case repository).
 _IMAGE_REFERENCE = r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?"
 
@@ -112,6 +115,8 @@ _RANGES: dict[str, _Range] = {
     "container_concurrency": _Range(1, 64),
     "container_cpu": _Range(256, 16384),
     "container_memory_mb": _Range(512, 122880),
+    "connect_timeout": _Range(1, 60, "ConnectTimeout"),
+    "app_port": _Range(0, 65535),
 }
 
 
@@ -257,6 +262,50 @@ class Settings:
         allowed="an image reference, `registry/repository[:tag][@sha256:digest]`",
     )
 
+    # Elastic Beanstalk worker apps (docs/migrating-from-eb.md): in-process, or over HTTP from the container worker.
+    app: str = _setting(
+        "",
+        "A WSGI or ASGI app the worker delivers each message to in-process, as sqsd POSTs it (empty: none). A "
+        "registered @task path wins; the app gets the rest.",
+        allowed="empty, or `package.module:attribute`",
+    )
+    app_route_by_path: bool = _setting(
+        False,
+        "App mode: POST an ordinary message to its beanstalk.sqsd.path rather than http_path (sqsd never did; "
+        "periodic messages always go to their path).",
+    )
+    via_sns: bool = _setting(
+        False,
+        "Unwrap SNS-wrapped bodies (an SNS Notification envelope) before the task or the app sees them.",
+    )
+    app_port: int = _setting(
+        0,
+        "HTTP forwarding: the container worker POSTs each message to http://localhost:<app_port><path> "
+        "(0: no forwarding). Needs container_worker; the container worker then reads the work queue itself.",
+    )
+    connect_timeout: int = _setting(
+        DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        "HTTP forwarding: seconds to wait for a connection to the app; inactivity_timeout bounds its answer.",
+    )
+    app_health_path: str = _setting(
+        "",
+        "HTTP forwarding: a path the container worker GETs until it answers 200 before it takes messages "
+        "(empty: no health gate).",
+        allowed="empty, or a path starting with `/`",
+    )
+    app_signing_secret_arn: str = _setting(
+        "",
+        "HTTP forwarding: sign each POST with HMAC-SHA256 of its timestamp and body, keyed with this Secrets "
+        "Manager secret or SSM SecureString parameter (empty: unsigned).",
+        allowed="empty, or a Secrets Manager secret ARN or an SSM parameter ARN",
+    )
+    app_image: str = _setting(
+        "",
+        "HTTP forwarding: the app's own image, run as a second container in the container worker's task "
+        "(empty: the app runs elsewhere on localhost, or in the worker image).",
+        allowed="empty, or an image reference",
+    )
+
     def __post_init__(self) -> None:
         for name, rule in _RANGES.items():
             rule.check(name, getattr(self, name))
@@ -271,7 +320,9 @@ class Settings:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise SettingsError(f"unknown setting {unknown[0]!r}; known settings are: {', '.join(sorted(known))}")
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SettingsError(f"unknown setting {unknown[0]!r}{hint}; known settings are: {', '.join(sorted(known))}")
         return cls(**values)
 
     @classmethod
@@ -333,7 +384,7 @@ class Settings:
             raise SettingsError(f"http_path must be a path starting with '/' (EB HttpPath), got {self.http_path!r}")
         if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
             raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
-        for name in ("fifo", "heartbeat", "container_worker"):
+        for name in ("fifo", "heartbeat", "container_worker", "app_route_by_path", "via_sns"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not _is_module_list(self.task_modules):
@@ -342,6 +393,26 @@ class Settings:
                 f"a Python identifier that is not a keyword, got {self.task_modules!r}"
             )
         self._check_container_strings()
+        self._check_app_strings()
+
+    def _check_app_strings(self) -> None:
+        if not isinstance(self.app, str) or (self.app and not _is_app_reference(self.app)):
+            raise SettingsError(
+                f"app must be empty or 'package.module:attribute' (a WSGI or ASGI app), got {self.app!r}"
+            )
+        if not isinstance(self.app_health_path, str) or (self.app_health_path and not self.app_health_path.startswith("/")):
+            raise SettingsError(f"app_health_path must be empty or a path starting with '/', got {self.app_health_path!r}")
+        arn = self.app_signing_secret_arn
+        if not isinstance(arn, str) or (arn and not re.fullmatch(_SIGNING_SECRET_ARN, arn)):
+            raise SettingsError(
+                "app_signing_secret_arn must be empty, a Secrets Manager secret ARN "
+                "('arn:aws:secretsmanager:<region>:<account>:secret:<name>') or an SSM parameter ARN "
+                f"('arn:aws:ssm:<region>:<account>:parameter/<name>'), got {arn!r}"
+            )
+        if not isinstance(self.app_image, str) or (self.app_image and not re.fullmatch(_IMAGE_REFERENCE, self.app_image)):
+            raise SettingsError(
+                f"app_image must be empty or an image reference like 'registry/repository:tag', got {self.app_image!r}"
+            )
 
     def _check_container_strings(self) -> None:
         if self.container_subnets not in CONTAINER_SUBNET_CHOICES:
@@ -396,6 +467,21 @@ class Settings:
             raise SettingsError(
                 f"timeout_margin must be below inactivity_timeout ({self.inactivity_timeout}), got {self.timeout_margin}"
             )
+        if self.app and self.app_port:
+            raise SettingsError(
+                f"app and app_port are two ways to reach one app: set app ({self.app!r}) to call it in-process, or "
+                f"app_port ({self.app_port}) to POST to it over HTTP, not both"
+            )
+        if self.app_port and not self.container_worker:
+            raise SettingsError(
+                f"app_port {self.app_port} forwards messages over HTTP from the container worker: set container_worker "
+                "true too (a Lambda function has no app on localhost)"
+            )
+        forwarding_only = {"app_health_path": self.app_health_path, "app_signing_secret_arn": self.app_signing_secret_arn,
+                           "app_image": self.app_image}
+        for name, value in forwarding_only.items():
+            if value and not self.app_port:
+                raise SettingsError(f"{name} {value!r} applies to HTTP forwarding only: set app_port too")
         if self.fifo and self.batch_size > limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO:
             raise SettingsError(
                 f"batch_size must be 1..{limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO} for a FIFO queue, got {self.batch_size}"
@@ -442,4 +528,12 @@ def _is_module_list(value: object) -> bool:
     """Whether ``value`` is ``module[,module...]``, each module dotted identifiers that are not keywords."""
     return isinstance(value, str) and all(
         part.isidentifier() and not keyword.iskeyword(part) for module in value.split(",") for part in module.split(".")
+    )
+
+
+def _is_app_reference(value: str) -> bool:
+    """Whether ``value`` is ``package.module:attribute`` (dotted identifiers on both sides of one colon)."""
+    module, colon, attribute = value.partition(":")
+    return bool(colon) and _is_module_list(module) and "," not in module and all(
+        part.isidentifier() and not keyword.iskeyword(part) for part in attribute.split(".")
     )

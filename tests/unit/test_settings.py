@@ -87,7 +87,7 @@ def test_every_bad_value_is_refused_with_its_rule(values, message):
 
 
 def test_unknown_setting_is_refused_naming_it():
-    with pytest.raises(SettingsError, match=r"^unknown setting 'max_retry'; known settings are: avg_processing_seconds, batch_size, "):
+    with pytest.raises(SettingsError, match=r"^unknown setting 'max_retry' \(did you mean 'max_retries'\?\); known settings are: app, app_health_path, .*avg_processing_seconds, batch_size, "):
         Settings.from_mapping({"max_retry": 3})
 
 
