@@ -5,7 +5,9 @@ from wherever it is installed (a wheel in site-packages, or this checkout's ``sr
 and each task directory is copied beside it under its own name, so ``task_modules``
 such as ``tasks`` or ``billing.tasks`` import in Lambda as they do on the developer's
 machine. The delay dispatcher, the recovery function and the periodic-task function
-run only the runtime; the worker function and the container image run the tasks too.
+run only the runtime; the worker function and the container image run the tasks too,
+and the app's own requirements when ``TaskCode`` names a requirements file
+(``worker_tier_cdk.requirements``).
 
 Staging skips dot-entries (``.git``, ``.env``, ``.venv``), ``node_modules``, ``cdk.out``,
 ``__pycache__`` and ``*.pyc``; it follows a symlink (a file, or a directory without a loop)
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import worker_tier
+from worker_tier_cdk import requirements as app_requirements
 
 if TYPE_CHECKING:
     from constructs import Construct
@@ -34,6 +37,8 @@ RUNTIME_PACKAGE = "worker_tier"
 DOCKER_DIR = Path(__file__).resolve().parent / "docker"
 DOCKERFILE = "worker.Dockerfile"
 CONTAINER_REQUIREMENTS = "requirements.txt"
+# The app's requirements in the image's build context (docker/app-requirements.txt, which lists none, without them).
+APP_REQUIREMENTS = "app-requirements.txt"
 # Where stagings live: inside the app's outdir, so that they outlive the synth that made them (the CLI deploys
 # later, and with --no-staging the assembly points at them), one directory per content fingerprint.
 STAGING_DIRECTORY = ".worker-tier-staging"
@@ -61,12 +66,18 @@ class TaskCode:
     plain folder of modules. Its name must be a Python identifier and must not shadow a module
     the runtime imports: the standard library, the runtime's dependencies (``RUNTIME_IMPORT_NAMES``)
     or ``worker_tier*`` itself.
+
+    ``requirements``: a pip requirements file of the code's own third-party packages (an ``app``'s
+    Flask or Django), installed into the worker function's asset at synth and into the container
+    image (``worker_tier_cdk.requirements``); None: the code needs only the runtime.
     """
 
     directories: tuple[Path, ...] = ()
+    requirements: Path | None = None
 
     @classmethod
-    def from_directories(cls, *directories: str | os.PathLike[str]) -> TaskCode:
+    def from_directories(cls, *directories: str | os.PathLike[str],
+                         requirements: str | os.PathLike[str] | None = None) -> TaskCode:
         """The directories as given (made absolute; a symlinked directory keeps its link's name).
 
         Examples
@@ -74,6 +85,12 @@ class TaskCode:
         >>> TaskCode.from_directories("src").directories[0].name
         'src'
         """
+        requirements_file = None if requirements is None else Path(os.path.abspath(requirements))
+        if requirements_file is not None:
+            try:
+                app_requirements.check(requirements_file, DOCKER_DIR / CONTAINER_REQUIREMENTS)
+            except app_requirements.RequirementsError as error:
+                raise TaskCodeError(str(error)) from None
         absolute = tuple(Path(os.path.abspath(d)) for d in directories)
         for directory in absolute:
             _check_directory(directory)
@@ -81,7 +98,7 @@ class TaskCode:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise TaskCodeError(f"task code directories must have distinct names; {duplicates} appear more than once")
-        return cls(absolute)
+        return cls(absolute, requirements_file)
 
     def check_modules(self, task_modules: str) -> None:
         """TaskCodeError unless every module of the ``task_modules`` setting is a file the directories deploy.
@@ -90,20 +107,32 @@ class TaskCode:
         directory named ``billing``; a bare ``billing`` must be a package (``billing/__init__.py``),
         since importing a plain folder registers no task.
         """
-        by_name = {d.name: d for d in self.directories}
         for module in (m.strip() for m in task_modules.split(",")):
-            root, *inner = module.split(".")
-            if root not in by_name:
-                raise TaskCodeError(
-                    f"task_modules names {module!r}, but no task code directory is named {root!r} "
-                    f"(deployed: {sorted(by_name) or 'none'}); pass task_code=TaskCode.from_directories(...) "
-                    "with the directory that holds it")
-            candidates = _module_files(by_name[root], inner)
-            if not any(c.is_file() for c in candidates):
-                expected = " or ".join(str(c.relative_to(by_name[root].parent)) for c in candidates)
-                raise TaskCodeError(
-                    f"task_modules names {module!r}, but its task code directory {str(by_name[root])!r} "
-                    f"has no {expected}; name a module that the directory contains")
+            self._check_module("task_modules", module)
+
+    def check_app(self, app: str) -> None:
+        """TaskCodeError unless the module of the ``app`` setting (``package.module:attribute``) is a file deployed.
+
+        The same rule as ``check_modules``; an empty ``app`` (no app) passes.
+        """
+        if app:
+            self._check_module("app", app.partition(":")[0])
+
+    def _check_module(self, setting: str, module: str) -> None:
+        """TaskCodeError unless ``module``, named by ``setting``, is a file the directories deploy."""
+        by_name = {d.name: d for d in self.directories}
+        root, *inner = module.split(".")
+        if root not in by_name:
+            raise TaskCodeError(
+                f"{setting} names {module!r}, but no task code directory is named {root!r} "
+                f"(deployed: {sorted(by_name) or 'none'}); pass task_code=TaskCode.from_directories(...) "
+                "with the directory that holds it")
+        candidates = _module_files(by_name[root], inner)
+        if not any(c.is_file() for c in candidates):
+            expected = " or ".join(str(c.relative_to(by_name[root].parent)) for c in candidates)
+            raise TaskCodeError(
+                f"{setting} names {module!r}, but its task code directory {str(by_name[root])!r} "
+                f"has no {expected}; name a module that the directory contains")
 
 
 def _check_directory(directory: Path) -> None:
@@ -139,6 +168,9 @@ def runtime_directory() -> Path:
 def stage(scope: Construct, task_code: TaskCode = TaskCode(), *, container: bool = False) -> Path:
     """A directory holding ``worker_tier`` and the task directories (and, for the image, its Dockerfile).
 
+    With ``task_code.requirements``, the function's asset holds them installed for Lambda at its root,
+    and the image's build context holds the file as ``app-requirements.txt`` for the Dockerfile to install.
+
     Staged under ``scope``'s app outdir in ``.worker-tier-staging/<fingerprint>``, where the fingerprint
     is of the relative paths and bytes of what it holds, so that an edit makes a new asset, equal content
     is one asset, and the directory outlives this process (``cdk synth --no-staging`` points at it).
@@ -151,10 +183,38 @@ def stage(scope: Construct, task_code: TaskCode = TaskCode(), *, container: bool
         files.update(_files(directory, directory.name))
     if container:
         files.update({name: DOCKER_DIR / name for name in (DOCKERFILE, CONTAINER_REQUIREMENTS)})
+        files[APP_REQUIREMENTS] = task_code.requirements or DOCKER_DIR / APP_REQUIREMENTS
+    elif task_code.requirements is not None:
+        files.update(_installed(task_code.requirements, outdir / STAGING_DIRECTORY, files))
     root = outdir / STAGING_DIRECTORY / _fingerprint(files)
     if not root.is_dir():
         _copy(files, root)
     return root
+
+
+def _installed(requirements: Path, cache: Path, staged: dict[str, Path]) -> dict[str, Path]:
+    """The files of the requirements installed for Lambda, by asset path; TaskCodeError if one would replace staged code."""
+    try:
+        directory = app_requirements.install(requirements, DOCKER_DIR / CONTAINER_REQUIREMENTS, cache)
+    except app_requirements.RequirementsError as error:
+        raise TaskCodeError(str(error)) from None
+    installed = {relative: path for entry in sorted(os.listdir(directory)) if not _excluded(entry)
+                 for relative, path in _entry_files(directory / entry)}
+    staged_roots = {relative.split("/")[0] for relative in staged}
+    clashes = sorted({relative.split("/")[0] for relative in installed} & staged_roots)
+    if clashes:
+        raise TaskCodeError(f"requirements file {str(requirements)!r} installs {clashes}, the name of the "
+                            "runtime or of a task code directory, which it would replace; rename the directory or "
+                            "drop the requirement")
+    return installed
+
+
+def _entry_files(path: Path) -> Iterator[tuple[str, Path]]:
+    """(asset path, file) for one top-level entry of an install: a file, or a directory's files."""
+    if path.is_dir():
+        yield from _files(path, path.name)
+    else:
+        yield path.name, path
 
 
 def _outdir(scope: Construct) -> Path:
