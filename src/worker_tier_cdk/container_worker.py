@@ -18,14 +18,23 @@ rules. Pass ``vpc`` to use an existing VPC with such subnets instead of a new on
 
 The base image is the ``container_base_image`` setting, passed to the Dockerfile as the
 ``BASE_IMAGE`` build argument; synth warns unless it is pinned by digest (``@sha256:``).
+
+HTTP forwarding (the ``app_port`` setting): the container worker POSTs each message to an app on
+localhost, so it reads the work queue itself (its ``WORKER_TIER_QUEUE_URL`` is the work queue's,
+there is no long-task queue, and the Lambda worker gets no event source) and scales on that queue's
+backlog. With ``app_image``, the app runs as a second essential container of the same task, its
+port mapped, the worker container starting after it (``STARTED``: the worker's own health gate,
+``app_health_path``, waits for it to answer, so the app's image needs no curl for a container health
+check). With ``app_signing_secret_arn``, the task role may read that one secret or parameter.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from aws_cdk import Acknowledgment, Annotations, Duration, Stack, Validations
-from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecs as ecs, aws_iam as iam
+from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecr as ecr, aws_ecs as ecs, aws_iam as iam
 from aws_cdk import aws_applicationautoscaling as autoscaling, aws_logs as logs, aws_sqs as sqs
 from aws_cdk.aws_ecr_assets import Platform
 from constructs import Construct
@@ -33,7 +42,7 @@ from constructs import Construct
 from worker_tier_cdk import defaults
 from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
-from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items, grant_signing_secret
 from worker_tier_cdk.settings import Settings
 from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
 from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
@@ -50,6 +59,16 @@ COMMAND = ["worker"]
 BASE_IMAGE_BUILD_ARG = "BASE_IMAGE"
 NAT_GATEWAYS = 1
 UNPINNED_IMAGE_WARNING_ID = "worker-tier:container-base-image-unpinned"
+WORKER_CONTAINER = "Worker"
+# An app_image in ECR: its repository gets a pull grant (ContainerImage.from_ecr_repository); ECR's URI format:
+# https://docs.aws.amazon.com/AmazonECR/latest/userguide/docker-pull-ecr-image.html
+ECR_IMAGE = re.compile(r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repository>[^:@]+)"
+                       r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?")
+APP_CONTAINER = "App"
+
+
+class ContainerWorkerPropsError(ValueError):
+    """ContainerWorkerProps that cannot run the settings' container worker."""
 
 
 @dataclass
@@ -63,16 +82,26 @@ class ContainerWorkerProps:
     work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (the contract's send_queue_url)
     task_code: TaskCode = field(default_factory=TaskCode)  # the team's tasks, beside the installed runtime
 
+    def __post_init__(self) -> None:
+        if self.settings.app_port and self.work_queue is None:
+            raise ContainerWorkerPropsError(
+                f"ContainerWorkerProps: app_port {self.settings.app_port} makes the container worker read the work "
+                "queue itself (HTTP forwarding): pass work_queue")
+
 
 class ContainerWorker(Construct):
-    """Public attributes: ``queue`` (long tasks), ``dead_letter_queue``, ``cluster``, ``service``, ``scaling_policy``."""
+    """Public attributes: ``queue`` (the one it reads: long tasks, or the work queue when forwarding), ``dead_letter_queue``,
+    ``cluster``, ``service``, ``scaling_policy``, ``app_container`` (None unless ``app_image`` is set).
+    """
 
     def __init__(self, scope: Construct, construct_id: str, props: ContainerWorkerProps) -> None:
         super().__init__(scope, construct_id)
         settings = props.settings
         props.task_code.check_modules(settings.task_modules)
+        props.task_code.check_app(settings.app)
         self.dead_letter_queue = props.dead_letter_queue
-        self.queue = sqs.Queue(
+        self.forwarding = bool(settings.app_port)
+        self.queue = props.work_queue if self.forwarding and props.work_queue is not None else sqs.Queue(
             self,
             "LongTaskQueue",  # the id keeps its first name: renaming it would replace the deployed queue
             dead_letter_queue=sqs.DeadLetterQueue(queue=props.dead_letter_queue, max_receive_count=settings.redrive_max_receive_count),
@@ -100,10 +129,13 @@ class ContainerWorker(Construct):
         grant_items(props.state_table, task_definition.task_role, actions=IDEMPOTENCY_ACTIONS,
                     leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
         if props.work_queue is not None:
-            props.work_queue.grant_send_messages(task_definition.task_role)
+            props.work_queue.grant_send_messages(task_definition.task_role)  # tasks' follow-ups (Client.from_env)
+        if props.work_queue is not None and not self.forwarding:  # forwarding: the queue it reads is the work queue
             task_definition.default_container.add_environment(  # type: ignore[union-attr]  # the pattern's container
                 SEND_QUEUE_URL_VARIABLE, props.work_queue.queue_url
             )
+        if settings.app_signing_secret_arn:
+            grant_signing_secret(task_definition.task_role, settings.app_signing_secret_arn)
         self._grant_task_protection(task_definition.task_role)
         self.scaling_policy = self._scaling(settings)
 
@@ -128,8 +160,8 @@ class ContainerWorker(Construct):
                 cpu_architecture=ecs.CpuArchitecture.ARM64, operating_system_family=ecs.OperatingSystemFamily.LINUX
             ),
         )
-        task_definition.add_container(
-            "Worker",
+        worker = task_definition.add_container(
+            WORKER_CONTAINER,
             image=self._image(settings, task_code),
             entry_point=ENTRY_POINT,
             command=COMMAND,
@@ -145,6 +177,11 @@ class ContainerWorker(Construct):
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_SECONDS),
         )
+        self.app_container = self._app_container(task_definition, settings) if settings.app_image else None
+        if self.app_container is not None:
+            worker.add_container_dependencies(
+                ecs.ContainerDependency(container=self.app_container, condition=ecs.ContainerDependencyCondition.START)
+            )
         Validations.of(task_definition).acknowledge(
             Acknowledgment(
                 id="AwsSolutions::AwsSolutions-ECS2",
@@ -160,6 +197,31 @@ class ContainerWorker(Construct):
             ),
         )
         return task_definition
+
+    def _app_container(self, task_definition: ecs.FargateTaskDefinition, settings: Settings) -> ecs.ContainerDefinition:
+        """The app's own image (app_image), essential, serving app_port on the task's localhost, logging to CloudWatch."""
+        return task_definition.add_container(
+            APP_CONTAINER,
+            image=self._app_image(settings.app_image),
+            essential=True,
+            port_mappings=[ecs.PortMapping(container_port=settings.app_port)],
+            logging=ecs.LogDriver.aws_logs(
+                stream_prefix="app", log_group=logs.LogGroup(self, "AppLogs", retention=defaults.LOG_RETENTION)
+            ),
+            stop_timeout=Duration.seconds(STOP_TIMEOUT_SECONDS),
+        )
+
+    def _app_image(self, reference: str) -> ecs.ContainerImage:
+        """An ECR image (``<account>.dkr.ecr.<region>.amazonaws.com/<repository>``) with a pull grant on its one
+        repository for the execution role; any other reference from its registry, as given."""
+        match = ECR_IMAGE.fullmatch(reference)
+        if match is None:
+            return ecs.ContainerImage.from_registry(reference)
+        repository = ecr.Repository.from_repository_attributes(
+            self, "AppRepository", repository_name=match["repository"],
+            repository_arn=f"arn:{Stack.of(self).partition}:ecr:{match['region']}:{match['account']}:repository/"
+                           f"{match['repository']}")
+        return ecs.ContainerImage.from_ecr_repository(repository, tag=match["digest"] or match["tag"] or "latest")
 
     def _grant_task_protection(self, task_role: iam.IRole) -> None:
         """ECS scale-in protection: the agent calls UpdateTaskProtection with the task role, on this cluster's tasks.

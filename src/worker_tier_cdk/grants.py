@@ -1,4 +1,4 @@
-"""DynamoDB grants limited to a role's own items, by key prefix.
+"""Grants limited to what a role uses: DynamoDB items by key prefix, and the one signing secret of HTTP forwarding.
 
 Every role that touches a shared table gets only the actions it calls, and only on
 items whose partition key starts with its own prefix, through IAM's
@@ -12,10 +12,13 @@ The state table's key prefixes, one per owner:
 - ``cron#``: cron tick claims.
 
 The delay table's producers write ``b#`` (delayed messages) and ``dedupe#`` (dedupe-key markers).
+
+``grant_signing_secret``: the one read HTTP forwarding's signing key needs, on that one secret or parameter.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
@@ -50,6 +53,17 @@ DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
 LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
 
+# Reading the signing key by its ARN (the forwarding runtime's one call for each kind).
+SECRET_READ_ACTION = "secretsmanager:GetSecretValue"
+PARAMETER_READ_ACTION = "ssm:GetParameter"
+# A Secrets Manager ARN ends in "-" and six random characters; an ARN without them is partial, and a policy
+# names the secret as the partial ARN followed by "-??????":
+# https://docs.aws.amazon.com/secretsmanager/latest/userguide/auth-and-access_examples.html#auth-and-access_examples_wildcard
+# (AWS advises against names that themselves end in "-" and six characters, which read as complete:
+# https://docs.aws.amazon.com/secretsmanager/latest/userguide/troubleshoot.html#ARN_secretnamehyphen).
+SECRET_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+PARTIAL_SECRET_ARN_WILDCARD = "-??????"
+
 
 class GrantError(ValueError):
     """A grant asked for something that would not limit the grantee."""
@@ -82,6 +96,26 @@ def grant_delay_produce(table: dynamodb.ITableV2, grantee: iam.IGrantable) -> No
     """Let a producer write delayed messages (``b#``) and dedupe-key markers (``dedupe#``) to the delay table, nothing else."""
     grant_items(table, grantee, actions=DELAYED_MESSAGE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
     grant_items(table, grantee, actions=DEDUPE_MARKER_ACTIONS, leading_key_prefixes=[DEDUPE_KEY_PREFIX])
+
+
+def grant_signing_secret(grantee: iam.IGrantable, arn: str) -> iam.Grant:
+    """Allow reading the one secret or parameter ``arn`` names: GetSecretValue, or GetParameter, nothing else.
+
+    A SecureString under the account's ``aws/ssm`` key needs no KMS grant (that key's policy lets SSM
+    decrypt for the account's principals); one under a customer managed key needs ``kms:Decrypt`` on
+    that key, which its key policy or the caller grants.
+
+    Examples
+    --------
+    >>> grant_signing_secret(task_role, "arn:aws:ssm:eu-west-1:123456789012:parameter/app/signing")  # doctest: +SKIP
+    """
+    service = arn.split(":")[2]
+    if service == "secretsmanager":
+        resource = arn if SECRET_ARN_SUFFIX.search(arn) else arn + PARTIAL_SECRET_ARN_WILDCARD
+        return iam.Grant.add_to_principal(grantee=grantee, actions=[SECRET_READ_ACTION], resource_arns=[resource])
+    if service == "ssm":
+        return iam.Grant.add_to_principal(grantee=grantee, actions=[PARAMETER_READ_ACTION], resource_arns=[arn])
+    raise GrantError(f"a signing secret must be a Secrets Manager secret ARN or an SSM parameter ARN, got {arn!r}")
 
 
 def _check(actions: Sequence[str], prefixes: Sequence[str]) -> None:

@@ -89,7 +89,7 @@ class WorkerTierStack(Stack):
         return dispatcher
 
     def _container_worker(self) -> ContainerWorker | None:
-        """Opt-in (container_worker setting): ECS tasks for @task(container=True) work."""
+        """Opt-in (container_worker setting): ECS tasks for @task(container=True) work, or for every message (app_port)."""
         if not self.settings.container_worker:
             return None
         container = ContainerWorker(
@@ -104,13 +104,14 @@ class WorkerTierStack(Stack):
                 task_code=self.task_code,
             ),
         )
-        self.worker.function.add_environment(CONTAINER_QUEUE_URL_VARIABLE, container.queue.queue_url)
-        container.queue.grant_send_messages(self.worker.function)
+        if not container.forwarding:  # forwarding: it reads the work queue itself, so nothing is forwarded to it
+            self.worker.function.add_environment(CONTAINER_QUEUE_URL_VARIABLE, container.queue.queue_url)
+            container.queue.grant_send_messages(self.worker.function)
+            CfnOutput(self, "ContainerQueueUrl", value=container.queue.queue_url)
         if self.delay_dispatcher is not None:
             self.delay_dispatcher.grant_produce(container.service.task_definition.task_role)
             for name, value in self.delay_dispatcher.producer_environment(self.settings).items():
                 container.service.task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]  # the pattern's container
-        CfnOutput(self, "ContainerQueueUrl", value=container.queue.queue_url)
         return container
 
     def _outputs(self) -> None:

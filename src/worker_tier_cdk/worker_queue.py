@@ -61,6 +61,9 @@ class WorkerQueueProps:
 class WorkerQueue(Construct):
     """Queue + DLQ + worker function + event source + alarms.
 
+    With the ``app_port`` setting (HTTP forwarding) the function gets no event source: the
+    container worker reads the queue, and the function only carries the stack's producer grants.
+
     Public attributes: ``queue``, ``dead_letter_queue``, ``function``,
     ``dead_letter_alarm`` and ``oldest_message_alarm``.
     """
@@ -69,6 +72,7 @@ class WorkerQueue(Construct):
         super().__init__(scope, construct_id)
         settings = props.settings
         props.task_code.check_modules(settings.task_modules)
+        props.task_code.check_app(settings.app)
         self.dead_letter_queue = props.dead_letter_queue or sqs.Queue(
             self, "DeadLetterQueue", **{**defaults.dead_letter_queue_props(settings), **(props.dead_letter_queue_props or {})}
         )
@@ -91,7 +95,8 @@ class WorkerQueue(Construct):
         if props.state_table is not None:
             grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
                         leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
-        self.function.add_event_source(self._event_source(settings))
+        if not settings.app_port:  # HTTP forwarding: the container worker reads the queue; two readers would split it
+            self.function.add_event_source(self._event_source(settings))
         for advice in settings.advisories():
             Annotations.of(self).add_warning_v2(SETTINGS_ADVICE_WARNING_ID, advice)
         self._add_alarms(settings, props.alarm_actions)
