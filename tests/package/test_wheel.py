@@ -193,8 +193,10 @@ def test_the_container_image_is_built_from_the_runtime_the_team_tasks_and_its_do
     # GIVEN the container worker's image asset
     [image] = json.loads((synthesized / "Jobs.assets.json").read_text())["dockerImages"].values()
     context = synthesized / image["source"]["directory"]
-    # THEN its build context is the runtime, the team's package, the Dockerfile and its pins, and nothing else
-    assert sorted(p.name for p in context.iterdir()) == ["myjobs", "requirements.txt", "worker.Dockerfile", "worker_tier"]
+    # THEN its build context is the runtime, the team's package, the Dockerfile, its pins and the team's requirements
+    # (none here: the placeholder that lists none), and nothing else
+    assert sorted(p.name for p in context.iterdir()) == ["app-requirements.txt", "myjobs", "requirements.txt",
+                                                         "worker.Dockerfile", "worker_tier"]
 
 
 def test_the_other_functions_run_only_the_runtime(synthesized):
