@@ -20,10 +20,10 @@ The base image is the ``container_base_image`` setting, passed to the Dockerfile
 ``BASE_IMAGE`` build argument; synth warns unless it is pinned by digest (``@sha256:``).
 
 HTTP forwarding (the ``app_port`` setting): the container worker POSTs each message to an app on
-localhost, so it reads the work queue itself (its ``WORKER_TIER_QUEUE_URL`` is the work queue's,
-there is no long-task queue, and the Lambda worker gets no event source) and scales on that queue's
+localhost, so it reads the work queue itself (the contract's ``QUEUE_URL_VARIABLE`` is the work queue's,
+it has no queue of its own, and the Lambda worker gets no event source) and scales on that queue's
 backlog. With ``app_image``, the app runs as a second essential container of the same task, its
-port mapped, the worker container starting after it (``STARTED``: the worker's own health gate,
+port mapped, the worker container starting after it (condition ``START``: the worker's own health gate,
 ``app_health_path``, waits for it to answer, so the app's image needs no curl for a container health
 check). With ``app_signing_secret_arn``, the task role may read that one secret or parameter.
 """

@@ -228,11 +228,11 @@ def test_the_lambda_worker_takes_nothing_from_the_work_queue(forwarding):
     assert [m for m in mappings if m["Properties"].get("EventSourceArn") == {"Fn::GetAtt": [queue, "Arn"]}] == []
 
 
-def test_the_container_worker_reads_the_work_queue_and_there_is_no_long_task_queue(forwarding):
+def test_the_container_worker_reads_the_work_queue_and_has_no_queue_of_its_own(forwarding):
     # GIVEN a forwarding stack
     stack, template = forwarding
     function, container = worker_environments(stack, template)
-    # THEN the container's queue is the work queue, the Lambda worker forwards to nothing, and no long-task queue exists
+    # THEN the container's queue is the work queue, the Lambda worker forwards to nothing, and there is no other queue
     assert container[contract.QUEUE_URL_VARIABLE] == {"Ref": logical_id(stack, stack.worker.queue)}
     assert stack.container_worker.queue is stack.worker.queue  # type: ignore[union-attr]
     assert contract.SEND_QUEUE_URL_VARIABLE not in container
