@@ -153,7 +153,8 @@ class WorkerQueue(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"The oldest message has waited over {settings.oldest_message_alarm} s: workers are behind or failing.",
         )
-        self.backlog_per_worker = cloudwatch.MathExpression(
+        # HTTP forwarding: the container worker scales on this backlog itself, and no Lambda execution reads it.
+        self.backlog_per_worker = None if settings.app_port else cloudwatch.MathExpression(
             expression="visible / IF(workers > 0, workers, 1)",
             using_metrics={
                 "visible": self.queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(1), statistic="Maximum"),
@@ -162,7 +163,7 @@ class WorkerQueue(Construct):
             label="Backlog per worker (visible messages / concurrent executions)",
             period=Duration.minutes(1),
         )
-        self.backlog_alarm = self.backlog_per_worker.create_alarm(
+        self.backlog_alarm = None if self.backlog_per_worker is None else self.backlog_per_worker.create_alarm(
             self,
             "BacklogPerWorker",
             threshold=settings.backlog_per_task_target,
@@ -179,7 +180,8 @@ class WorkerQueue(Construct):
             for construct_id, metric_name, description in _FAILURE_PATH_ALARMS
         ]
         for alarm in (self.dead_letter_alarm, self.oldest_message_alarm, self.backlog_alarm, *self.failure_path_alarms):
-            alarm.add_alarm_action(*actions)
+            if alarm is not None:
+                alarm.add_alarm_action(*actions)
         self._add_dashboard()
 
     def _add_dashboard(self) -> None:
@@ -192,7 +194,8 @@ class WorkerQueue(Construct):
                 self.queue.metric_approximate_number_of_messages_visible(),
                 self.queue.metric_approximate_number_of_messages_not_visible(),
             ]),
-            cloudwatch.GraphWidget(title="Backlog per worker", left=[self.backlog_per_worker]),
+            *([cloudwatch.GraphWidget(title="Backlog per worker", left=[self.backlog_per_worker])]
+              if self.backlog_per_worker is not None else []),
             cloudwatch.GraphWidget(title="Outcomes", left=counts),
             cloudwatch.GraphWidget(title="Failure paths (each has an alarm)", left=trouble),
             cloudwatch.GraphWidget(title="Dead letters and age", left=[

@@ -261,6 +261,17 @@ def test_scaling_tracks_the_work_queues_backlog(forwarding):
         {"Name": "QueueName", "Value": {"Fn::GetAtt": [logical_id(stack, stack.worker.queue), "QueueName"]}}]
 
 
+def test_no_alarm_divides_the_backlog_by_lambda_executions_that_never_run(forwarding, app_mode):
+    # GIVEN a forwarding stack, whose Lambda worker reads nothing, and an app-mode stack, whose Lambda worker reads the queue
+    # WHEN their alarms on backlog per Lambda execution are found
+    def backlog_alarms(template: Template) -> list[str]:
+        return [name for name in template.find_resources("AWS::CloudWatch::Alarm") if "BacklogPerWorker" in name]
+
+    # THEN only the app-mode stack has one: the container worker's scaling tracks the forwarding stack's backlog
+    assert backlog_alarms(forwarding[1]) == []
+    assert len(backlog_alarms(app_mode[1])) == 1
+
+
 def test_the_task_role_consumes_the_work_queue_and_dead_letters_to_the_dlq(forwarding):
     # GIVEN a forwarding stack  WHEN the task role's SQS statements are read
     stack, template = forwarding
