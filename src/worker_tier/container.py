@@ -567,6 +567,8 @@ class _BackgroundDeletions:
         while batch := self._next_batch():
             try:
                 _send_deletes(self._sqs, self._queue_url, batch, self._changed)
+            except BaseException:  # a bug, not an SQS error (those are answers): logged; the sender goes on
+                logger.exception("the delete sender failed on a batch: its messages return and run again")
             finally:
                 for deletion in batch:
                     self._settled(deletion.message["MessageId"])
