@@ -276,19 +276,20 @@ def test_waiting_deletes_go_out_at_the_stop_and_the_exit_is_clean(aws):
 
 
 def test_deletes_that_cannot_go_out_stop_the_threads_after_a_bound(aws):
-    # GIVEN a DeleteMessageBatch that hangs, one thread, and more messages than the pending bound (10 per thread)
+    # GIVEN a DeleteMessageBatch that hangs, one thread, and more messages than the pending bound (20)
     done: list[str] = []
     hang = threading.Event()
     sqs = CountingSQS(aws.sqs, lambda kwargs: hang.wait(20) and None)
     send(aws, 10)
     send(aws, 10, first=10)
+    send(aws, 10, first=20)
     consumer = consumer_for(aws, recording_tasks(done), sqs=sqs, concurrency=1, grace_seconds=1, exit_process=lambda code: None)
     # WHEN the worker runs while the first delete hangs
-    thread = run_until(consumer, lambda: len(done) >= 10)
+    thread = run_until(consumer, lambda: len(done) >= 20)
     time.sleep(1.5)
-    # THEN the thread stopped taking work once 10 deletes waited (the 11th task ran, its hand-over waits):
+    # THEN the thread stopped taking work once 20 deletes waited (the 21st task ran, its hand-over waits):
     # no unbounded pile of held messages
-    assert 10 <= len(done) <= 11
+    assert 20 <= len(done) <= 21
     held = len(done)
     time.sleep(1)
     assert len(done) == held
