@@ -23,14 +23,21 @@ long task (but for the earlier messages of its own FIFO group), and the Worker c
 SQS's 12 hours from each message's real receive.
 Its metrics are printed (EMF) after each message and before it exits.
 
-A succeeded message is deleted in a DeleteMessageBatch shared with other threads
-(``_Deletions``), and its thread waits for its own entry's answer: the heartbeat holds
-the message and its thread stays busy until the delete is confirmed, so no delete ever
-outlives its message's visibility, and no more messages are received than threads
-finish. A batch goes out as soon as every running task waits on a delete, or 10 wait,
-or the first has waited ``DELETE_LINGER_SECONDS``. A delete that fails is logged and
-counts as a failure: the message returns and runs again, and the rest of its FIFO
-group is released, as after a failed task. Before each receive, while fewer than half
+A succeeded message is deleted in a DeleteMessageBatch shared with other messages, and the
+heartbeat holds it until SQS answers, so no delete ever outlives its message's visibility.
+On a standard queue its thread hands the delete over and takes new work at once
+(``_BackgroundDeletions``): one sender thread sends a batch when 10 wait or the first has
+waited ``BACKGROUND_DELETE_LINGER_SECONDS``, so batches fill across receives, and at most
+``MAX_PENDING_DELETES`` wait (two batches: the heartbeat's extensions stay a few calls per
+beat) before task threads stop to let them out. Task scale-in protection stays on while
+deletes wait. A message whose lease is lost while its delete waits (its extensions failed)
+may run again, here or on another worker, as it would after any lost lease. On a FIFO queue the next message of a group must not start before the previous
+one is gone, so its thread waits for its own entry's answer (``_Deletions``): a batch goes
+out as soon as every running task waits on a delete, or 10 wait, or the first has waited
+``DELETE_LINGER_SECONDS``. A delete that fails is logged: the message returns and runs
+again, and on a FIFO queue the rest of its group is released, as after a failed task.
+From the stop, waiting deletes go out without lingering, within the grace period; a delete
+still unanswered at its end is held like a running task, and the exit names it. Before each receive, while fewer than half
 the threads are free, running tasks get up to ``RECEIVE_GATHER_SECONDS`` to end, so one
 receive fills several threads; a long task delays no receive.
 """
@@ -146,8 +153,15 @@ class Consumer:
         self._lock = threading.Lock()
         self._receive_failures = 0
         self._fatal: QueueConfigurationError | None = None
-        linger = DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
-        self._deletions = _Deletions(delete_sqs if delete_sqs is not None else sqs, queue_url, self._busy, linger, clock)
+        deleting_sqs = delete_sqs if delete_sqs is not None else sqs
+        self._deletions: _Deletions | None = None
+        self._background: _BackgroundDeletions | None = None
+        if queue_url.endswith(".fifo"):  # a group's next message waits until the previous one is deleted
+            linger = DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
+            self._deletions = _Deletions(deleting_sqs, queue_url, self._busy, linger, clock)
+        else:
+            linger = BACKGROUND_DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
+            self._background = _BackgroundDeletions(deleting_sqs, queue_url, self.heartbeat.release, linger, clock)
 
     def run(self) -> None:
         """Consume until ``stopping`` is set, then drain within the grace period (counted from the stop).
@@ -157,7 +171,7 @@ class Consumer:
         from ReceiveMessage stops consuming the same way; ``QueueConfigurationError`` is raised after the drain.
         """
         self.heartbeat.start()
-        self.protection.start(lambda: self._in_flight() > 0)
+        self.protection.start(self._holds_work)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
         try:
             self._consume(pool)
@@ -176,7 +190,7 @@ class Consumer:
             if self.stopping.is_set() or self._in_flight() >= self.concurrency:
                 continue
             self._receive_into(pool)
-            self.protection.hold(self._in_flight() > 0)
+            self.protection.hold(self._holds_work())
 
     def _gather(self) -> None:
         """Let running tasks end before a receive, so that one receive fills several threads.
@@ -198,13 +212,17 @@ class Consumer:
                 return
 
     def _finish(self, pool: ThreadPoolExecutor) -> None:
-        """Drain; exit with the messages still running held, or stop the heartbeat and protection."""
+        """Drain and send the waiting deletes; exit with the messages still running (or undeleted) held, or stop
+        the heartbeat and protection."""
         self.stopping.set()
+        if self._background is not None:
+            self._background.hurry()
         observability.flush()
         still_running = self._drain(pool)
+        unanswered = self._background.close(self._grace_left()) if self._background is not None else []
         self.protection.stop()
-        if still_running:
-            self._abandon(still_running)
+        if still_running or unanswered:
+            self._abandon(still_running, unanswered)
         else:
             self.heartbeat.stop()
             self.protection.hold(False)
@@ -301,12 +319,20 @@ class Consumer:
         A delete that fails also gives False. Whatever happens, the heartbeat holds the
         message until its fate is settled (deleted, or failed), and the metrics are printed.
         """
+        handed_off = False
         try:
             record = lambda_record(message, self._queue_arn, self._region)
             response = self.worker.handle({"Records": [record]}, None, heartbeat=self.heartbeat)
-            return not response["batchItemFailures"] and self._deletions.delete(message)
+            if response["batchItemFailures"]:
+                return False
+            if self._background is None:
+                return self._deletions is not None and self._deletions.delete(message)
+            self._background.hand_off(message)  # its answer releases it from the heartbeat
+            handed_off = True
+            return True
         finally:
-            self.heartbeat.release(message["MessageId"])
+            if not handed_off:
+                self.heartbeat.release(message["MessageId"])
             observability.flush()
 
     def _done(self, future: Future[None]) -> None:
@@ -315,6 +341,10 @@ class Consumer:
         error = None if future.cancelled() else future.exception()
         if error is not None:
             logger.error("message processing crashed", extra={"error": safe_repr(error)})
+
+    def _holds_work(self) -> bool:
+        """Whether a message is running, waiting in a chain, or waiting for its delete (scale-in protection)."""
+        return self._in_flight() > 0 or (self._background is not None and self._background.pending() > 0)
 
     def _busy(self) -> int:
         """Threads that hold or will soon hold a message: one per chain received and not yet finished."""
@@ -345,17 +375,19 @@ class Consumer:
         stopped_at = self.stopping.set_at if self.stopping.set_at is not None else self._clock()
         return max(0.0, stopped_at + self.grace_seconds - self._clock())
 
-    def _abandon(self, messages: list[dict[str, Any]]) -> None:
-        """Exit with the heartbeat still holding ``messages``: they return once its last extension lapses."""
-        logger.warning(
-            "tasks still running after the grace period: exiting without releasing their messages",
-            extra={
-                "count": len(messages),
-                "message_ids": [m["MessageId"] for m in messages],
-                "grace_seconds": self.grace_seconds,
-                "visible_again_within_seconds": self.heartbeat.extension_seconds,
-            },
-        )
+    def _abandon(self, running: list[dict[str, Any]], unanswered: list[dict[str, Any]]) -> None:
+        """Exit with the heartbeat still holding these messages: they return once its last extension lapses."""
+        for messages, what in ((running, "tasks still running"), (unanswered, "deletes of succeeded messages unanswered")):
+            if messages:
+                logger.warning(
+                    f"{what} after the grace period: exiting without releasing their messages (they run again)",
+                    extra={
+                        "count": len(messages),
+                        "message_ids": [m["MessageId"] for m in messages],
+                        "grace_seconds": self.grace_seconds,
+                        "visible_again_within_seconds": self.heartbeat.extension_seconds,
+                    },
+                )
         self._exit_process(EXIT_CODE_TASKS_ABANDONED)
 
     def _release(self, messages: list[dict[str, Any]], why: str) -> None:
@@ -374,8 +406,13 @@ class Consumer:
 RECEIVE_GATHER_SECONDS = 0.2
 # Once enough threads are free, a receive waits for more only while they keep ending this close together.
 RECEIVE_FOLLOW_SECONDS = 0.02
-# A succeeded message's delete waits at most this long for others to share its DeleteMessageBatch.
+# A succeeded message's delete waits at most this long for others to share its DeleteMessageBatch (FIFO: its
+# thread waits with it; standard: the heartbeat holds it meanwhile, and its thread has moved on).
 DELETE_LINGER_SECONDS = 0.05
+BACKGROUND_DELETE_LINGER_SECONDS = 0.25
+# Deletes that may wait (one batch sending, one filling) before task threads stop to let them out: behind a slow or
+# hanging DeleteMessageBatch the heartbeat holds at most this many succeeded messages beside the running ones.
+MAX_PENDING_DELETES = 2 * limits.SQS_MAX_BATCH_ENTRIES
 
 
 @dataclass
@@ -448,34 +485,142 @@ class _Deletions:
 
     def _send(self, batch: list[_Deletion]) -> None:
         """One DeleteMessageBatch; every entry gets its answer, whatever is raised."""
-        entries = [{"Id": str(i), "ReceiptHandle": d.message["ReceiptHandle"]} for i, d in enumerate(batch)]
-        failed = {e["Id"]: "NotSent" for e in entries}
-        try:
-            response = self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
-            failed = {str(f["Id"]): str(f.get("Code", "")) for f in response.get("Failed") or []}
-        except Exception as error:  # any AWS or network error, or an answer we cannot read: none counts as deleted
-            failed = {e["Id"]: error_code(error) or type(error).__name__ for e in entries}
-        finally:
-            self._answer(batch, failed)
+        _send_deletes(self._sqs, self._queue_url, batch, self._changed)
 
-    def _answer(self, batch: list[_Deletion], failed: dict[str, str]) -> None:
-        """Resolve each entry's result and wake the threads waiting on them; then log the failures."""
+
+def _send_deletes(sqs: Any, queue_url: str, batch: list[_Deletion], changed: threading.Condition) -> None:
+    """One DeleteMessageBatch; every entry gets its answer (and ``changed`` is notified), whatever is raised."""
+    entries = [{"Id": str(i), "ReceiptHandle": d.message["ReceiptHandle"]} for i, d in enumerate(batch)]
+    failed = {e["Id"]: "NotSent" for e in entries}
+    try:
+        response = sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+        failed = {str(f["Id"]): str(f.get("Code", "")) for f in response.get("Failed") or []}
+    except Exception as error:  # any AWS or network error, or an answer we cannot read: none counts as deleted
+        failed = {e["Id"]: error_code(error) or type(error).__name__ for e in entries}
+    finally:
+        _answer_deletes(batch, failed, changed)
+
+
+def _answer_deletes(batch: list[_Deletion], failed: dict[str, str], changed: threading.Condition) -> None:
+    """Resolve each entry's result and wake the threads waiting on them; then log the failures."""
+    with changed:
+        for i, deletion in enumerate(batch):
+            code = failed.get(str(i))
+            if code is None:
+                deletion.result.set_result(None)
+            else:
+                deletion.result.set_exception(MessageNotDeletedError(f"DeleteMessageBatch failed with {code}"))
+        changed.notify_all()
+    if failed:
+        logger.error(
+            "succeeded messages were not deleted: they will run again when they return",
+            extra={
+                "message_ids": [d.message["MessageId"] for i, d in enumerate(batch) if str(i) in failed],
+                "codes": sorted(set(failed.values())),
+            },
+        )
+
+
+class _BackgroundDeletions:
+    """Deletes a standard queue's succeeded messages in DeleteMessageBatch calls of up to 10, from one sender thread.
+
+    ``settled(message_id, receipt_handle)`` is called once each delete has its answer, deleted or not (the
+    heartbeat lets that receive go: deleted, or visible again when its last extension lapses, to run again).
+    """
+
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        settled: Callable[[str, str], None],
+        linger_seconds: float,
+        clock: Callable[[], float],
+        max_pending: int = MAX_PENDING_DELETES,
+    ) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._settled = settled
+        self._linger_seconds = linger_seconds
+        self._max_pending = max(limits.SQS_MAX_BATCH_ENTRIES, max_pending)
+        self._hurry = False
+        self._clock = clock
+        self._unsent: list[_Deletion] = []
+        self._sending: list[_Deletion] = []
+        self._closing = False
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def hand_off(self, message: dict[str, Any]) -> None:
+        """Queue a succeeded message's delete; waits only while ``max_pending`` deletes wait already."""
         with self._changed:
-            for i, deletion in enumerate(batch):
-                code = failed.get(str(i))
-                if code is None:
-                    deletion.result.set_result(None)
-                else:
-                    deletion.result.set_exception(MessageNotDeletedError(f"DeleteMessageBatch failed with {code}"))
+            while len(self._unsent) + len(self._sending) >= self._max_pending and not self._closing:
+                self._changed.wait()
+            self._unsent.append(_Deletion(message, self._clock(), Future()))
+            if self._thread is None or not self._thread.is_alive():
+                thread = threading.Thread(target=self._run, name="worker-tier-deletes", daemon=True)
+                thread.start()
+                self._thread = thread
             self._changed.notify_all()
-        if failed:
-            logger.error(
-                "succeeded messages were not deleted: they will run again when they return",
-                extra={
-                    "message_ids": [d.message["MessageId"] for i, d in enumerate(batch) if str(i) in failed],
-                    "codes": sorted(set(failed.values())),
-                },
-            )
+
+    def pending(self) -> int:
+        """Deletes handed over and not yet answered."""
+        with self._changed:
+            return len(self._unsent) + len(self._sending)
+
+    def hurry(self) -> None:
+        """From now on, send each delete without lingering (the stop)."""
+        with self._changed:
+            self._hurry = True
+            self._changed.notify_all()
+
+    def close(self, timeout: float) -> list[dict[str, Any]]:
+        """Send every waiting delete at once; return the messages whose delete is still unanswered after ``timeout``."""
+        with self._changed:
+            self._closing = self._hurry = True
+            self._changed.notify_all()
+            deadline = self._clock() + max(0.0, timeout)
+            while (self._unsent or self._sending) and (left := deadline - self._clock()) > 0:
+                self._changed.wait(left)
+            return [d.message for d in self._sending + self._unsent if not d.result.done()]
+
+    def _run(self) -> None:
+        while batch := self._next_batch():
+            try:
+                _send_deletes(self._sqs, self._queue_url, batch, self._changed)
+            except BaseException:  # a bug, not an SQS error (those are answers): logged; the sender goes on
+                logger.exception("the delete sender failed on a batch: its messages return and run again")
+            finally:
+                self._settle(batch)
+
+    def _settle(self, batch: list[_Deletion]) -> None:
+        """Let the heartbeat go of each answered receive; the batch is then no longer pending."""
+        try:
+            for deletion in batch:
+                self._settled(deletion.message["MessageId"], deletion.message["ReceiptHandle"])
+        except Exception:  # the heartbeat's own failure: logged; the rest stay held until the exit
+            logger.exception("the heartbeat could not let go of deleted messages")
+        finally:
+            with self._changed:
+                self._sending = []
+                self._changed.notify_all()
+
+    def _next_batch(self) -> list[_Deletion]:
+        """Wait until 10 deletes wait, the first has lingered long enough, or closing; [] once closed and empty."""
+        with self._changed:
+            while True:
+                if self._unsent:
+                    left = self._unsent[0].added_at + self._linger_seconds - self._clock()
+                    if self._hurry or len(self._unsent) >= limits.SQS_MAX_BATCH_ENTRIES or left <= 0:
+                        self._sending = self._unsent[: limits.SQS_MAX_BATCH_ENTRIES]
+                        del self._unsent[: limits.SQS_MAX_BATCH_ENTRIES]
+                        self._changed.notify_all()
+                        return self._sending
+                    self._changed.wait(left)
+                elif self._closing:
+                    self._thread = None
+                    return []
+                else:
+                    self._changed.wait()
 
 
 def _chains(messages: list[dict[str, Any]]) -> list[_Chain]:

@@ -109,13 +109,17 @@ class Heartbeat:
             self._held[message_id] = held
         return held
 
-    def release(self, message_id: str) -> None:
+    def release(self, message_id: str, receipt_handle: str | None = None) -> None:
         """Stop extending a message (its fate is decided elsewhere: deleted, or given a backoff).
 
-        Waits for a beat in progress, so a visibility change the caller sends next is not overwritten by it.
+        With ``receipt_handle``, only the hold of that receive is released: a later receive of the same
+        message (it came back and runs again) keeps its own. Waits for a beat in progress, so a
+        visibility change the caller sends next is not overwritten by it.
         """
         with self._sending, self._lock:
-            self._held.pop(message_id, None)
+            held = self._held.get(message_id)
+            if held is not None and (receipt_handle is None or held.receipt_handle == receipt_handle):
+                del self._held[message_id]
 
     def on_extended(self, message_id: str, callback: Callable[[], None]) -> None:
         """Call ``callback`` (on the heartbeat's thread) after each successful extension of a held message."""

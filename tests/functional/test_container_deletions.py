@@ -1,4 +1,4 @@
-"""The container worker deletes succeeded messages in shared batches, each thread waiting for its own message's answer."""
+"""The container worker deletes succeeded messages in shared batches; the heartbeat holds each until its answer."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_slow_deletes_hold_their_threads_and_messages_so_none_runs_twice(aws):
     thread = run_until(consumer, lambda: depth(aws) == 0, timeout=10)
     consumer.stopping.set()
     thread.join(10)
-    # THEN each ran once: a thread takes no new message until its delete is confirmed, and the heartbeat holds it meanwhile
+    # THEN each ran once: the heartbeat holds each message until its delete is answered
     assert sorted(runs, key=int) == [str(i) for i in range(20)]
     assert set(runs.values()) == {1}
     assert sqs.batch_sizes and max(sqs.batch_sizes) <= 10
@@ -204,8 +204,8 @@ def test_a_broken_delete_answer_fails_its_messages_and_later_deletes_still_work(
     sqs = CountingSQS(aws.sqs, garbled_once)
     send(aws, 1)
     consumer = consumer_for(aws, tasks, sqs=sqs, concurrency=2, heartbeat=quick_heartbeat(sqs, aws))
-    # WHEN the worker runs it, then a second message
-    thread = run_until(consumer, lambda: runs["0"] == 1)
+    # WHEN the worker runs it, then, once that delete has its garbled answer, a second message
+    thread = run_until(consumer, lambda: bool(answers))
     send(aws, 1, first=1)
     deadline = time.monotonic() + 4
     while depth(aws) or runs["0"] < 2:
@@ -234,3 +234,65 @@ def test_a_single_fifo_group_is_not_slowed_by_the_delete_linger(aws_fifo):
     # THEN each delete went out at once (its thread was the only one busy), in order
     assert log == [str(i) for i in range(10)]
     assert took < 3
+
+
+def test_deletes_of_a_standard_queue_fill_batches_across_receives(aws):
+    # GIVEN 30 messages and two threads: one receive brings at most two
+    done: list[str] = []
+    sqs = CountingSQS(aws.sqs)
+    send(aws, 10)
+    send(aws, 10, first=10)
+    send(aws, 10, first=20)
+    consumer = consumer_for(aws, recording_tasks(done), sqs=sqs, concurrency=2)
+    # WHEN the worker drains the queue
+    thread = run_until(consumer, lambda: depth(aws) == 0)
+    consumer.stopping.set()
+    thread.join(10)
+    # THEN threads handed their deletes over and took new work: batches hold more messages than threads
+    assert sorted(done, key=int) == [str(i) for i in range(30)]
+    assert max(sqs.batch_sizes) > 2
+    assert sum(sqs.batch_sizes) == 30
+    assert sqs.calls["delete_message_batch"] < sqs.calls["receive_message"]
+
+
+def test_waiting_deletes_go_out_at_the_stop_and_the_exit_is_clean(aws):
+    # GIVEN deletes that linger a minute before they go out
+    done: list[str] = []
+    exits: list[int] = []
+    sqs = CountingSQS(aws.sqs)
+    send(aws, 3)
+    consumer = consumer_for(aws, recording_tasks(done), sqs=sqs, concurrency=3, delete_linger_seconds=60,
+                            exit_process=exits.append)
+    thread = run_until(consumer, lambda: len(done) == 3)
+    # WHEN the worker is told to stop before the linger ends
+    stopped_at = time.monotonic()
+    consumer.stopping.set()
+    thread.join(10)
+    # THEN the deletes went out at once, every message is gone, and nothing was abandoned
+    assert time.monotonic() - stopped_at < 5
+    assert depth(aws) == 0
+    assert exits == []
+    assert consumer.heartbeat.held() == []
+
+
+def test_deletes_that_cannot_go_out_stop_the_threads_after_a_bound(aws):
+    # GIVEN a DeleteMessageBatch that hangs, one thread, and more messages than the pending bound (20)
+    done: list[str] = []
+    hang = threading.Event()
+    sqs = CountingSQS(aws.sqs, lambda kwargs: hang.wait(20) and None)
+    send(aws, 10)
+    send(aws, 10, first=10)
+    send(aws, 10, first=20)
+    consumer = consumer_for(aws, recording_tasks(done), sqs=sqs, concurrency=1, grace_seconds=1, exit_process=lambda code: None)
+    # WHEN the worker runs while the first delete hangs
+    thread = run_until(consumer, lambda: len(done) >= 20)
+    time.sleep(1.5)
+    # THEN the thread stopped taking work once 20 deletes waited (the 21st task ran, its hand-over waits):
+    # no unbounded pile of held messages
+    assert 20 <= len(done) <= 21
+    held = len(done)
+    time.sleep(1)
+    assert len(done) == held
+    consumer.stopping.set()
+    hang.set()
+    thread.join(10)
