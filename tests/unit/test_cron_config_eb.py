@@ -1,8 +1,11 @@
 """cron.yaml as EB's sqsd reads it: each file EB accepts deploys with EB's meaning (and a warning), or fails naming why."""
 
+from datetime import datetime, timezone
+
 import pytest
 
 from worker_tier_cdk.cron_config import CronConfigError, load, parse
+from worker_tier_cdk.cron_preview import render
 
 
 def _one(entry: str) -> str:
@@ -175,3 +178,16 @@ def test_a_file_written_for_eb_loads_with_every_difference_warned(tmp_path):
     ]
     assert entries[0].warnings == ()
     assert entries[1].warnings[0].startswith("replaces the entry(ies) of the same name at line(s) 3")
+
+
+def test_the_preview_shows_the_schedule_that_deploys_and_each_warning():
+    # GIVEN an entry with a 6th field  WHEN previewed (make cron-next)
+    entries = parse(_one(" - name: a\n   url: /a\n   schedule: '0 12 * * * 2030'\n"))
+    lines = render(entries, datetime(2026, 1, 1, tzinfo=timezone.utc), count=1).splitlines()
+    # THEN the 5 fields that deploy, their next run, and the warning
+    assert lines == [
+        "a  '0 12 * * *' (UTC) -> /a",
+        "  EventBridge: cron(0 12 * * ? *)",
+        f"  warning: {entries[0].warnings[0]}",
+        "  2026-01-01 12:00 UTC   2026-01-01 12:00 UTC",
+    ]
