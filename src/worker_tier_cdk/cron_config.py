@@ -70,7 +70,7 @@ EB_MAX_SCHEDULE_FIELDS = 6
 # An extra key this close to one of ours (difflib's ratio) is taken for a misspelling, not a note like 'description'.
 MISSPELLING_CUTOFF = 0.8
 # A YAML integer whose text is this is the same name on EB (Ruby's Integer#to_s) and here (str(int)).
-_PLAIN_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
+_PLAIN_DECIMAL = re.compile(r"0|-?[1-9][0-9]*")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 # Any tick time: the scheduled-time attribute always has the same length and characters.
 _SAMPLE_TICK_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)

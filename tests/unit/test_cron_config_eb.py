@@ -54,6 +54,7 @@ def test_a_plain_decimal_name_is_its_digits_as_on_eb(written, name):
         ("0x1F", "name 0x1F is read by YAML as the integer 31"),
         ("0755", "name 0755 is read by YAML as the integer 493"),
         ("1_000", "name 1_000 is read by YAML as the integer 1000"),
+        ("-0", "name -0 is read by YAML as the integer 0"),
         ("1.5", "name 1.5 is read by YAML as the number 1.5"),
         ("yes", "name True is read by YAML as the boolean True"),
     ],
