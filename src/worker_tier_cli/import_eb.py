@@ -181,12 +181,25 @@ def plan(options: list[Option], existing: dict[str, Any], notes: list[str]) -> P
             result.mapped[home.name] = option
     values = {name: _converted(option, homes[option.name]) for name, option in result.mapped.items()}
     result.after = {**existing, **values}
+    result.notes += _concurrency_note(options, values)
     try:
         Settings.from_mapping(result.after)
     except SettingsError as error:
         involved = [str(o) for n, o in result.mapped.items() if n in str(error)]
         raise EbImportError(f"{error}" + (f"; from {', '.join(involved)}" if involved else "")) from None
     return result
+
+
+def _concurrency_note(options: list[Option], values: dict[str, Any]) -> list[str]:
+    """EB's HttpConnections is per instance; http_connections is the whole worker's concurrency."""
+    sizes = [o for o in options if (o.namespace, o.name) == ("aws:autoscaling:asg", "MaxSize")]
+    if "http_connections" not in values or not sizes or not str(sizes[-1].value).isdigit():
+        return []
+    most = int(str(sizes[-1].value)) * values["http_connections"]
+    return [
+        f"note: EB's HttpConnections is per instance, so up to {sizes[-1].value} x {values['http_connections']} = {most} "
+        f"messages ran at once there; http_connections is the whole worker's concurrency: raise it to {most} to keep that"
+    ]
 
 
 def _reason(option: Option, homes: dict[str, dataclasses.Field[Any]]) -> str:

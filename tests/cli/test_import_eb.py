@@ -60,6 +60,8 @@ def test_the_mapping_form_is_merged_into_cdk_json_keeping_every_other_key(cdk_js
     assert "  ~ max_retries: 10 -> 7  (aws:elasticbeanstalk:sqsd MaxRetries in .ebextensions/02-override.config)" in result.output
     assert '  + http_path: "/worker"  (aws:elasticbeanstalk:sqsd HttpPath in .ebextensions/01-worker.config)' in result.output
     assert ".ebextensions/01-worker.config: packages not imported (not options)" in result.output
+    assert ("note: EB's HttpConnections is per instance, so up to 4 x 10 = 40 messages ran at once there; "
+            "http_connections is the whole worker's concurrency: raise it to 40 to keep that") in result.output
 
 
 def test_options_without_a_setting_are_named_with_their_reason(cdk_json):
