@@ -209,3 +209,24 @@ def test_python_m_worker_tier_import_eb_runs_the_command(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("wrote cdk.json\n")
     assert _context(tmp_path / "cdk.json") == {"fifo": False, "max_retries": 3, "http_path": "/tasks"}
+
+
+def test_the_command_line_imports_the_cdk_extra_only_for_import_eb():
+    # GIVEN a fresh interpreter  WHEN the command line is imported  THEN neither yaml nor the constructs are
+    code = ("import sys, worker_tier_cli; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'worker_tier_cdk', 'aws_cdk')))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_without_the_cdk_extra_import_eb_says_to_install_it():
+    # GIVEN a fresh interpreter where PyYAML is not installed (the cli extra alone)
+    code = ("import sys; sys.modules['yaml'] = None; from worker_tier.__main__ import main; "
+            f"sys.exit(main(['import-eb', {str(SAMPLES / 'list_app')!r}, '--dry-run']))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    # WHEN import-eb runs  THEN it exits 2 naming the extra
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2
+    assert result.stderr.endswith("Error: import-eb needs the cdk extra (yaml is missing): pip install 'worker-tier[cdk,cli]'\n")
