@@ -119,7 +119,12 @@ def read_options(files: list[Path], base: Path) -> tuple[list[Option], list[str]
 
 def _load(path: Path, label: str) -> Any:
     """A configuration file as data: JSON when it starts with '{', else YAML (EB takes both)."""
-    text = path.read_text(encoding="utf-8-sig")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise EbImportError(f"{label} line {line}: byte 0x{data[error.start]:02X} is not UTF-8; save the file as UTF-8") from None
     if text.lstrip().startswith("{"):
         try:
             return json.loads(text)
@@ -129,8 +134,8 @@ def _load(path: Path, label: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise EbImportError(f"{label}{line}: not valid YAML: {getattr(error, 'problem', None) or error}") from None
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise EbImportError(f"{label}{where}: not valid YAML: {getattr(error, 'problem', None) or error}") from None
 
 
 def _option_settings(document: Any, label: str) -> tuple[list[tuple[str, str, Any]], str | None]:
@@ -292,11 +297,12 @@ def run(path: Path, cdk_json: Path, dry_run: bool) -> int:
     cron_lines, cron_failed = cron_report(path, fifo=bool(result.after.get("fifo", False)))
     updated = merged_document(document, result.after)
     text = json.dumps(updated, indent=2) + "\n"
+    changed = result.after != result.before or not cdk_json.exists()
     if dry_run:
         click.echo(text, nl=False)
-    elif result.after != result.before or not cdk_json.exists():
+    elif changed:
         cdk_json.write_text(text, encoding="utf-8")
-    action = "would write" if dry_run else "wrote"
+    action = "would write" if dry_run else "wrote" if changed else "left unchanged"
     report = [f"{action} {cdk_json}", *summary(result, cdk_json), *cron_lines]
     for line in report:
         click.echo(line, err=dry_run)

@@ -164,6 +164,17 @@ def test_dry_run_prints_the_json_and_changes_nothing(cdk_json):
     assert cdk_json.read_text() == before
 
 
+def test_a_second_import_leaves_cdk_json_unchanged(cdk_json):
+    # GIVEN an import done once  WHEN repeated  THEN nothing changes, and it says so line by line
+    _run(str(SAMPLES / "list_app"), "--cdk-json", str(cdk_json))
+    before = cdk_json.read_text()
+    result = _run(str(SAMPLES / "list_app"), "--cdk-json", str(cdk_json))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"left unchanged {cdk_json}\n")
+    assert '  = http_path: "/tasks"  (aws:elasticbeanstalk:sqsd HttpPath in .ebextensions/worker.config, unchanged)' in result.output
+    assert cdk_json.read_text() == before
+
+
 def test_a_missing_cdk_json_is_created(tmp_path):
     path = tmp_path / "new" / "cdk.json"
     path.parent.mkdir()
@@ -180,6 +191,8 @@ def test_a_missing_cdk_json_is_created(tmp_path):
         ({".ebextensions/a.config": '{"option_settings": [}'}, "Error: .ebextensions/a.config line 1: not valid JSON"),
         ({".ebextensions/a.config": "option_settings:\n  aws:elasticbeanstalk:sqsd:\n    MaxRetries: five\n"},
          "Error: max_retries must be a whole number (EB MaxRetries), got 'five' from .ebextensions/a.config"),
+        ({".ebextensions/a.config": "option_settings:\n  aws:elasticbeanstalk:sqsd:\n    HttpPath: /caf\xe9\n"},
+         "Error: .ebextensions/a.config line 3: byte 0xE9 is not UTF-8; save the file as UTF-8"),
         ({".elasticbeanstalk/saved_configs/a.cfg.yml": "OptionSettings: {}\n",
           ".elasticbeanstalk/saved_configs/b.cfg.yml": "OptionSettings: {}\n"}, "has 2 saved configurations"),
     ],
@@ -190,7 +203,7 @@ def test_a_source_that_cannot_be_read_is_refused_naming_the_file(tmp_path, cdk_j
     app.mkdir()
     for name, text in files.items():
         (app / name).parent.mkdir(parents=True, exist_ok=True)
-        (app / name).write_text(text)
+        (app / name).write_bytes(text.encode("latin-1"))
     # WHEN imported  THEN it fails naming the file and the problem
     result = _run(str(app), "--cdk-json", str(cdk_json))
     assert result.exit_code == 1
