@@ -20,7 +20,8 @@ entries sharing a name only the last deploys. A plain decimal ``name`` (``name: 
 is the name ``'42'``, as on EB, without a warning. Refused, with what EB would have
 done: an extra key that looks like a misspelt one of ours, an extra top-level key, a
 number written any other way (``0x1F``, ``1_000``, ``1.5``, ``yes``) as a name, a
-full URL as ``url``, and a number and a string naming two entries alike (EB runs both).
+full URL as ``url``, a number and a string naming two entries alike (EB runs both), and
+day fields parse-cron reads otherwise than standard cron (``0 0 *,5 * MON``).
 docs/periodic-tasks.md has the table, with the reasons.
 
 Stricter than EB where EB would silently do something else: a repeated key, a
@@ -45,7 +46,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from worker_tier_cdk.cron_expression import CronExpressionError, to_eventbridge
+from worker_tier_cdk.cron_expression import MACROS, WEEKDAY_NAMES, CronExpressionError, to_eventbridge
+from worker_tier_cdk.cron_expression import parse as parse_expression
 from worker_tier import limits, sqs_rules
 from worker_tier.contract import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE
 from worker_tier.message import message_bytes
@@ -317,6 +319,9 @@ def _entry(raw: Any, index: int, line: int, source: str) -> CronEntry:
         expressions = tuple(to_eventbridge(schedule))
     except CronExpressionError as error:
         raise CronConfigError(f"{where}: schedule {_shown(raw['schedule'])}: {error}") from None
+    problem = _day_fields_problem(schedule)
+    if problem:
+        raise CronConfigError(f"{where}: schedule {_shown(raw['schedule'])}: {problem}")
     return CronEntry(
         name=name,
         url=url,
@@ -398,6 +403,41 @@ def _schedule(schedule: str) -> tuple[str, str | None]:
         f"no year and no seconds field there); so does Worker Tier, which deploys {_shown(deployed)}: write that "
         "to silence this warning"
     )
+
+
+def _day_fields_problem(schedule: str) -> str | None:
+    """Why EB's parse-cron would run the schedule on other days than Worker Tier does, or None.
+
+    parse-cron takes a day field for "any day" only when its text is a bare ``*``, and otherwise runs on
+    a day matching either field; Worker Tier follows croniter, where ``*,5`` or a full range beside a
+    ``*`` does not restrict the day (cron_expression's docstring).
+    """
+    parsed = parse_expression(schedule)
+    fields = MACROS.get(schedule.strip().lower(), schedule).split()
+    ours = _run_days(parsed.days_of_month if parsed.dom_restricted else None, parsed.weekdays if parsed.dow_restricted else None)
+    eb = _run_days(None if fields[2] == "*" else parsed.days_of_month, None if fields[4] == "*" else parsed.weekdays)
+    if ours == eb:
+        return None
+    return (
+        f"EB's parse-cron reads its day fields differently: it runs on {_described(eb)}, Worker Tier (standard cron) "
+        f"on {_described(ours)}; write a bare '*' in a day field that should not restrict the day, and no '*' in one that should"
+    )
+
+
+def _run_days(days: frozenset[int] | None, weekdays: frozenset[int] | None) -> tuple[frozenset[int], frozenset[int]] | None:
+    """The days a schedule runs on as (days of month, weekdays) whose union they are; None for every day."""
+    if (days is None and weekdays is None) or len(days or ()) == 31 or len(weekdays or ()) == len(WEEKDAY_NAMES):
+        return None
+    return frozenset(days or ()), frozenset(weekdays or ())
+
+
+def _described(run_days: tuple[frozenset[int], frozenset[int]] | None) -> str:
+    if run_days is None:
+        return "every day"
+    days, weekdays = run_days
+    parts = [f"days {','.join(map(str, sorted(days)))} of the month"] if days else []
+    parts += [",".join(WEEKDAY_NAMES[day] for day in sorted(weekdays))] if weekdays else []
+    return " or ".join(parts)
 
 
 def _timezone(value: Any, where: str) -> str:

@@ -192,3 +192,29 @@ def test_the_preview_shows_the_schedule_that_deploys_and_each_warning():
         f"  warning: {entries[0].warnings[0]}",
         "  2026-01-01 12:00 UTC   2026-01-01 12:00 UTC",
     ]
+
+
+@pytest.mark.parametrize(
+    "schedule, eb, ours",
+    [
+        ("0 0 *,5 * MON", "every day", "MON"),
+        ("0 0 1-31 * */2", "every day", "SUN,TUE,THU,SAT"),
+    ],
+)
+def test_day_fields_parse_cron_reads_otherwise_are_refused(schedule, eb, ours):
+    # GIVEN day fields where parse-cron (only a bare '*' is "any day") and standard cron disagree
+    text = _one(f" - name: a\n   url: /a\n   schedule: '{schedule}'\n")
+    # WHEN parsed  THEN synth stops with both readings
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == (
+        f"cron.yaml line 3, entry 'a': schedule '{schedule}': EB's parse-cron reads its day fields differently: it runs "
+        f"on {eb}, Worker Tier (standard cron) on {ours}; write a bare '*' in a day field that should not restrict the "
+        "day, and no '*' in one that should"
+    )
+
+
+@pytest.mark.parametrize("schedule", ["0 6 1 * MON", "0 0 */1 * 1", "@weekly", "0 0 1,15 * *", "0 0 * * 0,7", "0 0 * * *"])
+def test_day_fields_both_read_alike_deploy(schedule):
+    [entry] = parse(_one(f" - name: a\n   url: /a\n   schedule: '{schedule}'\n"))
+    assert entry.warnings == ()
