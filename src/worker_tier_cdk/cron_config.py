@@ -12,18 +12,33 @@ Worker Tier's extensions, all optional: ``timezone`` (an IANA name; the schedule
 runs in that zone's local time, DST handled by EventBridge Scheduler), ``body``
 (default EB's ``elasticbeanstalk scheduled job``) and ``enabled`` (default true).
 
+What EB's sqsd accepts (``schedule_parser.rb`` with the ``parse-cron`` gem) deploys
+with EB's meaning and a synth warning (``CronEntry.warnings``) where the meaning is
+not what the file seems to say: an extra entry key is ignored, a ``url`` without a
+leading ``/`` is posted to ``/`` + url, a 6th schedule field is ignored, and of
+entries sharing a name only the last deploys. A plain decimal ``name`` (``name: 42``)
+is the name ``'42'``, as on EB, without a warning. Refused, with what EB would have
+done: an extra key that looks like a misspelt one of ours, an extra top-level key, a
+number written any other way (``0x1F``, ``1_000``, ``1.5``, ``yes``) as a name, a
+full URL as ``url``, a number and a string naming two entries alike (EB runs both), and
+day fields parse-cron reads otherwise than standard cron (``0 0 *,5 * MON``).
+docs/periodic-tasks.md has the table, with the reasons.
+
 Stricter than EB where EB would silently do something else: a repeated key, a
 second ``<<`` merge key and merge sources that define the same key are errors
-(YAML would keep one silently), so is an unknown key at any level, a file that is
-not UTF-8, aliases that expand past ``MAX_EXPANDED_NODES``, and a schedule that
+(YAML would keep one silently), so is a file that is not UTF-8, aliases that expand
+past ``MAX_EXPANDED_NODES``, nesting past ``MAX_NESTING_DEPTH``, and a schedule that
 never fires; an entry whose tick SQS would refuse (see ``send_problem``) fails here
-rather than at every tick.
+rather than at every tick. Every error names the file and a line.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 import reprlib
 import zoneinfo
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +46,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from worker_tier_cdk.cron_expression import CronExpressionError, to_eventbridge
+from worker_tier_cdk.cron_expression import MACROS, WEEKDAY_NAMES, CronExpressionError, to_eventbridge
+from worker_tier_cdk.cron_expression import parse as parse_expression
 from worker_tier import limits, sqs_rules
 from worker_tier.contract import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE
 from worker_tier.message import message_bytes
@@ -48,6 +64,15 @@ _TOP_LEVEL = ("version", "cron")
 MAX_EXPANDED_NODES = 100_000
 # Longer integers are no cron.yaml value; Python's int() refuses past 4,300 digits anyway.
 MAX_INTEGER_CHARS = 100
+# A cron.yaml nests three levels (file, list, entry); far deeper is refused with its line before the
+# recursive composer could hit Python's recursion limit.
+MAX_NESTING_DEPTH = 100
+# parse-cron takes 5 or 6 fields and reads only the first 5 (its validate_source and time_specs).
+EB_MAX_SCHEDULE_FIELDS = 6
+# An extra key this close to one of ours (difflib's ratio) is taken for a misspelling, not a note like 'description'.
+MISSPELLING_CUTOFF = 0.8
+# A YAML integer whose text is this is the same name on EB (Ruby's Integer#to_s) and here (str(int)).
+_PLAIN_DECIMAL = re.compile(r"0|-?[1-9][0-9]*")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 # Any tick time: the scheduled-time attribute always has the same length and characters.
 _SAMPLE_TICK_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)
@@ -70,6 +95,8 @@ class CronEntry:
     enabled: bool = True
     line: int = 0
     source: str = DEFAULT_SOURCE
+    # Where the entry deploys with EB's meaning though the file seems to say otherwise; synth shows each.
+    warnings: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -117,9 +144,9 @@ def parse(text: str, source: str = DEFAULT_SOURCE, *, fifo: bool = False) -> lis
     document, line = _document(text, source)
     entries, item_lines = _entry_list(document, line, source)
     parsed = [_entry(raw, index, item_lines[index], source) for index, raw in enumerate(entries)]
-    _check_unique(parsed)
-    check_sendable(parsed, fifo=fifo)
-    return parsed
+    kept = _last_of_each_name(parsed, [_is_number_name(raw) for raw in entries])
+    check_sendable(kept, fifo=fifo)
+    return kept
 
 
 def check_sendable(
@@ -177,7 +204,11 @@ def _size_problem(body: str, attributes: dict, maximum_message_size: int) -> str
 
 def _document(text: str, source: str) -> tuple[Any, int]:
     """The YAML document and the line it starts on."""
-    loader = _LineLoader(text, source)
+    try:
+        _check_depth(text, source)
+        loader = _LineLoader(text, source)
+    except yaml.YAMLError as error:
+        raise CronConfigError(f"{source}{_yaml_error_line(error, text)}: not valid YAML: {_yaml_problem(error)}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -188,14 +219,25 @@ def _document(text: str, source: str) -> tuple[Any, int]:
         _check_expansion(node, source)
         return loader.construct_document(node), node.start_mark.line + 1
     except yaml.YAMLError as error:
-        raise CronConfigError(f"{source}{_yaml_error_line(error)}: not valid YAML: {_yaml_problem(error)}") from None
-    except RecursionError:
-        raise CronConfigError(
-            f"{source}: values are nested too deeply for the YAML loader (Python's recursion limit); "
-            "a cron.yaml needs only a list of flat mappings"
-        ) from None
+        raise CronConfigError(f"{source}{_yaml_error_line(error, text)}: not valid YAML: {_yaml_problem(error)}") from None
     finally:
         loader.dispose()
+
+
+def _check_depth(text: str, source: str) -> None:
+    """CronConfigError naming the line where collections nest past MAX_NESTING_DEPTH (PyYAML's parser does not recurse)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_NESTING_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 1
+                raise CronConfigError(
+                    f"{source} line {line}: values are nested more than {MAX_NESTING_DEPTH} deep; "
+                    "a cron.yaml needs only a list of flat mappings"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _check_expansion(root: yaml.Node, source: str) -> None:
@@ -237,7 +279,7 @@ def _entry_list(document: Any, line: int, source: str) -> tuple[list, list[int]]
     version = document.get("version")
     if "version" not in document:
         raise CronConfigError(f"{source} line {line}: 'version: 1' is missing")
-    if type(version) is not int or version != CRON_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != CRON_VERSION:
         raise CronConfigError(f"{source} line {key_lines['version']}: 'version' must be 1, got {_shown(version)}")
     if "cron" not in document:
         raise CronConfigError(f"{source} line {line}: 'cron' is missing; it must be a list of entries")
@@ -245,7 +287,8 @@ def _entry_list(document: Any, line: int, source: str) -> tuple[list, list[int]]
     if unknown:
         raise CronConfigError(
             f"{source} line {key_lines.get(unknown[0], line)}: unknown top-level key {_shown(unknown[0])}; "
-            f"a cron.yaml has only {' and '.join(map(repr, _TOP_LEVEL))}"
+            f"a cron.yaml has only {' and '.join(map(repr, _TOP_LEVEL))}. EB would ignore it; Worker Tier refuses it "
+            "so that entries listed outside 'cron' are not dropped: move them under 'cron', or remove the key"
         )
     entries = document["cron"]
     if entries is None:
@@ -259,35 +302,142 @@ def _entry_list(document: Any, line: int, source: str) -> tuple[list, list[int]]
 
 
 def _entry(raw: Any, index: int, line: int, source: str) -> CronEntry:
-    """One validated entry."""
+    """One validated entry, with a warning wherever it deploys with EB's meaning rather than its look."""
     if not isinstance(raw, dict):
         raise CronConfigError(
             f"{source} line {line}, entry {index + 1}: must be a mapping with name, url and schedule, got {_shown(raw)}"
         )
-    where = f"{source} line {line}, entry {_shown(raw.get('name', index + 1))}"
-    unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL), key=str)
-    if unknown:
-        raise CronConfigError(f"{where}: unknown key {_shown(unknown[0])}; keys are {', '.join(_REQUIRED + _OPTIONAL)}")
-    for key in _REQUIRED:
+    where = f"{source} line {line}, entry {_name_label(raw.get('name', index + 1))}"
+    warnings = _ignored_keys(raw, where)
+    name = _name(raw.get("name"), where)
+    for key in _REQUIRED[1:]:
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise CronConfigError(f"{where}: '{key}' is required and must be a non-empty string")
-    if not raw["url"].startswith("/"):
-        raise CronConfigError(f"{where}: url must be a path starting with '/', got {_shown(raw['url'])}")
+    url, url_warning = _url(raw["url"], where)
+    schedule, schedule_warning = _schedule(raw["schedule"])
     try:
-        expressions = tuple(to_eventbridge(raw["schedule"]))
+        expressions = tuple(to_eventbridge(schedule))
     except CronExpressionError as error:
         raise CronConfigError(f"{where}: schedule {_shown(raw['schedule'])}: {error}") from None
+    problem = _day_fields_problem(schedule)
+    if problem:
+        raise CronConfigError(f"{where}: schedule {_shown(raw['schedule'])}: {problem}")
     return CronEntry(
-        name=raw["name"],
-        url=raw["url"],
-        schedule=raw["schedule"],
+        name=name,
+        url=url,
+        schedule=schedule,
         expressions=expressions,
         timezone=_timezone(raw.get("timezone", UTC), where),
         body=_string(raw, "body", SCHEDULED_JOB_BODY, where),
         enabled=_boolean(raw, "enabled", where),
         line=line,
         source=source,
+        warnings=tuple(w for w in (*warnings, url_warning, schedule_warning) if w),
     )
+
+
+def _ignored_keys(raw: dict, where: str) -> list[str]:
+    """A warning for keys EB ignores (``description``); CronConfigError for one that looks like a misspelt key of ours."""
+    known = _REQUIRED + _OPTIONAL
+    unknown = sorted(set(raw) - set(known), key=str)
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=MISSPELLING_CUTOFF)
+        if close:
+            raise CronConfigError(
+                f"{where}: unknown key {_shown(key)}; did you mean {close[0]!r}? EB would ignore {_shown(key)}, and so "
+                f"would Worker Tier, so write {close[0]!r} (keys are {', '.join(known)}), or remove it"
+            )
+    if not unknown:
+        return []
+    shown = ", ".join(_shown(key) for key in unknown)
+    return [f"ignored key(s) {shown}, as EB ignores them (Worker Tier reads {', '.join(known)})"]
+
+
+def _name(value: Any, where: str) -> str:
+    """The entry's name: a string, or a plain decimal number read as its digits (as EB names it)."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, _Integer) and _PLAIN_DECIMAL.fullmatch(value.text):
+        return value.text
+    if isinstance(value, (bool, int, float)):
+        text = _name_label(value)
+        kind = "boolean" if isinstance(value, bool) else "integer" if isinstance(value, int) else "number"
+        raise CronConfigError(
+            f"{where}: name {text} is read by YAML as the {kind} {_shown(value)}, not as the text "
+            f"written (EB's YAML reader turns it into a value too, and Worker Tier cannot be sure it is the same one); "
+            f"quote it: name: \"{text}\""
+        )
+    raise CronConfigError(f"{where}: 'name' is required and must be a non-empty string")
+
+
+def _name_label(value: Any) -> str:
+    """A name for messages: a YAML integer as written (``0x1F``), anything else as its short repr."""
+    return value.text if isinstance(value, _Integer) else _shown(value)
+
+
+def _url(url: str, where: str) -> tuple[str, str | None]:
+    """The tick's path; a relative one gets the leading '/' that EB's HTTP client adds, with a warning."""
+    if url.startswith("/") and not url.startswith("//"):
+        return url, None
+    if "://" in url or url.startswith("//"):
+        raise CronConfigError(
+            f"{where}: url must be a path starting with '/', got {_shown(url)}; EB posts every tick to its own "
+            "instance, never to another host, so write the path alone, like '/backup'"
+        )
+    path = "/" + url
+    return path, (
+        f"url {_shown(url)} has no leading '/': EB posts it to {_shown(path)} (its HTTP client adds the '/'), and "
+        f"so does Worker Tier, whose ticks carry {_shown(path)} in beanstalk.sqsd.path (EB's carry {_shown(url)}); "
+        f"write url: {_shown(path)} to silence this warning"
+    )
+
+
+def _schedule(schedule: str) -> tuple[str, str | None]:
+    """The schedule that deploys: a 6th field is dropped as parse-cron ignores it, with a warning."""
+    fields = schedule.split()
+    if len(fields) != EB_MAX_SCHEDULE_FIELDS or schedule.strip().startswith("@"):
+        return schedule, None
+    deployed = " ".join(fields[:5])
+    return deployed, (
+        f"schedule {_shown(schedule)} has a 6th field {_shown(fields[5])}, which EB's parse-cron ignores (it is "
+        f"no year and no seconds field there); so does Worker Tier, which deploys {_shown(deployed)}: write that "
+        "to silence this warning"
+    )
+
+
+def _day_fields_problem(schedule: str) -> str | None:
+    """Why EB's parse-cron would run the schedule on other days than Worker Tier does, or None.
+
+    parse-cron takes a day field for "any day" only when its text is a bare ``*``, and otherwise runs on
+    a day matching either field; Worker Tier follows croniter, where ``*,5`` or a full range beside a
+    ``*`` does not restrict the day (cron_expression's docstring).
+    """
+    parsed = parse_expression(schedule)
+    fields = MACROS.get(schedule.strip().lower(), schedule).split()
+    ours = _run_days(parsed.days_of_month if parsed.dom_restricted else None, parsed.weekdays if parsed.dow_restricted else None)
+    eb = _run_days(None if fields[2] == "*" else parsed.days_of_month, None if fields[4] == "*" else parsed.weekdays)
+    if ours == eb:
+        return None
+    return (
+        f"EB's parse-cron reads its day fields differently: it runs on {_described(eb)}, Worker Tier (standard cron) "
+        f"on {_described(ours)}; write a bare '*' in a day field that should not restrict the day, and no '*' in one that should"
+    )
+
+
+def _run_days(days: frozenset[int] | None, weekdays: frozenset[int] | None) -> tuple[frozenset[int], frozenset[int]] | None:
+    """The days a schedule runs on as (days of month, weekdays) whose union they are; None for every day."""
+    if (days is None and weekdays is None) or len(days or ()) == 31 or len(weekdays or ()) == len(WEEKDAY_NAMES):
+        return None
+    return frozenset(days or ()), frozenset(weekdays or ())
+
+
+def _described(run_days: tuple[frozenset[int], frozenset[int]] | None) -> str:
+    if run_days is None:
+        return "every day"
+    days, weekdays = run_days
+    parts = [f"days {','.join(map(str, sorted(days)))} of the month"] if days else []
+    parts += [",".join(WEEKDAY_NAMES[day] for day in sorted(weekdays))] if weekdays else []
+    return " or ".join(parts)
 
 
 def _timezone(value: Any, where: str) -> str:
@@ -314,24 +464,57 @@ def _boolean(raw: dict, key: str, where: str) -> bool:
     return value
 
 
-def _check_unique(entries: list[CronEntry]) -> None:
-    seen: dict[str, int] = {}
-    for entry in entries:
-        if entry.name in seen:
-            raise CronConfigError(f"{entry.where}: duplicate name (first at line {seen[entry.name]})")
-        seen[entry.name] = entry.line
+def _is_number_name(raw: Any) -> bool:
+    """Whether an entry's name was written as a number (EB keys its entries by the YAML value, 42 and '42' apart)."""
+    return isinstance(raw, dict) and isinstance(raw.get("name"), _Integer)
 
 
-def _yaml_error_line(error: yaml.YAMLError) -> str:
-    """' line N' where PyYAML marked the problem, else nothing."""
-    mark = getattr(error, "problem_mark", None)
-    return f" line {mark.line + 1}" if mark is not None else ""
+def _last_of_each_name(entries: list[CronEntry], number_names: list[bool]) -> list[CronEntry]:
+    """EB's rule for a repeated name: the last entry replaces the earlier ones, told here by a warning.
+
+    CronConfigError when one is named by a number and another by the same digits as a string: EB
+    keeps both (its keys differ), while here they would share one tick claim.
+    """
+    last: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        if entry.name in last and number_names[last[entry.name]] != number_names[index]:
+            first = entries[last[entry.name]]
+            raise CronConfigError(
+                f"{entry.where}: named like the entry at line {first.line}, one as a number and one as a string; EB "
+                "would run both (42 and '42' are two names there), Worker Tier cannot (a tick is claimed by name): "
+                "rename one"
+            )
+        last[entry.name] = index
+    return [_replacing(entry, entries[:index]) for index, entry in enumerate(entries) if last[entry.name] == index]
+
+
+def _replacing(entry: CronEntry, earlier: list[CronEntry]) -> CronEntry:
+    """The entry, with a warning naming the lines of the earlier entries of its name that it replaces."""
+    replaced = [e.line for e in earlier if e.name == entry.name]
+    if not replaced:
+        return entry
+    return dataclasses.replace(entry, warnings=(*entry.warnings, (
+        f"replaces the entry(ies) of the same name at line(s) {', '.join(map(str, replaced))}: EB keeps only the last "
+        "entry of a name, and so does Worker Tier, so those do not deploy; remove or rename them to silence this warning"
+    )))
+
+
+def _yaml_error_line(error: yaml.YAMLError, text: str) -> str:
+    """' line N' where PyYAML marked the problem (or, for a character it refuses, where that character is)."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if mark is not None:
+        return f" line {mark.line + 1}"
+    if isinstance(error, yaml.reader.ReaderError) and isinstance(error.position, int):
+        return f" line {text.count(chr(10), 0, error.position) + 1}"
+    return " line 1"
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:
     """PyYAML's own words, without its copy of the text."""
     if isinstance(error, yaml.MarkedYAMLError):
         return ": ".join(part for part in (error.context, error.problem) if part)
+    if isinstance(error, yaml.reader.ReaderError):
+        return f"character #x{error.character:04X} is not allowed in YAML ({error.reason}); remove it"
     return str(error)
 
 
@@ -422,6 +605,17 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode):
     data.key_lines = {loader.construct_object(key): key.start_mark.line + 1 for key, _ in node.value}
 
 
+class _Integer(int):
+    """A YAML integer that remembers its text (``0x1F`` and ``31`` are one int, but two names as written)."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str) -> _Integer:
+        integer = super().__new__(cls, value)
+        integer.text = text
+        return integer
+
+
 def _construct_integer(loader: _LineLoader, node: yaml.ScalarNode) -> int:
     """A YAML integer, refused with its line when longer than MAX_INTEGER_CHARS (int() would raise a bare error)."""
     if len(node.value) > MAX_INTEGER_CHARS:
@@ -429,7 +623,7 @@ def _construct_integer(loader: _LineLoader, node: yaml.ScalarNode) -> int:
             f"{loader.source} line {node.start_mark.line + 1}: the number {_shown(node.value)} has {len(node.value)} "
             f"characters; cron.yaml takes at most {MAX_INTEGER_CHARS} (quote it if it is a name)"
         )
-    return loader.construct_yaml_int(node)
+    return _Integer(loader.construct_yaml_int(node), node.value)
 
 
 def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode):

@@ -33,6 +33,7 @@ def render(entries: list[CronEntry], now: datetime, count: int = DEFAULT_COUNT) 
         state = "" if entry.enabled else "  [disabled]"
         lines.append(f"{entry.name}  {entry.schedule!r} ({entry.timezone}) -> {entry.url}{state}")
         lines.append(f"  EventBridge: {'  +  '.join(entry.expressions)}")
+        lines.extend(f"  warning: {warning}" for warning in entry.warnings)
         for moment in next_runs(entry, now, count):
             utc = moment.astimezone(timezone.utc)
             lines.append(f"  {utc:%Y-%m-%d %H:%M} UTC   {moment:%Y-%m-%d %H:%M %Z}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Sequence
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, TimeZone, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, TimeZone, Token, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam
 from aws_cdk import aws_lambda_destinations as destinations, aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets, aws_sqs as sqs
@@ -55,6 +55,8 @@ SCHEDULER_MAX_EVENT_AGE_SECONDS = 24 * 60 * 60
 CRON_ASYNC_RETRY_ATTEMPTS = limits.LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
 CRON_ASYNC_MAX_EVENT_AGE_SECONDS = limits.LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS
 CRON_ERRORS_ALARM_PERIOD_SECONDS = 60
+# The id of the synth warnings where a cron.yaml entry deploys with EB's meaning (CronEntry.warnings).
+CRON_ENTRY_WARNING_ID = "worker-tier:cron-entry-as-eb-reads-it"
 
 
 @dataclass
@@ -89,6 +91,9 @@ class PeriodicTasks(Construct):
             fifo=props.queue.fifo,
             maximum_message_size=queue_maximum_message_size(props.queue, props.maximum_message_size_bytes),
         )
+        for entry in props.entries:
+            for warning in entry.warnings:
+                Annotations.of(self).add_warning_v2(CRON_ENTRY_WARNING_ID, f"{entry.where}: {warning}")
         cron = ServiceFunction(
             self,
             "Cron",

@@ -305,6 +305,28 @@ def _attribute(text: str) -> tuple[str, str]:
     return name, value
 
 
+# -- import-eb --------------------------------------------------------------------------------------
+
+
+@cli.command("import-eb")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--cdk-json", type=click.Path(dir_okay=False, path_type=Path), default=Path("cdk.json"), show_default=True,
+              help="The cdk.json whose context.worker_tier receives the settings (created when absent).")
+@click.option("--dry-run", is_flag=True, help="Print the cdk.json it would write, and change nothing.")
+def import_eb_command(path: Path, cdk_json: Path, dry_run: bool) -> None:
+    """Import an EB worker environment's options: PATH is an app directory, a .config file or a saved configuration."""
+    try:
+        from worker_tier_cli import import_eb
+    except ImportError as error:
+        raise UsageFailure(f"import-eb needs the cdk extra ({error.name} is missing): pip install 'worker-tier[cdk,cli]'") from error
+    try:
+        code = import_eb.run(path, cdk_json, dry_run)
+    except import_eb.EbImportError as error:
+        raise click.ClickException(str(error)) from error
+    if code:
+        raise SystemExit(code)
+
+
 def main(argv: list[str] | None = None, runtime: Runtime | None = None) -> int:
     """Run the command line; return its exit code."""
     try:

@@ -29,7 +29,12 @@ PACKAGES = {
     "worker_tier_cli": (("cli",), {"worker_tier", "worker_tier_cli"}),
 }
 # The one lazy edge out of the runtime: `python -m worker_tier <command>` hands any command but `worker` to the CLI.
-LAZY_IMPORTS = {("worker_tier", "worker_tier_cli"): "src/worker_tier/__main__.py"}
+# `import-eb` writes cdk.json and checks cron.yaml, so it needs the cdk extra: commands.py imports import_eb only then.
+LAZY_IMPORTS = {
+    ("worker_tier", "worker_tier_cli"): "src/worker_tier/__main__.py",
+    ("worker_tier_cli", "worker_tier_cdk"): "src/worker_tier_cli/import_eb.py",
+    ("worker_tier_cli", "yaml"): "src/worker_tier_cli/import_eb.py",
+}
 
 
 def _imported(package: str) -> dict[str, str]:

@@ -52,15 +52,15 @@ def _one(entry: str) -> str:
         (_one(' - url: "/a"\n   schedule: "* * * * *"\n'), "cron.yaml line 3, entry 1: 'name' is required and must be a non-empty string"),
         (_one(' - name: "a"\n   schedule: "* * * * *"\n'), "cron.yaml line 3, entry 'a': 'url' is required and must be a non-empty string"),
         (_one(' - name: "a"\n   url: "/a"\n'), "cron.yaml line 3, entry 'a': 'schedule' is required and must be a non-empty string"),
-        (_one(' - name: "a"\n   url: "a"\n   schedule: "* * * * *"\n'), "cron.yaml line 3, entry 'a': url must be a path starting with '/', got 'a'"),
+        (_one(' - name: "a"\n   url: "http://x/a"\n   schedule: "* * * * *"\n'), "cron.yaml line 3, entry 'a': url must be a path starting with '/', got 'http://x/a'; EB posts every tick to its own instance, never to another host, so write the path alone, like '/backup'"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * *"\n'), "cron.yaml line 3, entry 'a': schedule '* * * *': schedule '* * * *' has 4 fields; standard cron has 5"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "61 * * * *"\n'), "cron.yaml line 3, entry 'a': schedule '61 * * * *': minute field: 61 is outside 0-59"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "0 0 * BOB *"\n'), "cron.yaml line 3, entry 'a': schedule '0 0 * BOB *': month field: 'BOB' is not a number or a name"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "*/0 * * * *"\n'), "cron.yaml line 3, entry 'a': schedule '*/0 * * * *': minute field: step '0' must be a whole number of at least 1"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   timezone: "Mars/Olympus"\n'), "cron.yaml line 3, entry 'a': unknown timezone 'Mars/Olympus'; use an IANA name like 'Europe/Berlin'"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   enabled: "no"\n'), "cron.yaml line 3, entry 'a': enabled must be true or false, got 'no'"),
-        (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   every: 5\n'), "cron.yaml line 3, entry 'a': unknown key 'every'; keys are name, url, schedule, timezone, body, enabled"),
-        (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n - name: "a"\n   url: "/b"\n   schedule: "0 * * * *"\n'), "cron.yaml line 6, entry 'a': duplicate name (first at line 3)"),
+        (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   enable: false\n'), "cron.yaml line 3, entry 'a': unknown key 'enable'; did you mean 'enabled'? EB would ignore 'enable', and so would Worker Tier, so write 'enabled' (keys are name, url, schedule, timezone, body, enabled), or remove it"),
+        (_one(' - name: "a"\n   url: "/a"\n   schedule: "0 0 12 * * ? *"\n'), "cron.yaml line 3, entry 'a': schedule '0 0 12 * * ? *': schedule '0 0 12 * * ? *' has 7 fields; standard cron has 5"),
         (
             _one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n - just a string\n'),
             "cron.yaml line 6, entry 2: must be a mapping with name, url and schedule, got 'just a string'",
@@ -155,7 +155,11 @@ def test_an_unknown_top_level_key_is_refused_with_its_line():
     # WHEN parsed  THEN synth stops, naming the key and its line
     with pytest.raises(CronConfigError) as error:
         parse(text)
-    assert str(error.value) == "cron.yaml line 3: unknown top-level key 'schedules'; a cron.yaml has only 'version' and 'cron'"
+    assert str(error.value) == (
+        "cron.yaml line 3: unknown top-level key 'schedules'; a cron.yaml has only 'version' and 'cron'. EB would "
+        "ignore it; Worker Tier refuses it so that entries listed outside 'cron' are not dropped: move them under "
+        "'cron', or remove the key"
+    )
 
 
 def _alias_levels(levels: int) -> str:
@@ -196,14 +200,13 @@ def test_a_recursive_alias_is_refused():
 
 
 def test_a_value_nested_past_the_loaders_recursion_limit_is_refused():
-    # GIVEN 2,000 nested lists (PyYAML's composer recurses once per level: a bare RecursionError)
-    text = "version: 1\ncron: " + "[" * 2000 + "]" * 2000 + "\n"
-    # WHEN parsed  THEN a CronConfigError says why
+    # GIVEN 2,000 nested lists on line 3 (PyYAML's composer recurses once per level: a bare RecursionError)
+    text = "version: 1\ncron:\n  " + "[" * 2000 + "]" * 2000 + "\n"
+    # WHEN parsed  THEN a CronConfigError says why, with the line
     with pytest.raises(CronConfigError) as error:
         parse(text)
     assert str(error.value) == (
-        "cron.yaml: values are nested too deeply for the YAML loader (Python's recursion limit); "
-        "a cron.yaml needs only a list of flat mappings"
+        "cron.yaml line 3: values are nested more than 100 deep; a cron.yaml needs only a list of flat mappings"
     )
 
 
