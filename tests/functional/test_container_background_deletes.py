@@ -9,7 +9,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import consumer_for, depth, run_until
