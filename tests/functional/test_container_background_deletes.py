@@ -39,9 +39,10 @@ class FaultySQS:
                 self.deletes.append([e["ReceiptHandle"] for e in kwargs["Entries"]])
                 if self.on_delete is not None and (answer := self.on_delete(kwargs)) is not None:
                     return answer
-            if name == "change_message_visibility_batch" and self.on_change is not None:
-                if (answer := self.on_change(kwargs)) is not None:
-                    return answer
+            if name == "change_message_visibility_batch" and self.on_change is not None and (
+                (answer := self.on_change(kwargs)) is not None
+            ):
+                return answer
             return method(**kwargs)
 
         return call
