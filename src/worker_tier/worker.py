@@ -38,7 +38,6 @@ from __future__ import annotations
 import os
 import random as _random
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
 from worker_tier import contract, limits, message, sqsd
@@ -328,7 +327,7 @@ class Worker(Fates):
         target = self.app_target
         if target is None:
             self._unknown_path(task)
-        now = datetime.fromtimestamp(self._clock(), tz=timezone.utc)
+        now = self._clock()
         sqsd.check_retention(task, self.settings, now)
         request = sqsd.request_for(task, self.settings)
         started = time.perf_counter()

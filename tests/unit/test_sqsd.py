@@ -22,7 +22,7 @@ QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:orders-work"
 SENT_MS = 1_573_692_400_000  # 2019-11-14T00:46:40Z
 FIRST_RECEIVED_MS = 1_573_692_421_500  # 2019-11-14T00:47:01.5Z
 SENDER = "AIDAEXAMPLESENDER"
-NOW = datetime(2019, 11, 14, 0, 48, tzinfo=timezone.utc)
+NOW = datetime(2019, 11, 14, 0, 48, tzinfo=timezone.utc).timestamp()
 
 
 DEFAULTS = Settings()
@@ -262,7 +262,7 @@ def test_retry_after_on_another_status_is_not_retry_later():
 def test_a_message_first_received_longer_ago_than_retention_period_is_refused_with_its_age():
     # GIVEN a message first received at 00:47:01.5, and a retention period of 60 s, two minutes later
     task = task_for("{}", {})
-    later = datetime(2019, 11, 14, 0, 49, 2, tzinfo=timezone.utc)
+    later = datetime(2019, 11, 14, 0, 49, 2, tzinfo=timezone.utc).timestamp()
     # WHEN its retention is checked  THEN it is refused, naming its age, the setting and the rule
     with pytest.raises(RetentionExpiredError) as raised:
         check_retention(task, Settings(retention_period=60), later)
