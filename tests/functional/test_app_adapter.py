@@ -14,11 +14,14 @@ import pytest
 
 from tests.apps import CRASH_MESSAGE, FLAKY_BODY, RETRY_AFTER_SECONDS
 from tests.functional.conftest import AwsWorld
+from tests.functional.test_container import depth, run_until
 from worker_tier import contract
 from worker_tier.app_adapter import InProcessTarget, load_app
 from worker_tier.app_target import SqsdRequest, target_from_settings
+from worker_tier.container import Consumer
 from worker_tier.errors import AppLoadError
 from worker_tier.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED, Outcome, add_outcome_listener, remove_outcome_listener
+from worker_tier.protection import TaskProtection
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.sqsd import USER_AGENT
@@ -286,3 +289,43 @@ def test_an_app_that_cannot_be_loaded_fails_naming_the_setting_and_its_value(ref
 def test_wsgi_and_asgi_apps_are_told_apart(reference, asgi):
     # GIVEN each app  WHEN loaded  THEN ASGI ones (an async __call__) go through the bridge, WSGI ones not
     assert InProcessTarget.load(reference).asgi is asgi
+
+
+# -- one core, one behaviour: the Lambda path and the container worker ---------------------------------------------
+
+
+def run_lambda(aws: AwsWorld, worker: Worker) -> None:
+    event = aws.receive_event()
+    failures = set(failed(worker.handle(event, None)))
+    for record in event["Records"]:
+        if record["messageId"] not in failures:
+            aws.sqs.delete_message(QueueUrl=aws.queue_url, ReceiptHandle=record["receiptHandle"])
+
+
+def run_container(aws: AwsWorld, worker: Worker) -> None:
+    consumer = Consumer(worker, aws.sqs, aws.queue_url, poll_wait_seconds=1, heartbeat_interval=1,
+                        protection=TaskProtection(agent_uri=""))
+    thread = run_until(consumer, lambda: depth(aws) == 0)
+    consumer.stopping.set()
+    thread.join(10)
+
+
+@pytest.mark.parametrize("run", [run_lambda, run_container], ids=["lambda", "container"])
+def test_every_app_fate_is_the_same_on_both_paths(aws, app, run):
+    # GIVEN a job the app completes, one it fails, one it crashes on, and a tick, each on its last receive
+    for job in ("send_email", "flaky", "crash"):
+        send_job(aws, job, {"to": "ops@example.com"})
+    send_tick(aws, "/update/hourly")
+    # WHEN processed
+    run(aws, worker_for(aws, app, max_retries=1))
+    # THEN the queue is empty, the app saw all four, and the DLQ holds the two failures with their reasons
+    assert depth(aws) == 0
+    assert sorted(request["path"] for request in received(app)) == ["/", "/", "/", "/update/hourly"]
+    reasons = {}
+    for _ in range(3):
+        for dead in aws.dead_letters():
+            reasons[json.loads(dead["Body"])["task"]] = reason_of(dead)
+    assert {task: reason["error_type"] for task, reason in reasons.items()} == {
+        "flaky": "AppStatusError", "crash": "AppExceptionError",
+    }
+    assert reasons["flaky"]["app_status"] == 500
