@@ -15,6 +15,10 @@ Every record ends in exactly one of:
 - lease lost: its heartbeat lost the message before its task started (another consumer may
   hold it now); not run, reported failed, its visibility left alone (``LeaseLostBeforeStart``).
 
+A message whose path no task is registered for goes to the EB worker app, when the worker has one
+(``app_target``): sqsd's POST of it, its answer judged by sqsd's rules (``worker_tier.sqsd``); a
+failure meets the same fates as a task's.
+
 The decisions themselves live in ``worker_tier.fates`` (``Fates``, which ``Worker`` extends).
 All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call;
 those SQS refuses are counted (``VisibilityChangesRefused``) and logged with their message ids.
