@@ -16,7 +16,7 @@ from tests.apps import CRASH_MESSAGE, FLAKY_BODY, RETRY_AFTER_SECONDS
 from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import depth, run_until
 from worker_tier import contract
-from worker_tier.app_adapter import InProcessTarget, load_app
+from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
 from worker_tier.app_target import SqsdRequest, target_from_settings
 from worker_tier.container import Consumer
 from worker_tier.errors import AppLoadError
@@ -329,3 +329,43 @@ def test_every_app_fate_is_the_same_on_both_paths(aws, app, run):
         "flaky": "AppStatusError", "crash": "AppExceptionError",
     }
     assert reasons["flaky"]["app_status"] == 500
+
+
+# -- the environ and the ASGI lifespan --------------------------------------------------------------------------------
+
+
+def test_the_environ_is_what_a_wsgi_server_builds_for_the_post():
+    # GIVEN a tick for a cron.yaml url with a query string and an escaped character, and a non-ASCII attribute header
+    request = SqsdRequest("/report%20daily?kind=full", (("Content-Type", "text/plain"), ("X-Aws-Sqsd-Attr-who", "Zoë")), b"")
+    # WHEN its environ is built
+    environ = wsgi_environ(request)
+    # THEN the path is decoded, the query kept, and header values read back as latin-1, as PEP 3333 asks of a server
+    assert (environ["REQUEST_METHOD"], environ["PATH_INFO"], environ["QUERY_STRING"]) == ("POST", "/report daily", "kind=full")
+    assert (environ["CONTENT_TYPE"], environ["CONTENT_LENGTH"], environ["HTTP_HOST"]) == ("text/plain", "0", "localhost")
+    assert environ["HTTP_X_AWS_SQSD_ATTR_WHO"].encode("latin-1").decode("utf-8") == "Zoë"
+    assert environ["wsgi.input"].read() == b""
+
+
+def _app_failing_its_startup(reason: str) -> Any:
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        assert scope["type"] == "lifespan"
+        await receive()
+        await send({"type": "lifespan.startup.failed", "message": reason})
+
+    return app
+
+
+def test_an_asgi_app_whose_startup_fails_fails_the_load_with_its_message():
+    # GIVEN an ASGI app whose lifespan startup fails  WHEN loaded  THEN the load fails, saying why
+    with pytest.raises(AppLoadError) as raised:
+        InProcessTarget(_app_failing_its_startup("no database"), reference="tests:broken")
+    assert str(raised.value) == "app 'tests:broken' (WORKER_TIER_APP) failed to start: no database"
+
+
+def test_an_asgi_apps_lifespan_state_reaches_each_request():
+    # GIVEN the FastAPI app, whose lifespan yields its mailer, and a job that answers with it
+    target = InProcessTarget.load(APPS["fastapi"])
+    headers = (("User-Agent", USER_AGENT), ("Content-Type", "application/json"), ("X-Aws-Sqsd-Receive-Count", "1"))
+    request = SqsdRequest("/", headers, b'{"task": "send_email", "arguments": {"to": "ops@example.com"}}')
+    # WHEN delivered  THEN the route read the state its lifespan set up
+    assert json.loads(target.deliver(request).body) == {"sent_to": "ops@example.com", "via": "smtp://localhost"}
