@@ -30,10 +30,12 @@ PACKAGES = {
 }
 # The one lazy edge out of the runtime: `python -m worker_tier <command>` hands any command but `worker` to the CLI.
 # `import-eb` writes cdk.json and checks cron.yaml, so it needs the cdk extra: commands.py imports import_eb only then.
+# And the ASGI bridge, the asgi extra, imported only when the app setting names an ASGI app.
 LAZY_IMPORTS = {
     ("worker_tier", "worker_tier_cli"): "src/worker_tier/__main__.py",
     ("worker_tier_cli", "worker_tier_cdk"): "src/worker_tier_cli/import_eb.py",
     ("worker_tier_cli", "yaml"): "src/worker_tier_cli/import_eb.py",
+    ("worker_tier", "a2wsgi"): "src/worker_tier/app_adapter.py",
 }
 
 
