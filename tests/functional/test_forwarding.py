@@ -17,10 +17,15 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from worker_tier import contract, observability
+from tests.functional.conftest import AwsWorld
+from tests.functional.test_container import depth
+from worker_tier import Client, contract, observability
 from worker_tier.app_target import SqsdRequest
+from worker_tier.container import Consumer, TaskProtection, concurrency
 from worker_tier.forwarding import AppTimeoutError, AppUnreachableError, HttpTarget, SigningSecretError, read_signing_secret
+from worker_tier.registry import Registry
 from worker_tier.settings import Settings
+from worker_tier.worker import Worker
 
 APP_SERVER = Path(__file__).with_name("app_server.py")
 REGION = "us-east-1"
@@ -328,3 +333,92 @@ def test_an_empty_signing_key_is_refused():
     with pytest.raises(SigningSecretError) as raised:
         read_signing_secret(arn, secretsmanager=BlankSecrets())
     assert str(raised.value) == f"app_signing_secret_arn {arn} holds an empty value: the signing key must not be empty"
+
+
+def forwarding_consumer(aws: AwsWorld, settings: Settings) -> Consumer:
+    """A container worker forwarding the work queue to the app, as ``python -m worker_tier worker`` builds it."""
+    worker = Worker(settings, queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+                    registry=Registry(), sqs=aws.sqs, dynamodb=aws.dynamodb, app_target=HttpTarget(settings))
+    return Consumer(worker, aws.sqs, aws.queue_url, concurrency=concurrency(settings), poll_wait_seconds=1,
+                    heartbeat_interval=1, protection=TaskProtection(agent_uri=""))
+
+
+def forwarding_settings(app: AppServer, **overrides) -> Settings:
+    return Settings(container_worker=True, app_port=app.port, app_health_path="/health", error_visibility_timeout=1,
+                    **overrides)
+
+
+def wait_for(condition, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_the_container_worker_forwards_after_the_health_gate_backs_off_a_500_and_deletes_on_200(aws, start_app):
+    # GIVEN an app healthy after two checks whose route fails once with 500, then answers 200
+    app = start_app("--unhealthy", "2")
+    settings = forwarding_settings(app, http_path="/fail-once")
+    Client(aws.queue_url, sqs=aws.sqs).send("/reports", '{"task": "report"}')
+    consumer = forwarding_consumer(aws, settings)
+
+    # WHEN the container worker runs until the app got the message twice
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    wait_for(lambda: len(app.requests("/fail-once")) == 2 and depth(aws) == 0)
+    consumer.stopping.set()
+    thread.join(10)
+
+    # THEN no message went out before the app was healthy; the 500 backed off and the 200 deleted it
+    assert [r["method"] for r in app.requests()] == ["GET"] * 3 + ["POST"] * 2
+    first, second = app.requests("/fail-once")
+    assert [dict(r["headers"])["X-Aws-Sqsd-Receive-Count"] for r in (first, second)] == ["1", "2"]
+    assert dict(first["headers"])["X-Aws-Sqsd-Path"] == "/reports" and first["body"] == '{"task": "report"}'
+    assert aws.dead_letters() == [] and not thread.is_alive()
+
+
+def test_the_container_worker_dead_letters_with_the_status_and_body_after_max_retries(aws, start_app):
+    # GIVEN an app whose route always answers 500
+    app = start_app()
+    settings = forwarding_settings(app, http_path="/fail", max_retries=2)
+    Client(aws.queue_url, sqs=aws.sqs).send("/reports", "{}")
+    consumer = forwarding_consumer(aws, settings)
+
+    # WHEN the container worker runs until the message left the queue
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    wait_for(lambda: depth(aws) == 0)
+    consumer.stopping.set()
+    thread.join(10)
+
+    # THEN it was posted max_retries times and dead-lettered with the status and the body's start
+    assert len(app.requests("/fail")) == 2
+    [dead] = aws.dead_letters()
+    reason = dead["MessageAttributes"][contract.FAILURE_ATTRIBUTE]["StringValue"]
+    assert "the app answered 500 to POST /fail; only 200 deletes a message (sqsd's rule). Its body starts 'boom x" in reason
+
+
+def test_a_stop_while_the_app_is_unhealthy_takes_no_message(aws, start_app):
+    # GIVEN an app that never gets healthy, and a message
+    app = start_app("--unhealthy", "1000")
+    Client(aws.queue_url, sqs=aws.sqs).send("/reports", "{}")
+    consumer = forwarding_consumer(aws, forwarding_settings(app))
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    wait_for(lambda: len(app.requests("/health")) >= 2)
+
+    # WHEN SIGTERM sets the stop
+    consumer.stopping.set()
+    thread.join(5)
+
+    # THEN the worker ended without taking the message: this is its first receive
+    assert not thread.is_alive()
+    got = aws.sqs.receive_message(QueueUrl=aws.queue_url, MessageSystemAttributeNames=["ApproximateReceiveCount"])
+    assert got["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert app.requests("/") == [] and [r["method"] for r in app.requests()] == ["GET"] * len(app.requests())
+
+
+def test_forwarding_runs_http_connections_threads_and_tasks_container_concurrency():
+    # GIVEN settings with and without app_port / WHEN / THEN the container worker's threads follow EB's HttpConnections
+    assert concurrency(Settings(container_worker=True, app_port=8080, http_connections=7)) == 7
+    assert concurrency(Settings(container_worker=True, container_concurrency=3, http_connections=7)) == 3
