@@ -22,7 +22,14 @@ from tests.functional.test_container import depth
 from worker_tier import Client, contract, observability
 from worker_tier.app_target import SqsdRequest
 from worker_tier.container import Consumer, TaskProtection, concurrency
-from worker_tier.forwarding import AppTimeoutError, AppUnreachableError, HttpTarget, SigningSecretError, read_signing_secret
+from worker_tier.forwarding import (
+    AppTimeoutError,
+    AppUnreachableError,
+    HttpTarget,
+    SigningSecretError,
+    parameter_name,
+    read_signing_secret,
+)
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.worker import Worker
@@ -422,3 +429,15 @@ def test_forwarding_runs_http_connections_threads_and_tasks_container_concurrenc
     # GIVEN settings with and without app_port / WHEN / THEN the container worker's threads follow EB's HttpConnections
     assert concurrency(Settings(container_worker=True, app_port=8080, http_connections=7)) == 7
     assert concurrency(Settings(container_worker=True, container_concurrency=3, http_connections=7)) == 3
+
+
+@pytest.mark.parametrize(
+    ("arn", "name"),
+    [
+        ("arn:aws:ssm:eu-west-1:123456789012:parameter/worker/signing", "/worker/signing"),
+        ("arn:aws:ssm:eu-west-1:123456789012:parameter/signing", "signing"),
+    ],
+)
+def test_an_ssm_arn_names_its_parameter_with_or_without_a_path(arn, name):
+    # GIVEN an SSM parameter ARN / WHEN its name is read / THEN a path keeps its leading slash, a plain name has none
+    assert parameter_name(arn) == name
