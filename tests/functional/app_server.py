@@ -43,6 +43,7 @@ def documented_verify() -> Callable[[bytes, Any, bytes], bool]:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = -1  # an answer goes out in one write: headers then body in two would meet the client's delayed ACK
 
     def setup(self) -> None:
         self.timeout = OPTIONS.idle_timeout
