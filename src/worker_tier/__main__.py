@@ -1,7 +1,8 @@
 """``python -m worker_tier worker``: the container worker, for tasks longer than Lambda's 15 minutes.
 
 Configured like the Lambda worker, by the contract's resource variables and the settings'
-variables (``worker_tier.contract``); the container_concurrency setting is how many tasks run at once.
+variables (``worker_tier.contract``); the container_concurrency setting is how many tasks run at once, or
+http_connections when it forwards each message to an app over HTTP (app_port).
 
 Any other command (``status``, ``dlq``, ``redrive``, ``send``) is the ``worker-tier`` command line,
 ``worker_tier_cli``: imported only then, so the runtime never needs click.
@@ -16,7 +17,7 @@ import sys
 
 from worker_tier import contract
 from worker_tier.aws import new_heartbeat_client
-from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError
+from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError, concurrency
 from worker_tier.errors import SettingsError
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.observability import logger
@@ -55,8 +56,8 @@ def run_worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker_tier", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="consume the queue until SIGTERM")
-    worker.add_argument("--concurrency", type=int, default=settings.container_concurrency,
-                        help="tasks run at once (default: the container_concurrency setting)")
+    worker.add_argument("--concurrency", type=int, default=concurrency(settings),
+                        help="messages run at once (default: http_connections with app_port, else container_concurrency)")
     worker.add_argument("--grace", type=float, default=DEFAULT_CONTAINER_GRACE_SECONDS,
                         help="seconds running tasks get after SIGTERM before the process exits without them")
     args = parser.parse_args(argv)

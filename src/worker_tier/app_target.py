@@ -67,7 +67,7 @@ def target_from_settings(settings: Settings) -> AppTarget | None:
 
         return InProcessTarget.load(settings.app)
     if settings.app_port:
-        from worker_tier.forwarding import HttpTarget  # type: ignore[import-not-found,unused-ignore]
+        from worker_tier.forwarding import HttpTarget
 
-        return HttpTarget.from_settings(settings)  # type: ignore[no-any-return]
+        return HttpTarget.from_settings(settings)
     return None

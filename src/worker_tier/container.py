@@ -10,6 +10,8 @@ Instead the heartbeat keeps it hidden and the process exits, so the task dies wi
 it; the message returns when its last extension lapses (interval + margin). The grace
 period counts from SIGTERM, and messages a poll returns after it are released at once.
 On ECS it keeps task scale-in protection on while it holds work (``protection``).
+With HTTP forwarding (``app_port``) it takes no message before the app's health check
+answers 200 (``HttpTarget.wait_until_healthy``); a SIGTERM meanwhile ends it cleanly.
 
 A failed ReceiveMessage is logged and retried after a capped backoff; only a
 configuration error (access denied, no such queue) stops the worker, after the
@@ -59,7 +61,7 @@ from worker_tier.heartbeat import Heartbeat
 from worker_tier.message import lambda_record, safe_repr
 from worker_tier.observability import logger
 from worker_tier.protection import PROTECTION_MINUTES, TaskProtection  # noqa: F401 - imported from here too
-from worker_tier.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINER_GRACE_SECONDS
+from worker_tier.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 from worker_tier.visibility import VisibilityChange, change_visibility
 from worker_tier.worker import Worker
 
@@ -170,6 +172,9 @@ class Consumer:
         (``exit_process``) with ``EXIT_CODE_TASKS_ABANDONED``. A configuration error
         from ReceiveMessage stops consuming the same way; ``QueueConfigurationError`` is raised after the drain.
         """
+        if not self._app_healthy():
+            logger.info("stopped before the app was healthy: no message was taken")
+            return
         self.heartbeat.start()
         self.protection.start(self._holds_work)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
@@ -182,6 +187,11 @@ class Consumer:
             self._finish(pool)
         if self._fatal is not None:
             raise self._fatal
+
+    def _app_healthy(self) -> bool:
+        """HTTP forwarding: wait until the app's health check answers 200 (False if stopped first); else True."""
+        gate = getattr(getattr(self.worker, "app_target", None), "wait_until_healthy", None)
+        return gate is None or bool(gate(self.stopping))
 
     def _consume(self, pool: ThreadPoolExecutor) -> None:
         """Receive while there are free threads, until stopping."""
@@ -621,6 +631,12 @@ class _BackgroundDeletions:
                     return []
                 else:
                     self._changed.wait()
+
+
+def concurrency(settings: Settings) -> int:
+    """Messages the container worker runs at once: http_connections when it forwards to an app over HTTP
+    (``app_port``; EB HttpConnections), else container_concurrency."""
+    return settings.http_connections if settings.app_port else settings.container_concurrency
 
 
 def _chains(messages: list[dict[str, Any]]) -> list[_Chain]:

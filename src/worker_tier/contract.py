@@ -184,6 +184,14 @@ SOURCE_MESSAGE_ID_ATTRIBUTE = "worker_tier.source_message_id"  # a forward's sou
 # Receives a message's earlier copies used (a retry re-sent through the delay table); Task.receive_count adds it.
 ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 
+# HTTP forwarding's signature (docs/container-worker.md shows the app's check): the POST's Unix time, and
+# "v1=" + hex HMAC-SHA256 keyed with the app_signing_secret_arn secret of "<timestamp>.<body>".
+SIGNATURE_TIMESTAMP_HEADER = "X-Worker-Tier-Timestamp"
+SIGNATURE_HEADER = "X-Worker-Tier-Signature"
+SIGNATURE_VERSION = "v1"
+# The replay window an app should apply: refuse a signature whose timestamp is further than this from its clock.
+SIGNATURE_TOLERANCE_SECONDS = 300
+
 # Metrics: every function logs and publishes under this service and namespace (EMF, a "service" dimension).
 SERVICE_NAME = "worker-tier"
 METRICS_NAMESPACE = "WorkerTier"
