@@ -31,6 +31,7 @@ from worker_tier.dispatcher import (
     WATERMARK_KEY,
     minute_key,
 )
+from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout
 
 START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)
@@ -254,9 +255,9 @@ def test_an_insert_ahead_of_the_watermark_is_left_to_the_scheduler(world):
     world.watermark(MINUTE)
     # WHEN a message due in minute M + 20 is stored
     report = world.recovery().process([world.insert(item(START + 20 * 60), START)])
-    # THEN nothing is sent, and no minute record is even read (the one GetItem is the watermark's)
+    # THEN nothing is sent, and no minute record is even read (the GetItems: the layout, the watermark, the layout again)
     assert world.sqs.sent == [] and report.skipped == 1
-    assert world.dynamodb.count("GetItem") == 1
+    assert world.dynamodb.count("GetItem") == 3
 
 
 def test_an_insert_into_the_current_minute_before_its_first_query_is_left_to_the_scheduler(world):
@@ -605,8 +606,8 @@ def test_each_minute_record_a_batch_needs_is_read_once(world):
     records = [world.expire(item(START + 25 * n, f"b{n}", f"m-{n}"), world.now) for n in range(5)]
     # WHEN processed
     report = world.recovery().process(records)
-    # THEN the state table was read three times: the watermark, and each minute once
-    assert report.skipped == 5 and world.dynamodb.count("GetItem") == 3
+    # THEN the state table was read five times: the layout, the watermark, each minute once, the layout again
+    assert report.skipped == 5 and world.dynamodb.count("GetItem") == 5
 
 
 # -- issue #8, delay-path audit ----------------------------------------------------------------
@@ -775,7 +776,8 @@ def test_only_the_watermarks_minute_record_is_read_consistently(world):
     world.recovery().process([world.expire(item(START + 5), world.now), world.expire(item(START + 65, message_id="m-2"), world.now),
                               world.insert(item(START + 130, message_id="m-3"), START - 900)])
     # THEN the watermark and its minute's record are consistent reads, the others eventually consistent
-    assert reads == [(WATERMARK_KEY, True), (minute_key(MINUTE), False), (minute_key(MINUTE + 1), False), (minute_key(MINUTE + 2), True)]
+    assert reads == [(LAYOUT_KEY, True), (WATERMARK_KEY, True), (minute_key(MINUTE), False), (minute_key(MINUTE + 1), False),
+                     (minute_key(MINUTE + 2), True), (LAYOUT_KEY, True)]
 
 
 def test_without_a_watermark_an_insert_into_a_minute_the_scheduler_started_is_sent(world):
