@@ -155,6 +155,7 @@ class RunReport:
     """What one run did."""
 
     ran: bool = True
+    group: int = 0  # the shard group the run dispatched (worker_tier.dispatch_group)
     buckets: int = 0
     sent: int = 0
     dead_lettered: int = 0
@@ -227,14 +228,25 @@ class DelayDispatcher:
         self._given_pool, self._parallel = pool, parallel
         self._pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
         self._refiled_buckets: set[int] = set()  # minutes this dispatcher refiled into: Queried consistently
+        self._siblings: dict[int, DelayDispatcher] = {group.index: self}
+
+    def for_group(self, index: int) -> DelayDispatcher:
+        """The dispatcher of group ``index`` of this one's group count, sharing its clients, clock and pool; made once."""
+        if index not in self._siblings:
+            self._siblings[index] = DelayDispatcher(
+                self.delay_table, self.state_table, self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
+                sqs=self._sqs.get(), dynamodb=self._dynamodb.get(), clock=self._clock, sleep=self._sleep,
+                parallel=self._parallel, horizon_seconds=self.horizon_seconds, pool=self._given_pool,
+                group=DispatchGroup(index, self.group.count))
+        return self._siblings[index]
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
         """One dispatch run; see the module docstring."""
         holder = str(uuid.uuid4())
         self._sqs.get()  # clients are made here, not in the pool's threads (a boto3 session is not thread-safe)
         if not self._acquire(holder):
-            return RunReport(ran=False, stopped="another run holds the lease")
-        report = RunReport()
+            return RunReport(ran=False, group=self.group.index, stopped="another run holds the lease")
+        report = RunReport(group=self.group.index)
         own_pool = ThreadPoolExecutor(max_workers=DISPATCH_THREADS) if self._given_pool is None and self._parallel else None
         self._pool = self._given_pool or own_pool
         try:

@@ -805,3 +805,72 @@ def test_a_refile_dynamodb_refuses_for_good_is_dead_lettered_and_the_batch_goes_
     (dead,) = world.sqs.dead_letters()
     assert "DynamoDB refused the copy" in json.dumps(dead)
     assert set(world.dynamodb.tables["delay"]) == {(odd["pk"]["S"], odd["sk"]["S"])}
+
+
+# -- fanned out: each record is decided on its shard group's state -----------------------------------------------
+
+
+def _layout(world: World, layout: Layout) -> None:
+    world.dynamodb.put_item(TableName="state", Item=layout.item())
+
+
+def _group_watermark(world: World, group: DispatchGroup, bucket: int, epoch: int) -> None:
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": group.watermark_key}, "bucket": {"N": str(bucket)},
+                                                     "epoch": {"N": str(epoch)}})
+
+
+def test_an_insert_is_decided_on_its_own_groups_watermark(world):
+    # GIVEN two groups: group 1 (shard 3's) past minute M + 1, group 0 still at M
+    _layout(world, Layout(2, 1, MINUTE - 5))
+    _group_watermark(world, DispatchGroup(0, 2), MINUTE, 1)
+    _group_watermark(world, DispatchGroup(1, 2), MINUTE + 2, 1)
+    # WHEN a late write lands on shard 3 in minute M + 1, and another on shard 2 in the same minute
+    on_2 = {**item(START + 70, message_id="m-2"), "pk": {"S": f"b#{MINUTE + 1}#2"}}
+    report = world.recovery().process([world.insert(item(START + 70), START + 60), world.insert(on_2, START + 60)])
+    # THEN shard 3's (group 1 passed its minute) is sent; shard 2's is left to group 0, which has not read it yet
+    assert report.late_writes == 1 and report.skipped == 1
+    assert [e["MessageBody"] for e in world.sqs.sent] == ["hello"]
+
+
+def test_a_group_without_a_watermark_of_this_epoch_is_at_the_layouts_seed(world):
+    # GIVEN G changed to 2 (epoch 1, seed M + 3); group 1 has only a watermark of an earlier epoch, far ahead
+    _layout(world, Layout(2, 1, MINUTE + 3))
+    _group_watermark(world, DispatchGroup(1, 2), MINUTE + 50, 0)
+    # WHEN a late write lands on shard 3 in minute M + 1, behind the seed
+    report = world.recovery().process([world.insert(item(START + 70), START + 60)])
+    # THEN it is sent: the new group starts at the seed and never reads it
+    assert report.late_writes == 1
+
+
+def test_a_recovery_refile_goes_onto_a_shard_of_the_group_that_decided_it(world):
+    # GIVEN four groups, all at M; an item due in M + 30 written on an unread shard (99: group 3 decides)
+    _layout(world, Layout(4, 1, MINUTE))
+    stray = {**item(START + 1800), "pk": {"S": f"b#{MINUTE}#99"}}
+    # WHEN its insert is processed
+    report = DelayRecovery("state", QUEUE, DLQ, sqs=world.sqs, dynamodb=world.dynamodb, clock=lambda: world.now,
+                           sleep=lambda s: None, delay_table="delay")
+    world.dynamodb.create_table("delay", "pk", "sk")
+    world.dynamodb.put_item(TableName="delay", Item=stray)
+    result = report.process([world.insert(stray, START)])
+    # THEN it moved into its due minute on shard 3 (the item's shard, in group 3): a shard group 3 reads
+    assert result.refiled == 1
+    assert set(world.dynamodb.tables["delay"]) == {(f"b#{MINUTE + 30}#3", stray["sk"]["S"])}
+
+
+def test_a_layout_changing_under_the_batch_is_read_again(world):
+    # GIVEN a layout that changes between the batch's two reads of it, once
+    world.watermark(MINUTE + 2)
+    changes = iter([Layout(2, 1, MINUTE + 2)])
+
+    def change_once(operation, params):
+        if operation == "GetItem" and params["Key"]["pk"]["S"] == WATERMARK_KEY:
+            layout = next(changes, None)
+            if layout is not None:
+                _layout(world, layout)
+    world.dynamodb.fault = change_once
+    # WHEN a late write behind the watermark is processed
+    report = world.recovery().process([world.insert(item(START + 70), START + 60)])
+    # THEN the state was read again under the new layout (group 1 of 2 at its seed), and the write sent
+    assert report.late_writes == 1
+    # (the layout, the watermark, minute M + 1's record, the layout; again with group 1 of 2's watermark and record)
+    assert world.dynamodb.count("GetItem") == 8
