@@ -514,16 +514,18 @@ FANOUT_GROUP_CHOICES = (1, 2, 4, 8, 16)
 ONE_SECOND = 1.0  # the issue's "p99 lateness <= 1 s", reported beside ON_TIME_P99_SECONDS
 
 
-def fanout(per_minute: int, groups: int, memory_mb: int = FANOUT_MEMORY_MB, minutes: int = FANOUT_MINUTES) -> dict[str, float]:
+def fanout(per_minute: int, groups: int, memory_mb: int = FANOUT_MEMORY_MB, minutes: int = FANOUT_MINUTES,
+           simulated: int | None = None) -> dict[str, float]:
     """Each of ``groups`` groups dispatching its shards' share of ``per_minute`` messages a minute, in its own world.
 
     The groups share nothing but DynamoDB's and SQS's latency (the model has no contention), so each is
-    simulated alone, and their lateness merged by due minute.
+    simulated alone, and their lateness merged by due minute. ``simulated``: only that many groups, the
+    largest (group 0) and the smallest (the last) first, spread evenly (``messages`` counts only theirs).
     """
     first = math.floor(START / BUCKET_SECONDS) + 30
     by_minute: dict[int, list[float]] = {}
-    totals = {"early": 0, "runs_out_of_time": 0, "cost_usd": 0.0, "unsent": 0, "longest_run_s": 0.0, "runs": 0}
-    for index in range(groups):
+    totals = {"early": 0, "runs_out_of_time": 0, "cost_usd": 0.0, "unsent": 0, "longest_run_s": 0.0, "runs": 0, "messages": 0}
+    for index in _spread(groups, simulated or groups):
         world = ScaleWorld(per_minute, minutes, memory_mb, DISPATCH_THREADS, SUSTAINED_HORIZON_SECONDS, first,
                            DispatchGroup(index, groups))
         minute = first - 2
@@ -538,8 +540,16 @@ def fanout(per_minute: int, groups: int, memory_mb: int = FANOUT_MEMORY_MB, minu
         totals["unsent"] += world.stored - len(world.sqs.sent)
         totals["cost_usd"] += world.cost_usd()
         totals["runs"] += world.runs
+        totals["messages"] += world.stored
         totals["longest_run_s"] = max(totals["longest_run_s"], world.longest_run_seconds)
-    return {**totals, **_lateness_figures(by_minute), "messages": per_minute * minutes}
+    return {**totals, **_lateness_figures(by_minute), "groups_simulated": len(_spread(groups, simulated or groups))}
+
+
+def _spread(groups: int, count: int) -> list[int]:
+    """``count`` of ``groups`` group indices, evenly spread, the first and the last among them."""
+    if count >= groups:
+        return list(range(groups))
+    return sorted({round(n * (groups - 1) / max(1, count - 1)) for n in range(count)})
 
 
 def _lateness_figures(by_minute: dict[int, list[float]]) -> dict[str, float]:
@@ -562,7 +572,7 @@ def fanout_on_time(result: dict[str, float]) -> bool:
 
 
 def smallest_fanout(per_minute: int, rate_one_vcpu: float, memory_mb: int = FANOUT_MEMORY_MB,
-                    minutes: int = FANOUT_MINUTES) -> tuple[int, dict[str, float], int]:
+                    minutes: int = FANOUT_MINUTES, simulated: int | None = None) -> tuple[int, dict[str, float], int]:
     """(the smallest G that puts ``per_minute`` on time, its figures, the largest G ruled out by the bound).
 
     A G whose largest group holds more than one run of one vCPU can send (``rate_one_vcpu`` over the run's usable
@@ -575,7 +585,7 @@ def smallest_fanout(per_minute: int, rate_one_vcpu: float, memory_mb: int = FANO
         if per_minute * largest_share > rate_one_vcpu * usable_s:
             ruled_out = groups
             continue
-        result = fanout(per_minute, groups, memory_mb, minutes)
+        result = fanout(per_minute, groups, memory_mb, minutes, simulated)
         if fanout_on_time(result):
             return groups, result, ruled_out
         ruled_out = groups
@@ -583,12 +593,12 @@ def smallest_fanout(per_minute: int, rate_one_vcpu: float, memory_mb: int = FANO
 
 
 def fanout_figures(rate_one_vcpu: float, per_minute: int = GOAL_MINUTE_MESSAGES, minutes: int = FANOUT_MINUTES,
-                   safety_net_per_million: float = 0.0) -> dict[str, float]:
+                   safety_net_per_million: float = 0.0, simulated: int | None = None) -> dict[str, float]:
     """The smallest G carrying ``per_minute`` on time at a full vCPU, its lateness, and its cost per million."""
-    groups, result, ruled_out = smallest_fanout(per_minute, rate_one_vcpu, minutes=minutes)
+    groups, result, ruled_out = smallest_fanout(per_minute, rate_one_vcpu, minutes=minutes, simulated=simulated)
     if not groups:  # no G up to one group per shard carries the minute: every figure says so
         result = {"worst_minute_p99_s": math.inf, "within_one_second": 0.0, "early": 0, "runs_out_of_time": math.inf,
-                  "longest_run_s": math.inf, "cost_usd": math.inf, "messages": 1}
+                  "longest_run_s": math.inf, "cost_usd": math.inf, "messages": 1, "groups_simulated": 0}
     per_million = result["cost_usd"] / result["messages"] * 1e6 + safety_net_per_million
     return {
         "fanout_goal_minute_messages": per_minute,
@@ -597,6 +607,7 @@ def fanout_figures(rate_one_vcpu: float, per_minute: int = GOAL_MINUTE_MESSAGES,
         "fanout_memory_mb": FANOUT_MEMORY_MB,
         "fanout_largest_group_count_ruled_out": ruled_out,
         "fanout_minutes_judged": minutes,
+        "fanout_groups_simulated": result["groups_simulated"],
         "fanout_p99_lateness_s_worst_minute": result["worst_minute_p99_s"],
         "fanout_share_within_1s": result["within_one_second"],
         "fanout_early_count": result["early"],
@@ -769,12 +780,12 @@ MOTO_CHECK_GROUPS = 2  # the fan-out's spot check: two groups, one run each, aga
 
 def measure(messages: int = MESSAGES, one_run_messages: int = ONE_RUN_MESSAGES, moto_messages: int = MOTO_CHECK_MESSAGES,
             every_minute_from: int | None = None, fanout_per_minute: int = GOAL_MINUTE_MESSAGES,
-            fanout_minutes: int = FANOUT_MINUTES) -> dict[str, float]:
+            fanout_minutes: int = FANOUT_MINUTES, fanout_simulated_groups: int | None = None) -> dict[str, float]:
     """Every figure; the arguments make it small (tests/bench runs it with tiny N)."""
     base = simulate(messages)
     scale = at_scale(one_run_messages=one_run_messages, every_minute_from=every_minute_from)
     fanned = fanout_figures(scale["dispatch_msgs_per_s_one_run_at_1769mb"], fanout_per_minute, fanout_minutes,
-                            base["safety_net_per_million_usd"])
+                            base["safety_net_per_million_usd"], fanout_simulated_groups)
     groups = int(fanned["fanout_groups_for_goal_minute"]) or max(FANOUT_GROUP_CHOICES)
     quiet = simulate(messages, groups=groups)  # the same quiet traffic as `base`, dispatched by the goal's G
     return {**base, **scale, **fanned,

@@ -13,7 +13,10 @@ in order, from its watermark. Two kinds of item can escape that read:
 The table's stream (NEW_AND_OLD_IMAGES) carries both: the INSERT holds the new item,
 the TTL's REMOVE the old one. The event source mapping passes only those two events
 of message items (``b#...``; see ``infra/delay_recovery.py``), and ``DelayRecovery``
-decides each from the dispatcher's state, read once per batch: the watermark ``W``
+decides each from the dispatcher's state, read once per batch, of the shard group
+that reads the record's shard (``worker_tier.dispatch_group``: the layout is read
+before and after, and all is read again if G changed between; a group without a
+watermark of the layout's epoch stands at the layout's seed): the watermark ``W``
 (first minute not fully dispatched) with its per-shard cursors (how far each shard
 of ``W`` is dispatched), and the record of each minute ``m`` concerned, which the
 dispatcher writes before its first Query of ``m`` (``started_ms``) and, when it
@@ -29,7 +32,7 @@ dead-lettered.
 - INSERT in place, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that Query saw it.
 - INSERT otherwise, due within SQS's 900 s: **send now** (``late_writes``).
 - INSERT otherwise, due later, its due minute not passed: **refile** it into that minute on
-  shard ``s % MAX_SHARDS`` (``refiled``); sending it would show it early.
+  the deciding group's shard nearest ``s % MAX_SHARDS`` (``refiled``); sending it would show it early.
 - INSERT otherwise: the watermark is past minutes it cannot have reached: leave the item,
   count it (``watermark_ahead``, alarmed).
 - REMOVE of an item not in a scheduled key, ``m > W``, or ``m = W`` past its shard's cursor:

@@ -1,11 +1,17 @@
 """The delay dispatcher: each minute, move what falls due within the horizon from the delay table into SQS.
 
-One run, under a lease in the state table so runs never overlap:
+One run, of one shard group (``worker_tier.dispatch_group``: with ``dispatch_groups`` = G,
+group g reads the shards s with s % G == g, and has its own lease, watermark, minute records
+and first-run Scan; G = 1 is one group over all shards under the keys of before), under
+the group's lease in the state table so its runs never overlap:
 
+0. read the layout of groups; if it has another G, change it first (seeded from the old
+   groups' earliest watermark, so a change loses nothing: see ``dispatch_group``);
 1. read the watermark: the first minute not yet fully dispatched, and that
    minute's per-shard cursors (how far each shard has been dispatched). Without
-   one (first run, deleted, or unreadable: reported), start after the latest
-   minute whose record has ``finished_ms``, else at the earliest minute a
+   one of the layout's epoch, start at the layout's seed; without a seed either
+   (first run, deleted, or unreadable: reported), start after the latest
+   minute whose record has ``finished_ms`` (of this epoch), else at the earliest minute a
    resumable, time-checked Scan finds; never before ``START_LOOKBACK_SECONDS``
    ago (older items are the safety net's). A watermark further ahead of the
    clock than the horizon plus ``WATERMARK_AHEAD_ALLOWANCE_SECONDS`` is reported
@@ -13,8 +19,9 @@ One run, under a lease in the state table so runs never overlap:
 2. for each minute from the watermark to the last one that has ended by
    now + ``DISPATCH_HORIZON_SECONDS``: write the minute's record (``started_ms``
    once, before its first Query ever), then go in rounds. A round reads the next
-   page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
-   the producers used (in parallel), sends the pages merged in due order with
+   page of every open shard of the group, all of its share of the ``delay.MAX_SHARDS``
+   whatever shard count the producers used (in parallel; a page of ``ROUND_ITEMS`` over
+   the group's shard count, so a round is as long whatever G), sends the pages merged in due order with
    ``DelaySeconds = ceil(due − now)`` (0..900, ``now`` read just before each
    SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's
@@ -49,7 +56,7 @@ One run is bound by CPU rather than the network: a single interpreter (the GIL)
 builds and parses every call, and botocore spends milliseconds on each, so the
 threads help until the CPU is full (figures: ``bench/results/scheduler.json``).
 
-Memory holds at most one page per shard (``QUERY_PAGE_ITEMS``). A run that finds itself behind (missed
+Memory holds at most one round (``ROUND_ITEMS``). A run that finds itself behind (missed
 runs, an outage) catches up from the watermark; messages already due go out at
 once, and their lateness is recorded. Dispatched items stay in the table until
 their TTL. Duplicates come only from the round a run died in (killed, crashed,

@@ -62,3 +62,9 @@ def test_a_fanned_out_minute_is_judged_over_every_group():
     assert result["unsent"] == 0 and result["early"] == 0 and result["runs_out_of_time"] == 0
     assert result["messages"] == 6_400 and scheduler_bench.fanout_on_time(result)
     assert 0 < result["within_one_second"] <= 1 and result["cost_usd"] > 0
+
+
+def test_a_sample_of_groups_takes_the_largest_and_the_smallest():
+    # GIVEN 16 groups, 2 simulated; 3 groups, 2 simulated; all of 4  THEN the first and last are among them
+    assert scheduler_bench._spread(16, 2) == [0, 15] and scheduler_bench._spread(3, 2) == [0, 2]
+    assert scheduler_bench._spread(4, 9) == [0, 1, 2, 3] and scheduler_bench._spread(16, 4) == [0, 5, 10, 15]
