@@ -43,7 +43,7 @@ from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedM
 from worker_tier.message import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS, FANOUT_MEMORY_MB
 from worker_tier.dispatch_group import DispatchGroup
-from bench.network_model import CLIENT_CPU_SECONDS, LAMBDA_MB_PER_VCPU, ROUND_TRIP_SECONDS, Network, SimulatedClock
+from bench.network_model import LAMBDA_MB_PER_VCPU, Network, SimulatedClock
 
 MESSAGES = 100_000
 SPREAD_SECONDS = 6 * 3600
@@ -61,9 +61,8 @@ PRICE_PER_LAMBDA_REQUEST = 0.20e-6
 PRICE_PER_LAMBDA_GB_SECOND_ARM = 0.0000133334
 PRICE_PER_SCHEDULER_INVOCATION = 1.00e-6
 SQS_BILLING_CHUNK_BYTES = 64 * 1024
-# A dispatcher run's billed duration in simulate(): the handler's fixed work (as the safety net's), plus each of its
-# AWS calls one after another (no overlap: errs high), each its client CPU at the function's share of a vCPU
-# (network_model.CLIENT_CPU_SECONDS) and its round trip (network_model.ROUND_TRIP_SECONDS).
+# A dispatcher run's billed duration: the handler's fixed work (as the safety net's), plus the run as the network
+# model times it (bench.network_model: client CPU on one GIL at the function's share of a vCPU, round trips overlapping).
 DISPATCHER_BASE_SECONDS = 0.05
 # The safety net's billed duration: a Python handler's fixed work, plus one round trip per AWS call it makes.
 # (GetRecords by a Lambda trigger is free: https://aws.amazon.com/dynamodb/pricing/on-demand/)
@@ -150,61 +149,81 @@ class MeteredSQS(FakeSQS):
 
 
 def simulate(messages: int = MESSAGES, groups: int = 1) -> dict[str, float]:
-    """Store ``messages``, run the dispatcher (each of ``groups`` shard groups) each minute until all are out; measure everything."""
+    """Store ``messages``, run the dispatcher (each of ``groups`` shard groups) each minute until all are out; measure everything.
+
+    Delivery is timed with zero latency (the clock stands still during a run: lateness and CPU are delivery's
+    own), while each run's calls also go through ``bench.network_model`` on a clock of its own at the
+    function's memory size, and that is its billed duration (client CPU on one GIL at the memory's share of a
+    vCPU, round trips overlapping over the threads).
+    """
     rng = random.Random(7)
-    now = [START]
-    dynamodb = MeteredDynamoDB(clock=lambda: now[0])
+    clock = SimulatedClock(START)
+    dynamodb = MeteredDynamoDB(clock=clock)
     dynamodb.create_table("delay", "pk", "sk")
     dynamodb.create_table("state", "pk")
-    sqs = MeteredSQS(clock=lambda: now[0])
-    client = Client(QUEUE, "delay", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0], sleep=lambda s: None)
-    dispatchers = [DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq", sqs=sqs, dynamodb=dynamodb,
-                                   clock=lambda: now[0], sleep=lambda s: None, parallel=False, group=DispatchGroup(g, groups))
-                   for g in range(groups)]
-    for dispatcher in dispatchers:  # deployed before any message: the first watermark is now, as in a real stack
-        dispatcher.run()
+    sqs = MeteredSQS(clock=clock)
+    client = Client(QUEUE, "delay", sqs=sqs, dynamodb=dynamodb, clock=clock, sleep=lambda s: None)
+    memory_mb = DISPATCHER_MEMORY_MB if groups == 1 else FANOUT_MEMORY_MB
+    timed = _TimedRuns(dynamodb, sqs, clock, memory_mb, groups)
+    timed.run_all()  # deployed before any message: the first watermark is now, as in a real stack
     due: dict[str, float] = {}
     for _ in range(0, messages, 500):
         outgoing = [OutgoingMessage("/remind", BODY, delay=901 + rng.random() * SPREAD_SECONDS) for _ in range(500)]
         for message, result in zip(outgoing, client.send_batch(outgoing), strict=True):
             due[result.message_id] = START + message.delay
     producer_calls = len(dynamodb.calls)
-    safety_net = SafetyNet(dynamodb, sqs, now)
+    safety_net = SafetyNet(dynamodb, sqs, clock)
     safety_net.process(dynamodb.stream)  # the producers' INSERTs, a few minutes after they were written
     dynamodb.side = "scheduler"
-    runs, cpu, billed_s = 0, 0.0, 0.0
-    memory_mb = DISPATCHER_MEMORY_MB if groups == 1 else FANOUT_MEMORY_MB
+    timed.runs = 0
+    timed.billed_seconds = 0.0
     minute = math.floor(START / 60) * 60
     while len(sqs.sent) < messages:
         minute += 60
-        now[0] = minute + rng.uniform(0, 5)  # EventBridge fires within the first seconds of the minute
-        for dispatcher in dispatchers:
-            calls_before = (len(dynamodb.calls), len(sqs.calls))
-            started = time.process_time()
-            dispatcher.run()
-            cpu += time.process_time() - started
-            billed_s += _billed_seconds(dynamodb.calls[calls_before[0]:] + [name for name, _ in sqs.calls[calls_before[1]:]], memory_mb)
-            runs += 1
+        clock.now = minute + rng.uniform(0, 5)  # EventBridge fires within the first seconds of the minute
+        timed.run_all()
     scheduler_calls = len(dynamodb.calls) - producer_calls + len(sqs.calls) - safety_net.calls
     safety_net.process(_ttl_removals(dynamodb))  # each item's TTL REMOVE, after the scheduler sent it
-    lambda_cost = runs * PRICE_PER_LAMBDA_REQUEST + billed_s * memory_mb / 1024 * PRICE_PER_LAMBDA_GB_SECOND_ARM
-    figures = _figures(dynamodb, sqs, due, runs, cpu, producer_calls, scheduler_calls, safety_net, messages, lambda_cost)
-    return {**figures, **safety_net.figures(), "dispatcher_billed_seconds_per_run": billed_s / runs}
+    lambda_cost = timed.runs * PRICE_PER_LAMBDA_REQUEST + timed.billed_seconds * memory_mb / 1024 * PRICE_PER_LAMBDA_GB_SECOND_ARM
+    figures = _figures(dynamodb, sqs, due, timed.runs, timed.cpu, producer_calls, scheduler_calls, safety_net, messages, lambda_cost)
+    return {**figures, **safety_net.figures(), "dispatcher_billed_seconds_per_run": timed.billed_seconds / timed.runs}
 
 
-def _billed_seconds(operations: list[str], memory_mb: int) -> float:
-    """A run's billed duration: DISPATCHER_BASE_SECONDS plus each call's client CPU (at the memory's share of a vCPU) and round trip."""
-    vcpus = min(1.0, memory_mb / LAMBDA_MB_PER_VCPU)
-    seconds = DISPATCHER_BASE_SECONDS
-    for operation in operations:
-        name = _snake(operation)
-        seconds += CLIENT_CPU_SECONDS.get(name, 0.0012) / vcpus + ROUND_TRIP_SECONDS.get(name, 0.008)
-    return seconds
+class _SelfTimedNetwork(Network):
+    """A Network that counts the CPU its own bookkeeping takes, so a run's CPU figure can leave it out."""
+
+    own_cpu_s: float = 0.0
+
+    def send(self, operation: str, messages: int = 0) -> None:
+        started = time.process_time()
+        super().send(operation, messages)
+        self.own_cpu_s += time.process_time() - started
+
+    def answer(self, operation: str) -> None:
+        started = time.process_time()
+        super().answer(operation)
+        self.own_cpu_s += time.process_time() - started
 
 
-def _snake(operation: str) -> str:
-    """``SendMessageBatch`` -> ``send_message_batch``: botocore's method name for an API operation."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
+class _TimedRuns:
+    """Each group's run at the same start, each timed on its own CPU of the network model, and billed as timed."""
+
+    def __init__(self, dynamodb: MeteredDynamoDB, sqs: MeteredSQS, clock: SimulatedClock, memory_mb: int, groups: int) -> None:
+        self.dynamodb, self.sqs, self.clock, self.memory_mb, self.groups = dynamodb, sqs, clock, memory_mb, groups
+        self.runs, self.billed_seconds, self.cpu = 0, 0.0, 0.0
+
+    def run_all(self) -> None:
+        for index in range(self.groups):
+            timer = SimulatedClock(self.clock.now)  # the run's time on the model; the world's clock stands still
+            network = _SelfTimedNetwork(timer, self.memory_mb, OWN_CPU_PER_MESSAGE_SECONDS, DISPATCH_THREADS)
+            dispatcher = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=QUEUE + "-dlq", sqs=network.wrap(self.sqs),
+                                         dynamodb=network.wrap(self.dynamodb), clock=self.clock, sleep=lambda s: None,
+                                         pool=network.pool(), group=DispatchGroup(index, self.groups))
+            started = time.process_time()
+            dispatcher.run()
+            self.cpu += time.process_time() - started - network.own_cpu_s
+            self.runs += 1
+            self.billed_seconds += DISPATCHER_BASE_SECONDS + timer.now - self.clock.now
 
 
 def stream_record(kind: str, item: dict[str, Any], at_s: float) -> dict[str, Any]:
@@ -228,9 +247,9 @@ def _ttl_removals(dynamodb: MeteredDynamoDB) -> list[dict[str, Any]]:
 class SafetyNet:
     """The real DelayRecovery, fed stream records in the batches its event source mapping makes, metered."""
 
-    def __init__(self, dynamodb: MeteredDynamoDB, sqs: MeteredSQS, now: list[float]) -> None:
-        self.dynamodb, self.sqs, self.now = dynamodb, sqs, now
-        self.recovery = DelayRecovery("state", QUEUE, QUEUE + "-dlq", sqs=sqs, dynamodb=dynamodb, clock=lambda: now[0],
+    def __init__(self, dynamodb: MeteredDynamoDB, sqs: MeteredSQS, clock: SimulatedClock) -> None:
+        self.dynamodb, self.sqs, self.clock = dynamodb, sqs, clock
+        self.recovery = DelayRecovery("state", QUEUE, QUEUE + "-dlq", sqs=sqs, dynamodb=dynamodb, clock=clock,
                                       sleep=lambda s: None, delay_table="delay")
         self.invocations = self.calls = 0
         self.billed_seconds = 0.0
@@ -240,7 +259,7 @@ class SafetyNet:
         """Invoke the recovery once per batch, at the time the batch closes."""
         side, self.dynamodb.side = self.dynamodb.side, "safety_net"
         for closes_at, batch in _mapping_batches(records):
-            self.now[0] = max(self.now[0], closes_at)
+            self.clock.now = max(self.clock.now, closes_at)
             calls_before = len(self.dynamodb.calls) + len(self.sqs.calls)
             report = self.recovery.process(batch)
             calls = len(self.dynamodb.calls) + len(self.sqs.calls) - calls_before
