@@ -810,6 +810,7 @@ def measure(messages: int = MESSAGES, one_run_messages: int = ONE_RUN_MESSAGES, 
     return {**base, **scale, **fanned,
             "cost_ratio_vs_eventbridge_scheduler_quiet_traffic_at_fanout_groups": quiet["cost_ratio_vs_eventbridge_scheduler"],
             "cost_per_million_usd_quiet_traffic_at_fanout_groups": quiet["cost_per_million_usd"],
+            "dispatcher_billed_seconds_per_run_quiet_traffic_at_fanout_groups": quiet["dispatcher_billed_seconds_per_run"],
             **spot_check_on_moto(moto_messages), **spot_check_on_moto(moto_messages, MOTO_CHECK_GROUPS)}
 
 
