@@ -13,7 +13,10 @@ in order, from its watermark. Two kinds of item can escape that read:
 The table's stream (NEW_AND_OLD_IMAGES) carries both: the INSERT holds the new item,
 the TTL's REMOVE the old one. The event source mapping passes only those two events
 of message items (``b#...``; see ``infra/delay_recovery.py``), and ``DelayRecovery``
-decides each from the dispatcher's state, read once per batch: the watermark ``W``
+decides each from the dispatcher's state, read once per batch, of the shard group
+that reads the record's shard (``worker_tier.dispatch_group``: the layout is read
+before and after, and all is read again if G changed between; a group without a
+watermark of the layout's epoch stands at the layout's seed): the watermark ``W``
 (first minute not fully dispatched) with its per-shard cursors (how far each shard
 of ``W`` is dispatched), and the record of each minute ``m`` concerned, which the
 dispatcher writes before its first Query of ``m`` (``started_ms``) and, when it
@@ -29,7 +32,7 @@ dead-lettered.
 - INSERT in place, ``m <= W``, ``m`` first queried after ``t + tolerance``: skip; that Query saw it.
 - INSERT otherwise, due within SQS's 900 s: **send now** (``late_writes``).
 - INSERT otherwise, due later, its due minute not passed: **refile** it into that minute on
-  shard ``s % MAX_SHARDS`` (``refiled``); sending it would show it early.
+  the deciding group's shard nearest ``s % MAX_SHARDS`` (``refiled``); sending it would show it early.
 - INSERT otherwise: the watermark is past minutes it cannot have reached: leave the item,
   count it (``watermark_ahead``, alarmed).
 - REMOVE of an item not in a scheduled key, ``m > W``, or ``m = W`` past its shard's cursor:
@@ -77,14 +80,8 @@ from worker_tier.delay import DelayedMessage
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.errors import WorkerTierError
 from worker_tier.retry import BATCH_ENTRIES, chunks
-from worker_tier.dispatcher import (
-    FINISHED_MS_ATTRIBUTE,
-    STARTED_MS_ATTRIBUTE,
-    WATERMARK_KEY,
-    StateError,
-    minute_key,
-    parse_watermark,
-)
+from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, StateError, group_of
+from worker_tier.dispatcher import FINISHED_MS_ATTRIBUTE, STARTED_MS_ATTRIBUTE
 
 INSERT, REMOVE = "INSERT", "REMOVE"
 SKIP, SEND, REFILE, AHEAD = "skip", "send", "refile", "ahead"  # an INSERT's fates
@@ -101,6 +98,8 @@ EVENTUAL_CONSISTENCY_SECONDS = 1
 CLOCK_TOLERANCE_SECONDS = STREAM_TIME_RESOLUTION_SECONDS + EVENTUAL_CONSISTENCY_SECONDS + delay.MAX_CLOCK_SKEW_SECONDS // 2
 DYNAMODB_STREAM_RETENTION_SECONDS = limits.DYNAMODB_STREAM_RETENTION_SECONDS
 MAX_DEAD_LETTER_BODY_HEAD_BYTES = 1024
+# The layout is read before and after the groups' state; if a change of G came between, the state is read again.
+LAYOUT_READS = 3
 
 
 class StreamRecordError(WorkerTierError):
@@ -228,6 +227,7 @@ class _Action:
     message_id: str = ""
     kept: str = ""  # where the item is, for a pointer message
     refile: StreamEvent | None = None  # move this item where the dispatcher reads it
+    refile_shard: int = 0  # onto this shard: one the group that decided it reads
 
 
 def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
@@ -330,43 +330,66 @@ class DelayRecovery:
             else:
                 events.append((position, event))
         readable = [event for _, event in events if isinstance(event, StreamEvent)]
-        state = self._read_state(readable, report) if readable else DispatcherState(None)
-        return [a for a in (self._action(p, e, state, report) for p, e in events) if a is not None]
+        groups, states = self._read_state(readable, report) if readable else (1, {})
+        return [a for a in (self._action(p, e, groups, states, report) for p, e in events) if a is not None]
 
-    def _action(self, position: int, event: StreamEvent | StreamRecordError, state: DispatcherState,
-                report: RecoveryReport) -> _Action | None:
+    def _action(self, position: int, event: StreamEvent | StreamRecordError, groups: int,
+                states: Mapping[DispatchGroup, DispatcherState], report: RecoveryReport) -> _Action | None:
         if isinstance(event, StreamRecordError):
             return _Action(position, body=event.record_text, error=event, message_id=event.event_id,
                            kept="in no readable form but this record")
+        group = group_of(event.shard, groups)
+        state = states[group]
         fate = state.insert_fate(event, self._clock()) if event.kind == INSERT else (
             SEND if state.expiry_was_undispatched(event) else SKIP)
         if fate == SEND:
             return _Action(position, message=event.message, counter="late_writes" if event.kind == INSERT else "recovered_from_ttl")
         if fate == REFILE:
-            return _Action(position, message=None, counter="refiled", refile=event)
+            return _Action(position, message=None, counter="refiled", refile=event, refile_shard=group.shard_for(event.message.shard))
         report.count("watermark_ahead" if fate == AHEAD else "skipped")
         return None
 
-    def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> DispatcherState:
-        """The watermark and its cursors (consistent read), then the minute records the events need.
+    def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> tuple[int, dict[DispatchGroup, DispatcherState]]:
+        """The layout's group count, and the state of each group the events fall in (``_read_group``).
+
+        The layout is read again after the groups: if G changed between, all is read again,
+        so no decision mixes one layout's groups with another's state. An unreadable layout
+        raises StateError: the batch is retried (the dispatcher stops too) until it is fixed.
+        """
+        for _ in range(LAYOUT_READS):
+            item = self._get_state(LAYOUT_KEY)
+            layout = Layout.from_item(item)
+            groups = {group_of(event.shard, layout.groups) for event in events}
+            states = {group: self._read_group(group, layout, [e for e in events if group_of(e.shard, layout.groups) == group],
+                                              report) for group in sorted(groups, key=lambda g: g.index)}
+            if self._get_state(LAYOUT_KEY) == item:
+                return layout.groups, states
+        raise StateError(f"the layout of dispatch groups changed {LAYOUT_READS} times while this batch read it; retried")
+
+    def _read_group(self, group: DispatchGroup, layout: Layout, events: list[StreamEvent], report: RecoveryReport) -> DispatcherState:
+        """One group's watermark and cursors (consistent read; its layout's seed when it has none of this epoch), then its minute records.
 
         An unreadable watermark counts as none (the dispatcher restarts after its latest
         finished minute): an insert into a minute it started is sent, other inserts are
         left to it, expiries sent.
         """
-        item = self._dynamodb.get().get_item(
-            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}, ConsistentRead=True
-        ).get("Item")
         try:
-            state = DispatcherState(None) if item is None else DispatcherState(*parse_watermark(item))
+            position = layout.position(group, self._get_state(group.watermark_key))
         except StateError as error:
             report.state_unreadable = str(error)
-            state = DispatcherState(None)
-        state.minutes = self._read_minutes({e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
+            position = None
+        state = DispatcherState(None) if position is None else DispatcherState(*position)
+        state.minutes = self._read_minutes(group, {e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
         return state
 
-    def _read_minutes(self, buckets: Iterable[int], watermark: int | None) -> dict[int, dict[str, Any]]:
-        """The minute records of ``buckets`` (one GetItem each); absent ones are left out.
+    def _get_state(self, key: str) -> dict[str, Any] | None:
+        """One state-table item, read consistently, or None."""
+        item: dict[str, Any] | None = self._dynamodb.get().get_item(
+            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=True).get("Item")
+        return item
+
+    def _read_minutes(self, group: DispatchGroup, buckets: Iterable[int], watermark: int | None) -> dict[int, dict[str, Any]]:
+        """The group's minute records of ``buckets`` (one GetItem each); absent ones are left out.
 
         Only the watermark's minute is read consistently: whether its record exists yet
         decides an insert. Behind the watermark every record is complete (``started_ms``
@@ -378,7 +401,7 @@ class DelayRecovery:
         found: dict[int, dict[str, Any]] = {}
         for bucket in sorted(buckets):
             item = self._dynamodb.get().get_item(
-                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}},
+                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": group.minute_key(bucket)}},
                 ConsistentRead=watermark is None or bucket == watermark,
             ).get("Item")
             if item is not None:
@@ -425,7 +448,7 @@ class DelayRecovery:
                                       attributes=dict(event.message.attributes), kept="still in the delay table"), report)
             return
         try:
-            delivery.refile(self._dynamodb.get(), table, event.item, event.message.bucket, event.message.shard)
+            delivery.refile(self._dynamodb.get(), table, event.item, event.message.bucket, action.refile_shard)
         except Exception as error:
             if not delivery.is_permanent_write_error(error):  # transient, or access: Lambda retries from this record
                 raise _StoppedError(action.position) from error

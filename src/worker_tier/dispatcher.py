@@ -1,11 +1,17 @@
 """The delay dispatcher: each minute, move what falls due within the horizon from the delay table into SQS.
 
-One run, under a lease in the state table so runs never overlap:
+One run, of one shard group (``worker_tier.dispatch_group``: with ``dispatch_groups`` = G,
+group g reads the shards s with s % G == g, and has its own lease, watermark, minute records
+and first-run Scan; G = 1 is one group over all shards under the keys of before), under
+the group's lease in the state table so its runs never overlap:
 
+0. read the layout of groups; if it has another G, change it first (seeded from the old
+   groups' earliest watermark, so a change loses nothing: see ``dispatch_group``);
 1. read the watermark: the first minute not yet fully dispatched, and that
    minute's per-shard cursors (how far each shard has been dispatched). Without
-   one (first run, deleted, or unreadable: reported), start after the latest
-   minute whose record has ``finished_ms``, else at the earliest minute a
+   one of the layout's epoch, start at the layout's seed; without a seed either
+   (first run, deleted, or unreadable: reported), start after the latest
+   minute whose record has ``finished_ms`` (of this epoch), else at the earliest minute a
    resumable, time-checked Scan finds; never before ``START_LOOKBACK_SECONDS``
    ago (older items are the safety net's). A watermark further ahead of the
    clock than the horizon plus ``WATERMARK_AHEAD_ALLOWANCE_SECONDS`` is reported
@@ -13,8 +19,9 @@ One run, under a lease in the state table so runs never overlap:
 2. for each minute from the watermark to the last one that has ended by
    now + ``DISPATCH_HORIZON_SECONDS``: write the minute's record (``started_ms``
    once, before its first Query ever), then go in rounds. A round reads the next
-   page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
-   the producers used (in parallel), sends the pages merged in due order with
+   page of every open shard of the group, all of its share of the ``delay.MAX_SHARDS``
+   whatever shard count the producers used (in parallel; a page of ``ROUND_ITEMS`` over
+   the group's shard count, so a round is as long whatever G), sends the pages merged in due order with
    ``DelaySeconds = ceil(due − now)`` (0..900, ``now`` read just before each
    SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's
@@ -49,7 +56,7 @@ One run is bound by CPU rather than the network: a single interpreter (the GIL)
 builds and parses every call, and botocore spends milliseconds on each, so the
 threads help until the CPU is full (figures: ``bench/results/scheduler.json``).
 
-Memory holds at most one page per shard (``QUERY_PAGE_ITEMS``). A run that finds itself behind (missed
+Memory holds at most one round (``ROUND_ITEMS``). A run that finds itself behind (missed
 runs, an outage) catches up from the watermark; messages already due go out at
 once, and their lateness is recorded. Dispatched items stay in the table until
 their TTL. Duplicates come only from the round a run died in (killed, crashed,
@@ -70,6 +77,17 @@ from worker_tier import contract, delay, delivery, limits
 from worker_tier.aws import AwsService, LazyClient, error_code, is_condition_failure, new_client
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY, STATE_TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.dispatch_group import (  # noqa: F401 (StateError, parse_watermark: part of this module's API)
+    BUCKET_ATTRIBUTE,
+    CURSORS_ATTRIBUTE,
+    EPOCH_ATTRIBUTE,
+    LAYOUT_KEY,
+    DispatchGroup,
+    Layout,
+    StateError,
+    parse_watermark,
+    watermark_epoch,
+)
 from worker_tier.delivery import (  # noqa: F401 (the errors: part of this module's API)
     DispatchIncompleteError,
     DispatchRefusedError,
@@ -80,17 +98,16 @@ from worker_tier.message import message_bytes
 from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, batches, chunks
 from worker_tier.state import Lease
 
-# State-table keys: every key the scheduler writes starts with "scheduler#".
-LEASE_KEY = "scheduler#lease"
-WATERMARK_KEY = "scheduler#watermark"
-SCAN_KEY = "scheduler#scan"  # the first run's Scan, resumable: where it stopped and the earliest minute so far
+# State-table keys: every key the dispatcher writes starts with "scheduler#". These are group 0 of 1's, the keys
+# of a dispatcher that never fanned out; each DispatchGroup has its own (worker_tier.dispatch_group).
+LEASE_KEY = DispatchGroup().lease_key
+WATERMARK_KEY = DispatchGroup().watermark_key
+SCAN_KEY = DispatchGroup().scan_key  # the first run's Scan, resumable: where it stopped and the earliest minute so far
 SCAN_EARLIEST_ATTRIBUTE = "earliest"
 SCAN_NEXT_KEY_ATTRIBUTE = "next_key"  # the Scan's LastEvaluatedKey, as JSON
-MINUTE_KEY_PREFIX = "scheduler#minute#"  # one record per minute, read by the safety net
+MINUTE_KEY_PREFIX = DispatchGroup().minute_key(0).removesuffix("0")  # one record per minute, read by the safety net
 STARTED_MS_ATTRIBUTE = "started_ms"  # when the dispatcher first began to read the minute, epoch ms
 FINISHED_MS_ATTRIBUTE = "finished_ms"  # when it had read every shard of the minute, just before passing it
-BUCKET_ATTRIBUTE = "bucket"
-CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
 MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60  # after the minute, set when the minute is finished
 # A first run (or one after the watermark was lost) starts no earlier than this before now: older minutes'
 # items are the safety net's (their TTL REMOVE recovers them), so a stray old key cannot cost days of catch-up.
@@ -112,17 +129,21 @@ SEND_FLOOR_MS = 2 * DISPATCHER_CALL_SECONDS * 1000
 RUN_MARGIN_MS = 10_000
 # A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
 QUERY_PAGE_ITEMS = 100
+# A round reads at most this many items whatever the group's share of the shards: a group of fewer shards reads
+# larger pages (one shard: 1,600 items, ~320 KB of 200 B items), so its rounds are as long as one group's of all 16.
+ROUND_ITEMS = QUERY_PAGE_ITEMS * delay.MAX_SHARDS
 # The run's threads: one Query per shard in flight at once, and as many SendMessageBatch calls. A botocore
 # client pools 10 connections by default; the dispatcher's clients pool this many.
 DISPATCH_THREADS = 16
 # A horizon beyond SQS's longest DelaySeconds would send a message that SQS then shows early (DelaySeconds clamps).
 MAX_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 TIME_RUNNING_OUT = "invocation time running out"
+LAYOUT_CHANGING = "the layout of dispatch groups changed again while this run read it: the next run goes on"
 SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
 
 
 def minute_key(bucket: int) -> str:
-    """The state-table key of minute ``bucket``'s start record.
+    """The state-table key of minute ``bucket``'s start record, for a dispatcher of one group (``DispatchGroup.minute_key``).
 
     Examples
     --------
@@ -136,15 +157,12 @@ class LeaseLostError(WorkerTierError):
     """Another run moved the watermark: this run no longer holds the lease."""
 
 
-class StateError(WorkerTierError, ValueError):
-    """A dispatcher state item (the watermark) is not as the dispatcher writes it."""
-
-
 @dataclass
 class RunReport:
     """What one run did."""
 
     ran: bool = True
+    group: int = 0  # the shard group the run dispatched (worker_tier.dispatch_group)
     buckets: int = 0
     sent: int = 0
     dead_lettered: int = 0
@@ -198,7 +216,9 @@ class DelayDispatcher:
         parallel: bool = True,
         horizon_seconds: int = DISPATCH_HORIZON_SECONDS,
         pool: Any = None,
+        group: DispatchGroup = DispatchGroup(),
     ) -> None:
+        self.group = group  # the shards this dispatcher reads, and its state keys (worker_tier.dispatch_group)
         self.delay_table = delay_table
         self.state_table = state_table
         self.queue_url = queue_url
@@ -208,20 +228,32 @@ class DelayDispatcher:
         self._sqs = LazyClient("sqs", sqs, factory=_pooled_client("sqs"))
         self._clock = clock
         self._sleep = sleep
-        self._lease = Lease(state_table, LEASE_KEY, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
+        self._lease = Lease(state_table, group.lease_key, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
+        self._layout = Layout()  # the run's, read before anything else
         self.delivery = Delivery(self._sqs, dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
         # Anything with Executor.map; the bench passes one that runs the calls on a simulated clock.
         self._given_pool, self._parallel = pool, parallel
         self._pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
         self._refiled_buckets: set[int] = set()  # minutes this dispatcher refiled into: Queried consistently
+        self._siblings: dict[int, DelayDispatcher] = {group.index: self}
+
+    def for_group(self, index: int) -> DelayDispatcher:
+        """The dispatcher of group ``index`` of this one's group count, sharing its clients, clock and pool; made once."""
+        if index not in self._siblings:
+            self._siblings[index] = DelayDispatcher(
+                self.delay_table, self.state_table, self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
+                sqs=self._sqs.get(), dynamodb=self._dynamodb.get(), clock=self._clock, sleep=self._sleep,
+                parallel=self._parallel, horizon_seconds=self.horizon_seconds, pool=self._given_pool,
+                group=DispatchGroup(index, self.group.count))
+        return self._siblings[index]
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
         """One dispatch run; see the module docstring."""
         holder = str(uuid.uuid4())
         self._sqs.get()  # clients are made here, not in the pool's threads (a boto3 session is not thread-safe)
         if not self._acquire(holder):
-            return RunReport(ran=False, stopped="another run holds the lease")
-        report = RunReport()
+            return RunReport(ran=False, group=self.group.index, stopped="another run holds the lease")
+        report = RunReport(group=self.group.index)
         own_pool = ThreadPoolExecutor(max_workers=DISPATCH_THREADS) if self._given_pool is None and self._parallel else None
         self._pool = self._given_pool or own_pool
         try:
@@ -235,6 +267,10 @@ class DelayDispatcher:
         return report
 
     def _dispatch(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> None:
+        layout = self._read_layout(report)
+        if layout is None:
+            return
+        self._layout = layout
         start = self._read_watermark(report, remaining_ms)
         if start is None:
             report.stopped = SCAN_UNFINISHED
@@ -290,7 +326,7 @@ class DelayDispatcher:
             "TableName": self.delay_table,
             "KeyConditionExpression": "pk = :pk",
             "ExpressionAttributeValues": {":pk": pk},
-            "Limit": QUERY_PAGE_ITEMS,
+            "Limit": ROUND_ITEMS // len(self.group.shards),
         }
         if after is not None:
             request["ExclusiveStartKey"] = {contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: {"S": after}}
@@ -323,7 +359,8 @@ class DelayDispatcher:
         """
         try:
             self._with_retries(
-                lambda: delivery.refile(self._dynamodb.get(), self.delay_table, item, message.bucket, message.shard),
+                lambda: delivery.refile(self._dynamodb.get(), self.delay_table, item, message.bucket,
+                                        self.group.shard_for(message.shard)),
                 give_up=delivery.is_permanent_write_error,
             )
         except Exception as error:
@@ -351,18 +388,56 @@ class DelayDispatcher:
         """Give the lease back, if this run still holds it (else it was taken over after running out)."""
         self._lease.release(self._dynamodb.get(), holder)
 
+    def _read_layout(self, report: RunReport) -> Layout | None:
+        """The layout of dispatch groups, changed to this dispatcher's group count first if it differs; None: stop.
+
+        The change is a conditional put over the layout read, so of two groups changing it
+        at once one wins and the other takes the winner's (its seed was read as safely).
+        """
+        for _ in range(2):
+            item = self._get_state(LAYOUT_KEY)
+            try:
+                layout = Layout.from_item(item)
+            except StateError as error:
+                report.state_unreadable = f"{error}: the delay dispatcher stops until it is deleted (then G = 1, epoch 0)"
+                report.stopped = report.state_unreadable
+                return None
+            if layout.groups == self.group.count:
+                return layout
+            changed = layout.changed_to(self.group.count, self._get_state)
+            condition = "attribute_not_exists(pk)" if item is None else "#epoch = :epoch"
+            values = {} if item is None else {"ExpressionAttributeNames": {"#epoch": EPOCH_ATTRIBUTE},
+                                              "ExpressionAttributeValues": {":epoch": {"N": str(layout.epoch)}}}
+            try:
+                self._with_retries(lambda: self._dynamodb.get().put_item(
+                    TableName=self.state_table, Item=changed.item(), ConditionExpression=condition, **values))
+                return changed
+            except Exception as error:
+                if not is_condition_failure(error):
+                    raise
+        report.stopped = LAYOUT_CHANGING
+        return None
+
     def _read_watermark(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> tuple[int, dict[int, str]] | None:
-        """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished."""
-        item = self._get_state(WATERMARK_KEY)
-        if item is not None:
+        """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished.
+
+        A watermark of an earlier layout's epoch is deleted, and the group starts at the layout's seed.
+        """
+        item = self._get_state(self.group.watermark_key)
+        stale = item is not None and watermark_epoch(item) != self._layout.epoch
+        if item is not None and not stale:
             try:
                 return parse_watermark(item)
             except StateError as error:  # not ours: start again as if it were lost (the next write replaces it)
                 report.state_unreadable = str(error)
-                self._with_retries(lambda: self._dynamodb.get().delete_item(
-                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY}}))
-        start = self._restart_minute(remaining_ms)
-        return None if start is None else (start, {})
+        if item is not None:
+            self._with_retries(lambda: self._dynamodb.get().delete_item(
+                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": self.group.watermark_key}}))
+        start = self._layout.start(self.group) if item is None or stale else None
+        if start is not None:
+            return start
+        minute = self._restart_minute(remaining_ms)
+        return None if minute is None else (minute, {})
 
     def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
         """One state-table item, or None."""
@@ -378,7 +453,7 @@ class DelayDispatcher:
         reaches the safety net, which sends what was not dispatched.
         """
         floor = math.floor((self._clock() - START_LOOKBACK_SECONDS) / BUCKET_SECONDS)
-        scan = self._get_state(SCAN_KEY)
+        scan = self._get_state(self.group.scan_key)
         if scan is None:
             finished = self._latest_finished_minute(floor, remaining_ms)
             if finished is not None:
@@ -390,8 +465,8 @@ class DelayDispatcher:
         """Probe minute records back from the horizon to ``floor``; the first with ``finished_ms``, or None."""
         bucket = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
         while bucket >= floor and not self._time_low(remaining_ms):
-            record = self._get_state(minute_key(bucket), consistent=False)
-            if record is not None and FINISHED_MS_ATTRIBUTE in record:
+            record = self._get_state(self.group.minute_key(bucket), consistent=False)
+            if record is not None and FINISHED_MS_ATTRIBUTE in record and watermark_epoch(record) == self._layout.epoch:
                 return bucket
             bucket -= 1
         return None
@@ -413,7 +488,7 @@ class DelayDispatcher:
             earliest = min([earliest, *(_scheduled_minute(item) for item in page.get("Items") or [])])
             if "LastEvaluatedKey" not in page:
                 self._with_retries(lambda: self._dynamodb.get().delete_item(
-                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": SCAN_KEY}}))
+                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": self.group.scan_key}}))
                 return earliest
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
             self._save_scan(earliest, page["LastEvaluatedKey"])
@@ -422,7 +497,7 @@ class DelayDispatcher:
     def _save_scan(self, earliest: int, next_key: dict[str, Any]) -> None:
         """Where the first run's Scan stopped, and the earliest minute it found so far."""
         self._with_retries(lambda: self._dynamodb.get().put_item(TableName=self.state_table, Item={
-            STATE_TABLE_PARTITION_KEY: {"S": SCAN_KEY},
+            STATE_TABLE_PARTITION_KEY: {"S": self.group.scan_key},
             SCAN_EARLIEST_ATTRIBUTE: {"N": str(earliest)},
             SCAN_NEXT_KEY_ATTRIBUTE: {"S": json.dumps(next_key, sort_keys=True)},
         }))
@@ -430,9 +505,10 @@ class DelayDispatcher:
     def _write_watermark(self, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
         """Put the watermark (minute and cursors), only over the minute this run found; else LeaseLostError."""
         item = {
-            STATE_TABLE_PARTITION_KEY: {"S": WATERMARK_KEY},
+            STATE_TABLE_PARTITION_KEY: {"S": self.group.watermark_key},
             BUCKET_ATTRIBUTE: {"N": str(bucket)},
             CURSORS_ATTRIBUTE: {"M": {str(shard): {"S": sk} for shard, sk in sorted(cursors.items())}},
+            **self._epoch_attribute(),
         }
         try:
             self._with_retries(lambda: self._dynamodb.get().put_item(
@@ -448,17 +524,24 @@ class DelayDispatcher:
             raise
 
     def _record_finish(self, bucket: int) -> None:
-        """Stamp minute ``bucket``'s record with the time every shard had been read."""
+        """Stamp minute ``bucket``'s record with the time every shard had been read (and the epoch, after a change of G)."""
+        epoch = self._epoch_attribute()
         self._with_retries(lambda: self._dynamodb.get().update_item(
             TableName=self.state_table,
-            Key={STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)}},
-            UpdateExpression="SET #finished = :finished, #expiration = :expiration",
-            ExpressionAttributeNames={"#finished": FINISHED_MS_ATTRIBUTE, "#expiration": STATE_TABLE_TTL_ATTRIBUTE},
+            Key={STATE_TABLE_PARTITION_KEY: {"S": self.group.minute_key(bucket)}},
+            UpdateExpression="SET #finished = :finished, #expiration = :expiration" + (", #epoch = :epoch" if epoch else ""),
+            ExpressionAttributeNames={"#finished": FINISHED_MS_ATTRIBUTE, "#expiration": STATE_TABLE_TTL_ATTRIBUTE,
+                                      **({"#epoch": EPOCH_ATTRIBUTE} if epoch else {})},
             ExpressionAttributeValues={
                 ":finished": {"N": str(int(self._clock() * 1000))},
                 ":expiration": {"N": str(bucket * BUCKET_SECONDS + MINUTE_RECORD_RETENTION_SECONDS)},
+                **({":epoch": epoch[EPOCH_ATTRIBUTE]} if epoch else {}),
             },
         ))
+
+    def _epoch_attribute(self) -> dict[str, Any]:
+        """The layout's epoch as an item attribute; none in epoch 0, so a dispatcher that never changed G writes what it always did."""
+        return {EPOCH_ATTRIBUTE: {"N": str(self._layout.epoch)}} if self._layout.epoch else {}
 
     def _record_start(self, bucket: int) -> None:
         """Write minute ``bucket``'s start record unless one exists: the first start time is kept.
@@ -467,7 +550,7 @@ class DelayDispatcher:
         (the safety net needs it); ``_record_finish`` sets the TTL.
         """
         item = {
-            STATE_TABLE_PARTITION_KEY: {"S": minute_key(bucket)},
+            STATE_TABLE_PARTITION_KEY: {"S": self.group.minute_key(bucket)},
             STARTED_MS_ATTRIBUTE: {"N": str(int(self._clock() * 1000))},
         }
         try:
@@ -503,7 +586,7 @@ class _MinuteDispatch:
         """True when every shard of the minute is dispatched; False when the run must stop."""
         if not self.cursors:  # never started, or started and found nothing: the record's condition keeps the first
             self.dispatcher._record_start(self.bucket)
-        open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in range(delay.MAX_SHARDS)}
+        open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in self.dispatcher.group.shards}
         while open_shards:
             if self.dispatcher._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
@@ -662,24 +745,6 @@ def _batches(sizes: list[int]) -> Iterator[list[int]]:
     """Indices in runs of at most 10 entries and SQS's total bytes per SendMessageBatch."""
     return batches(range(len(sizes)), sizes.__getitem__, max_count=limits.SQS_MAX_BATCH_ENTRIES,
                          max_bytes=limits.SQS_MAX_MESSAGE_BYTES)
-
-
-def parse_watermark(item: dict[str, Any]) -> tuple[int, dict[int, str]]:
-    """The watermark item's minute and per-shard cursors; StateError when it is not as the dispatcher writes it.
-
-    Examples
-    --------
-    >>> parse_watermark({"bucket": {"N": "30000016"}, "cursors": {"M": {"3": {"S": "1800000960000#m-1"}}}})
-    (30000016, {3: '1800000960000#m-1'})
-    """
-    try:
-        bucket = int(item[BUCKET_ATTRIBUTE]["N"])
-        cursors = {int(shard): value["S"] for shard, value in item.get(CURSORS_ATTRIBUTE, {"M": {}})["M"].items()}
-    except (AttributeError, KeyError, TypeError, ValueError) as error:
-        raise StateError(f"watermark item {json.dumps(item, default=repr)[:200]} is unreadable ({type(error).__name__}: "
-                         f"{error}); it needs {BUCKET_ATTRIBUTE} as a number and {CURSORS_ATTRIBUTE} as a map of shard to "
-                         "string sort key") from error
-    return bucket, cursors
 
 
 def _scheduled_minute(item: dict[str, Any]) -> int:

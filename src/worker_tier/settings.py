@@ -44,6 +44,9 @@ DEFAULT_DELAY_SHARDS = 8
 # and an empty Query still costs 0.5 read unit: 16 shards is ~16,000 writes/s into one minute's partitions
 # (DynamoDB's 1,000 per partition) and keeps the delay path under half EventBridge Scheduler's cost (make bench).
 MAX_DELAY_SHARDS = 16
+# One delay dispatcher invocation each minute reads every shard; fanned out, one per group of shards (shard % groups).
+# At most one group per shard. `make bench` (docs/benchmarks.md#delay-dispatch-at-scale) measures what each G carries.
+DEFAULT_DISPATCH_GROUPS = 1
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 30
 HEARTBEAT_MARGIN_SECONDS = 10
 # Container worker (opt-in): backlog-per-task target = target_latency_seconds / avg_processing_seconds.
@@ -107,6 +110,7 @@ _RANGES: dict[str, _Range] = {
     "timeout_margin": _Range(1, limits.LAMBDA_MAX_TIMEOUT_SECONDS),
     "oldest_message_alarm": _Range(60, limits.SQS_MAX_RETENTION_SECONDS),
     "delay_shards": _Range(1, MAX_DELAY_SHARDS),
+    "dispatch_groups": _Range(1, MAX_DELAY_SHARDS),
     "heartbeat_interval": _Range(1, 3600),
     "target_latency_seconds": _Range(1, 7 * 24 * 3600),
     "avg_processing_seconds": _Range(1, 7 * 24 * 3600),
@@ -212,6 +216,14 @@ class Settings:
         DEFAULT_DELAY_SHARDS,
         "Partitions a producer spreads one minute of the delay table over. The delay dispatcher reads all 16 "
         "whatever the setting, so changing it is safe.",
+    )
+    dispatch_groups: int = _setting(
+        DEFAULT_DISPATCH_GROUPS,
+        "Delay dispatcher invocations each minute, group g reading the shards s with s % dispatch_groups == g, each "
+        "with its own lease and watermark: more delayed messages due per minute put on time (docs/benchmarks.md), "
+        "if producers spread them over at least as many delay_shards. Above 1 the dispatcher gets a full vCPU "
+        "(1,769 MB). Each group adds an invocation and about 5 state-table writes a minute. Changing it loses nothing "
+        "and sends nothing early: what was dispatched after the slowest group's watermark is sent again.",
     )
     heartbeat: bool = _setting(
         False,

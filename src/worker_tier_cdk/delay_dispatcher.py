@@ -1,4 +1,4 @@
-"""``DelayDispatcher``: the delay table, the dispatcher function, its one-minute schedule and its lag alarm."""
+"""``DelayDispatcher``: the delay table, the dispatcher function, its one-minute schedule per shard group and its lag alarm."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_
 from worker_tier.contract import DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX
 from worker_tier.contract import (
     DELAY_SHARDS_VARIABLE,
+    DISPATCH_GROUP_FIELD,
+    DISPATCH_GROUPS_VARIABLE,
     METRIC_DISPATCHER_LAG,
     METRIC_DISPATCHER_STATE_UNREADABLE,
     METRIC_DISPATCHER_WATERMARK_AHEAD,
@@ -38,6 +40,9 @@ DISPATCHER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
 DISPATCHER_TIMEOUT_SECONDS = 60
 DISPATCHER_PERIOD_SECONDS = 60
 DISPATCHER_MEMORY_MB = 256
+# Fanned out (dispatch_groups > 1), each group's run gets a full vCPU: one run is bound by its CPU (one GIL), and at
+# 1,769 MB "a function has the equivalent of one vCPU" (https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html).
+FANOUT_MEMORY_MB = 1769
 # Normal lag is under a minute (one run per minute); three minutes means runs are failing or missing.
 LAG_ALARM_SECONDS = 3 * 60
 
@@ -53,8 +58,9 @@ class DelayDispatcherProps:
 
 
 class DelayDispatcher(Construct):
-    """Public attributes: ``table`` (the delay table), ``function``, ``rule``, ``lag_alarm``, ``watermark_ahead_alarm``,
-    ``state_unreadable_alarm`` and ``recovery`` (its safety net)."""
+    """Public attributes: ``table`` (the delay table), ``function``, ``rule`` (group 0's), ``rules`` (one per shard group,
+    ``settings.dispatch_groups``), ``lag_alarm``, ``watermark_ahead_alarm``, ``state_unreadable_alarm`` and ``recovery``
+    (its safety net)."""
 
     def __init__(self, scope: Construct, construct_id: str, props: DelayDispatcherProps) -> None:
         super().__init__(scope, construct_id)
@@ -79,12 +85,12 @@ class DelayDispatcher(Construct):
             ServiceFunctionProps(
                 handler=DISPATCHER_HANDLER,
                 timeout_seconds=DISPATCHER_TIMEOUT_SECONDS,
-                memory_mb=DISPATCHER_MEMORY_MB,
+                memory_mb=DISPATCHER_MEMORY_MB if props.settings.dispatch_groups == 1 else FANOUT_MEMORY_MB,
                 # It reads every shard, so it needs the table but not the producers' shard count.
-                environment=Resources(
+                environment={**Resources(
                     delay_table=self.table.table_name, queue_url=props.queue.queue_url,
                     dlq_url=props.dead_letter_queue.queue_url, state_table=props.state_table.table_name,
-                ).to_environment(),
+                ).to_environment(), DISPATCH_GROUPS_VARIABLE: str(props.settings.dispatch_groups)},
                 description="Worker Tier: moves due delayed messages from the delay table into SQS",
             ),
         )
@@ -98,13 +104,8 @@ class DelayDispatcher(Construct):
         grant_items(self.table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update): scheduler# items only.
         grant_items(props.state_table, self.function, actions=DISPATCHER_STATE_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])
-        self.rule = events.Rule(
-            self,
-            "EveryMinute",
-            schedule=events.Schedule.rate(Duration.seconds(DISPATCHER_PERIOD_SECONDS)),
-            # A missed run is not retried: the next one catches up from the watermark.
-            targets=[events_targets.LambdaFunction(self.function, retry_attempts=0, max_event_age=Duration.minutes(1))],
-        )
+        self.rules = [self._schedule(group) for group in range(props.settings.dispatch_groups)]
+        self.rule = self.rules[0]
         self.lag_alarm = cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
             metric_name=METRIC_DISPATCHER_LAG,
@@ -132,6 +133,18 @@ class DelayDispatcher(Construct):
         self.recovery = DelayRecovery(self, "Recovery", DelayRecoveryProps(
             delay_table=self.table, state_table=props.state_table, queue=props.queue, dead_letter_queue=props.dead_letter_queue,
         ))
+
+    def _schedule(self, group: int) -> events.Rule:
+        """Group ``group``'s run every minute; group 0's rule is the one of before the fan-out, with no input (group 0)."""
+        event = None if group == 0 else events.RuleTargetInput.from_object({DISPATCH_GROUP_FIELD: group})
+        return events.Rule(
+            self,
+            "EveryMinute" if group == 0 else f"EveryMinuteGroup{group}",
+            schedule=events.Schedule.rate(Duration.seconds(DISPATCHER_PERIOD_SECONDS)),
+            # A missed run is not retried: the next one catches up from the watermark.
+            targets=[events_targets.LambdaFunction(self.function, event=event, retry_attempts=0,
+                                                   max_event_age=Duration.minutes(1))],
+        )
 
     def producer_environment(self, settings: Settings) -> dict[str, str]:
         """What a producer (any function using Client.from_env) needs to send long delays."""

@@ -7,7 +7,13 @@ from aws_cdk.assertions import Match
 
 from worker_tier import contract
 from worker_tier.dispatcher import LEASE_SECONDS
-from worker_tier_cdk.delay_dispatcher import DISPATCHER_PERIOD_SECONDS, DISPATCHER_TIMEOUT_SECONDS, LAG_ALARM_SECONDS
+from worker_tier_cdk.delay_dispatcher import (
+    DISPATCHER_MEMORY_MB,
+    DISPATCHER_PERIOD_SECONDS,
+    DISPATCHER_TIMEOUT_SECONDS,
+    FANOUT_MEMORY_MB,
+    LAG_ALARM_SECONDS,
+)
 
 
 def _policy_statements(template, role_prefix: str) -> list[dict]:
@@ -119,3 +125,38 @@ def test_a_killed_run_lease_blocks_at_most_one_run_period(template):
     # THEN a living run always holds its lease, and a killed run's lease outlives it by at most one run period
     assert timeout == DISPATCHER_TIMEOUT_SECONDS
     assert timeout < LEASE_SECONDS <= timeout + DISPATCHER_PERIOD_SECONDS
+
+
+def test_one_group_keeps_one_rule_without_input_at_256_mb(template):
+    # GIVEN the default settings (dispatch_groups 1)  THEN one dispatcher rule, with no input, as before the fan-out
+    rules = [r for r in template.find_resources("AWS::Events::Rule").values()
+             if r["Properties"].get("ScheduleExpression") == "rate(1 minute)" and "Input" not in r["Properties"]["Targets"][0]]
+    assert len(rules) >= 1
+    template.has_resource_properties("AWS::Lambda::Function", {
+        "Handler": "worker_tier.handlers.dispatcher.lambda_handler", "MemorySize": DISPATCHER_MEMORY_MB,
+        "Environment": {"Variables": Match.object_like({contract.DISPATCH_GROUPS_VARIABLE: "1"})}})
+
+
+@pytest.fixture(scope="module")
+def fanned_out_template():
+    from aws_cdk.assertions import Template
+
+    from tests.infra.conftest import synth
+    from worker_tier.settings import Settings
+
+    stack, _ = synth(Settings(dispatch_groups=4, delay_shards=16))
+    return Template.from_stack(stack)
+
+
+def test_each_shard_group_has_its_own_schedule_naming_it(fanned_out_template):
+    # GIVEN dispatch_groups 4  THEN groups 1..3 each get a rule passing {"group": g}, and group 0 keeps its rule without input
+    inputs = sorted(r["Properties"]["Targets"][0].get("Input", "{}")
+                    for r in fanned_out_template.find_resources("AWS::Events::Rule").values()
+                    if r["Properties"]["Targets"][0]["Arn"].get("Fn::GetAtt", [""])[0].startswith("DelaysScheduler"))
+    assert inputs == ['{"group":1}', '{"group":2}', '{"group":3}', "{}"]
+
+
+def test_a_fanned_out_dispatcher_gets_a_full_vcpu_and_knows_its_group_count(fanned_out_template):
+    fanned_out_template.has_resource_properties("AWS::Lambda::Function", {
+        "Handler": "worker_tier.handlers.dispatcher.lambda_handler", "MemorySize": FANOUT_MEMORY_MB,
+        "Environment": {"Variables": Match.object_like({contract.DISPATCH_GROUPS_VARIABLE: "4"})}})

@@ -31,6 +31,7 @@ from worker_tier.dispatcher import (
     WATERMARK_KEY,
     minute_key,
 )
+from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout
 
 START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)
@@ -254,9 +255,9 @@ def test_an_insert_ahead_of_the_watermark_is_left_to_the_scheduler(world):
     world.watermark(MINUTE)
     # WHEN a message due in minute M + 20 is stored
     report = world.recovery().process([world.insert(item(START + 20 * 60), START)])
-    # THEN nothing is sent, and no minute record is even read (the one GetItem is the watermark's)
+    # THEN nothing is sent, and no minute record is even read (the GetItems: the layout, the watermark, the layout again)
     assert world.sqs.sent == [] and report.skipped == 1
-    assert world.dynamodb.count("GetItem") == 1
+    assert world.dynamodb.count("GetItem") == 3
 
 
 def test_an_insert_into_the_current_minute_before_its_first_query_is_left_to_the_scheduler(world):
@@ -605,8 +606,8 @@ def test_each_minute_record_a_batch_needs_is_read_once(world):
     records = [world.expire(item(START + 25 * n, f"b{n}", f"m-{n}"), world.now) for n in range(5)]
     # WHEN processed
     report = world.recovery().process(records)
-    # THEN the state table was read three times: the watermark, and each minute once
-    assert report.skipped == 5 and world.dynamodb.count("GetItem") == 3
+    # THEN the state table was read five times: the layout, the watermark, each minute once, the layout again
+    assert report.skipped == 5 and world.dynamodb.count("GetItem") == 5
 
 
 # -- issue #8, delay-path audit ----------------------------------------------------------------
@@ -775,7 +776,8 @@ def test_only_the_watermarks_minute_record_is_read_consistently(world):
     world.recovery().process([world.expire(item(START + 5), world.now), world.expire(item(START + 65, message_id="m-2"), world.now),
                               world.insert(item(START + 130, message_id="m-3"), START - 900)])
     # THEN the watermark and its minute's record are consistent reads, the others eventually consistent
-    assert reads == [(WATERMARK_KEY, True), (minute_key(MINUTE), False), (minute_key(MINUTE + 1), False), (minute_key(MINUTE + 2), True)]
+    assert reads == [(LAYOUT_KEY, True), (WATERMARK_KEY, True), (minute_key(MINUTE), False), (minute_key(MINUTE + 1), False),
+                     (minute_key(MINUTE + 2), True), (LAYOUT_KEY, True)]
 
 
 def test_without_a_watermark_an_insert_into_a_minute_the_scheduler_started_is_sent(world):
@@ -803,3 +805,72 @@ def test_a_refile_dynamodb_refuses_for_good_is_dead_lettered_and_the_batch_goes_
     (dead,) = world.sqs.dead_letters()
     assert "DynamoDB refused the copy" in json.dumps(dead)
     assert set(world.dynamodb.tables["delay"]) == {(odd["pk"]["S"], odd["sk"]["S"])}
+
+
+# -- fanned out: each record is decided on its shard group's state -----------------------------------------------
+
+
+def _layout(world: World, layout: Layout) -> None:
+    world.dynamodb.put_item(TableName="state", Item=layout.item())
+
+
+def _group_watermark(world: World, group: DispatchGroup, bucket: int, epoch: int) -> None:
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": group.watermark_key}, "bucket": {"N": str(bucket)},
+                                                     "epoch": {"N": str(epoch)}})
+
+
+def test_an_insert_is_decided_on_its_own_groups_watermark(world):
+    # GIVEN two groups: group 1 (shard 3's) past minute M + 1, group 0 still at M
+    _layout(world, Layout(2, 1, MINUTE - 5))
+    _group_watermark(world, DispatchGroup(0, 2), MINUTE, 1)
+    _group_watermark(world, DispatchGroup(1, 2), MINUTE + 2, 1)
+    # WHEN a late write lands on shard 3 in minute M + 1, and another on shard 2 in the same minute
+    on_2 = {**item(START + 70, message_id="m-2"), "pk": {"S": f"b#{MINUTE + 1}#2"}}
+    report = world.recovery().process([world.insert(item(START + 70), START + 60), world.insert(on_2, START + 60)])
+    # THEN shard 3's (group 1 passed its minute) is sent; shard 2's is left to group 0, which has not read it yet
+    assert report.late_writes == 1 and report.skipped == 1
+    assert [e["MessageBody"] for e in world.sqs.sent] == ["hello"]
+
+
+def test_a_group_without_a_watermark_of_this_epoch_is_at_the_layouts_seed(world):
+    # GIVEN G changed to 2 (epoch 1, seed M + 3); group 1 has only a watermark of an earlier epoch, far ahead
+    _layout(world, Layout(2, 1, MINUTE + 3))
+    _group_watermark(world, DispatchGroup(1, 2), MINUTE + 50, 0)
+    # WHEN a late write lands on shard 3 in minute M + 1, behind the seed
+    report = world.recovery().process([world.insert(item(START + 70), START + 60)])
+    # THEN it is sent: the new group starts at the seed and never reads it
+    assert report.late_writes == 1
+
+
+def test_a_recovery_refile_goes_onto_a_shard_of_the_group_that_decided_it(world):
+    # GIVEN four groups, all at M; an item due in M + 30 written on an unread shard (99: group 3 decides)
+    _layout(world, Layout(4, 1, MINUTE))
+    stray = {**item(START + 1800), "pk": {"S": f"b#{MINUTE}#99"}}
+    # WHEN its insert is processed
+    report = DelayRecovery("state", QUEUE, DLQ, sqs=world.sqs, dynamodb=world.dynamodb, clock=lambda: world.now,
+                           sleep=lambda s: None, delay_table="delay")
+    world.dynamodb.create_table("delay", "pk", "sk")
+    world.dynamodb.put_item(TableName="delay", Item=stray)
+    result = report.process([world.insert(stray, START)])
+    # THEN it moved into its due minute on shard 3 (the item's shard, in group 3): a shard group 3 reads
+    assert result.refiled == 1
+    assert set(world.dynamodb.tables["delay"]) == {(f"b#{MINUTE + 30}#3", stray["sk"]["S"])}
+
+
+def test_a_layout_changing_under_the_batch_is_read_again(world):
+    # GIVEN a layout that changes between the batch's two reads of it, once
+    world.watermark(MINUTE + 2)
+    changes = iter([Layout(2, 1, MINUTE + 2)])
+
+    def change_once(operation, params):
+        if operation == "GetItem" and params["Key"]["pk"]["S"] == WATERMARK_KEY:
+            layout = next(changes, None)
+            if layout is not None:
+                _layout(world, layout)
+    world.dynamodb.fault = change_once
+    # WHEN a late write behind the watermark is processed
+    report = world.recovery().process([world.insert(item(START + 70), START + 60)])
+    # THEN the state was read again under the new layout (group 1 of 2 at its seed), and the write sent
+    assert report.late_writes == 1
+    # (the layout, the watermark, minute M + 1's record, the layout; again with group 1 of 2's watermark and record)
+    assert world.dynamodb.count("GetItem") == 8

@@ -9,18 +9,22 @@ missed minutes or outages longer than the old 6-hour TTL, short of time
 mid-minute, or crashing before a watermark write or while batches are in flight;
 a run stalled past its lease and overtaken by a whole other run, then going on;
 SendMessageBatch entries failing; Query throttled; BatchWriteItem leaving items
-unprocessed. Each run's Queries and batches go through ``ShuffledPool``, in any
+unprocessed. Fanned out: every run is one shard group's (``dispatch_groups`` of 1, 2, 3, 4
+or 16, changed at random, also while a run of the old layout is stalled mid-way and
+goes on after a new group ran), groups run in any order, and the watermark invariant
+is checked for each group of the layout on its own shards. Each run's Queries and batches go through ``ShuffledPool``, in any
 order, as the dispatcher's threads may finish them. SQS is the strict stand-in,
 so it refuses what real SQS refuses.
 
 Invariants, after every step:
 - no message is visible in the work queue before its due time;
 - every dead-lettered message carries a parseable ``worker_tier.failure`` reason;
-- the watermark never passes a message that is neither delivered nor dead-lettered
-  (late writes excepted: see below);
+- no group's watermark (of the layout's epoch) passes a message on its shards that is neither
+  delivered nor dead-lettered (late writes excepted: see below);
 - a message is sent twice only if a run died while it was in flight, or stopped on a failure while it was in
   flight behind (in its shard's stored order) a message that was not taken in: every answer of a wave is taken
   in before the failure stops the run, and ``ShuffledPool`` starts every batch of a wave, as the threads do.
+  A change of G may also send again what was dispatched after the slowest group's watermark.
 And at the end, once faults stop and time moves on: every message is delivered or,
 for poison, dead-lettered with a reason; nothing poison reaches the work queue.
 
@@ -47,7 +51,8 @@ from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.dispatcher import LEASE_SECONDS, START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, group_of, watermark_epoch
+from worker_tier.dispatcher import LEASE_SECONDS, START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, DelayDispatcher
 
 START = 1_800_000_000.0
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
@@ -127,14 +132,15 @@ class DelayMachine(RuleBasedStateMachine):
         self.delivered: Counter[str] = Counter()
         self.dead: set[str] = set()
         self.by_bucket: dict[int, set[str]] = {}
-        self.verified_below = -1
+        self.verified_below: dict[tuple[int, int, int], int] = {}  # (epoch, groups, group) -> minute verified up to
+        self.groups = 1  # dispatch_groups as deployed now: the runs' group count
 
     # -- faults -------------------------------------------------------------------------
 
     def _dynamodb_fault(self, operation: str, params: dict) -> str | None:
         if self.crashed:
             raise SimulatedCrash()
-        if self.crash_armed and operation == "PutItem" and params["Item"]["pk"]["S"] == WATERMARK_KEY:
+        if self.crash_armed and operation == "PutItem" and params["Item"]["pk"]["S"].endswith("#watermark"):
             self.crashed = True
             raise SimulatedCrash()
         if operation == "Query" and self.p_throttle and self.rng.random() < self.p_throttle:
@@ -220,16 +226,24 @@ class DelayMachine(RuleBasedStateMachine):
         if self._behind(bucket, shard, sort_key(due_ms, message_id)):
             self.late.add(body)
 
+    def _layout(self) -> Layout:
+        return Layout.from_item(self.dynamodb.tables["state"].get((LAYOUT_KEY,)))
+
+    def _position(self, group: DispatchGroup, layout: Layout) -> tuple[int, dict[int, str]] | None:
+        """Where ``group`` of ``layout`` stands: its watermark of this epoch, else the layout's seed, else None."""
+        return layout.position(group, self.dynamodb.tables["state"].get((group.watermark_key,)))
+
     def _behind(self, bucket: int, shard: int, sk: str) -> bool:
-        """Stored where the scheduler has already read: before the watermark, or up to its shard's cursor."""
-        item = self.dynamodb.tables["state"].get((WATERMARK_KEY,))
-        if item is None:
+        """Stored where the shard's group has already read: before its watermark, or up to its shard's cursor."""
+        layout = self._layout()
+        position = self._position(group_of(shard, layout.groups), layout)
+        if position is None:
             return False
-        watermark = int(item["bucket"]["N"])
+        watermark, cursors = position
         if bucket != watermark:
             return bucket < watermark
-        cursor = item.get("cursors", {}).get("M", {}).get(str(shard))
-        return cursor is not None and sk <= cursor["S"]
+        cursor = cursors.get(shard)
+        return cursor is not None and sk <= cursor
 
     # -- time and faults ----------------------------------------------------------------
 
@@ -255,55 +269,100 @@ class DelayMachine(RuleBasedStateMachine):
 
     # -- scheduler runs -----------------------------------------------------------------
 
-    @rule()
-    def run(self) -> None:
-        self._run()
+    @rule(group=st.integers(0, MAX_SHARDS - 1))
+    def run(self, group: int) -> None:
+        self._run(group=group)
+
+    @rule(group=st.integers(0, MAX_SHARDS - 1))
+    def duplicate_run(self, group: int) -> None:
+        self._run(group=group)
+        self._run(group=group)
 
     @rule()
-    def duplicate_run(self) -> None:
-        self._run()
-        self._run()
+    def every_group_runs(self) -> None:
+        for group in self.rng.sample(range(self.groups), self.groups):
+            self._run(group=group)
 
-    @rule()
-    def crash_before_a_watermark_write(self) -> None:
+    @rule(groups=st.sampled_from([1, 2, 3, 4, 16]))
+    def change_dispatch_groups(self, groups: int) -> None:
+        self._change_groups(groups)
+
+    @rule(groups=st.sampled_from([1, 2, 3, 4, 16]), calls=st.integers(0, 40), group=st.integers(0, MAX_SHARDS - 1))
+    def change_dispatch_groups_while_a_run_is_in_flight(self, groups: int, calls: int, group: int) -> None:
+        # a run of the old layout stalls; G changes and a new group runs whole; then the old run goes on
+        self.pool.interrupt(calls, lambda: self._change_and_run(groups))
+        self._run(group=group)
+
+    @rule(group=st.integers(0, MAX_SHARDS - 1))
+    def crash_before_a_watermark_write(self, group: int) -> None:
         self.crash_armed = True
-        self._run()
+        self._run(group=group)
 
-    @rule(calls=st.integers(0, 40))
-    def crash_while_batches_are_in_flight(self, calls: int) -> None:
+    @rule(calls=st.integers(0, 40), group=st.integers(0, MAX_SHARDS - 1))
+    def crash_while_batches_are_in_flight(self, calls: int, group: int) -> None:
         self.pool.interrupt(calls, self._crash)
-        self._run()
+        self._run(group=group)
 
-    @rule(calls=st.integers(0, 40))
-    def run_overtaken_after_its_lease_runs_out(self, calls: int) -> None:
+    @rule(calls=st.integers(0, 40), group=st.integers(0, MAX_SHARDS - 1))
+    def run_overtaken_after_its_lease_runs_out(self, calls: int, group: int) -> None:
         # a run stalls mid-way past its lease; another takes the lease and runs whole; then the first goes on
-        self.pool.interrupt(calls, self._overtake)
-        self._run()
+        self.pool.interrupt(calls, lambda: self._overtake(group % self.groups))
+        self._run(group=group)
+
+    def _change_groups(self, groups: int) -> None:
+        """Deploy a new dispatch_groups: what any group dispatched after the slowest one's position may go again."""
+        seed = self._seed_if_changed()
+        self.exposed.update(body for body in self.delivered if seed is None or self.due_ms[body] // 60_000 >= seed)
+        self.groups = groups
+
+    def _seed_if_changed(self) -> int | None:
+        """The earliest position of the recorded layout's groups: the seed of a change made now; None if one is unknown."""
+        layout = self._layout()
+        positions = [self._position(DispatchGroup(g, layout.groups), layout) for g in range(layout.groups)]
+        return min(position[0] for position in positions if position is not None) if None not in positions else None
+
+    def _change_and_run(self, groups: int) -> None:
+        self.overlapped = True  # the stalled old run goes on afterwards: what it sends may go twice
+        self._change_groups(groups)
+        self._dispatcher(self.rng.randrange(groups), ShuffledPool(self.rng)).run()
+
+    def _dispatcher(self, group: int, pool) -> DelayDispatcher:  # type: ignore[no-untyped-def]
+        return DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
+                               clock=lambda: self.real, sleep=lambda s: None, pool=pool,
+                               group=DispatchGroup(group % self.groups, self.groups))
 
     def _crash(self) -> None:
         self.crashed = True
         raise SimulatedCrash()
 
-    def _overtake(self) -> None:
+    def _overtake(self, group: int) -> None:
         self.overlapped = True
         self.real += LEASE_SECONDS + 1
-        DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
-                        clock=lambda: self.real, sleep=lambda s: None, pool=ShuffledPool(self.rng)).run()
+        self._dispatcher(group, ShuffledPool(self.rng)).run()
 
-    @rule(checks=st.integers(1, 12))
-    def run_short_of_time(self, checks: int) -> None:
+    @rule(checks=st.integers(1, 12), group=st.integers(0, MAX_SHARDS - 1))
+    def run_short_of_time(self, checks: int, group: int) -> None:
         budget = iter(range(checks))
-        self._run(remaining_ms=lambda: 60_000 if next(budget, None) is not None else 0)
+        self._run(remaining_ms=lambda: 60_000 if next(budget, None) is not None else 0, group=group)
 
-    def _run(self, remaining_ms=None) -> None:
+    def _mark_restart_late(self, group: DispatchGroup) -> None:
+        """A group that restarts (no watermark of this epoch, no seed) starts no earlier than the lookback."""
+        layout = self._layout()
+        item = self.dynamodb.tables["state"].get((group.watermark_key,))
+        if layout.groups != group.count:  # this run changes the layout: its groups start at the seed, if there is one
+            if self._seed_if_changed() is not None:
+                return
+        elif (item is not None and watermark_epoch(item) == layout.epoch) or layout.seed is not None:
+            return
+        floor_ms = math.floor((self.real - START_LOOKBACK_SECONDS) / BUCKET_SECONDS) * BUCKET_SECONDS * 1000
+        self.late.update(body for body, due in self.due_ms.items()
+                         if due < floor_ms and body not in self.delivered and body not in self.dead)
+
+    def _run(self, remaining_ms=None, group: int = 0) -> None:
         before = len(self.fake_sqs.sent)
         self.failed_now = set()
-        if (WATERMARK_KEY,) not in self.dynamodb.tables["state"]:  # a restart starts no earlier than the lookback
-            floor_ms = math.floor((self.real - START_LOOKBACK_SECONDS) / BUCKET_SECONDS) * BUCKET_SECONDS * 1000
-            self.late.update(body for body, due in self.due_ms.items()
-                             if due < floor_ms and body not in self.delivered and body not in self.dead)
-        scheduler = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
-                                   clock=lambda: self.real, sleep=lambda s: None, pool=self.pool)
+        scheduler = self._dispatcher(group, self.pool)
+        self._mark_restart_late(scheduler.group)
         try:
             report = scheduler.run(remaining_ms)
         except (SimulatedCrash, Exception):
@@ -355,15 +414,21 @@ class DelayMachine(RuleBasedStateMachine):
         self.checked_dead = len(dead)
 
     @invariant()
-    def watermark_never_passes_a_message_neither_delivered_nor_dead_lettered(self) -> None:
-        item = self.dynamodb.tables["state"].get((WATERMARK_KEY,))
-        if item is None:
-            return
-        watermark = int(item["bucket"]["N"])
-        for bucket in [b for b in self.by_bucket if self.verified_below <= b < watermark]:
-            missing = self.by_bucket[bucket] - set(self.delivered) - self.dead - self.late
-            assert not missing, (sorted(missing)[:3], bucket, watermark)
-        self.verified_below = max(self.verified_below, watermark)
+    def no_watermark_passes_a_message_neither_delivered_nor_dead_lettered(self) -> None:
+        """For each group of the layout: nothing on its shards before its watermark (of this epoch) is left."""
+        layout = self._layout()
+        for index in range(layout.groups):
+            group = DispatchGroup(index, layout.groups)
+            item = self.dynamodb.tables["state"].get((group.watermark_key,))
+            if item is None or watermark_epoch(item) != layout.epoch:
+                continue
+            watermark = int(item["bucket"]["N"])
+            key = (layout.epoch, layout.groups, index)
+            for bucket in [b for b in self.by_bucket if self.verified_below.get(key, -1) <= b < watermark]:
+                missing = {body for body in self.by_bucket[bucket] - set(self.delivered) - self.dead - self.late
+                           if self.shard_of[body] % layout.groups == index}
+                assert not missing, (sorted(missing)[:3], bucket, watermark, key)
+            self.verified_below[key] = max(self.verified_below.get(key, -1), watermark)
 
     def late_writes_stay_for_the_safety_net(self) -> None:
         """Late writes the scheduler did not deliver are still in the table.
@@ -381,7 +446,8 @@ class DelayMachine(RuleBasedStateMachine):
         self.p_sqs_fail = self.p_throttle = self.p_unprocessed = 0.0
         last_due_s = max(self.due_ms.values(), default=0) / 1000
         self.real = max(self.real + LEASE_SECONDS + 1, last_due_s + BUCKET_SECONDS)  # a crashed run's lease expires
-        self._run()
+        for group in range(self.groups):
+            self._run(group=group)
         self.never_early_and_duplicates_only_from_failed_runs()
         self.every_dead_letter_has_a_reason()
         self.late_writes_stay_for_the_safety_net()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Mapping
 
 from worker_tier import contract, delay
 from worker_tier.contract import (
@@ -17,22 +18,49 @@ from worker_tier.contract import (
 )
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
+from worker_tier.dispatch_group import DispatchGroup
 from worker_tier.dispatcher import DelayDispatcher, RunReport
+from worker_tier.errors import WorkerTierError
+from worker_tier.settings import Settings
 
 # The horizon is optional: only the local environment sets it, together with a lower long-delay threshold.
 NEEDS = contract.Needs("the delay dispatcher", required=("delay_table", "state_table", "queue_url", "dlq_url"),
                        optional=("delay_horizon_seconds",))
 
 
+GROUP_FIELD = contract.DISPATCH_GROUP_FIELD  # each minute's schedule for group g passes {"group": g}; none: group 0
+
+
+class DispatchEventError(WorkerTierError, ValueError):
+    """The event names no group of this dispatcher's ``dispatch_groups``."""
+
+
 def _new_dispatcher() -> DelayDispatcher:
+    """Group 0 of ``dispatch_groups``; its siblings share its clients (``DelayDispatcher.for_group``)."""
     resources = NEEDS.read()
+    groups = Settings.from_environment({name: value for name, value in os.environ.items()
+                                        if name == contract.DISPATCH_GROUPS_VARIABLE}).dispatch_groups
     return DelayDispatcher(
         resources.named("delay_table"),
         resources.named("state_table"),
         resources.named("queue_url"),
         dead_letter_queue_url=resources.named("dlq_url"),
         horizon_seconds=delay.DISPATCH_HORIZON_SECONDS if resources.delay_horizon_seconds is None else resources.delay_horizon_seconds,
+        group=DispatchGroup(0, groups),
     )
+
+
+def group_index(event: Any, groups: int) -> int:
+    """The group an event names (0 when it names none); DispatchEventError when it is not one of ``groups``.
+
+    >>> group_index({"group": 3}, 4), group_index({}, 1)
+    (3, 0)
+    """
+    index = event.get(GROUP_FIELD, 0) if isinstance(event, Mapping) else 0
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < groups:
+        raise DispatchEventError(f"event field {GROUP_FIELD!r} must be a whole number 0..{groups - 1} ({contract.DISPATCH_GROUPS_VARIABLE}"
+                                 f" is {groups}), got {index!r}")
+    return index
 
 
 dispatcher = PerProcess(_new_dispatcher)
@@ -42,7 +70,8 @@ dispatcher = PerProcess(_new_dispatcher)
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """One dispatch run; reports what it did and publishes lag, lateness and dead-lettered dispatches."""
-    report = dispatcher.get().run(context.get_remaining_time_in_millis)
+    first = dispatcher.get()
+    report = first.for_group(group_index(event, first.group.count)).run(context.get_remaining_time_in_millis)
     if report.ran:
         metrics.add_metric(name=METRIC_DISPATCHED, unit="Count", value=report.sent)
         metrics.add_metric(name=METRIC_DISPATCH_DEAD_LETTERED, unit="Count", value=report.dead_lettered)
@@ -52,7 +81,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         metrics.add_metric(name=METRIC_REFILED, unit="Count", value=report.refiled)
         metrics.add_metric(name=METRIC_DISPATCHER_WATERMARK_AHEAD, unit="Count", value=int(report.watermark_ahead_s > 0))
         metrics.add_metric(name=METRIC_DISPATCHER_STATE_UNREADABLE, unit="Count", value=int(bool(report.state_unreadable)))
-    summary = {"ran": report.ran, "sent": report.sent, "dead_lettered": report.dead_lettered, "buckets": report.buckets,
+    summary = {"group": report.group, "ran": report.ran, "sent": report.sent, "dead_lettered": report.dead_lettered, "buckets": report.buckets,
                "watermark": report.watermark, "lag_s": report.lag_s, "max_lateness_s": report.max_lateness_s,
                "refiled": report.refiled, "watermark_ahead_s": report.watermark_ahead_s,
                "state_unreadable": report.state_unreadable, "stopped": report.stopped}
