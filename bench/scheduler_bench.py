@@ -382,7 +382,8 @@ class ScaleWorld:
     """A delay table holding ``per_minute`` messages due in each of ``minutes`` minutes, and a dispatcher on a network model."""
 
     def __init__(self, per_minute: int, minutes: int, memory_mb: int, lanes: int, horizon_seconds: int,
-                 first_minute: int, group: DispatchGroup = DispatchGroup()) -> None:
+                 first_minute: int, group: DispatchGroup | None = None) -> None:
+        group = group or DispatchGroup()
         self.clock = SimulatedClock(first_minute * BUCKET_SECONDS - horizon_seconds)  # the minute before is in reach
         self.runs_out_of_time = 0  # runs that stopped for time with work in reach: a backlog carried over
         self.runs, self.billed_seconds, self.longest_run_seconds = 0, 0.0, 0.0

@@ -178,3 +178,20 @@ def parse_watermark(item: Mapping[str, Any]) -> tuple[int, dict[int, str]]:
                          f"{error}); it needs {BUCKET_ATTRIBUTE} as a number and {CURSORS_ATTRIBUTE} as a map of shard to "
                          "string sort key") from error
     return bucket, cursors
+
+
+def shard_positions(read: Callable[[str], Mapping[str, Any] | None]) -> dict[int, tuple[int, str]]:
+    """How far the delay dispatcher has come, per shard, under the current layout: {shard: (minute, cursor)}.
+
+    A message of ``shard`` is sent when its minute is before the position's, or equal with a sort key at or
+    before the cursor (``""``: none of that minute yet). Minute -1: its group has not run. ``read`` is a
+    consistent GetItem by state-table key; StateError when the layout or a watermark is unreadable.
+    """
+    layout = Layout.from_item(read(LAYOUT_KEY))
+    positions: dict[int, tuple[int, str]] = {}
+    for index in range(layout.groups):
+        group = DispatchGroup(index, layout.groups)
+        position = layout.position(group, read(group.watermark_key))
+        bucket, cursors = position if position is not None else (-1, {})
+        positions.update({shard: (bucket, cursors.get(shard, "")) for shard in group.shards})
+    return positions

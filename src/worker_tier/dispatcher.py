@@ -65,6 +65,7 @@ or a cursor write lost): what it sent after the last saved cursor goes again.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -77,7 +78,7 @@ from worker_tier import contract, delay, delivery, limits
 from worker_tier.aws import AwsService, LazyClient, error_code, is_condition_failure, new_client
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY, STATE_TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.dispatch_group import (  # noqa: F401 (StateError, parse_watermark: part of this module's API)
+from worker_tier.dispatch_group import (
     BUCKET_ATTRIBUTE,
     CURSORS_ATTRIBUTE,
     EPOCH_ATTRIBUTE,
@@ -216,9 +217,9 @@ class DelayDispatcher:
         parallel: bool = True,
         horizon_seconds: int = DISPATCH_HORIZON_SECONDS,
         pool: Any = None,
-        group: DispatchGroup = DispatchGroup(),
+        group: DispatchGroup | None = None,
     ) -> None:
-        self.group = group  # the shards this dispatcher reads, and its state keys (worker_tier.dispatch_group)
+        self.group = group or DispatchGroup()  # the shards this dispatcher reads, and its state keys (worker_tier.dispatch_group)
         self.delay_table = delay_table
         self.state_table = state_table
         self.queue_url = queue_url
@@ -228,14 +229,14 @@ class DelayDispatcher:
         self._sqs = LazyClient("sqs", sqs, factory=_pooled_client("sqs"))
         self._clock = clock
         self._sleep = sleep
-        self._lease = Lease(state_table, group.lease_key, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
+        self._lease = Lease(state_table, self.group.lease_key, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
         self._layout = Layout()  # the run's, read before anything else
         self.delivery = Delivery(self._sqs, dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
         # Anything with Executor.map; the bench passes one that runs the calls on a simulated clock.
         self._given_pool, self._parallel = pool, parallel
         self._pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
         self._refiled_buckets: set[int] = set()  # minutes this dispatcher refiled into: Queried consistently
-        self._siblings: dict[int, DelayDispatcher] = {group.index: self}
+        self._siblings: dict[int, DelayDispatcher] = {self.group.index: self}
 
     def for_group(self, index: int) -> DelayDispatcher:
         """The dispatcher of group ``index`` of this one's group count, sharing its clients, clock and pool; made once."""
@@ -409,8 +410,9 @@ class DelayDispatcher:
             values = {} if item is None else {"ExpressionAttributeNames": {"#epoch": EPOCH_ATTRIBUTE},
                                               "ExpressionAttributeValues": {":epoch": {"N": str(layout.epoch)}}}
             try:
-                self._with_retries(lambda: self._dynamodb.get().put_item(
-                    TableName=self.state_table, Item=changed.item(), ConditionExpression=condition, **values))
+                self._with_retries(functools.partial(
+                    self._dynamodb.get().put_item, TableName=self.state_table, Item=changed.item(), ConditionExpression=condition,
+                    **values))
                 return changed
             except Exception as error:
                 if not is_condition_failure(error):

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from worker_tier.contract import STATE_PARTITION_KEY
-from worker_tier.dispatcher import WATERMARK_KEY, StateError, parse_watermark
+from worker_tier.dispatch_group import StateError, shard_positions
 
 QUEUE_COUNTS = {
     "visible": "ApproximateNumberOfMessages",
@@ -27,14 +27,19 @@ def queue_counts(sqs: Any, queue_url: str) -> dict[str, int]:
 
 
 def watermark(dynamodb: Any, state_table: str, now: float) -> dict[str, Any]:
-    """The delay dispatcher's watermark minute (ISO), and its lag behind ``now`` in minutes; None when absent."""
-    item = dynamodb.get_item(TableName=state_table, Key={STATE_PARTITION_KEY: {"S": WATERMARK_KEY}},
-                             ConsistentRead=True).get("Item")
-    if item is None:
-        return {"watermark": None, "lag_minutes": None, "note": "no watermark yet: the delay dispatcher has not run"}
+    """The delay dispatcher's watermark minute (ISO; the earliest of its groups'), and its lag behind ``now`` in minutes;
+    None when absent."""
+    def read(key: str) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = dynamodb.get_item(
+            TableName=state_table, Key={STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=True
+        ).get("Item")
+        return item
+
     try:
-        minute, _ = parse_watermark(item)
+        minute = min(bucket for bucket, _ in shard_positions(read).values())
     except StateError as error:
         return {"watermark": None, "lag_minutes": None, "note": str(error)}
+    if minute < 0:
+        return {"watermark": None, "lag_minutes": None, "note": "no watermark yet: the delay dispatcher has not run"}
     stamp = datetime.fromtimestamp(minute * SECONDS_PER_MINUTE, timezone.utc).isoformat().replace("+00:00", "Z")
     return {"watermark": stamp, "lag_minutes": int(now // SECONDS_PER_MINUTE) - minute, "note": ""}

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from worker_tier import contract, delay
-from worker_tier.dispatcher import WATERMARK_KEY, StateError, parse_watermark
+from worker_tier.dispatch_group import StateError, shard_positions
 
 QUEUE_COUNT_ATTRIBUTES = {  # SQS's approximate counts, by what a person calls them
     "waiting": "ApproximateNumberOfMessages",
@@ -84,9 +84,9 @@ def queue_backlog(sqs: Any, name: str, queue_url: str) -> QueueBacklog:
 def undispatched(dynamodb: Any, delay_table: str, state_table: str) -> tuple[int, int | None]:
     """How many delayed messages the dispatcher has not sent, and when the first of them is due (epoch ms, or None).
 
-    Sent ones stay in the table until their TTL: those not sent are past the watermark (its minute, then its cursors).
+    Sent ones stay in the table until their TTL: those not sent are past their shard's position (its minute, then its cursor).
     """
-    bucket, cursors = _watermark(dynamodb, state_table)
+    positions = _positions(dynamodb, state_table)
     count, next_due_ms = 0, None
     for item in _scan(dynamodb, delay_table):
         pk, sk = item[contract.DELAY_PARTITION_KEY]["S"], item[contract.DELAY_SORT_KEY]["S"]
@@ -94,20 +94,25 @@ def undispatched(dynamodb: Any, delay_table: str, state_table: str) -> tuple[int
         if parsed is None:  # a dedupe item, not a message
             continue
         minute, shard = parsed
-        if minute > bucket or (minute == bucket and sk > cursors.get(shard, "")):
+        bucket, cursor = positions.get(shard, (-1, ""))
+        if minute > bucket or (minute == bucket and sk > cursor):
             due_ms = int(sk.split("#", 1)[0])
             count, next_due_ms = count + 1, due_ms if next_due_ms is None else min(next_due_ms, due_ms)
     return count, next_due_ms
 
 
-def _watermark(dynamodb: Any, state_table: str) -> tuple[int, dict[int, str]]:
-    """The first minute not fully dispatched and its cursors; minute -1 (nothing dispatched) without one."""
-    item = dynamodb.get_item(TableName=state_table, Key={contract.STATE_PARTITION_KEY: {"S": WATERMARK_KEY}},
-                             ConsistentRead=True).get("Item")
+def _positions(dynamodb: Any, state_table: str) -> dict[int, tuple[int, str]]:
+    """The dispatcher's (minute, cursor) per shard; minute -1 (nothing dispatched) where unknown or unreadable."""
+    def read(key: str) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = dynamodb.get_item(
+            TableName=state_table, Key={contract.STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=True
+        ).get("Item")
+        return item
+
     try:
-        return parse_watermark(item) if item else (-1, {})
+        return shard_positions(read)
     except StateError:
-        return -1, {}
+        return {}
 
 
 def _scan(dynamodb: Any, table: str) -> Iterator[dict[str, Any]]:
