@@ -294,7 +294,7 @@ class DelayDispatcher:
         }
         if after is not None:
             request["ExclusiveStartKey"] = {contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: {"S": after}}
-        if bucket in self._refiled_buckets:
+        if bucket in self._refiled_buckets or delay.read_consistently(shard):  # cancellable shard: worker_tier.cancellation
             request["ConsistentRead"] = True
         page = self._with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")
