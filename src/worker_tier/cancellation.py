@@ -153,9 +153,12 @@ class Cancellations:
                     {"Delete": {"TableName": self._delay_table, "Key": dedupe.marker_key(key), **_still_at(place)}},
                 ])
             except Exception as error:
-                outcome = self._refused(key, place, _refusals(error), error)
+                refused = _refusals(error)
+                outcome = self._refused(key, place, refused, error)
                 if outcome is not None:
                     return outcome
+                if not refused[2]:  # the marker still points at it, and the item is gone
+                    return Outcome(key, NOT_FOUND, f"dedupe_key {key!r}: its marker names an item that is gone (expired)")
                 continue  # the marker moved (a reschedule): read it again
             return Outcome(key, DONE, f"cancelled: it was due {_due_text(place)}; it will never be delivered")
         return Outcome(key, NOT_FOUND, f"dedupe_key {key!r} kept moving (rescheduled {MAX_MARKER_READS} times while cancelling)")

@@ -364,10 +364,9 @@ class Client:
         try:
             dynamodb = self._dynamodb.get()
             markers = dedupe.DedupeMarkers(self.delay_table or "", dynamodb, self._clock)
-            keyed_write = markers.store_delayed
+            keyed_write: delay.KeyedWrite = markers.store_delayed
             if any(m.cancellable for _, m in delayed):
-                cancellable = self.cancellations()
-                keyed_write = lambda m: cancellable.store(m) if m.cancellable else markers.store_delayed(m)  # noqa: E731
+                keyed_write = _keyed_write(self.cancellations(), markers.store_delayed)
             store = delay.DelayStore(self.delay_table or "", dynamodb, self._delay_shards, self._sleep, keyed_write=keyed_write)
             store.put_many([m for _, m in delayed])
         except delay.DelayStoreError as error:
@@ -491,6 +490,11 @@ def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
             f"got {len(attributes) - 1}"
         )
     return {**attributes, contract.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
+
+
+def _keyed_write(cancellations: cancellation.Cancellations, plain: delay.KeyedWrite) -> delay.KeyedWrite:
+    """The DelayStore's write of a keyed message: a cancellable one with its minute's check, any other as ``plain``."""
+    return lambda message: cancellations.store(message) if message.cancellable else plain(message)
 
 
 def _limit_unknown_reason(size: int, failure: str) -> str:

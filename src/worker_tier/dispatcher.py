@@ -14,7 +14,8 @@ One run, under a lease in the state table so runs never overlap:
    now + ``DISPATCH_HORIZON_SECONDS``: write the minute's record (``started_ms``
    once, before its first Query ever), then go in rounds. A round reads the next
    page of every open shard, all ``delay.MAX_SHARDS`` of them whatever shard count
-   the producers used (in parallel), sends the pages merged in due order with
+   the producers used (in parallel; the cancellable shard with ConsistentRead, so a cancel
+   that committed before the minute's record is never read back: ``worker_tier.cancellation``), sends the pages merged in due order with
    ``DelaySeconds = ceil(due − now)`` (0..900, ``now`` read just before each
    SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's

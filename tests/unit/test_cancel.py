@@ -256,3 +256,34 @@ def test_outcomes_are_done_only_when_it_took_effect(world):
     outcome = world.client.cancellations().cancel("k")
     assert (outcome.status, outcome.done) == (DONE, True)
     assert outcome.detail.startswith("cancelled: it was due 2027-01-15T10:00:00.000Z")
+
+
+def test_a_marker_whose_item_is_gone_is_not_found(world):
+    # GIVEN a cancellable message whose item is gone while its marker stays (an operator deleted it)
+    world.client.send("/remind", "r1", delay=2 * HOUR, dedupe_key="k", cancellable=True)
+    [(pk, sk), _] = world.items()
+    world.dynamodb.delete_item(TableName="delay", Key={"pk": {"S": pk}, "sk": {"S": sk}})
+    # WHEN it is cancelled
+    outcome = world.client.cancellations().cancel("k")
+    # THEN it is not found, and says why
+    assert (outcome.status, outcome.detail) == (NOT_FOUND, "dedupe_key 'k': its marker names an item that is gone (expired)")
+
+
+def test_a_cancel_racing_a_reschedule_reads_the_marker_again_and_cancels_the_moved_message(world):
+    # GIVEN a cancellable message, and a reschedule that lands between the cancel's marker read and its transaction
+    world.client.send("/remind", "r1", delay=2 * HOUR, dedupe_key="k", cancellable=True)
+    moved = []
+
+    def reschedule_first(operation, params):
+        if operation == "TransactWriteItems" and not moved:
+            moved.append(world.client.reschedule("k", delay=5 * HOUR))
+        return None
+
+    world.dynamodb.fault = reschedule_first
+    # WHEN it is cancelled
+    cancelled = world.client.cancel("k")
+    # THEN the reschedule took effect, the cancel then removed the moved message, and nothing is ever delivered
+    assert moved == [True] and cancelled is True
+    assert world.items() == []
+    world.run_for(6 * HOUR)
+    assert world.delivered() == []
