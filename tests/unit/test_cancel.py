@@ -272,11 +272,12 @@ def test_a_marker_whose_item_is_gone_is_not_found(world):
 def test_a_cancel_racing_a_reschedule_reads_the_marker_again_and_cancels_the_moved_message(world):
     # GIVEN a cancellable message, and a reschedule that lands between the cancel's marker read and its transaction
     world.client.send("/remind", "r1", delay=2 * HOUR, dedupe_key="k", cancellable=True)
-    moved = []
+    moved: list[bool] = []
 
     def reschedule_first(operation, params):
         if operation == "TransactWriteItems" and not moved:
-            moved.append(world.client.reschedule("k", delay=5 * HOUR))
+            moved.append(False)  # the reschedule's own transaction passes through
+            moved[0] = world.client.reschedule("k", delay=5 * HOUR)
         return None
 
     world.dynamodb.fault = reschedule_first
