@@ -130,6 +130,8 @@ class Cancellations:
             ])
         except Exception as error:
             refused = _refusals(error)
+            if not refused:
+                raise
             if refused[0]:
                 holder = refused[0].get("Item")
                 return dedupe.Claim(key, dedupe.held_outcome(holder), now_ms, holder).failure()
@@ -260,9 +262,14 @@ def _unfit(key: str, marker: Mapping[str, Any] | None) -> Outcome | None:
 
 
 def _refusals(error: Exception) -> list[Mapping[str, Any] | None]:
-    """Per transaction entry, its refusal (the reason, with the old item when asked) or None; [] for any other error."""
+    """Per transaction entry, its condition's refusal (the reason, with the old item when asked) or None.
+
+    [] when no condition refused it (a TransactionConflict with a concurrent write, throttling, any other
+    error): nothing was written, and the caller raises the error.
+    """
     reasons = error_response(error).get("CancellationReasons") or []
-    return [reason if reason.get("Code") == "ConditionalCheckFailed" else None for reason in reasons]
+    refused = [reason if reason.get("Code") == "ConditionalCheckFailed" else None for reason in reasons]
+    return refused if any(refused) else []
 
 
 def _started_reason(key: str, message: DelayedMessage) -> str:

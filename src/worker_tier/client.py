@@ -310,7 +310,8 @@ class Client:
         False when it was not found, was not sent cancellable, or the delay dispatcher
         has started its minute (the race is settled by DynamoDB, never by a clock:
         ``worker_tier.cancellation``); the message is then delivered exactly as sent.
-        A cancelled key may be used again.
+        A cancelled key may be used again. A DynamoDB error (a transaction conflict,
+        throttling) raises, having changed nothing: retrying is safe.
 
         Examples
         --------

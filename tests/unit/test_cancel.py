@@ -288,3 +288,16 @@ def test_a_cancel_racing_a_reschedule_reads_the_marker_again_and_cancels_the_mov
     assert world.items() == []
     world.run_for(6 * HOUR)
     assert world.delivered() == []
+
+
+def test_a_transaction_conflict_raises_and_changes_nothing(world):
+    # GIVEN a cancellable message, and DynamoDB cancelling the next transaction for a conflict, not a condition
+    world.client.send("/remind", "r1", delay=2 * HOUR, dedupe_key="k", cancellable=True)
+    before = dict(world.dynamodb.tables["delay"])
+    world.dynamodb.fault = lambda operation, params: "TransactionCanceledException" if operation == "TransactWriteItems" else None
+    # WHEN it is cancelled
+    # THEN the error is raised (retrying is safe), never a False that would say it is delivered, and nothing changed
+    with pytest.raises(Exception) as raised:
+        world.client.cancel("k")
+    assert "TransactionCanceledException" in str(raised.value)
+    assert world.dynamodb.tables["delay"] == before
