@@ -126,7 +126,8 @@ class MeteredDynamoDB(FakeDynamoDB):
     def query(self, **kwargs: Any) -> dict:
         page = super().query(**kwargs)
         read_bytes = sum(self.sizes[(item["pk"]["S"], item["sk"]["S"])] for item in page["Items"])
-        self.read_units[self.side] += max(1, math.ceil(read_bytes / 4096)) * 0.5  # eventually consistent
+        # eventually consistent: half a unit per 4 KB; ConsistentRead (the cancellable shard, refiled minutes): one
+        self.read_units[self.side] += max(1, math.ceil(read_bytes / 4096)) * (1 if kwargs.get("ConsistentRead") else 0.5)
         return page
 
     def scan(self, **kwargs: Any) -> dict:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from botocore.exceptions import ClientError
 
 Fault = Callable[[str, dict[str, Any]], "str | None"]
-_TOKENS = re.compile(r"\s*(attribute_not_exists|AND|OR|\(|\)|=|<|[#:]?[A-Za-z_][\w]*)")
+_TOKENS = re.compile(r"\s*(attribute_not_exists|attribute_exists|AND|OR|\(|\)|=|<|[#:]?[A-Za-z_][\w]*)")
 
 
 def client_error(code: str, operation: str, **extra: Any) -> ClientError:
@@ -39,6 +39,10 @@ class FakeDynamoDB:
         self.page_size = 100
         # Benchmarks turn copying off, so the fake's own cost does not swamp what is measured.
         self.copy_items = True
+        # Eventually consistent reads: an item deleted since the last ``settle()`` may still be returned by a Query
+        # without ConsistentRead, while ``stale(key)`` says so (DynamoDB gives no bound; about a second in practice).
+        self.stale: Callable[[tuple], bool] = lambda key: False
+        self.ghosts: dict[str, dict[tuple, dict[str, Any]]] = {}
 
     def create_table(self, name: str, *key: str) -> None:
         self.tables[name] = {}
@@ -78,11 +82,20 @@ class FakeDynamoDB:
             self.tables[TableName].get(key)
         ):
             raise client_error("ConditionalCheckFailedException", "DeleteItem")
-        self.tables[TableName].pop(key, None)
-        self.partitions[TableName].get(key[0], set()).discard(key)
-        self._sorted.pop((TableName, key[0]), None)
-        self._sorted.pop((TableName, None), None)
+        self._remove(TableName, key)
         return {}
+
+    def _remove(self, table: str, key: tuple) -> None:
+        removed = self.tables[table].pop(key, None)
+        if removed is not None:
+            self.ghosts.setdefault(table, {})[key] = removed
+        self.partitions[table].get(key[0], set()).discard(key)
+        self._sorted.pop((table, key[0]), None)
+        self._sorted.pop((table, None), None)
+
+    def settle(self) -> None:
+        """Every eventually consistent read from now on sees every write so far."""
+        self.ghosts.clear()
 
     def update_item(self, TableName: str, Key: dict, UpdateExpression: str,
                     ExpressionAttributeNames: dict | None = None, ExpressionAttributeValues: dict | None = None) -> dict:
@@ -98,14 +111,15 @@ class FakeDynamoDB:
         return {}
 
     def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict,
-              ExclusiveStartKey: dict | None = None, Limit: int | None = None, **_: Any) -> dict:
+              ExclusiveStartKey: dict | None = None, Limit: int | None = None, ConsistentRead: bool = False, **_: Any) -> dict:
         self._enter("Query", locals())
         assert KeyConditionExpression == "pk = :pk", KeyConditionExpression
         pk = ExpressionAttributeValues[":pk"]["S"]
-        if not self.partitions[TableName].get(pk):
+        ghosts = {} if ConsistentRead else {k: v for k, v in self.ghosts.get(TableName, {}).items() if k[0] == pk and self.stale(k)}
+        if not self.partitions[TableName].get(pk) and not ghosts:
             return {"Items": [], "Count": 0}
-        table = self.tables[TableName]
-        keys = self._sorted_keys(TableName, pk)
+        table = {**ghosts, **self.tables[TableName]}
+        keys = self._sorted_keys(TableName, pk) if not ghosts else sorted({*self.partitions[TableName].get(pk, ()), *ghosts})
         first = 0 if ExclusiveStartKey is None else bisect.bisect_right(keys, self._key(TableName, ExclusiveStartKey))
         size = min(Limit or self.page_size, self.page_size)
         page = keys[first : first + size]
@@ -129,19 +143,29 @@ class FakeDynamoDB:
         return {"UnprocessedItems": unprocessed}
 
     def transact_write_items(self, TransactItems: list[dict]) -> dict:
+        """Put, Delete and ConditionCheck entries, all or none; an item twice in one transaction is refused, as DynamoDB does."""
         self._enter("TransactWriteItems", locals())
-        reasons = []
+        reasons, keys = [], set()
         for entry in TransactItems:
-            put = entry["Put"]
-            existing = self.tables[put["TableName"]].get(self._key(put["TableName"], put["Item"]))
-            condition = put.get("ConditionExpression")
-            ok = not condition or _Condition(condition, put.get("ExpressionAttributeNames"), put.get("ExpressionAttributeValues")).holds(existing)
-            old = {} if ok else _old_item(existing, put.get("ReturnValuesOnConditionCheckFailure", "NONE"))
+            [(kind, request)] = entry.items()
+            assert kind in ("Put", "Delete", "ConditionCheck"), f"fake transactions take Put, Delete and ConditionCheck, got {kind}"
+            key = (request["TableName"], self._key(request["TableName"], request.get("Item") or request["Key"]))
+            if key in keys:
+                raise client_error("ValidationException", "TransactWriteItems")
+            keys.add(key)
+            existing = self.tables[key[0]].get(key[1])
+            condition = request.get("ConditionExpression")
+            ok = not condition or _Condition(condition, request.get("ExpressionAttributeNames"), request.get("ExpressionAttributeValues")).holds(existing)
+            old = {} if ok else _old_item(existing, request.get("ReturnValuesOnConditionCheckFailure", "NONE"))
             reasons.append({"Code": "None" if ok else "ConditionalCheckFailed", **old})
         if any(r["Code"] != "None" for r in reasons):
             raise client_error("TransactionCanceledException", "TransactWriteItems", CancellationReasons=reasons)
         for entry in TransactItems:
-            self._store(entry["Put"]["TableName"], entry["Put"]["Item"])
+            [(kind, request)] = entry.items()
+            if kind == "Put":
+                self._store(request["TableName"], request["Item"])
+            elif kind == "Delete":
+                self._remove(request["TableName"], self._key(request["TableName"], request["Key"]))
         return {}
 
     def scan(self, TableName: str, ProjectionExpression: str | None = None,
@@ -228,11 +252,11 @@ class _Condition:
             result = self._or()
             assert self._next() == ")"
             return result
-        if token == "attribute_not_exists":
+        if token in ("attribute_not_exists", "attribute_exists"):
             assert self._next() == "("
             name = self._name(self._next())
             assert self._next() == ")"
-            return name not in self.item
+            return (name in self.item) == (token == "attribute_exists")
         operator, operand = self._next(), self._next()
         left, right = self.item.get(self._name(token)), self.values[operand]
         if left is None:

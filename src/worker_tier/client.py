@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
-from worker_tier import contract, dedupe, delay, limits, message
+from worker_tier import cancellation, contract, dedupe, delay, limits, message
 from worker_tier import outgoing as checks
 from worker_tier.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delay import DelayedMessage
@@ -84,6 +84,7 @@ class Client:
         delay_shards: int = delay.DEFAULT_SHARDS,
         long_delay_threshold: int = delay.LONG_DELAY_THRESHOLD_SECONDS,
         maximum_message_size: int | None = None,
+        state_table: str | None = None,
     ) -> None:
         if not queue_url or not isinstance(queue_url, str):
             raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), "
@@ -91,6 +92,7 @@ class Client:
         checks.check_settings(delay_shards, maximum_message_size)
         self.queue_url = queue_url
         self.delay_table = delay_table
+        self.state_table = state_table  # the delay dispatcher's records: cancellable sends, cancel and reschedule check them
         self.fifo = queue_url.endswith(".fifo")
         self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
@@ -113,6 +115,7 @@ class Client:
         if shards is not None:
             kwargs.setdefault("delay_shards", checks.whole_number(contract.DELAY_SHARDS_VARIABLE, shards, delay.MAX_SHARDS))
         resources = contract.PRODUCER_NEEDS.read(environ)
+        kwargs.setdefault("state_table", environ.get(contract.STATE_TABLE_VARIABLE))
         return cls(resources.send_queue_url or resources.queue_url, resources.delay_table, **kwargs)
 
     def send(
@@ -125,6 +128,7 @@ class Client:
         attributes: Mapping[str, Any] | None = None,
         dedupe_key: str | None = None,
         group_id: str | None = None,
+        cancellable: bool = False,
     ) -> str:
         """Send one message to the task at ``path``; return its message id.
 
@@ -153,6 +157,12 @@ class Client:
             whose retryable ``DedupeKeyInFlight`` means another send holds the key.
         group_id
             FIFO only, and required there: the MessageGroupId.
+        cancellable
+            Store it in the delay table whatever its delay, so ``cancel`` and
+            ``reschedule`` can reach it by its ``dedupe_key`` (required) until the
+            delay dispatcher starts its minute; it must be due more than
+            ``cancellation.CANCELLABLE_MIN_DELAY_SECONDS`` (840 s) ahead, and it
+            needs the state table (``worker_tier.cancellation``).
 
         Without a ``dedupe_key``, a FIFO message gets a random
         MessageDeduplicationId, kept across the Client's own retries, so two
@@ -163,7 +173,7 @@ class Client:
         rule, and SendError (with the code) when the message was not sent or
         stored: SQS or the delay table refused it, or a retryable condition held.
         """
-        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id)
+        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id, cancellable)
         result = self.send_batch([outgoing])[0]
         if result.message_id is None:  # not result.ok
             raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
@@ -224,8 +234,10 @@ class Client:
         body = checks.body_text(outgoing.body)
         attributes = checks.message_attributes(outgoing, internal)
         checks.check_ids(outgoing)
+        if not isinstance(outgoing.cancellable, bool):
+            raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
-        if math.ceil(seconds) > self._long_delay_threshold:
+        if math.ceil(seconds) > self._long_delay_threshold or outgoing.cancellable is True:
             return self._delayed(index, outgoing, body, attributes, now, seconds, queue_limit)
         if outgoing.at is not None and seconds > 0 and not self.fifo:
             attributes = _with_due_at(attributes, math.ceil((now + seconds) * 1000))
@@ -241,13 +253,15 @@ class Client:
     ) -> tuple[int, DelayedMessage] | SendResult:
         """A message for the delay table, checked against what the table and the dispatch can carry."""
         self._check_delay_table_use(outgoing, math.ceil(seconds), len(attributes))
+        if outgoing.cancellable is True:
+            self._check_cancellable(outgoing, seconds)
         maximum, failure = queue_limit()
         what = f"with {contract.DUE_AT_ATTRIBUTE} (added at dispatch)"
         size = checks.checked_size(body, attributes, maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
         message_id = delay.new_message_id(outgoing.dedupe_key)
-        delayed = DelayedMessage(
-            message_id, math.ceil((now + seconds) * 1000), body, attributes, delay.shard_of(message_id, self._delay_shards), outgoing.dedupe_key
-        )
+        cancellable = outgoing.cancellable is True
+        shard = delay.CANCELLABLE_SHARD if cancellable else delay.shard_of(message_id, self._delay_shards)
+        delayed = DelayedMessage(message_id, math.ceil((now + seconds) * 1000), body, attributes, shard, outgoing.dedupe_key, cancellable)
         item_bytes = delay.item_bytes(delayed.to_item())
         if item_bytes > limits.DYNAMODB_MAX_ITEM_BYTES:
             raise MessageError(
@@ -281,6 +295,49 @@ class Client:
                 f"got {attribute_count - 1}"
             )
 
+    def _check_cancellable(self, outgoing: OutgoingMessage, seconds: float) -> None:
+        """MessageError when a cancellable message lacks its key or the state table, or is due too soon to cancel."""
+        if outgoing.dedupe_key is None:
+            raise MessageError("cancellable=True needs a dedupe_key: cancel and reschedule find the message by it")
+        if not self.state_table:
+            raise MessageError("cancellable=True needs the state table, where the delay dispatcher records the minutes it "
+                               f"has started; pass state_table (or set {contract.STATE_TABLE_VARIABLE})")
+        cancellation.check_delay(seconds)
+
+    def cancel(self, dedupe_key: str) -> bool:
+        """Cancel the delayed message sent with ``dedupe_key`` and ``cancellable=True``; True only if it will never be delivered.
+
+        False when it was not found, was not sent cancellable, or the delay dispatcher
+        has started its minute (the race is settled by DynamoDB, never by a clock:
+        ``worker_tier.cancellation``); the message is then delivered exactly as sent.
+        A cancelled key may be used again. A DynamoDB error (a transaction conflict,
+        throttling) raises, having changed nothing: retrying is safe.
+
+        Examples
+        --------
+        >>> client.send("/remind", "{}", delay=timedelta(days=7), dedupe_key="remind-7", cancellable=True)  # doctest: +SKIP
+        >>> client.cancel("remind-7")  # doctest: +SKIP
+        True
+        """
+        return self.cancellations().cancel(dedupe_key).done
+
+    def reschedule(self, dedupe_key: str, *, at: datetime | None = None, delay: timedelta | float | None = None) -> bool:
+        """Move the cancellable message with ``dedupe_key`` to ``at`` (or ``delay`` from now) in one transaction.
+
+        True: it is delivered once, at the new time. False: it lost the race (or was
+        not found, or not cancellable) and is delivered as sent. Never two copies, never
+        none. MessageError when the new time is within the cancel window's 840 s.
+        """
+        seconds = due_in_seconds(delay, at, self._clock())
+        return self.cancellations().reschedule(dedupe_key, math.ceil((self._clock() + seconds) * 1000)).done
+
+    def cancellations(self) -> cancellation.Cancellations:
+        """Cancel and reschedule with their outcome and reason (the command line's ``delayed cancel``)."""
+        if not self.delay_table or not self.state_table:
+            raise MessageError("cancel and reschedule need the delay table and the state table; pass delay_table and state_table "
+                               f"(or set {contract.DELAY_TABLE_VARIABLE} and {contract.STATE_TABLE_VARIABLE})")
+        return cancellation.Cancellations(self.delay_table, self.state_table, self._dynamodb.get(), self._clock)
+
     def _queue_limit_reader(self) -> Callable[[], tuple[int | None, str]]:
         """The queue's MaximumMessageSize for one send_batch call: as given or read before, else read at most once now.
 
@@ -308,7 +365,10 @@ class Client:
         try:
             dynamodb = self._dynamodb.get()
             markers = dedupe.DedupeMarkers(self.delay_table or "", dynamodb, self._clock)
-            store = delay.DelayStore(self.delay_table or "", dynamodb, self._delay_shards, self._sleep, keyed_write=markers.store_delayed)
+            keyed_write: delay.KeyedWrite = markers.store_delayed
+            if any(m.cancellable for _, m in delayed):
+                keyed_write = _keyed_write(self.cancellations(), markers.store_delayed)
+            store = delay.DelayStore(self.delay_table or "", dynamodb, self._delay_shards, self._sleep, keyed_write=keyed_write)
             store.put_many([m for _, m in delayed])
         except delay.DelayStoreError as error:
             failures = error.failures
@@ -431,6 +491,11 @@ def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
             f"got {len(attributes) - 1}"
         )
     return {**attributes, contract.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
+
+
+def _keyed_write(cancellations: cancellation.Cancellations, plain: delay.KeyedWrite) -> delay.KeyedWrite:
+    """The DelayStore's write of a keyed message: a cancellable one with its minute's check, any other as ``plain``."""
+    return lambda message: cancellations.store(message) if message.cancellable else plain(message)
 
 
 def _limit_unknown_reason(size: int, failure: str) -> str:

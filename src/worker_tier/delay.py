@@ -74,6 +74,11 @@ LONG_DELAY_THRESHOLD_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 MAX_CLOCK_SKEW_SECONDS = 60  # producer and dispatcher clocks together; ±30 s each
 DISPATCH_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS - MAX_CLOCK_SKEW_SECONDS
 MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
+# Cancellable messages (``Client.send(..., cancellable=True)``; ``worker_tier.cancellation``) all live on this
+# shard of their minute, and the delay dispatcher Queries it with ConsistentRead, so a cancel that committed
+# before the dispatcher started the minute is never read back by a stale Query. The default producer
+# (DEFAULT_SHARDS = 8) writes nothing else there, so ordinary messages keep their eventually consistent reads.
+CANCELLABLE_SHARD = MAX_SHARDS - 1
 # TTL margin after due. Kept below the dispatcher's minute-record retention less the stream's 24 h, so the
 # safety net still finds the minute record when it decides an expired item (tests/unit/test_delay_recovery.py).
 DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
@@ -111,6 +116,7 @@ class DelayedMessage:
     attributes: Mapping[str, Mapping[str, Any]]  # SQS API shape, path attribute included
     shard: int = 0
     dedupe_key: str | None = None
+    cancellable: bool = False  # stored on CANCELLABLE_SHARD, with its place in its key's marker
 
     @property
     def bucket(self) -> int:
@@ -133,18 +139,33 @@ class DelayedMessage:
         }
         if self.dedupe_key is not None:
             item["dedupe_key"] = {"S": self.dedupe_key}
+        if self.cancellable:
+            item["cancellable"] = {"BOOL": True}
         return item
 
     @classmethod
     def from_item(cls, item: Mapping[str, Mapping[str, Any]]) -> DelayedMessage:
         shard = int(item[PK]["S"].rsplit("#", 1)[1])
         dedupe = item.get("dedupe_key", {}).get("S")
-        return cls(item["id"]["S"], int(item["due_ms"]["N"]), item["body"]["S"], decode_attributes(item["attributes"]["S"]), shard, dedupe)
+        cancellable = item.get("cancellable", {}).get("BOOL") is True
+        return cls(item["id"]["S"], int(item["due_ms"]["N"]), item["body"]["S"], decode_attributes(item["attributes"]["S"]), shard, dedupe,
+                   cancellable)
 
 
 def bucket_key(bucket: int, shard: int) -> str:
     """Partition key of one shard of one minute."""
     return f"b#{bucket}#{shard}"
+
+
+def read_consistently(shard: int) -> bool:
+    """Whether the delay dispatcher Queries this shard with ConsistentRead: the shard of cancellable messages.
+
+    Examples
+    --------
+    >>> read_consistently(CANCELLABLE_SHARD), read_consistently(0)
+    (True, False)
+    """
+    return shard == CANCELLABLE_SHARD
 
 
 def parse_bucket_key(pk: str) -> tuple[int, int] | None:

@@ -21,7 +21,9 @@ the group's lease in the state table so its runs never overlap:
    once, before its first Query ever), then go in rounds. A round reads the next
    page of every open shard of the group, all of its share of the ``delay.MAX_SHARDS``
    whatever shard count the producers used (in parallel; a page of ``ROUND_ITEMS`` over
-   the group's shard count, so a round is as long whatever G), sends the pages merged in due order with
+   the group's shard count, so a round is as long whatever G; the cancellable shard with
+   ConsistentRead, so a cancel that committed before the minute's record is never read
+   back: ``worker_tier.cancellation``), sends the pages merged in due order with
    ``DelaySeconds = ceil(due − now)`` (0..900, ``now`` read just before each
    SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's
@@ -331,7 +333,7 @@ class DelayDispatcher:
         }
         if after is not None:
             request["ExclusiveStartKey"] = {contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: {"S": after}}
-        if bucket in self._refiled_buckets:
+        if bucket in self._refiled_buckets or delay.read_consistently(shard):  # cancellable shard: worker_tier.cancellation
             request["ConsistentRead"] = True
         page = self._with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")

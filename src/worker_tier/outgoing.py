@@ -35,6 +35,7 @@ class OutgoingMessage:
     attributes: Mapping[str, Any] | None = None
     dedupe_key: str | None = None
     group_id: str | None = None
+    cancellable: bool = False
 
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
-from worker_tier_cli import dead_letters, redrive, status
+from worker_tier_cli import dead_letters, delayed, redrive, status
 from worker_tier_cli.output import emit_json, table
 from worker_tier_cli.session import Runtime, Session, parse_time
 from worker_tier_cli.target import Target, TargetError, default_stack_name
@@ -74,6 +74,9 @@ def cli(ctx: click.Context, /, endpoint_url: str | None, region: str | None, sta
     stack_name = stack or (None if explicit else default_stack_name(Path.cwd()))
     session.target = Target(stack_name, lambda: session.client("cloudformation"), given)
     ctx.obj = session
+
+
+cli.add_command(delayed.delayed_group)  # ``delayed list`` and ``delayed cancel`` (worker_tier_cli.delayed)
 
 
 # -- status -----------------------------------------------------------------------------------------
