@@ -64,6 +64,7 @@ class DelayDispatcher(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: DelayDispatcherProps) -> None:
         super().__init__(scope, construct_id)
+        self._state_table = props.state_table
         self.table = dynamodb.TableV2(
             self,
             "DelayTable",
@@ -152,4 +153,4 @@ class DelayDispatcher(Construct):
 
     def grant_produce(self, function: iam.IGrantable) -> None:
         """Let ``function`` store delayed messages (plain and deduplicated), and nothing else of the delay table."""
-        grant_delay_produce(self.table, function)
+        grant_delay_produce(self.table, function, self._state_table)

@@ -51,6 +51,12 @@ REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 # settle (Put) or give back (Delete).
 DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
+# Cancellable messages (worker_tier.cancellation): a cancel or reschedule reads the marker and the item (GetItem),
+# deletes them (DeleteItem), and checks in the same transaction that the delay dispatcher has not started the
+# minute: a ConditionCheckItem on its minute records in the state table, which writes nothing.
+CANCEL_ACTIONS = ("dynamodb:GetItem", "dynamodb:DeleteItem")
+DISPATCH_STARTED_CHECK_ACTIONS = ("dynamodb:ConditionCheckItem",)
+
 LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
 
 # Reading the signing key by its ARN (the forwarding runtime's one call for each kind).
@@ -92,10 +98,19 @@ def grant_items(
     )
 
 
-def grant_delay_produce(table: dynamodb.ITableV2, grantee: iam.IGrantable) -> None:
-    """Let a producer write delayed messages (``b#``) and dedupe-key markers (``dedupe#``) to the delay table, nothing else."""
+def grant_delay_produce(
+    table: dynamodb.ITableV2, grantee: iam.IGrantable, state_table: dynamodb.ITableV2 | None = None
+) -> None:
+    """Let a producer write delayed messages (``b#``) and dedupe-key markers (``dedupe#``) to the delay table, nothing else.
+
+    With ``state_table``, also cancel and reschedule them: read and delete those items, and check the delay
+    dispatcher's minute records (``scheduler#``) without writing them.
+    """
     grant_items(table, grantee, actions=DELAYED_MESSAGE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
     grant_items(table, grantee, actions=DEDUPE_MARKER_ACTIONS, leading_key_prefixes=[DEDUPE_KEY_PREFIX])
+    if state_table is not None:
+        grant_items(table, grantee, actions=CANCEL_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX, DEDUPE_KEY_PREFIX])
+        grant_items(state_table, grantee, actions=DISPATCH_STARTED_CHECK_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])
 
 
 def grant_signing_secret(grantee: iam.IGrantable, arn: str) -> iam.Grant:

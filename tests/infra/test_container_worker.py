@@ -187,10 +187,15 @@ def test_task_role_reaches_only_idempotency_records_of_the_state_table(template)
     [role] = [r for r in template.find_resources("AWS::IAM::Role") if r.startswith("LongTasksTaskTaskRole")]
     # WHEN its state-table statements are read
     statements = [s for r, s in dynamodb_statements(template) if r == role and on_table(s, "StateTable")]
-    # THEN it may only run Powertools' item calls, only on idempotency# items (no watermark, no cron claims)
-    assert [(s["Action"], s["Condition"]) for s in statements] == [
-        (list(IDEMPOTENCY_ACTIONS), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}})
-    ]
+    # THEN it may only run Powertools' item calls, only on idempotency# items (no watermark, no cron claims), and check
+    # (never write) the delay dispatcher's minute records, for cancellable messages
+    actions = [s["Action"] for s in statements]
+    assert sorted((json.dumps(a), json.dumps(s["Condition"])) for a, s in zip(actions, statements)) == sorted([
+        (json.dumps(list(IDEMPOTENCY_ACTIONS)),
+         json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}})),
+        (json.dumps("dynamodb:ConditionCheckItem"),
+         json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}})),
+    ])
 
 
 def test_tasks_may_protect_themselves_from_scale_in_on_their_own_cluster_only(template):

@@ -320,13 +320,21 @@ def test_worker_role_reaches_only_idempotency_records_of_the_state_table(templat
     [role] = [r for r in template.find_resources("AWS::IAM::Role") if r.startswith("WorkerRole")]
     # WHEN its state-table statements are read
     statements = [s for r, s in dynamodb_statements(template) if r == role and on_table(s, "StateTable")]
-    # THEN it may only run Powertools' item calls, only on idempotency# items
-    assert statements == [{
+    # THEN it may only run Powertools' item calls, only on idempotency# items, and check (never write) the delay
+    # dispatcher's minute records, for cancellable messages
+    resource = {"Fn::GetAtt": [statements[0]["Resource"]["Fn::GetAtt"][0], "Arn"]}
+    expected = [{
         "Action": list(IDEMPOTENCY_ACTIONS),
         "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}},
         "Effect": "Allow",
-        "Resource": {"Fn::GetAtt": [statements[0]["Resource"]["Fn::GetAtt"][0], "Arn"]},
+        "Resource": resource,
+    }, {
+        "Action": "dynamodb:ConditionCheckItem",
+        "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}},
+        "Effect": "Allow",
+        "Resource": resource,
     }]
+    assert sorted(statements, key=repr) == sorted(expected, key=repr)
 
 
 def test_no_role_has_a_dynamodb_wildcard_or_reads_across_the_state_table(template):
