@@ -232,7 +232,7 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
     with progress_bar(shown, "redriving", total) as advance:
         moved = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds,
                                      lambda so_far: advance(so_far.moved + so_far.skipped + so_far.failed, None,
-                                                            _counts(so_far)))
+                                                            _counts(so_far)), session.runtime.clock)
     _print_report(moved, "batches", as_json)
     if moved.failed or moved.not_deleted:
         raise SystemExit(1)
@@ -262,7 +262,8 @@ def _print_move_task(task: dict[str, Any], as_json: bool) -> None:
 
 
 def _counts(report: redrive.MoveReport) -> str:
-    return f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}"
+    arrived = f" ({report.arrived} dead-lettered since it began: left for the next run)" if report.arrived else ""
+    return f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}{arrived}"
 
 
 def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> None:

@@ -8,8 +8,7 @@ from worker_tier_cli import status, ticks
 from worker_tier_cli.output import table
 from worker_tier_cli.session import Session
 
-AGE_NOTE = ("oldest: CloudWatch's ApproximateAgeOfOldestMessage, the latest minute (SQS's attributes give counts "
-            "only); - where CloudWatch has no datapoint (a new queue, or the local environment)")
+AGE_NOTE = "oldest: CloudWatch's ApproximateAgeOfOldestMessage (-: no datapoint, as on the local environment)"
 
 
 def gather(session: Session) -> dict[str, Any]:
@@ -74,6 +73,9 @@ def _dispatcher_lines(dispatcher: dict[str, Any] | None, backlog: dict[str, Any]
         lines = ["delay dispatcher: no state table (pass --state-table or --stack)"]
     elif dispatcher["watermark"] is None:
         lines = [f"delay dispatcher: {dispatcher['note']}"]
+    elif dispatcher["lag_minutes"] < 0:  # it dispatches minutes ahead of now, within SQS's 15-minute DelaySeconds
+        lines = [f"delay dispatcher: watermark {dispatcher['watermark']}, {-dispatcher['lag_minutes']} min ahead "
+                 "of now (dispatched ahead, on time), lag 0 min"]
     else:
         lines = [f"delay dispatcher: watermark {dispatcher['watermark']}, lag {dispatcher['lag_minutes']} min"]
     if backlog is None:
