@@ -46,7 +46,7 @@ def add_stack_widgets(dashboard: cloudwatch.Dashboard, worker, delay_dispatcher=
     dashboard.add_widgets(*widgets)
 
 
-def add_outcome_filters(log_group: logs.ILogGroup) -> dict[str, logs.MetricFilter]:
+def add_outcome_filters(log_group: logs.LogGroup) -> dict[str, logs.MetricFilter]:
     """One metric filter per logged outcome on the worker's log group, counting it per ``path``."""
     return {
         status: logs.MetricFilter(

@@ -7,7 +7,7 @@ imports aws-cdk-lib, so this works with the cli extra alone. Without croniter or
 from __future__ import annotations
 
 import importlib
-from datetime import timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 
@@ -50,7 +50,8 @@ def cron_next(ctx: click.Context, cron_yaml: Path, count: int, fifo: bool, as_js
         entries = load(cron_yaml, fifo=fifo)
     except CronConfigError as error:
         raise click.ClickException(str(error)) from None
-    now = ctx.find_object(Session).now()
+    session = ctx.find_object(Session)
+    now = session.now() if session is not None else datetime.now(timezone.utc)
     if not as_json:
         click.echo(preview.render(entries, now, count))
         return

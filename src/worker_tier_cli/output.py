@@ -61,7 +61,7 @@ def progress_bar(shown: bool, description: str, total: int | None = None) -> Ite
         task = bar.add_task(description, total=total)
 
         def advance(done: int, new_total: int | None = None, description: str | None = None) -> None:
-            changes = {"total": new_total, "description": description}
-            bar.update(task, completed=done, **{k: v for k, v in changes.items() if v is not None})
+            bar.update(task, completed=done, total=new_total if new_total is not None else bar.tasks[0].total,
+                       description=description)
 
         yield advance

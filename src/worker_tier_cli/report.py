@@ -20,7 +20,7 @@ def gather(session: Session) -> dict[str, Any]:
         "queues": _queues(session, now),
         "delay_dispatcher": dispatcher,
         "delay_backlog": status.delay_backlog(session.client("dynamodb"), delay_table, now,
-                                              dispatcher and dispatcher["minute"]) if delay_table else None,
+                                              dispatcher["minute"] if dispatcher else None) if delay_table else None,
         "periodic_tasks": _periodic(session),
         "alarms_in_alarm": (status.alarms_in_alarm(session.client("cloudwatch"), target.stack_name)
                             if target.stack_name else None),
@@ -98,7 +98,7 @@ def _periodic_lines(periodic: dict[str, Any] | None, terminal: bool) -> list[str
     return [table(header, rows, terminal)] if rows else [f"periodic tasks: no schedules in {periodic['group']}"]
 
 
-def _alarm_lines(alarms: list[dict[str, str]] | None, terminal: bool) -> list[str]:
+def _alarm_lines(alarms: list[dict[str, Any]] | None, terminal: bool) -> list[str]:
     if alarms is None:
         return ["alarms: not read (no stack: pass --stack)"]
     if not alarms:

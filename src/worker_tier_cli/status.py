@@ -105,9 +105,9 @@ def _undispatched_minutes(dynamodb: Any, delay_table: str, watermark_minute: int
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def alarms_in_alarm(cloudwatch: Any, stack_name: str) -> list[dict[str, str]]:
+def alarms_in_alarm(cloudwatch: Any, stack_name: str) -> list[dict[str, Any]]:
     """The stack's alarms in ALARM (metric and composite): name, reason and since when."""
-    found: list[dict[str, str]] = []
+    found: list[dict[str, Any]] = []
     for page in cloudwatch.get_paginator("describe_alarms").paginate(
             StateValue="ALARM", AlarmNamePrefix=stack_name, AlarmTypes=["MetricAlarm", "CompositeAlarm"]):
         alarms = [*(page.get("MetricAlarms") or []), *(page.get("CompositeAlarms") or [])]
