@@ -28,8 +28,10 @@ PACKAGES = {
     "worker_tier_local": (("cdk", "local"), {"worker_tier", "worker_tier_cdk", "worker_tier_local"}),
     "worker_tier_cli": (("cli",), {"worker_tier", "worker_tier_cli"}),
 }
-# The one lazy edge out of the runtime: `python -m worker_tier <command>` hands any command but `worker` to the CLI.
-LAZY_IMPORTS = {("worker_tier", "worker_tier_cli"): "src/worker_tier/__main__.py"}
+# The lazy edges: `python -m worker_tier <command>` hands any command but `worker` to the CLI; `worker-tier cron
+# next` reuses worker_tier_cdk.cron_preview, which imports croniter and PyYAML (the cli extra), never aws-cdk-lib.
+LAZY_IMPORTS = {("worker_tier", "worker_tier_cli"): "src/worker_tier/__main__.py",
+                ("worker_tier_cli", "worker_tier_cdk"): "src/worker_tier_cli/cron.py"}
 
 
 def _imported(package: str) -> dict[str, str]:
