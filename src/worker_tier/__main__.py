@@ -31,7 +31,7 @@ NEEDS = contract.Needs(
 ) | contract.PRODUCER_NEEDS
 EXIT_CODE_USAGE = 2
 WORKER_COMMAND = "worker"
-CLI_EXTRA_MODULES = ("click",)
+CLI_EXTRA_MODULES = ("click", "rich")
 CLI_EXTRA_MISSING = "worker-tier: {missing} not installed; the command line needs the cli extra: pip install 'worker-tier[cli]'"
 
 

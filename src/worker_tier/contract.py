@@ -246,6 +246,16 @@ METRIC_TICKS_RETRIED = "TicksRetried"
 # A sent tick whose claim could not be marked sent: a retry or duplicate may send the tick again.
 METRIC_TICK_MARK_FAILED = "TickMarkFailed"
 
+# The worker's log line (worker_tier.fates, the "message" key) for each outcome it logs, by outcome status;
+# `worker-tier tail` prints them and the dashboard counts them per path (metric filters on the worker's log
+# group, dimension ``path``). A success is not logged: a line per message would cost more than most tasks.
+OUTCOME_LOG_MESSAGES = {
+    "retrying": "task failed; retrying",
+    "rescheduled": "retry re-sent through the delay table",
+    "dead_lettered": "task dead-lettered",
+    "held_back": "message not due yet: held back",
+}
+
 # The state table: one partition key, a TTL, and one key prefix per kind of item (dynamodb:LeadingKeys grants).
 STATE_PARTITION_KEY = "pk"
 STATE_TTL_ATTRIBUTE = "expiration"

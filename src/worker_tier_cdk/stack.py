@@ -11,6 +11,7 @@ from constructs import Construct
 from worker_tier_cdk import cron_config, defaults
 from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.container_worker import ContainerWorker, ContainerWorkerProps
+from worker_tier_cdk.dashboard import add_stack_widgets
 from worker_tier_cdk.cron_config import CronEntry
 from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherProps
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
@@ -119,6 +120,10 @@ class WorkerTierStack(Stack):
         CfnOutput(self, "DeadLetterQueueUrl", value=self.worker.dead_letter_queue.queue_url)
         CfnOutput(self, "StateTableName", value=self.state_table.table_name)
         CfnOutput(self, "WorkerFunctionName", value=self.worker.function.function_name)
+        CfnOutput(self, "WorkerLogGroupName", value=self.worker.log_group.log_group_name)  # worker-tier tail
+        if self.periodic_tasks is not None:  # worker-tier status: the periodic tasks' ticks
+            CfnOutput(self, "ScheduleGroupName", value=self.periodic_tasks.schedule_group.schedule_group_name)
+        add_stack_widgets(self.worker.dashboard, self.worker, self.delay_dispatcher, self.periodic_tasks)
 
 
 def _task_code(task_code: TaskCode | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> TaskCode:

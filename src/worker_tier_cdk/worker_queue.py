@@ -90,6 +90,7 @@ class WorkerQueue(Construct):
             ),
         )
         self.function = worker.function
+        self.log_group = worker.log_group
         self.dead_letter_queue.grant_send_messages(self.function)
         self.queue.grant_send_messages(self.function)  # tasks send follow-ups (Client.from_env)
         if props.state_table is not None:

@@ -1,6 +1,7 @@
-"""The ``worker-tier`` command line: ``status``, ``dlq list``, ``dlq show``, ``redrive`` and ``send``.
+"""The ``worker-tier`` command line: ``status``, ``dlq list``, ``dlq show``, ``redrive``, ``send``, ``cron next``, ``tail``.
 
-Every command prints a table for people and, with ``--json``, one JSON document for scripts.
+Every read command prints a table for people and, with ``--json``, one JSON document for scripts; a
+command that walks many messages shows a progress bar on a terminal (never with ``--json`` or piped).
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any, Callable, TypeVar
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
-from worker_tier_cli import dead_letters, delayed, redrive, status
-from worker_tier_cli.output import emit_json, table
+from worker_tier_cli import dead_letters, delayed, redrive, report, status
+from worker_tier_cli.cron import cron_group
+from worker_tier_cli.output import emit_json, progress_bar, table
 from worker_tier_cli.session import Runtime, Session, parse_time
+from worker_tier_cli.tail import tail_command
 from worker_tier_cli.target import Target, TargetError, default_stack_name
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,6 +63,8 @@ def _session() -> Session:
 @click.option("--dlq-url", help="The dead-letter queue, instead of the stack's DeadLetterQueueUrl output.")
 @click.option("--state-table", help="The state table, instead of the stack's StateTableName output.")
 @click.option("--delay-table", help="The delay table, instead of the stack's DelayTableName output.")
+@click.option("--log-group", "worker_log_group", help="The worker's log group, instead of the stack's WorkerLogGroupName output.")
+@click.option("--schedule-group", help="The periodic tasks' schedule group, instead of the stack's ScheduleGroupName output.")
 @click.pass_context
 def cli(ctx: click.Context, /, endpoint_url: str | None, region: str | None, stack: str | None, **given: str | None) -> None:
     """Operate a Worker Tier deployment: its queues, its dead letters and the delay dispatcher.
@@ -82,35 +87,41 @@ cli.add_command(delayed.delayed_group)  # ``delayed list`` and ``delayed cancel`
 # -- status -----------------------------------------------------------------------------------------
 
 
-@cli.command("status")
-@json_option
-def status_command(as_json: bool) -> None:
-    """Queue depth, in flight and delayed; DLQ depth; the delay dispatcher's watermark and lag.
+DEFAULT_WATCH_INTERVAL_SECONDS = 10.0
 
-    The age of the oldest message is CloudWatch's ApproximateAgeOfOldestMessage (the stack's dashboard);
-    SQS's queue attributes give counts only.
+
+def _progress_shown(as_json: bool) -> bool:
+    """Progress bars and styled tables: on a terminal, never with --json."""
+    return _session().runtime.interactive() and not as_json
+
+
+@cli.command("status")
+@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=1), default=DEFAULT_WATCH_INTERVAL_SECONDS, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@json_option
+def status_command(watch: bool, interval: float, as_json: bool) -> None:
+    """Queues (depth, in flight, delayed, oldest age), the DLQ, the delay table's backlog by hour, the delay
+    dispatcher's watermark and lag, each periodic task's last and next tick, and the stack's alarms in ALARM.
     """
     session = _session()
-    target, sqs = session.target, session.client("sqs")
-    queues = {"work queue": target.required("queue_url"), "DLQ": target.required("dlq_url")}
-    container = target.optional("container_queue_url")
-    if container:
-        queues["container queue"] = container
-    counts = {name: {"url": url, **status.queue_counts(sqs, url)} for name, url in queues.items()}
-    state_table = target.optional("state_table")
-    dispatcher = status.watermark(session.client("dynamodb"), state_table, session.runtime.clock()) if state_table else None
-    if as_json:
-        emit_json({"queues": counts, "delay_dispatcher": dispatcher})
-        return
-    rows = [(name, c["visible"], c["in_flight"], c["delayed"], c["url"]) for name, c in counts.items()]
-    click.echo(table(("queue", "visible", "in flight", "delayed", "url"), rows))
-    click.echo("oldest message age: CloudWatch's ApproximateAgeOfOldestMessage (the stack's dashboard); SQS gives counts only")
-    if dispatcher is None:
-        click.echo("delay dispatcher: no state table (pass --state-table or --stack)")
-    elif dispatcher["watermark"] is None:
-        click.echo(f"delay dispatcher: {dispatcher['note']}")
-    else:
-        click.echo(f"delay dispatcher: watermark {dispatcher['watermark']}, lag {dispatcher['lag_minutes']} min")
+    terminal = _progress_shown(as_json)
+    try:
+        while True:
+            shown = report.gather(session)
+            if as_json:
+                emit_json(shown)
+            else:
+                if watch and terminal:
+                    click.clear()
+                if watch:
+                    click.echo(f"{session.now():%Y-%m-%d %H:%M:%S} UTC (every {interval:g} s; Ctrl-C stops)")
+                click.echo(report.render(shown, terminal))
+            if not watch:
+                return
+            session.runtime.sleep(interval)
+    except KeyboardInterrupt:
+        click.echo("", err=True)
 
 
 # -- dlq --------------------------------------------------------------------------------------------
@@ -147,7 +158,10 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
     session = _session()
     which = _filter(path, error_type, since)
     dlq_url = session.target.required("dlq_url")
-    with dead_letters.peek(session.client("sqs"), dlq_url, limit, session.runtime.wait_seconds) as letters:
+    sqs, shown = session.client("sqs"), _progress_shown(as_json)
+    total = min(limit, status.queue_counts(sqs, dlq_url)["visible"]) if shown else None
+    with progress_bar(shown, "reading the DLQ", total) as advance, \
+            dead_letters.peek(sqs, dlq_url, limit, session.runtime.wait_seconds, advance) as letters:
         groups = dead_letters.group([m for m in letters if which.matches(m)])
     if as_json:
         emit_json({"dlq_url": dlq_url, "read": len(letters), "limit": limit,
@@ -211,27 +225,25 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
         what = "all dead letters" if which.empty else "matching dead letters"
         click.confirm(f"Move {what} from {dlq_url} to {queue_url}?", abort=True)
     sqs = session.client("sqs")
+    shown = _progress_shown(as_json)
+    total = status.queue_counts(sqs, dlq_url)["visible"] if shown else None
     if which.empty:
-        result = _move_task(sqs, dlq_url, queue_url, rate)
-        if result is not None:
-            _print_move_task(result, as_json)
+        task = _move_task(sqs, dlq_url, queue_url, rate, shown, session.runtime.sleep)
+        if task is not None:
+            _print_move_task(task, as_json)
             return
-    progress = _progress_line if session.runtime.interactive() and not as_json else (lambda report: None)
-    report = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds, progress)
-    if progress is _progress_line:
-        click.echo("", err=True)
-    _print_report(report, "batches", as_json)
-    if report.failed or report.not_deleted:
+    with progress_bar(shown, "redriving", total) as advance:
+        moved = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds,
+                                     lambda so_far: advance(so_far.moved + so_far.skipped + so_far.failed, None,
+                                                            _counts(so_far)), session.runtime.clock)
+    _print_report(moved, "batches", as_json)
+    if moved.failed or moved.not_deleted:
         raise SystemExit(1)
 
 
-def _progress_line(report: redrive.MoveReport) -> None:
-    """On a terminal: the counts so far, rewritten in place on stderr after each batch."""
-    click.echo(f"\rmoved {report.moved}, skipped {report.skipped}, failed {report.failed} ...", err=True, nl=False)
-
-
-def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None) -> dict[str, Any] | None:
-    """StartMessageMoveTask followed to its end; None when the endpoint has no move task (say so)."""
+def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None, shown: bool,
+               sleep: Callable[[float], None]) -> dict[str, Any] | None:
+    """StartMessageMoveTask followed to its end with a progress bar; None when the endpoint has no move task (say so)."""
     try:
         handle = redrive.start_move_task(sqs, dlq_url, queue_url, rate)
     except (NotImplementedError, ClientError) as error:
@@ -239,7 +251,9 @@ def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None) -> dict
             raise
         click.echo(MOVE_TASK_FALLBACK_NOTE, err=True)
         return None
-    return redrive.follow_move_task(sqs, dlq_url, handle)
+    with progress_bar(shown, "move task") as advance:
+        return redrive.follow_move_task(sqs, dlq_url, handle, sleep, lambda task: advance(
+            int(task.get("ApproximateNumberOfMessagesMoved", 0)), task.get("ApproximateNumberOfMessagesToMove")))
 
 
 def _print_move_task(task: dict[str, Any], as_json: bool) -> None:
@@ -250,11 +264,16 @@ def _print_move_task(task: dict[str, Any], as_json: bool) -> None:
                + (f" ({task['FailureReason']})" if task.get("FailureReason") else ""))
 
 
+def _counts(report: redrive.MoveReport) -> str:
+    arrived = f" ({report.arrived} dead-lettered since it began: left for the next run)" if report.arrived else ""
+    return f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}{arrived}"
+
+
 def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> None:
     if as_json:
         emit_json({"method": method, **vars(report)})
         return
-    click.echo(f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}")
+    click.echo(_counts(report))
     for error in report.errors[:10]:
         click.echo(f"  {error}", err=True)
     if report.not_deleted:
@@ -328,6 +347,9 @@ def import_eb_command(path: Path, cdk_json: Path, dry_run: bool) -> None:
         raise click.ClickException(str(error)) from error
     if code:
         raise SystemExit(code)
+
+cli.add_command(cron_group)
+cli.add_command(tail_command)
 
 
 def main(argv: list[str] | None = None, runtime: Runtime | None = None) -> int:

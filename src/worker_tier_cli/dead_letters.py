@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from worker_tier import contract, limits
 from worker_tier.retry import chunks
@@ -128,9 +128,12 @@ def release(sqs: Any, queue_url: str, letters: list[DeadLetter]) -> int:
 
 
 @contextmanager
-def peek(sqs: Any, queue_url: str, limit: int = DEFAULT_PEEK_LIMIT,
-         wait_seconds: int = RECEIVE_WAIT_SECONDS) -> Iterator[list[DeadLetter]]:
-    """Up to ``limit`` distinct messages of the queue, released when the block ends (even on error)."""
+def peek(sqs: Any, queue_url: str, limit: int = DEFAULT_PEEK_LIMIT, wait_seconds: int = RECEIVE_WAIT_SECONDS,
+         progress: Callable[[int], None] = lambda read: None) -> Iterator[list[DeadLetter]]:
+    """Up to ``limit`` distinct messages of the queue, released when the block ends (even on error).
+
+    ``progress`` is called with the count read so far after each receive.
+    """
     held: dict[str, DeadLetter] = {}
     try:
         while len(held) < limit:
@@ -138,6 +141,7 @@ def peek(sqs: Any, queue_url: str, limit: int = DEFAULT_PEEK_LIMIT,
             if not fresh:
                 break
             held.update((m.message_id, m) for m in fresh)
+            progress(min(len(held), limit))
         yield list(held.values())[:limit]
     finally:
         release(sqs, queue_url, list(held.values()))

@@ -1,24 +1,39 @@
-"""Printing: aligned tables for people, JSON for scripts."""
+"""Printing: tables for people (rich), JSON for scripts, and progress bars on a terminal only."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
-TABLE_GAP = "  "
 MAX_CELL_CHARS = 60  # a longer cell (a sample reason) is cut with "..."; --json has it whole
+# Wide enough that no table wraps when piped (a terminal uses its own width).
+PIPED_TABLE_WIDTH_CHARS = 400
+
+# advance(done so far, total once known, description=None): moves the bar (and renames it, given a description).
+Advance = Callable[..., None]
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Rows under upper-case headers, each column as wide as its widest cell."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    lines = [TABLE_GAP.join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += [TABLE_GAP.join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(line.rstrip() for line in lines)
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], terminal: bool = False) -> str:
+    """Rows under upper-case headers, columns two spaces apart; bold headers on a terminal."""
+    shown = Table(box=None, pad_edge=False, show_edge=False, header_style="bold" if terminal else "")
+    for header in headers:
+        shown.add_column(header.upper(), no_wrap=True, overflow="ellipsis")
+    for row in rows:
+        shown.add_row(*(Text(_cell(value)) for value in row))
+    console = Console(width=None if terminal else PIPED_TABLE_WIDTH_CHARS, force_terminal=terminal,
+                      color_system="auto" if terminal else None)
+    with console.capture() as captured:
+        console.print(shown)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
 
 
 def _cell(value: Any) -> str:
@@ -29,3 +44,24 @@ def _cell(value: Any) -> str:
 def emit_json(value: Any) -> None:
     """One JSON document on stdout."""
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+@contextmanager
+def progress_bar(shown: bool, description: str, total: int | None = None) -> Iterator[Advance]:
+    """A rich progress bar on stderr when ``shown`` (a terminal, no --json); else a no-op ``advance``.
+
+    ``advance(done, total, description)`` sets the count done so far (and the total, once known).
+    """
+    if not shown:
+        yield lambda done, total=None, description=None: None
+        return
+    console = Console(file=sys.stderr, force_terminal=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(description, total=total)
+
+        def advance(done: int, new_total: int | None = None, description: str | None = None) -> None:
+            bar.update(task, completed=done, total=new_total if new_total is not None else bar.tasks[0].total,
+                       description=description)
+
+        yield advance

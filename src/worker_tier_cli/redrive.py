@@ -7,6 +7,9 @@ is skipped; one whose send failed is counted failed and stays in the DLQ. Both a
 again) until the move ends, then released. A delete that fails after its send leaves that message in
 both queues: it is counted in ``not_deleted`` and named, so it can be removed by hand.
 
+A run moves only what was in the DLQ when it began, each body once (see ``move_batches``): beside a
+live worker that dead-letters the moved messages again, it ends rather than moving them round and round.
+
 Without a filter, ``start_move_task`` asks SQS to move everything (StartMessageMoveTask) and
 ``follow_move_task`` polls it to the end; the local environment (moto) has no move task, so the command
 falls back to the batch move.
@@ -18,6 +21,7 @@ message of a group with one in flight), so one run moves what it can reach; run 
 from __future__ import annotations
 
 import time
+from email.utils import parsedate_to_datetime
 from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -33,36 +37,61 @@ MOVE_TASK_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 
 @dataclass
 class MoveReport:
-    """What a redrive did: moved, skipped (not matching), failed (send refused), and any not deleted."""
+    """What a redrive did: moved, skipped (not matching), failed (send refused), arrived, and any not deleted."""
 
     moved: int = 0
     skipped: int = 0
     failed: int = 0
+    # Left for the next run: dead-lettered after the move began (SentTimestamp), or the same body and path as
+    # one this run moved (a worker beside it dead-lettered the moved message again within the same second).
+    arrived: int = 0
     not_deleted: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
 def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
                  wait_seconds: int = RECEIVE_WAIT_SECONDS,
-                 progress: Callable[[MoveReport], None] = lambda report: None) -> MoveReport:
-    """Move the dead letters ``which`` matches, one received batch at a time; see the module docstring."""
+                 progress: Callable[[MoveReport], None] = lambda report: None,
+                 clock: Callable[[], float] = time.time) -> MoveReport:
+    """Move the dead letters ``which`` matches, one received batch at a time; see the module docstring.
+
+    Only those in the DLQ when it began, each body once: a message dead-lettered since (SQS's SentTimestamp
+    after the start, by SQS's own clock, to the second) or one with the body and path of a message this run
+    moved is held and counted in ``arrived``, so a redrive beside a worker that dead-letters the moved
+    messages again moves each once and ends, instead of moving them round and round.
+    """
     report = MoveReport()
     held: dict[str, DeadLetter] = {}
     fifo = queue_url.endswith(".fifo")
+    started_ms = server_time_ms(sqs, dlq_url, clock)
+    moved: set[tuple[str, str]] = set()
     try:
         while True:
             fresh = [m for m in receive(sqs, dlq_url, MOVE_VISIBILITY_SECONDS, wait_seconds) if m.message_id not in held]
             if not fresh:
                 return report
-            matching = [m for m in fresh if which.matches(m)]
-            skipped = [m for m in fresh if m not in matching]
-            report.skipped += len(skipped)
-            held.update((m.message_id, m) for m in skipped)
-            for failed in _move(sqs, dlq_url, queue_url, matching, fifo, report):
+            arrived = [m for m in fresh if int(m.system.get("SentTimestamp", 0)) > started_ms or (m.path, m.body) in moved]
+            matching = [m for m in fresh if m not in arrived and which.matches(m)]
+            skipped = [m for m in fresh if m not in matching and m not in arrived]
+            report.skipped, report.arrived = report.skipped + len(skipped), report.arrived + len(arrived)
+            held.update((m.message_id, m) for m in [*skipped, *arrived])
+            failures = _move(sqs, dlq_url, queue_url, matching, fifo, report)
+            for failed in failures:
                 held[failed.message_id] = failed
+            moved.update((m.path, m.body) for m in matching if m not in failures)
             progress(report)
     finally:
         release(sqs, dlq_url, list(held.values()))
+
+
+def server_time_ms(sqs: Any, queue_url: str, clock: Callable[[], float] = time.time) -> int:
+    """SQS's clock now, from a response's Date header (whole seconds, so the end of that second); else ``clock``."""
+    response = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    date = (response.get("ResponseMetadata") or {}).get("HTTPHeaders", {}).get("date")
+    try:
+        return int(parsedate_to_datetime(date).timestamp()) * 1000 + 999 if date else int(clock() * 1000)
+    except (TypeError, ValueError):
+        return int(clock() * 1000)
 
 
 def _move(sqs: Any, dlq_url: str, queue_url: str, letters: list[DeadLetter], fifo: bool,

@@ -20,10 +20,11 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 @dataclass
 class Runtime:
-    """The process's edges, injected by tests: a boto3-like ``client(service, **kwargs)``, the clock, the terminal."""
+    """The process's edges, injected by tests: a boto3-like ``client(service, **kwargs)``, the clock, sleep, the terminal."""
 
     client: Callable[..., Any] = boto3.client
     clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
     interactive: Callable[[], bool] = lambda: sys.stdin.isatty() and sys.stdout.isatty()
     wait_seconds: int = RECEIVE_WAIT_SECONDS
 

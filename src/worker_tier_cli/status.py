@@ -1,14 +1,22 @@
-"""``status``: the queues' counts (GetQueueAttributes) and the delay dispatcher's watermark and lag.
+"""``status``: what an on-call person asks first, each number from the API that knows it.
 
-SQS gives counts only; the age of the oldest message is CloudWatch's ApproximateAgeOfOldestMessage
-metric, on the stack's dashboard and alarms.
+- The queues' counts: SQS GetQueueAttributes (visible, in flight, delayed).
+- The age of each queue's oldest message: CloudWatch's ``ApproximateAgeOfOldestMessage`` (SQS's attributes
+  give counts only); None where CloudWatch has no datapoint (a new queue, or the local environment).
+- The delay table's backlog by hour for the next 24 h: one Scan of the table (keys only), counting the
+  messages due after the delay dispatcher's watermark; the table holds dispatched items until their TTL,
+  which the watermark tells apart.
+- The delay dispatcher's watermark and its lag: the state table.
+- The alarms in ALARM: CloudWatch DescribeAlarms, filtered to names starting with the stack's name
+  (CloudFormation names the alarms it creates ``<stack>-<logical id>-<suffix>``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from worker_tier import delay
 from worker_tier.contract import STATE_PARTITION_KEY
 from worker_tier.dispatch_group import StateError, shard_positions
 
@@ -18,6 +26,13 @@ QUEUE_COUNTS = {
     "delayed": "ApproximateNumberOfMessagesDelayed",
 }
 SECONDS_PER_MINUTE = 60
+SECONDS_PER_HOUR = 3600
+BACKLOG_HOURS = 24
+# CloudWatch publishes SQS metrics every minute; the last few minutes hold the latest datapoint.
+AGE_LOOKBACK_SECONDS = 5 * 60
+AGE_PERIOD_SECONDS = 60
+SQS_METRICS_NAMESPACE = "AWS/SQS"
+AGE_METRIC = "ApproximateAgeOfOldestMessage"
 
 
 def queue_counts(sqs: Any, queue_url: str) -> dict[str, int]:
@@ -26,9 +41,22 @@ def queue_counts(sqs: Any, queue_url: str) -> dict[str, int]:
     return {name: int(attributes.get(attribute, 0)) for name, attribute in QUEUE_COUNTS.items()}
 
 
+def oldest_age_seconds(cloudwatch: Any, queue_url: str, now: float) -> int | None:
+    """The latest ApproximateAgeOfOldestMessage of the queue (Maximum over a minute), or None without data."""
+    end = datetime.fromtimestamp(now, timezone.utc)
+    response = cloudwatch.get_metric_statistics(
+        Namespace=SQS_METRICS_NAMESPACE, MetricName=AGE_METRIC,
+        Dimensions=[{"Name": "QueueName", "Value": queue_url.rstrip("/").rsplit("/", 1)[-1]}],
+        StartTime=end - timedelta(seconds=AGE_LOOKBACK_SECONDS), EndTime=end, Period=AGE_PERIOD_SECONDS,
+        Statistics=["Maximum"],
+    )
+    points = sorted(response.get("Datapoints") or [], key=lambda point: point["Timestamp"])
+    return int(points[-1]["Maximum"]) if points else None
+
+
 def watermark(dynamodb: Any, state_table: str, now: float) -> dict[str, Any]:
-    """The delay dispatcher's watermark minute (ISO; the earliest of its groups'), and its lag behind ``now`` in minutes;
-    None when absent."""
+    """The delay dispatcher's watermark (the earliest of its groups'): its minute (ISO and number) and its lag behind
+    ``now`` in minutes."""
     def read(key: str) -> dict[str, Any] | None:
         item: dict[str, Any] | None = dynamodb.get_item(
             TableName=state_table, Key={STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=True
@@ -38,8 +66,62 @@ def watermark(dynamodb: Any, state_table: str, now: float) -> dict[str, Any]:
     try:
         minute = min(bucket for bucket, _ in shard_positions(read).values())
     except StateError as error:
-        return {"watermark": None, "lag_minutes": None, "note": str(error)}
+        return {"watermark": None, "minute": None, "lag_minutes": None, "note": str(error)}
     if minute < 0:
-        return {"watermark": None, "lag_minutes": None, "note": "no watermark yet: the delay dispatcher has not run"}
-    stamp = datetime.fromtimestamp(minute * SECONDS_PER_MINUTE, timezone.utc).isoformat().replace("+00:00", "Z")
-    return {"watermark": stamp, "lag_minutes": int(now // SECONDS_PER_MINUTE) - minute, "note": ""}
+        return {"watermark": None, "minute": None, "lag_minutes": None,
+                "note": "no watermark yet: the delay dispatcher has not run"}
+    return {"watermark": _iso(minute * SECONDS_PER_MINUTE), "minute": minute,
+            "lag_minutes": int(now // SECONDS_PER_MINUTE) - minute, "note": ""}
+
+
+def delay_backlog(dynamodb: Any, delay_table: str, now: float, watermark_minute: int | None) -> dict[str, Any]:
+    """Messages in the delay table not yet dispatched: those overdue, then by hour for the next 24 h, and beyond.
+
+    Not yet dispatched means due in a minute after the watermark (every minute when there is none).
+    """
+    hours = [0] * BACKLOG_HOURS
+    overdue = later = 0
+    for minute in _undispatched_minutes(dynamodb, delay_table, watermark_minute):
+        offset = minute * SECONDS_PER_MINUTE - now
+        if offset < -SECONDS_PER_MINUTE:
+            overdue += 1
+        elif offset < BACKLOG_HOURS * SECONDS_PER_HOUR:
+            hours[max(0, int(offset // SECONDS_PER_HOUR))] += 1
+        else:
+            later += 1
+    start = int(now // SECONDS_PER_HOUR) * SECONDS_PER_HOUR
+    return {"overdue": overdue, "later": later,
+            "by_hour": [{"hour": _iso(start + SECONDS_PER_HOUR * i), "count": c} for i, c in enumerate(hours)]}
+
+
+def _undispatched_minutes(dynamodb: Any, delay_table: str, watermark_minute: int | None) -> list[int]:
+    """The due minute of each message item after the watermark (a keys-only Scan, every page)."""
+    minutes: list[int] = []
+    request: dict[str, Any] = {"TableName": delay_table, "ProjectionExpression": "#pk",
+                               "ExpressionAttributeNames": {"#pk": delay.PK}}
+    while True:
+        page = dynamodb.scan(**request)
+        for item in page.get("Items") or []:
+            parsed = delay.parse_bucket_key(item[delay.PK]["S"])
+            if parsed is not None and (watermark_minute is None or parsed[0] > watermark_minute):
+                minutes.append(parsed[0])
+        if "LastEvaluatedKey" not in page:
+            return minutes
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def alarms_in_alarm(cloudwatch: Any, stack_name: str) -> list[dict[str, Any]]:
+    """The stack's alarms in ALARM (metric and composite): name, reason and since when."""
+    found: list[dict[str, Any]] = []
+    for page in cloudwatch.get_paginator("describe_alarms").paginate(
+            StateValue="ALARM", AlarmNamePrefix=stack_name, AlarmTypes=["MetricAlarm", "CompositeAlarm"]):
+        alarms = [*(page.get("MetricAlarms") or []), *(page.get("CompositeAlarms") or [])]
+        for alarm in (a for a in alarms if a.get("StateValue") == "ALARM"):  # moto ignores StateValue with a prefix
+            since = alarm.get("StateUpdatedTimestamp")
+            found.append({"name": alarm["AlarmName"], "reason": alarm.get("StateReason", ""),
+                          "since": since.isoformat() if since else None, "description": alarm.get("AlarmDescription", "")})
+    return found
+
+
+def _iso(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, timezone.utc).isoformat().replace("+00:00", "Z")

@@ -24,10 +24,13 @@ STACK_OUTPUTS = {
     "state_table": "StateTableName",
     "delay_table": "DelayTableName",
     "container_queue_url": "ContainerQueueUrl",
+    "worker_log_group": "WorkerLogGroupName",
+    "schedule_group": "ScheduleGroupName",
 }
 OPTION_NAMES = {
     "queue_url": "--queue-url", "dlq_url": "--dlq-url", "state_table": "--state-table",
     "delay_table": "--delay-table", "container_queue_url": "--container-queue-url",
+    "worker_log_group": "--log-group", "schedule_group": "--schedule-group",
 }
 
 

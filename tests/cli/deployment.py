@@ -30,9 +30,9 @@ class Deployment:
     state_table: str
     runtime: Runtime
 
-    def args(self, *command: str, state: bool = True) -> list[str]:
-        """Explicit resources (no stack), then the command."""
-        given = ["--region", "us-east-1", "--queue-url", self.queue_url, "--dlq-url", self.dlq_url]
+    def args(self, *command: str, state: bool = True, options: tuple[str, ...] = ()) -> list[str]:
+        """Explicit resources (no stack) and any other ``options`` of the group, then the command."""
+        given = ["--region", "us-east-1", "--queue-url", self.queue_url, "--dlq-url", self.dlq_url, *options]
         return given + (["--state-table", self.state_table] if state else []) + list(command)
 
     def run(self, *command: str, input: str | None = None, **kwargs: Any) -> Result:

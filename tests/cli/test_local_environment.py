@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from click.testing import CliRunner
 
@@ -10,32 +11,51 @@ from worker_tier.settings import Settings
 from worker_tier_cli import cli
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.session import Runtime
+from worker_tier_cli.tail import NO_LOG_GROUP
 from worker_tier_local import LocalEnvironment
 from worker_tier_local.environment import LOCAL_REGION
 
 
-def test_status_dlq_list_and_redrive_against_the_local_environment():
-    # GIVEN the local environment, where the worker dead-lettered /poison with its reason
+def test_each_command_shows_its_facts_against_the_local_environment():
+    # GIVEN the local environment, where the worker dead-lettered /poison with its reason, and a message
+    # waits in the delay table for tomorrow
     with LocalEnvironment(Settings()) as env:
         env.client.send("/poison", json.dumps({"order_id": 42}))
+        env.client.send("/hello", "{}", delay=timedelta(days=1))
         assert env.poll_until(lambda: env.queue_depth() == 0, timeout_seconds=30)
         given = ["--endpoint-url", env.endpoint_url, "--region", LOCAL_REGION, "--queue-url", env.queue_url,
-                 "--dlq-url", env.dead_letter_queue_url, "--state-table", env.state_table]
+                 "--dlq-url", env.dead_letter_queue_url, "--state-table", env.state_table,
+                 "--delay-table", env.delay_table, "--log-group", "/aws/lambda/worker"]
         runtime = Runtime(interactive=lambda: False, wait_seconds=0)
 
-        def run(*command: str):
+        def run(*command: str, exit_code: int = 0):
             result = CliRunner().invoke(cli, [*given, *command], obj=runtime)
-            assert result.exit_code == 0, result.output
+            assert result.exit_code == exit_code, result.output
             return result
 
-        # WHEN status, dlq list and redrive run
+        # WHEN status, dlq list, dlq show, redrive and tail run
         status = json.loads(run("status", "--json").stdout)
+        status_text = run("status").stdout
         listed = run("dlq", "list")
+        [group] = json.loads(run("dlq", "list", "--json").stdout)["groups"]
+        letter_id = env.sqs.receive_message(QueueUrl=env.dead_letter_queue_url, VisibilityTimeout=0)["Messages"][0]["MessageId"]
+        shown = json.loads(run("dlq", "show", letter_id, "--json").stdout)
         moved = run("redrive", "--json")
-        # THEN status counts the dead letter, the list names its reason, and the redrive moves it (batches: moto)
+        tail = run("tail", "--no-follow", exit_code=1)
+        # THEN status counts the dead letter and the delayed message, by its hour
         assert status["queues"]["DLQ"]["visible"] == 1 and status["queues"]["work queue"]["visible"] == 0
+        assert sum(h["count"] for h in status["delay_backlog"]["by_hour"]) == 1
+        assert status_text.splitlines()[2].split()[:2] == ["DLQ", "1"]
+        assert "delay table backlog (not yet dispatched): 0 overdue, 1 in the next 24 h, 0 later" in status_text
+        # AND the list names its path, error, count and reason; show has the whole message
         assert listed.stdout.splitlines()[1].split()[:3] == ["/poison", "NonRetryableError", "1"]
         assert "order 42 references a deleted customer" in listed.stdout
+        assert (group["path"], group["error_type"], group["count"]) == ("/poison", "NonRetryableError", 1)
+        assert shown["body"] == '{"order_id": 42}' and shown["reason"]["error_type"] == "NonRetryableError"
+        # AND the redrive moves it (batches: moto has no move task), without its reason
         assert MOVE_TASK_FALLBACK_NOTE in moved.stderr
         assert json.loads(moved.stdout)["moved"] == 1
         assert env.queue_depth() == 1 and env.queue_depth(env.dead_letter_queue_url) == 0
+        # AND tail says where the local environment's outcomes are
+        assert NO_LOG_GROUP.format(group="/aws/lambda/worker") in " ".join(tail.stderr.split())
+

@@ -140,7 +140,38 @@ def test_redrive_shows_progress_on_a_terminal_only(deployment):
         deployment.dead_letter("/a", NonRetryableError("x"), f"b{n}")
     deployment.runtime.interactive = lambda: False
     piped = deployment.run("redrive", "--path", "/a")
-    # THEN the running counts are on the terminal's stderr only
-    assert "\rmoved 10, skipped 0, failed 0 ..." in on_terminal.stderr and "\rmoved 12" in on_terminal.stderr
+    # THEN the progress bar, with the running counts, is on the terminal's stderr only
+    assert "moved 12, skipped 0, failed 0" in on_terminal.stderr and "12/12" in on_terminal.stderr
     assert on_terminal.stdout == "moved 12, skipped 0, failed 0\n"
     assert piped.stderr == "" and piped.stdout == "moved 3, skipped 0, failed 0\n"
+
+
+class DeadLetteringWorker(StrictSQS):
+    """StrictSQS where every message sent to the work queue is dead-lettered again at once, as a live worker
+    would do to a poison message: a new DLQ message with the same body and reason."""
+
+    def __init__(self, inner, deployment) -> None:
+        super().__init__(inner)
+        self.deployment = deployment
+
+    def send_message_batch(self, QueueUrl, Entries, **rest):
+        response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries, **rest)
+        if QueueUrl == self.deployment.queue_url:
+            for entry in Entries:
+                self.deployment.dead_letter("/poison", NonRetryableError("again"), entry["MessageBody"])
+        return response
+
+
+def test_redrive_beside_a_worker_that_dead_letters_them_again_moves_each_once_and_ends(deployment):
+    # GIVEN 25 poison dead letters, and a worker that dead-letters each moved message again at once
+    for n in range(25):
+        deployment.dead_letter("/poison", NonRetryableError("bad"), f"p{n}")
+    worker = DeadLetteringWorker(boto3.client("sqs", region_name="us-east-1"), deployment)
+    deployment.runtime.client = lambda service, **kwargs: worker if service == "sqs" else boto3.client(service, **kwargs)
+    # WHEN they are redriven
+    result = deployment.run("redrive", "--path", "/poison", "--json")
+    # THEN each of the 25 moved once; their new dead letters are left for the next run, and said so
+    report = parsed(result)
+    assert (report["moved"], report["arrived"], report["failed"]) == (25, 25, 0)
+    assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"p{n}": 1 for n in range(25)})
+    assert deployment.depth(deployment.dlq_url) == 25

@@ -62,7 +62,8 @@ def test_status_shows_queue_counts_dlq_depth_and_the_watermark_lag(deployment):
     assert lines[2].split()[:4] == ["DLQ", "1", "0", "0"]
     assert "ApproximateAgeOfOldestMessage" in text.stdout
     assert "delay dispatcher: watermark 2026-11-22T11:57:00Z, lag 3 min" in text.stdout
-    assert shown["queues"]["work queue"] == {"url": deployment.queue_url, "visible": 2, "in_flight": 0, "delayed": 1}
+    assert shown["queues"]["work queue"] == {"url": deployment.queue_url, "visible": 2, "in_flight": 0, "delayed": 1,
+                                             "oldest_age_seconds": None}
     assert shown["queues"]["DLQ"]["visible"] == 1
     assert shown["delay_dispatcher"]["lag_minutes"] == 3
 

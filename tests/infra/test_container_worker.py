@@ -190,7 +190,7 @@ def test_task_role_reaches_only_idempotency_records_of_the_state_table(template)
     # THEN it may only run Powertools' item calls, only on idempotency# items (no watermark, no cron claims), and check
     # (never write) the delay dispatcher's minute records, for cancellable messages
     actions = [s["Action"] for s in statements]
-    assert sorted((json.dumps(a), json.dumps(s["Condition"])) for a, s in zip(actions, statements)) == sorted([
+    assert sorted((json.dumps(a), json.dumps(s["Condition"])) for a, s in zip(actions, statements, strict=True)) == sorted([
         (json.dumps(list(IDEMPOTENCY_ACTIONS)),
          json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}})),
         (json.dumps("dynamodb:ConditionCheckItem"),
