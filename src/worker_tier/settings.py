@@ -160,7 +160,8 @@ class Settings:
     )
     http_connections: int = _setting(
         DEFAULT_HTTP_CONNECTIONS,
-        "The SQS event source's maximum concurrency: how many worker invocations run at once.",
+        "The SQS event source's maximum concurrency: how many worker invocations run at once; with app_port, the "
+        "container worker's threads (POSTs in flight, as EB's per-instance HttpConnections).",
     )
     inactivity_timeout: int = _setting(
         DEFAULT_INACTIVITY_TIMEOUT_SECONDS,
@@ -209,7 +210,8 @@ class Settings:
     )
     task_modules: str = _setting(
         DEFAULT_TASK_MODULES,
-        "Modules the worker imports so their @task functions register; each must be deployed by the stack's TaskCode.",
+        "Modules the worker imports so their @task functions register; each must be deployed by the stack's TaskCode. "
+        "Empty only with app or app_port (every message goes to the app).",
         allowed="comma-separated module names, e.g. `tasks,billing.tasks`",
     )
     delay_shards: int = _setting(
@@ -399,7 +401,12 @@ class Settings:
         for name in ("fifo", "heartbeat", "container_worker", "app_route_by_path", "via_sns"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if not _is_module_list(self.task_modules):
+        if self.task_modules == "" and not (self.app or self.app_port):
+            raise SettingsError(
+                "task_modules is empty: name the modules of your @task functions, or set app or app_port to hand "
+                "every message to an EB worker app"
+            )
+        if self.task_modules != "" and not _is_module_list(self.task_modules):
             raise SettingsError(
                 "task_modules must be comma-separated Python module names like 'tasks,billing.tasks', each dotted part "
                 f"a Python identifier that is not a keyword, got {self.task_modules!r}"

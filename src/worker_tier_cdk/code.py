@@ -107,7 +107,7 @@ class TaskCode:
         directory named ``billing``; a bare ``billing`` must be a package (``billing/__init__.py``),
         since importing a plain folder registers no task.
         """
-        for module in (m.strip() for m in task_modules.split(",")):
+        for module in (m.strip() for m in task_modules.split(",") if m.strip()):
             self._check_module("task_modules", module)
 
     def check_app(self, app: str) -> None:

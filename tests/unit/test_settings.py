@@ -231,3 +231,11 @@ def test_every_fargate_task_size_is_accepted(cpu, memory):
     settings = Settings.from_mapping({"container_cpu": cpu, "container_memory_mb": memory})
     # THEN it is kept
     assert (settings.container_cpu, settings.container_memory_mb) == (cpu, memory)
+
+
+def test_task_modules_may_be_empty_only_when_an_app_takes_every_message():
+    # GIVEN an app-only team  WHEN it names no task modules  THEN that is allowed with app or app_port, refused otherwise
+    assert Settings.from_mapping({"task_modules": "", "app": "webapp:app"}).task_modules == ""
+    assert Settings.from_mapping({"task_modules": "", "app_port": 8080, "container_worker": True}).task_modules == ""
+    with pytest.raises(SettingsError, match=r"^task_modules is empty: name the modules of your @task functions, or set app"):
+        Settings.from_mapping({"task_modules": ""})
