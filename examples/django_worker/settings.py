@@ -1,6 +1,6 @@
 """Django settings of the example worker: no database, no sessions, no templates."""
 
-SECRET_KEY = "example-worker-not-secret"  # noqa: S105 - an example; a real project reads its own
+SECRET_KEY = "example-worker-not-secret"  # an example; a real project reads its own from a secret
 DEBUG = False
 # sqsd posts to localhost, and so does Worker Tier's adapter (Host: localhost).
 ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
