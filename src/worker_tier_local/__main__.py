@@ -1,8 +1,9 @@
-"""`make run`: start the local environment, send the example tasks, print each outcome."""
+"""`make run`: start the local environment, send the example tasks (or an app's messages), print each outcome."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -10,7 +11,6 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from worker_tier_local.environment import (
     LOCAL_DEFAULT_PORT,
@@ -18,7 +18,10 @@ from worker_tier_local.environment import (
     LOCAL_REGION,
     LocalEnvironment,
 )
+from worker_tier_local import messages
+from worker_tier_local.messages import ExampleMessage
 from worker_tier import contract
+from worker_tier.errors import SettingsError
 from worker_tier.settings import Settings
 
 if "--verbose" not in sys.argv:
@@ -39,20 +42,17 @@ from worker_tier.fates import (
 
 # Read from the project directory it is started in, like `cdk`; its task modules import from there too.
 # Both are optional: without cdk.json the settings are the defaults, without cron.yaml no cron fires.
+# With an app (--app, or cdk.json's app setting), cron.yaml is the one beside the app's module, where EB
+# reads it: at the root of the app's source bundle (for `application.py` at the root, ./cron.yaml still).
 DEFAULT_CDK_JSON = Path("cdk.json")
-DEFAULT_CRON_YAML = Path("cron.yaml")
+CRON_YAML = "cron.yaml"
+DEFAULT_CRON_YAML = Path(CRON_YAML)
 # What the local extra adds to a runtime-only install that this command imports (moto, and PyYAML for cron.yaml).
 LOCAL_EXTRA_MODULES = ("moto", "yaml")
 LOCAL_EXTRA_INSTALL = "pip install 'worker-tier[local]'"
 # moto accepts any credentials; these are the values its docs use.
 EXAMPLE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 MAX_PORT = 65535
-EXAMPLES: list[tuple[str, Any]] = [
-    ("/hello", {"name": "Ada"}),
-    ("/flaky", {"report": "monthly"}),
-    ("/poison", {"order_id": 42}),
-]
-DELAYED_EXAMPLE = ("/hello", {"name": "Grace, 150 s later"}, 150)
 _MARKS = {
     OUTCOME_SUCCEEDED: "ok  ",
     OUTCOME_RETRYING: "retry",
@@ -69,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     _check_local_extra()
     if os.getcwd() not in sys.path:  # the console script does not put the project directory on the path
         sys.path.insert(0, os.getcwd())
-    settings = _settings(args.settings)
-    entries = _cron_entries(args.cron, settings.fifo)
+    settings = _settings(args.settings, args.app)
+    app_directory = _app_directory(settings.app) if settings.app else None
+    entries = _cron_entries(args.cron or (app_directory / CRON_YAML if app_directory else None), settings.fifo,
+                            missing_ok=args.cron is None)
+    examples = _examples(args, settings, app_directory)
     settings_source = args.settings or (DEFAULT_CDK_JSON if DEFAULT_CDK_JSON.is_file() else "defaults (no ./cdk.json)")
     add_outcome_listener(_print_outcome)
     with LocalEnvironment(
@@ -80,28 +83,66 @@ def main(argv: list[str] | None = None) -> int:
         _print_banner(env)
         _say(f"settings from {settings_source}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
+        if settings.app:
+            _say(f"app   {settings.app} gets every message no @task path claims, as sqsd POSTs it: ordinary "
+                 f"messages to {settings.http_path}, ticks to their cron.yaml url")
         for entry in entries:
             state = "" if entry.enabled else " (disabled)"
             _say(f"cron  {entry.name}: {entry.schedule} {entry.timezone} -> {entry.url}{state}")
         if env.cron is not None and env.cron.next_due() is not None:
             _say(f"next cron tick at {env.cron.next_due():%H:%M:%S %Z}")
-        if not args.no_examples:
-            for path, body in EXAMPLES:
-                message_id = env.client.send(path, json.dumps(body))
-                _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}")
-            if args.container:
-                message_id = env.client.send("/render", json.dumps({"frames": 3}))
-                _say(f"sent  /render  {message_id[:8]}  a long task: the Lambda worker forwards it to the container worker")
-            path, body, seconds = DELAYED_EXAMPLE
-            message_id = env.client.send(path, json.dumps(body), delay=seconds)
-            _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}  delay {seconds} s via the delay table "
-                 f"(locally anything over {LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s goes there, not 900 s, so you can watch it)")
+        for example in examples:
+            _send(env, example)
         _loop(env, args.duration)
         _report_dead_letters(env)
         for line in env.pending().lines():
             _say(line)
     return 0
 
+
+def _examples(args: argparse.Namespace, settings: Settings, app_directory: Path | None) -> list[ExampleMessage]:
+    """What to send: --messages's file; with an app, the messages.json beside it; else the example tasks."""
+    if args.no_examples:
+        return []
+    if args.messages is not None:
+        return messages.load(args.messages, settings.http_path)
+    if app_directory is not None:
+        beside = app_directory / messages.APP_MESSAGES_FILE
+        if not beside.is_file():
+            _say(f"no {beside} beside the app: no example messages sent (--messages FILE sends some)")
+            return []
+        return messages.load(beside, settings.http_path)
+    container = [messages.CONTAINER_TASK_EXAMPLE] if args.container else []
+    return [*messages.TASK_EXAMPLES, *container, messages.DELAYED_TASK_EXAMPLE]
+
+
+def _send(env: LocalEnvironment, example: ExampleMessage) -> None:
+    """Send one example message and say so, with what is special about it."""
+    message_id = env.client.send(example.path, example.text, delay=example.delay, attributes=example.attributes or None)
+    note = ""
+    if example == messages.CONTAINER_TASK_EXAMPLE:
+        note = "  a long task: the Lambda worker forwards it to the container worker"
+    elif example.delay and example.delay > LOCAL_LONG_DELAY_THRESHOLD_SECONDS:
+        note = (f"  delay {example.delay:g} s via the delay table (locally anything over "
+                f"{LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s goes there, not 900 s, so you can watch it)")
+    elif example.delay:
+        note = f"  delay {example.delay:g} s"
+    _say(f"sent  {example.path:<8} {message_id[:8]}  {example.text}{note}")
+
+
+def _app_directory(app: str) -> Path:
+    """The directory of the app's module (``package.module`` of ``package.module:attribute``), without importing it."""
+    module = app.partition(":")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError as error:
+        spec, reason = None, f": {error}"
+    else:
+        reason = ""
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"worker-tier-local: app {app!r}: no module {module!r} importable from {os.getcwd()}{reason}; "
+                         "run from the directory the module path is relative to")
+    return Path(spec.origin).parent
 
 def _print_banner(env: LocalEnvironment) -> None:
     """Where everything is, and two lines to paste into another shell (no timestamp, so they paste as they are)."""
@@ -171,17 +212,19 @@ def _check_local_extra() -> None:
                          f"local extra: {LOCAL_EXTRA_INSTALL}")
 
 
-def _cron_entries(path: Path | None, fifo: bool) -> list:
-    """cron.yaml's entries, validated as at synth; none when ./cron.yaml is absent, an error for a --cron that is."""
+def _cron_entries(path: Path | None, fifo: bool, missing_ok: bool) -> list:
+    """cron.yaml's entries, validated as at synth; none when a default cron.yaml is absent, an error for a --cron that is."""
     from worker_tier_cdk.cron_config import load
 
-    return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=path is None)
+    return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=missing_ok)
 
 
 def _print_outcome(outcome: Outcome) -> None:
     detail = outcome.detail
     if outcome.status == OUTCOME_RETRYING:
         detail = f"{detail} -> retry in {outcome.visibility_seconds}s"
+    elif outcome.status == OUTCOME_RESCHEDULED:
+        detail = f"{detail} -> again in {outcome.visibility_seconds}s"
     _say(f"{_MARKS.get(outcome.status, outcome.status)} {outcome.path:<8} {outcome.message_id[:8]}  "
          f"receive {outcome.receive_count}  {detail}".rstrip())
 
@@ -190,8 +233,19 @@ def _say(text: str) -> None:
     print(f"{datetime.now().astimezone():%H:%M:%S}  {text}", flush=True)
 
 
-def _settings(cdk_json: Path | None) -> Settings:
-    """The stack's settings, from cdk.json's worker_tier context; the defaults when ./cdk.json is absent."""
+def _settings(cdk_json: Path | None, app: str | None) -> Settings:
+    """The stack's settings, from cdk.json's worker_tier context (the defaults without ./cdk.json); --app wins."""
+    settings = _cdk_json_settings(cdk_json)
+    if app is None:
+        return settings
+    try:
+        return dataclasses.replace(settings, app=app)
+    except SettingsError as error:
+        raise SystemExit(f"worker-tier-local: --app: {error}") from None
+
+
+def _cdk_json_settings(cdk_json: Path | None) -> Settings:
+    """The settings of cdk.json's worker_tier context; the defaults when ./cdk.json is absent."""
     if cdk_json is None:
         if not DEFAULT_CDK_JSON.is_file():
             return Settings()
@@ -209,11 +263,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     parser.add_argument("--settings", type=Path, default=None,
                         help="cdk.json to read settings from (default: ./cdk.json, or the default settings without one)")
-    parser.add_argument("--cron", type=Path, default=None, help="cron.yaml to fire (default: ./cron.yaml, if any)")
+    parser.add_argument("--app", default=None, metavar="PACKAGE.MODULE:ATTRIBUTE",
+                        help="a WSGI or ASGI app (EB worker app) that gets every message no @task path claims, as sqsd "
+                             "POSTs it (default: cdk.json's app setting)")
+    parser.add_argument("--cron", type=Path, default=None,
+                        help="cron.yaml to fire (default: the one beside the app's module with an app, else ./cron.yaml; "
+                             "none if absent)")
+    parser.add_argument("--messages", type=Path, default=None,
+                        help=f"a JSON list of messages to send (default: the {messages.APP_MESSAGES_FILE} beside the "
+                             "app's module with an app, else the example tasks)")
     parser.add_argument("--port", type=_port, default=LOCAL_DEFAULT_PORT,
                         help=f"moto's port on 127.0.0.1 (default {LOCAL_DEFAULT_PORT}; a free one when it is taken; 0: any)")
     parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")
-    parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
+    parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks or messages")
     parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
     return parser.parse_args(argv)
 
