@@ -1,0 +1,162 @@
+"""EB worker apps run unchanged through the local environment: moto, the event source, the real handlers, the app.
+
+The apps are the public examples (examples/): Flask, Django (WSGI) and FastAPI (ASGI), written as EB worker
+apps are written, each sent examples/messages.json and ticked by examples/cron.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from werkzeug.test import Client as WsgiClient
+
+from examples.jobs import PARTNER_RETRY_AFTER_SECONDS
+from worker_tier.settings import Settings
+from worker_tier.worker import (
+    OUTCOME_DEAD_LETTERED,
+    OUTCOME_RETRYING,
+    OUTCOME_SUCCEEDED,
+    Outcome,
+    add_outcome_listener,
+    remove_outcome_listener,
+)
+from worker_tier_local import LocalEnvironment
+from worker_tier_local import messages as example_messages
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+FLASK_APP = "examples.flask_app:app"
+APPS = {"flask": FLASK_APP, "django": "examples.django_worker.wsgi:application", "fastapi": "examples.fastapi_app:app"}
+# Two receives: the 500 and the 429 are retried once and then answer 200; the exception is dead-lettered on the second.
+SETTINGS = Settings(error_visibility_timeout=1, max_retries=2)
+UNKNOWN_TASK = {"task": "resize_avatar", "arguments": {}}
+
+
+@pytest.fixture
+def outcomes():
+    seen: list[Outcome] = []
+    add_outcome_listener(seen.append)
+    yield seen
+    remove_outcome_listener(seen.append)
+
+
+def _fates(outcomes: list[Outcome], sent: dict[str, str]) -> dict[str, list[str]]:
+    """Each sent message's outcomes in order, by the task its body names."""
+    fates: dict[str, list[str]] = {name: [] for name in sent.values()}
+    for outcome in outcomes:
+        if outcome.message_id in sent:
+            fates[sent[outcome.message_id]].append(outcome.status)
+    return fates
+
+
+def _sent_id(sent: dict[str, str], task: str) -> str:
+    """The message id of the message sent for ``task``."""
+    return next(message_id for message_id, name in sent.items() if name == task)
+
+
+@pytest.mark.parametrize("app", APPS.values(), ids=APPS.keys())
+def test_app_messages_meet_sqsd_fates_with_reasons(app, outcomes):
+    # GIVEN the local environment running the example app, and its example messages plus an unknown task
+    import dataclasses
+
+    examples = example_messages.load(EXAMPLES / example_messages.APP_MESSAGES_FILE, SETTINGS.http_path)
+    with LocalEnvironment(dataclasses.replace(SETTINGS, app=app)) as env:
+        # WHEN they are sent as an EB producer sends them (a JSON task body) and the worker drains the queue
+        sent = {env.client.send(example.path, example.text): example.body["task"] for example in examples}
+        sent[env.client.send("/", json.dumps(UNKNOWN_TASK))] = UNKNOWN_TASK["task"]
+        assert env.poll_until(lambda: env.queue_depth() == 0, timeout_seconds=60)
+        dead = {json.loads(letter["body"])["task"]: letter for letter in env.dead_letters()}
+    # THEN 200 deleted at once; a 500 was retried and then answered 200; a 429 with Retry-After came back
+    # after its Retry-After; the exception and the 400 went to the DLQ after max_retries receives
+    fates = _fates(outcomes, sent)
+    assert fates["send_welcome_email"] == [OUTCOME_SUCCEEDED]
+    assert fates["build_report"] == [OUTCOME_RETRYING, OUTCOME_SUCCEEDED]
+    assert fates["sync_inventory"] == [OUTCOME_RETRYING, OUTCOME_SUCCEEDED]
+    [rate_limited] = [o for o in outcomes if o.message_id == _sent_id(sent, "sync_inventory") and o.receive_count == 1]
+    assert rate_limited.visibility_seconds == PARTNER_RETRY_AFTER_SECONDS and "429" in rate_limited.detail
+    assert fates["charge_card"] == [OUTCOME_RETRYING, OUTCOME_DEAD_LETTERED]
+    assert fates[UNKNOWN_TASK["task"]] == [OUTCOME_RETRYING, OUTCOME_DEAD_LETTERED]
+    assert set(dead) == {"charge_card", UNKNOWN_TASK["task"]}
+    # AND the exception's reason holds its traceback; the 400's holds the status and the app's answer
+    raised = json.dumps(dead["charge_card"]["failure"])
+    assert "LookupError" in raised and "order 42 has no card on file" in raised and "jobs.py" in raised, raised
+    refused = json.dumps(dead[UNKNOWN_TASK["task"]]["failure"])
+    assert "400" in refused and "unknown task" in refused, refused
+
+
+@pytest.mark.parametrize("app", APPS.values(), ids=APPS.keys())
+def test_cron_yaml_ticks_reach_pattern_and_trailing_slash_routes(app, outcomes, capsys):
+    # GIVEN the examples' cron.yaml (urls "/update/often/" for the route "/update/<frequency>", and
+    # "/purge-sessions" for "/purge-sessions/"), and a clock 30 s before a minute boundary
+    import dataclasses
+
+    from worker_tier_cdk.cron_config import load
+
+    entries = load(EXAMPLES / "cron.yaml", fifo=False, missing_ok=False)
+    now = [1_800_000_030.0]  # 2027-01-15 08:00:30 UTC
+    ticks: list[dict] = []
+    with LocalEnvironment(dataclasses.replace(SETTINGS, app=app), cron_entries=entries, on_tick=ticks.append,
+                          cron_clock=lambda: now[0]) as env:
+        # WHEN the minute comes and the worker drains the queue
+        now[0] += 30
+        env.poll_once()
+        assert env.poll_until(lambda: env.queue_depth() == 0, timeout_seconds=20)
+        dead = env.dead_letters()
+    # THEN each every-minute entry ticked once, and the app answered 200 to each empty-body POST
+    assert sorted(t["tick"] for t in ticks) == ["cron#purge-sessions#2027-01-15 08:01:00 UTC",
+                                                "cron#update-often#2027-01-15 08:01:00 UTC"]
+    assert sorted((o.path, o.status) for o in outcomes) == [("/purge-sessions", OUTCOME_SUCCEEDED),
+                                                            ("/update/often/", OUTCOME_SUCCEEDED)]
+    assert dead == []
+    # AND the pattern route saw the tick's name and time in sqsd's headers
+    assert "often update update-often for 2027-01-15T08:01:00Z" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("app", APPS.values(), ids=APPS.keys())
+def test_the_examples_refuse_a_post_that_is_not_from_sqsd(app):
+    # GIVEN the example app, as its own framework serves it (the ASGI one through a2wsgi, as the adapter does)
+    from a2wsgi import ASGIMiddleware
+
+    from worker_tier.app_adapter import is_asgi, load_app
+
+    loaded = load_app(app)
+    client = WsgiClient(ASGIMiddleware(loaded) if is_asgi(loaded) else loaded)
+    body = json.dumps({"task": "send_welcome_email", "arguments": {"email": "ada@example.com"}})
+    # WHEN a POST comes without aws-sqsd in its User-Agent, then with it
+    plain = client.post("/", data=body, headers={"User-Agent": "curl/8.5", "X-Aws-Sqsd-Receive-Count": "1"})
+    sqsd = client.post("/", data=body, headers={"User-Agent": "aws-sqsd/2.4", "X-Aws-Sqsd-Receive-Count": "1"})
+    # THEN the check is real: 400 without it, 200 with it (so the 200s above prove the adapter sends it)
+    assert (plain.status_code, sqsd.status_code) == (400, 200)
+
+
+def test_make_run_with_an_app_prints_each_outcome(tmp_path):
+    # GIVEN settings with a quick backoff and two receives, as a cdk.json
+    worker_tier = {"error_visibility_timeout": 1, "max_retries": 2}
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": worker_tier}}))
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    # WHEN `make run ARGS="--app examples.flask_app:app --duration 12"` runs (its command, from the repository)
+    result = subprocess.run(
+        [sys.executable, "-m", "worker_tier_local", "--app", FLASK_APP, "--duration", "12", "--port", "0",
+         "--settings", str(tmp_path / "cdk.json")],
+        capture_output=True, text=True, timeout=90, env=environment, cwd=REPO, check=False,
+    )
+    # THEN a person sees the app, its cron.yaml, each message sent, and each outcome with its reason
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    lines = out.splitlines()
+    assert f"app   {FLASK_APP} gets every message no @task path claims" in out, out
+    assert "cron  update-often: * * * * * UTC -> /update/often/" in out, out
+    assert any(line.endswith('{"task": "charge_card", "arguments": {"order_id": 42}}') and " sent  / " in line
+               for line in lines), out
+    assert any(" ok   / " in line and "receive 1" in line for line in lines), out
+    assert any(" retry / " in line and "500" in line and "report store warming up" in line for line in lines), out
+    assert any(" retry / " in line and "429" in line and f"retry in {PARTNER_RETRY_AFTER_SECONDS}s" in line
+               for line in lines), out
+    assert any(" DLQ  / " in line and "LookupError" in line for line in lines), out
+    assert any("in DLQ:" in line and "order 42 has no card on file" in line for line in lines), out
+    assert lines[-1].endswith("nothing pending at exit: every message sent was processed or dead-lettered"), out
