@@ -160,3 +160,40 @@ def test_make_run_with_an_app_prints_each_outcome(tmp_path):
     assert any(" DLQ  / " in line and "LookupError" in line for line in lines), out
     assert any("in DLQ:" in line and "order 42 has no card on file" in line for line in lines), out
     assert lines[-1].endswith("nothing pending at exit: every message sent was processed or dead-lettered"), out
+    # AND the cron.yaml fired is the app's (beside its module), not the repository's ./cron.yaml
+    assert "minutely-report" not in out, out
+
+
+def test_make_run_names_an_app_it_cannot_find_and_an_app_that_is_no_reference(tmp_path):
+    # GIVEN default settings, as a cdk.json
+    from worker_tier_local.__main__ import main
+
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": {}}}))
+    settings = ["--settings", str(tmp_path / "cdk.json"), "--port", "0"]
+    # WHEN `make run` is given an app whose module is nowhere, then one that is no module:attribute
+    with pytest.raises(SystemExit) as missing:
+        main(["--app", "billing.worker:app", *settings])
+    with pytest.raises(SystemExit) as malformed:
+        main(["--app", "billing/worker.py", *settings])
+    # THEN each says what is wrong with the value, before anything starts
+    assert str(missing.value).startswith("worker-tier-local: app 'billing.worker:app': no module 'billing.worker' "
+                                         "importable from ")
+    assert str(malformed.value) == ("worker-tier-local: --app: app must be empty or 'package.module:attribute' "
+                                    "(a WSGI or ASGI app), got 'billing/worker.py'")
+
+
+def test_a_messages_file_item_that_is_wrong_is_named_with_the_rule(tmp_path):
+    # GIVEN a messages file whose second item has a path without its leading slash, and one with an unknown key
+    wrong_path = tmp_path / "messages.json"
+    wrong_path.write_text(json.dumps([{"body": "ok"}, {"body": "x", "path": "update"}]))
+    unknown_key = tmp_path / "unknown.json"
+    unknown_key.write_text(json.dumps([{"body": "x", "queue": "other"}]))
+    # WHEN each is loaded
+    with pytest.raises(SystemExit) as path_error:
+        example_messages.load(wrong_path, "/")
+    with pytest.raises(SystemExit) as key_error:
+        example_messages.load(unknown_key, "/")
+    # THEN the error names the file, the item and the rule
+    assert str(path_error.value) == f"worker-tier-local: {wrong_path} item 1: path must start with '/', got 'update'"
+    assert str(key_error.value) == (f"worker-tier-local: {unknown_key} item 0 must be an object with a body and "
+                                    "optionally path, delay, attributes; got {'body': 'x', 'queue': 'other'}")
