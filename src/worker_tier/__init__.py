@@ -11,10 +11,14 @@ Examples
 from typing import TYPE_CHECKING, Any
 
 from worker_tier.errors import (
+    AppExceptionError,
+    AppLoadError,
+    AppStatusError,
     MalformedBodyError,
     MalformedEventError,
     MessageError,
     NonRetryableError,
+    RetentionExpiredError,
     RetryLater,
     SendError,
     SettingsError,
@@ -42,12 +46,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AppExceptionError",
+    "AppLoadError",
+    "AppStatusError",
     "Client",
     "MalformedBodyError",
     "MalformedEventError",
     "MessageError",
     "NonRetryableError",
     "OutgoingMessage",
+    "RetentionExpiredError",
     "RetryLater",
     "SendError",
     "SendResult",

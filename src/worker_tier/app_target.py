@@ -9,7 +9,10 @@ and the worker's outcome rules, so a message fares the same either way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from worker_tier.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -45,3 +48,26 @@ class AppTarget(Protocol):
     a socket error, a timeout), and the worker treats that as the message's failure."""
 
     def deliver(self, request: SqsdRequest) -> AppResponse: ...
+
+
+def target_from_settings(settings: Settings) -> AppTarget | None:
+    """The app target the settings name: ``app`` in-process, ``app_port`` over HTTP; None without either.
+
+    Each module is imported only when its target is asked for. An ``app`` that cannot be imported
+    raises AppLoadError, naming the setting and its value.
+
+    Examples
+    --------
+    >>> from worker_tier.settings import Settings
+    >>> target_from_settings(Settings()) is None
+    True
+    """
+    if settings.app:
+        from worker_tier.app_adapter import InProcessTarget
+
+        return InProcessTarget.load(settings.app)
+    if settings.app_port:
+        from worker_tier.forwarding import HttpTarget  # type: ignore[import-not-found,unused-ignore]
+
+        return HttpTarget.from_settings(settings)  # type: ignore[no-any-return]
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class WorkerTierError(Exception):
@@ -86,3 +87,32 @@ class SendError(WorkerTierError):
     def __init__(self, message: str, code: str = "") -> None:
         super().__init__(message)
         self.code = code
+
+
+class AppLoadError(SettingsError):
+    """The ``app`` setting names an app that cannot be imported or is not a WSGI or ASGI callable."""
+
+
+class AppStatusError(WorkerTierError):
+    """The app answered something other than 200 (sqsd's only success): a failure that backs off, then dead-letters.
+
+    ``status`` and ``response_body`` (its first KiB) go in the dead-letter reason as ``app_status`` and
+    ``app_response``.
+    """
+
+    def __init__(self, request: Any, status: int, response_body: bytes) -> None:
+        self.status = status
+        self.response_body = response_body
+        shown = response_body[:80].decode("utf-8", errors="replace")
+        super().__init__(
+            f"the app answered {status} to {request.method} {request.path}; only 200 deletes a message (sqsd's rule). "
+            f"Its body starts {shown!r}"
+        )
+
+
+class AppExceptionError(WorkerTierError):
+    """The app raised while handling a message; its message carries the app's traceback (innermost call first)."""
+
+
+class RetentionExpiredError(NonRetryableError):
+    """The message was first received longer ago than ``retention_period``: dead-lettered, not delivered to the app."""

@@ -31,7 +31,7 @@ from worker_tier.contract import (  # the names are the contract's, re-exported:
     TASK_NAME_ATTRIBUTE as TASK_NAME_ATTRIBUTE,
     WORKER_TIER_ATTRIBUTE_PREFIX as WORKER_TIER_ATTRIBUTE_PREFIX,
 )
-from worker_tier.errors import MalformedEventError
+from worker_tier.errors import AppStatusError, MalformedEventError
 
 MAX_ERROR_MESSAGE_BYTES = 1024
 # Longest error text a log line or an outcome carries (an error's message can be megabytes).
@@ -262,14 +262,22 @@ def _plain_str(error: BaseException) -> str:
 
 
 def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
-    """The ``worker_tier.failure`` fields for an error (docs/design.md, "Message contract")."""
-    return {
+    """The ``worker_tier.failure`` fields for an error (docs/design.md, "Message contract").
+
+    An app's answer other than 200 (AppStatusError) adds ``app_status`` and ``app_response``, the first
+    KiB of its body (UTF-8, undecodable bytes replaced).
+    """
+    reason = {
         "error_type": type(error).__name__,
         "error_message": truncate_utf8(error_text(error), MAX_ERROR_MESSAGE_BYTES),
         "attempts": attempts,
         "failed_at": failed_at.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "path": path,
     }
+    if isinstance(error, AppStatusError):
+        reason["app_status"] = error.status
+        reason["app_response"] = error.response_body[:MAX_ERROR_MESSAGE_BYTES].decode("utf-8", errors="replace")
+    return reason
 
 
 def dead_letter_attributes(

@@ -38,9 +38,11 @@ from __future__ import annotations
 import os
 import random as _random
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
-from worker_tier import contract, limits, message
+from worker_tier import contract, limits, message, sqsd
+from worker_tier.app_target import AppTarget, target_from_settings
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
@@ -109,8 +111,11 @@ class Worker(Fates):
         random: Callable[[], float] = _random.random,
         container_queue_url: str | None = None,
         delay_table: str | None = None,
+        app_target: AppTarget | None = None,
     ) -> None:
         self.settings = settings
+        # An EB worker app that gets the messages no @task path claims (``worker_tier.sqsd``); None: no app.
+        self.app_target = app_target
         self._container_queue_url = container_queue_url
         self.registry = registry
         self._queue_url = queue_url
@@ -128,10 +133,12 @@ class Worker(Fates):
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
-        """A Worker configured by ``WORKER_TIER_*`` variables, with its task modules imported."""
+        """A Worker configured by ``WORKER_TIER_*`` variables, with its task modules imported and its app target built."""
         settings = Settings.from_environment(environ)
         registry = overrides.pop("registry", DEFAULT_REGISTRY)
         registry.import_modules(settings.task_modules.split(","))
+        if "app_target" not in overrides:
+            overrides["app_target"] = target_from_settings(settings)
         resources = contract.Resources.from_environment(environ)
         return cls(
             settings,
@@ -260,8 +267,11 @@ class Worker(Fates):
         attributes = record["messageAttributes"]
         routing = attributes.get(contract.PATH_ATTRIBUTE)
         path = routing.get("stringValue") if isinstance(routing, dict) else None
+        body = record.get("body") or ""
+        if self.settings.via_sns:  # the task or app sees the SNS envelope's Message; the DLQ copy keeps the envelope
+            body = sqsd.unwrap_sns(body)
         task = Task(
-            message_id, path if path and isinstance(path, str) else self.settings.http_path, record.get("body") or "",
+            message_id, path if path and isinstance(path, str) else self.settings.http_path, body,
             self.settings.mime_type, record, None, invocation.remaining_ms,
             invocation.leases.get(message_id) if invocation.leases else None,
         )
@@ -279,13 +289,16 @@ class Worker(Fates):
         if contract.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
-            definition = self.registry.get(task.path) or self._unknown_path(task)
-            if definition.container and self._container_queue_url:
+            definition = self.registry.get(task.path)  # a registered path wins; the app, if any, gets the rest
+            if definition is None:
+                self._deliver(task, invocation)
+            elif definition.container and self._container_queue_url:
                 self._forward(record, task, invocation)
                 return
-            if definition.parser is not None:
-                self._parse(definition.parser, task)
-            self._call(definition, task, invocation)
+            else:
+                if definition.parser is not None:
+                    self._parse(definition.parser, task)
+                self._call(definition, task, invocation)
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
                 error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
@@ -310,7 +323,22 @@ class Worker(Fates):
         if _listeners:
             self._emit(OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
 
-    def _unknown_path(self, task: Task) -> TaskDefinition:
+    def _deliver(self, task: Task, invocation: _Invocation) -> None:
+        """POST the message to the app as sqsd would and judge its answer by sqsd's rules; UnknownPathError without an app."""
+        target = self.app_target
+        if target is None:
+            self._unknown_path(task)
+        now = datetime.fromtimestamp(self._clock(), tz=timezone.utc)
+        sqsd.check_retention(task, self.settings, now)
+        request = sqsd.request_for(task, self.settings)
+        started = time.perf_counter()
+        try:
+            response = target.deliver(request)
+        finally:
+            invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
+        sqsd.check_response(request, response, now)
+
+    def _unknown_path(self, task: Task) -> NoReturn:
         """Raise UnknownPathError: no task is registered for the message's path."""
         raise UnknownPathError(
             f"no task is registered for path {task.path!r}; registered paths: {', '.join(self.registry.paths()) or 'none'}"

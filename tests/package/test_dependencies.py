@@ -29,7 +29,11 @@ PACKAGES = {
     "worker_tier_cli": (("cli",), {"worker_tier", "worker_tier_cli"}),
 }
 # The one lazy edge out of the runtime: `python -m worker_tier <command>` hands any command but `worker` to the CLI.
-LAZY_IMPORTS = {("worker_tier", "worker_tier_cli"): "src/worker_tier/__main__.py"}
+# And the ASGI bridge, the asgi extra, imported only when the app setting names an ASGI app.
+LAZY_IMPORTS = {
+    ("worker_tier", "worker_tier_cli"): "src/worker_tier/__main__.py",
+    ("worker_tier", "a2wsgi"): "src/worker_tier/app_adapter.py",
+}
 
 
 def _imported(package: str) -> dict[str, str]:

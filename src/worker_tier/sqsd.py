@@ -1,0 +1,209 @@
+"""Elastic Beanstalk sqsd's rules for an app: the POST it makes of a message, and what the answer means.
+
+Both app targets (in-process, ``worker_tier.app_adapter``; over HTTP, ``worker_tier.forwarding``)
+get their request from ``request_for`` and have their answer judged by ``check_response``, so a
+message fares the same either way. The rules are sqsd's own (its ``daemon.rb``, ``post_message``;
+``docs/design.md``, "Running an EB worker app"):
+
+- an ordinary message is POSTed to ``http_path`` with its body; its ``beanstalk.sqsd.path`` only
+  becomes the ``X-Aws-Sqsd-Path`` header (``app_route_by_path`` POSTs it to that path instead);
+- a periodic message (it has ``beanstalk.sqsd.scheduled_time``) is POSTed to its
+  ``beanstalk.sqsd.path`` with an empty body, plus ``X-Aws-Sqsd-Scheduled-At`` and ``-Taskname``;
+- a message first received more than ``retention_period`` ago is not posted (``check_retention``);
+- 200 is success, and only 200; 429 or 503 with a ``Retry-After`` retries after it (``RetryLater``);
+  any other answer is a failure (``AppStatusError``) that backs off, then dead-letters with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from worker_tier import contract, message
+from worker_tier.app_target import AppResponse, SqsdRequest
+from worker_tier.errors import AppStatusError, RetentionExpiredError, RetryLater
+from worker_tier.settings import Settings
+from worker_tier.task import Task
+
+# sqsd sends "aws-sqsd/<its version>". Apps test for "aws-sqsd" in it (some answer 400 otherwise), none for a
+# version; 2.4 is the version captured most in public EB apps. Our own product token follows, as RFC 9110
+# allows, so the app's logs can tell Worker Tier from EB.
+USER_AGENT = "aws-sqsd/2.4 worker-tier"
+# The statuses a Retry-After turns into a retry at the time the app asked for (RFC 9110, section 10.2.3).
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+# How much of a failed answer's body the dead-letter reason keeps: as much as of an error message.
+MAX_RESPONSE_BODY_BYTES = message.MAX_ERROR_MESSAGE_BYTES
+# sqsd's timestamp headers: ISO 8601 UTC, to the second (Ruby's Time#iso8601).
+HEADER_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# The SNS envelope a subscription without raw message delivery wraps a message in:
+# https://docs.aws.amazon.com/sns/latest/dg/sns-message-and-json-formats.html#http-notification-json
+SNS_NOTIFICATION_TYPE = "Notification"
+
+
+def request_for(task: Task, settings: Settings) -> SqsdRequest:
+    """The POST sqsd would make of ``task``'s message.
+
+    ``task.body`` is the body as the app sees it (unwrapped from SNS already, with ``via_sns``).
+
+    Examples
+    --------
+    >>> from worker_tier.settings import Settings
+    >>> request = request_for(Task("m1", "/", '{"task": "x"}'), Settings(http_path="/work"))
+    >>> request.path, request.body, request.header("User-Agent").startswith("aws-sqsd/")
+    ('/work', b'{"task": "x"}', True)
+    """
+    attributes = task.record.get("messageAttributes")
+    attributes = attributes if isinstance(attributes, dict) else {}
+    routed = _string_value(attributes.get(contract.PATH_ATTRIBUTE))
+    scheduled = _string_value(attributes.get(contract.SCHEDULED_TIME_ATTRIBUTE))
+    headers = _common_headers(task, settings, routed)
+    headers.extend(_attribute_headers(attributes))
+    if scheduled is not None:
+        headers.append(("X-Aws-Sqsd-Scheduled-At", _scheduled_at(scheduled)))
+        headers.append(("X-Aws-Sqsd-Taskname", _string_value(attributes.get(contract.TASK_NAME_ATTRIBUTE)) or ""))
+        return SqsdRequest(routed or settings.http_path, tuple(headers), b"")
+    path = routed if routed and settings.app_route_by_path else settings.http_path
+    return SqsdRequest(path, tuple(headers), task.body.encode("utf-8"))
+
+
+def _common_headers(task: Task, settings: Settings, routed: str | None) -> list[tuple[str, str]]:
+    """The headers of every POST, in sqsd's order; ``-Path`` and ``-Sender-Id`` only when the message has them."""
+    headers = [
+        ("Content-Type", settings.mime_type),
+        ("User-Agent", USER_AGENT),
+        ("X-Aws-Sqsd-Msgid", task.message_id),
+        ("X-Aws-Sqsd-Receive-Count", str(task.receive_count)),
+        ("X-Aws-Sqsd-First-Received-At", _header_time(task.first_received_at)),
+        ("X-Aws-Sqsd-Sent-At", _header_time(task.sent_at)),
+        ("X-Aws-Sqsd-Queue", task.queue),
+    ]
+    if routed is not None:
+        headers.append(("X-Aws-Sqsd-Path", routed))
+    if task.sender_id is not None:
+        headers.append(("X-Aws-Sqsd-Sender-Id", str(task.sender_id)))
+    return headers
+
+
+def _attribute_headers(attributes: dict[str, Any]) -> list[tuple[str, str]]:
+    """``X-Aws-Sqsd-Attr-<name>`` for each String or Number attribute (custom labels too), as sqsd sends them.
+
+    Left out: Binary ones (sqsd drops them), ``beanstalk.sqsd.*`` (sqsd's own, in headers of their own),
+    and ``worker_tier.*``: Worker Tier's bookkeeping (delays, retry chains, forwards), never set by a
+    producer (the Client refuses that prefix) and never seen by an app on EB.
+    """
+    headers = []
+    for name, attribute in attributes.items():
+        if name.startswith((contract.SQSD_ATTRIBUTE_PREFIX, contract.WORKER_TIER_ATTRIBUTE_PREFIX)):
+            continue
+        if not isinstance(attribute, dict) or not str(attribute.get("dataType", "")).startswith(("String", "Number")):
+            continue
+        value = attribute.get("stringValue")
+        if isinstance(value, str):
+            headers.append((f"X-Aws-Sqsd-Attr-{name}", value))
+    return headers
+
+
+def _string_value(attribute: Any) -> str | None:
+    """A Lambda-event attribute's non-empty string value, else None."""
+    value = attribute.get("stringValue") if isinstance(attribute, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _header_time(moment: datetime | None) -> str:
+    """sqsd's timestamp spelling; empty when SQS gave no such time (a hand-built record)."""
+    return moment.astimezone(timezone.utc).strftime(HEADER_TIME_FORMAT) if moment is not None else ""
+
+
+def _scheduled_at(text: str) -> str:
+    """``beanstalk.sqsd.scheduled_time`` re-spelled as ISO 8601 UTC, as sqsd does; as it came when unreadable."""
+    moment = message.parse_scheduled_time(text)
+    return _header_time(moment) if moment is not None else text
+
+
+def unwrap_sns(body: str) -> str:
+    """The ``Message`` of an SNS Notification envelope; any other body as it came (as sqsd's ``via_sns``).
+
+    Examples
+    --------
+    >>> unwrap_sns('{"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t", "Message": "hi"}')
+    'hi'
+    >>> unwrap_sns('{"task": "x"}')
+    '{"task": "x"}'
+    """
+    if not body.startswith("{"):
+        return body
+    try:
+        envelope = json.loads(body)
+    except ValueError:
+        return body
+    if (
+        isinstance(envelope, dict)
+        and envelope.get("Type") == SNS_NOTIFICATION_TYPE
+        and isinstance(envelope.get("TopicArn"), str)
+        and isinstance(envelope.get("Message"), str)
+    ):
+        return str(envelope["Message"])
+    return body
+
+
+def check_retention(task: Task, settings: Settings, now: datetime) -> None:
+    """Raise RetentionExpiredError (it dead-letters) for a message first received more than ``retention_period`` ago.
+
+    sqsd deletes such a message without posting it and without a word; Worker Tier dead-letters it
+    with a reason naming its age and the rule, as nothing may vanish silently.
+    """
+    first = task.first_received_at
+    if first is None:
+        return
+    age_seconds = int((now - first).total_seconds())
+    if age_seconds > settings.retention_period:
+        raise RetentionExpiredError(
+            f"message {task.message_id} was first received {age_seconds} s ago, more than retention_period "
+            f"{settings.retention_period} s (EB RetentionPeriod): not delivered to the app. sqsd deletes such a "
+            "message silently; Worker Tier dead-letters it with this reason"
+        )
+
+
+def check_response(request: SqsdRequest, response: AppResponse, now: datetime) -> None:
+    """Apply sqsd's outcome rules to the app's answer: return on 200, else raise what the worker decides on.
+
+    Raises RetryLater for 429 or 503 with a readable ``Retry-After`` (delta-seconds, or an HTTP-date
+    read against ``now``), and AppStatusError for any other answer (429 and 503 without one included).
+
+    Examples
+    --------
+    >>> check_response(SqsdRequest("/", (), b""), AppResponse(200), datetime.now(timezone.utc))
+    """
+    status = response.status
+    if status == 200:
+        return
+    if status in RETRY_AFTER_STATUSES:
+        delay = retry_after_seconds(response.headers.get("retry-after"), now)
+        if delay is not None:
+            raise RetryLater(delay, f"the app answered {status} to {request.method} {request.path} with Retry-After {delay} s")
+    raise AppStatusError(request, status, response.body[:MAX_RESPONSE_BODY_BYTES])
+
+
+def retry_after_seconds(value: str | None, now: datetime) -> int | None:
+    """A ``Retry-After`` value in whole seconds from ``now`` (0 for a past date); None when absent or unreadable.
+
+    Examples
+    --------
+    >>> now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+    >>> retry_after_seconds("120", now), retry_after_seconds("Sun, 22 Nov 2026 12:01:00 GMT", now)
+    (120, 60)
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return int(text)
+    try:
+        moment = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:  # RFC 9110 dates are GMT; "-0000" parses naive
+        moment = moment.replace(tzinfo=timezone.utc)
+    return max(0, round((moment - now).total_seconds()))
