@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path:  # the console script does not put the project directory on the path
         sys.path.insert(0, os.getcwd())
     settings = _settings(args.settings, args.app)
+    _check_task_modules(settings)
     app_directory = _app_directory(settings.app) if settings.app else None
     entries = _cron_entries(args.cron or (app_directory / CRON_YAML if app_directory else None), settings.fifo,
                             missing_ok=args.cron is None)
@@ -128,6 +129,20 @@ def _send(env: LocalEnvironment, example: ExampleMessage) -> None:
     elif example.delay:
         note = f"  delay {example.delay:g} s"
     _say(f"sent  {example.path:<8} {message_id[:8]}  {example.text}{note}")
+
+
+def _check_task_modules(settings: Settings) -> None:
+    """SystemExit naming the setting when a task module cannot be found (the worker would fail on every message)."""
+    for module in filter(None, (name.strip() for name in settings.task_modules.split(","))):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:
+            found = False
+        if not found:
+            hint = f" (with only an app, its module: {settings.app.partition(':')[0]!r})" if settings.app else ""
+            raise SystemExit(f"worker-tier-local: task_modules {settings.task_modules!r}: no module {module!r} importable "
+                             f"from {os.getcwd()}; set task_modules in cdk.json to the modules of your @task "
+                             f"functions{hint}")
 
 
 def _app_directory(app: str) -> Path:

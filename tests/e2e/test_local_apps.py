@@ -164,18 +164,25 @@ def test_make_run_with_an_app_prints_each_outcome(tmp_path):
     assert "minutely-report" not in out, out
 
 
-def test_make_run_names_an_app_it_cannot_find_and_an_app_that_is_no_reference(tmp_path):
-    # GIVEN default settings, as a cdk.json
+def test_make_run_names_an_app_or_task_module_it_cannot_find_and_an_app_that_is_no_reference(tmp_path):
+    # GIVEN default settings, and settings naming a task module that is nowhere, as cdk.json files
     from worker_tier_local.__main__ import main
 
     (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": {}}}))
+    (tmp_path / "other.json").write_text(json.dumps({"context": {"worker_tier": {"task_modules": "billing_tasks"}}}))
     settings = ["--settings", str(tmp_path / "cdk.json"), "--port", "0"]
-    # WHEN `make run` is given an app whose module is nowhere, then one that is no module:attribute
+    # WHEN `make run` is given an app whose module is nowhere, one that is no module:attribute, and an app
+    # with a task module that is nowhere
     with pytest.raises(SystemExit) as missing:
         main(["--app", "billing.worker:app", *settings])
     with pytest.raises(SystemExit) as malformed:
         main(["--app", "billing/worker.py", *settings])
+    with pytest.raises(SystemExit) as no_tasks:
+        main(["--app", FLASK_APP, "--settings", str(tmp_path / "other.json"), "--port", "0"])
     # THEN each says what is wrong with the value, before anything starts
+    assert str(no_tasks.value) == (f"worker-tier-local: task_modules 'billing_tasks': no module 'billing_tasks' "
+                                   f"importable from {os.getcwd()}; set task_modules in cdk.json to the modules of "
+                                   "your @task functions (with only an app, its module: 'examples.flask_app')")
     assert str(missing.value).startswith("worker-tier-local: app 'billing.worker:app': no module 'billing.worker' "
                                          "importable from ")
     assert str(malformed.value) == ("worker-tier-local: --app: app must be empty or 'package.module:attribute' "
