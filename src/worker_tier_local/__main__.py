@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         for entry in entries:
             state = "" if entry.enabled else " (disabled)"
             _say(f"cron  {entry.name}: {entry.schedule} {entry.timezone} -> {entry.url}{state}")
+            for warning in getattr(entry, "warnings", ()):  # what EB would read differently, as synth warns it
+                _say(f"cron  {entry.name}: warning: {warning}")
         if env.cron is not None and env.cron.next_due() is not None:
             _say(f"next cron tick at {env.cron.next_due():%H:%M:%S %Z}")
         for example in examples:
