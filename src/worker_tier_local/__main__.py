@@ -42,8 +42,9 @@ from worker_tier.fates import (
 
 # Read from the project directory it is started in, like `cdk`; its task modules import from there too.
 # Both are optional: without cdk.json the settings are the defaults, without cron.yaml no cron fires.
-# With an app (--app, or cdk.json's app setting), cron.yaml is the one beside the app's module, where EB
-# reads it: at the root of the app's source bundle (for `application.py` at the root, ./cron.yaml still).
+# With an app (--app, or cdk.json's app setting), cron.yaml is the nearest one from the app's module up to
+# the directory its top-level package is in: EB reads it at the root of the app's source bundle, which is
+# there for `application.py` (./cron.yaml still) and for a Django project's `mysite/wsgi.py` (beside manage.py).
 DEFAULT_CDK_JSON = Path("cdk.json")
 CRON_YAML = "cron.yaml"
 DEFAULT_CRON_YAML = Path(CRON_YAML)
@@ -71,10 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())
     settings = _settings(args.settings, args.app)
     _check_task_modules(settings)
-    app_directory = _app_directory(settings.app) if settings.app else None
-    entries = _cron_entries(args.cron or (app_directory / CRON_YAML if app_directory else None), settings.fifo,
-                            missing_ok=args.cron is None)
-    examples = _examples(args, settings, app_directory)
+    app_directories = _app_directories(settings.app) if settings.app else []
+    entries = _cron_entries(args.cron or _nearest(app_directories, CRON_YAML), settings.fifo, missing_ok=args.cron is None)
+    examples = _examples(args, settings, app_directories)
     settings_source = args.settings or (DEFAULT_CDK_JSON if DEFAULT_CDK_JSON.is_file() else "defaults (no ./cdk.json)")
     add_outcome_listener(_print_outcome)
     with LocalEnvironment(
@@ -103,18 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _examples(args: argparse.Namespace, settings: Settings, app_directory: Path | None) -> list[ExampleMessage]:
-    """What to send: --messages's file; with an app, the messages.json beside it; else the example tasks."""
+def _examples(args: argparse.Namespace, settings: Settings, app_directories: list[Path]) -> list[ExampleMessage]:
+    """What to send: --messages's file; with an app, the nearest messages.json (as cron.yaml); else the example tasks."""
     if args.no_examples:
         return []
     if args.messages is not None:
         return messages.load(args.messages, settings.http_path)
-    if app_directory is not None:
-        beside = app_directory / messages.APP_MESSAGES_FILE
-        if not beside.is_file():
-            _say(f"no {beside} beside the app: no example messages sent (--messages FILE sends some)")
+    if app_directories:
+        nearest = _nearest(app_directories, messages.APP_MESSAGES_FILE)
+        if nearest is None:
+            _say(f"no {messages.APP_MESSAGES_FILE} in {', '.join(map(str, app_directories))}: no example messages "
+                 "sent (--messages FILE sends some)")
             return []
-        return messages.load(beside, settings.http_path)
+        return messages.load(nearest, settings.http_path)
     container = [messages.CONTAINER_TASK_EXAMPLE] if args.container else []
     return [*messages.TASK_EXAMPLES, *container, messages.DELAYED_TASK_EXAMPLE]
 
@@ -147,8 +148,16 @@ def _check_task_modules(settings: Settings) -> None:
                              f"functions{hint}")
 
 
-def _app_directory(app: str) -> Path:
-    """The directory of the app's module (``package.module`` of ``package.module:attribute``), without importing it."""
+def _nearest(directories: list[Path], name: str) -> Path | None:
+    """The first ``directories`` entry's file ``name`` that exists, or None."""
+    return next((directory / name for directory in directories if (directory / name).is_file()), None)
+
+
+def _app_directories(app: str) -> list[Path]:
+    """The app module's directory, then each one up to the directory its top-level package is in (nearest first).
+
+    Found without importing the module (``package.module`` of ``package.module:attribute``).
+    """
     module = app.partition(":")[0]
     try:
         spec = importlib.util.find_spec(module)
@@ -159,7 +168,9 @@ def _app_directory(app: str) -> Path:
     if spec is None or spec.origin is None:
         raise SystemExit(f"worker-tier-local: app {app!r}: no module {module!r} importable from {os.getcwd()}{reason}; "
                          "run from the directory the module path is relative to")
-    return Path(spec.origin).parent
+    package_levels = module.count(".") + (2 if spec.submodule_search_locations is not None else 1)
+    return list(Path(spec.origin).parents[:package_levels])
+
 
 def _print_banner(env: LocalEnvironment) -> None:
     """Where everything is, and two lines to paste into another shell (no timestamp, so they paste as they are)."""
@@ -284,11 +295,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="a WSGI or ASGI app (EB worker app) that gets every message no @task path claims, as sqsd "
                              "POSTs it (default: cdk.json's app setting)")
     parser.add_argument("--cron", type=Path, default=None,
-                        help="cron.yaml to fire (default: the one beside the app's module with an app, else ./cron.yaml; "
-                             "none if absent)")
+                        help="cron.yaml to fire (default: with an app, the nearest from its module up to its top-level "
+                             "package's directory; else ./cron.yaml; none if absent)")
     parser.add_argument("--messages", type=Path, default=None,
-                        help=f"a JSON list of messages to send (default: the {messages.APP_MESSAGES_FILE} beside the "
-                             "app's module with an app, else the example tasks)")
+                        help=f"a JSON list of messages to send (default: with an app, the nearest {messages.APP_MESSAGES_FILE}, "
+                             "found as cron.yaml is; else the example tasks)")
     parser.add_argument("--port", type=_port, default=LOCAL_DEFAULT_PORT,
                         help=f"moto's port on 127.0.0.1 (default {LOCAL_DEFAULT_PORT}; a free one when it is taken; 0: any)")
     parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")

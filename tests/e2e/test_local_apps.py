@@ -164,6 +164,20 @@ def test_make_run_with_an_app_prints_each_outcome(tmp_path):
     assert "minutely-report" not in out, out
 
 
+def test_make_run_finds_a_django_projects_cron_yaml_above_its_wsgi_module():
+    # GIVEN the Django example, whose app is examples/django_worker/wsgi.py and whose cron.yaml is in examples/
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    # WHEN `make run` starts with it and stops at once
+    result = subprocess.run(
+        [sys.executable, "-m", "worker_tier_local", "--app", APPS["django"], "--duration", "0", "--port", "0"],
+        capture_output=True, text=True, timeout=60, env=environment, cwd=REPO, check=False,
+    )
+    # THEN it fires the nearest cron.yaml going up from the module, and sends the messages.json beside that
+    assert result.returncode == 0, result.stderr
+    assert "cron  purge-sessions: * * * * * UTC -> /purge-sessions" in result.stdout, result.stdout
+    assert '{"task": "charge_card", "arguments": {"order_id": 42}}' in result.stdout, result.stdout
+
+
 def test_make_run_names_an_app_or_task_module_it_cannot_find_and_an_app_that_is_no_reference(tmp_path):
     # GIVEN default settings, and settings naming a task module that is nowhere, as cdk.json files
     from worker_tier_local.__main__ import main
