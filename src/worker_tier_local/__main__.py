@@ -240,11 +240,14 @@ def _check_local_extra() -> None:
                          f"local extra: {LOCAL_EXTRA_INSTALL}")
 
 
-def _cron_entries(path: Path | None, fifo: bool, missing_ok: bool) -> list:
-    """cron.yaml's entries, validated as at synth; none when a default cron.yaml is absent, an error for a --cron that is."""
+def _cron_entries(path: Path | None, fifo: bool, missing_ok: bool | None = None) -> list:
+    """cron.yaml's entries, validated as at synth; none when a default cron.yaml is absent, an error for a --cron that is.
+
+    ``missing_ok`` defaults to whether ``path`` is None (./cron.yaml).
+    """
     from worker_tier_cdk.cron_config import load
 
-    return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=missing_ok)
+    return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=path is None if missing_ok is None else missing_ok)
 
 
 def _print_outcome(outcome: Outcome) -> None:
@@ -261,7 +264,7 @@ def _say(text: str) -> None:
     print(f"{datetime.now().astimezone():%H:%M:%S}  {text}", flush=True)
 
 
-def _settings(cdk_json: Path | None, app: str | None) -> Settings:
+def _settings(cdk_json: Path | None, app: str | None = None) -> Settings:
     """The stack's settings, from cdk.json's worker_tier context (the defaults without ./cdk.json); --app wins."""
     settings = _cdk_json_settings(cdk_json)
     if app is None:
