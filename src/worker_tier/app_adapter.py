@@ -60,6 +60,9 @@ _BASE_ENVIRON: dict[str, Any] = {
     "wsgi.multiprocess": True,  # Lambda runs many copies
     "wsgi.run_once": False,
 }
+# Header names whose environ key is remembered (attribute headers make the names open-ended).
+MAX_REMEMBERED_HEADER_NAMES = 256
+_ENVIRON_KEYS: dict[str, str] = {}
 _loaded: dict[str, InProcessTarget] = {}
 _load_lock = threading.Lock()
 
@@ -152,11 +155,19 @@ def wsgi_environ(request: SqsdRequest) -> dict[str, Any]:
     environ["wsgi.input"] = BytesIO(request.body)
     environ["wsgi.errors"] = sys.stderr
     for name, value in request.headers:
-        key = name.upper().replace("-", "_")
-        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            key = "HTTP_" + key
+        key = _ENVIRON_KEYS.get(name) or _environ_key(name)
         environ[key] = value if value.isascii() else value.encode("utf-8").decode("latin-1")
     return environ
+
+
+def _environ_key(header: str) -> str:
+    """A header's environ key (``X-Aws-Sqsd-Msgid`` -> ``HTTP_X_AWS_SQSD_MSGID``), remembered: the names repeat."""
+    key = header.upper().replace("-", "_")
+    if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        key = "HTTP_" + key
+    if len(_ENVIRON_KEYS) < MAX_REMEMBERED_HEADER_NAMES:
+        _ENVIRON_KEYS[header] = key
+    return key
 
 
 class _Answer:

@@ -16,9 +16,10 @@ message fares the same either way. The rules are sqsd's own (its ``daemon.rb``, 
 
 from __future__ import annotations
 
+import functools
 import json
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
+import time
+from datetime import timezone
 from typing import Any
 
 from worker_tier import contract, message
@@ -70,19 +71,22 @@ def request_for(task: Task, settings: Settings) -> SqsdRequest:
 
 def _common_headers(task: Task, settings: Settings, routed: str | None) -> list[tuple[str, str]]:
     """The headers of every POST, in sqsd's order; ``-Path`` and ``-Sender-Id`` only when the message has them."""
+    system = task.record.get("attributes")
+    system = system if isinstance(system, dict) else {}
     headers = [
         ("Content-Type", settings.mime_type),
         ("User-Agent", USER_AGENT),
         ("X-Aws-Sqsd-Msgid", task.message_id),
         ("X-Aws-Sqsd-Receive-Count", str(task.receive_count)),
-        ("X-Aws-Sqsd-First-Received-At", _header_time(task.first_received_at)),
-        ("X-Aws-Sqsd-Sent-At", _header_time(task.sent_at)),
+        ("X-Aws-Sqsd-First-Received-At", _header_time(system.get("ApproximateFirstReceiveTimestamp"))),
+        ("X-Aws-Sqsd-Sent-At", _header_time(system.get("SentTimestamp"))),
         ("X-Aws-Sqsd-Queue", task.queue),
     ]
     if routed is not None:
         headers.append(("X-Aws-Sqsd-Path", routed))
-    if task.sender_id is not None:
-        headers.append(("X-Aws-Sqsd-Sender-Id", str(task.sender_id)))
+    sender = system.get("SenderId")
+    if sender is not None:
+        headers.append(("X-Aws-Sqsd-Sender-Id", str(sender)))
     return headers
 
 
@@ -111,15 +115,24 @@ def _string_value(attribute: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _header_time(moment: datetime | None) -> str:
-    """sqsd's timestamp spelling; empty when SQS gave no such time (a hand-built record)."""
-    return moment.astimezone(timezone.utc).strftime(HEADER_TIME_FORMAT) if moment is not None else ""
+def _header_time(epoch_ms: Any) -> str:
+    """An SQS epoch-milliseconds attribute in sqsd's spelling, its fraction cut as Ruby's ``iso8601`` cuts it;
+    empty when SQS gave no such time (a hand-built record)."""
+    if not isinstance(epoch_ms, str) or not epoch_ms.isascii() or not epoch_ms.isdigit():
+        return ""
+    return _header_second(int(epoch_ms) // 1000)
+
+
+@functools.lru_cache(maxsize=1024)
+def _header_second(epoch_seconds: int) -> str:
+    """One second in sqsd's spelling (cached: a batch's messages share their seconds)."""
+    return time.strftime(HEADER_TIME_FORMAT, time.gmtime(epoch_seconds))
 
 
 def _scheduled_at(text: str) -> str:
     """``beanstalk.sqsd.scheduled_time`` re-spelled as ISO 8601 UTC, as sqsd does; as it came when unreadable."""
     moment = message.parse_scheduled_time(text)
-    return _header_time(moment) if moment is not None else text
+    return moment.strftime(HEADER_TIME_FORMAT) if moment is not None else text
 
 
 def unwrap_sns(body: str) -> str:
@@ -148,16 +161,18 @@ def unwrap_sns(body: str) -> str:
     return body
 
 
-def check_retention(task: Task, settings: Settings, now: datetime) -> None:
-    """Raise RetentionExpiredError (it dead-letters) for a message first received more than ``retention_period`` ago.
+def check_retention(task: Task, settings: Settings, now: float) -> None:
+    """Raise RetentionExpiredError (it dead-letters) for a message first received more than ``retention_period``
+    before ``now`` (epoch seconds).
 
     sqsd deletes such a message without posting it and without a word; Worker Tier dead-letters it
     with a reason naming its age and the rule, as nothing may vanish silently.
     """
-    first = task.first_received_at
-    if first is None:
-        return
-    age_seconds = int((now - first).total_seconds())
+    system = task.record.get("attributes")
+    first = system.get("ApproximateFirstReceiveTimestamp") if isinstance(system, dict) else None
+    if not isinstance(first, str) or not first.isascii() or not first.isdigit():
+        return  # a hand-built record: nothing to count from
+    age_seconds = int(now - int(first) / 1000)
     if age_seconds > settings.retention_period:
         raise RetentionExpiredError(
             f"message {task.message_id} was first received {age_seconds} s ago, more than retention_period "
@@ -166,15 +181,15 @@ def check_retention(task: Task, settings: Settings, now: datetime) -> None:
         )
 
 
-def check_response(request: SqsdRequest, response: AppResponse, now: datetime) -> None:
+def check_response(request: SqsdRequest, response: AppResponse, now: float) -> None:
     """Apply sqsd's outcome rules to the app's answer: return on 200, else raise what the worker decides on.
 
     Raises RetryLater for 429 or 503 with a readable ``Retry-After`` (delta-seconds, or an HTTP-date
-    read against ``now``), and AppStatusError for any other answer (429 and 503 without one included).
+    read against ``now``, epoch seconds), and AppStatusError for any other answer (429 and 503 without one included).
 
     Examples
     --------
-    >>> check_response(SqsdRequest("/", (), b""), AppResponse(200), datetime.now(timezone.utc))
+    >>> check_response(SqsdRequest("/", (), b""), AppResponse(200), 1_800_000_000.0)
     """
     status = response.status
     if status == 200:
@@ -186,12 +201,13 @@ def check_response(request: SqsdRequest, response: AppResponse, now: datetime) -
     raise AppStatusError(request, status, response.body[:MAX_RESPONSE_BODY_BYTES])
 
 
-def retry_after_seconds(value: str | None, now: datetime) -> int | None:
-    """A ``Retry-After`` value in whole seconds from ``now`` (0 for a past date); None when absent or unreadable.
+def retry_after_seconds(value: str | None, now: float) -> int | None:
+    """A ``Retry-After`` value in whole seconds from ``now`` (epoch seconds; 0 for a past date); None when absent or unreadable.
 
     Examples
     --------
-    >>> now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+    >>> from datetime import datetime
+    >>> now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc).timestamp()
     >>> retry_after_seconds("120", now), retry_after_seconds("Sun, 22 Nov 2026 12:01:00 GMT", now)
     (120, 60)
     """
@@ -200,10 +216,12 @@ def retry_after_seconds(value: str | None, now: datetime) -> int | None:
     text = value.strip()
     if text.isascii() and text.isdigit():
         return int(text)
+    from email.utils import parsedate_to_datetime  # kept off the worker's cold start: few answers carry a date
+
     try:
         moment = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
     if moment.tzinfo is None:  # RFC 9110 dates are GMT; "-0000" parses naive
         moment = moment.replace(tzinfo=timezone.utc)
-    return max(0, round((moment - now).total_seconds()))
+    return max(0, round(moment.timestamp() - now))

@@ -15,6 +15,10 @@ Every record ends in exactly one of:
 - lease lost: its heartbeat lost the message before its task started (another consumer may
   hold it now); not run, reported failed, its visibility left alone (``LeaseLostBeforeStart``).
 
+A message whose path no task is registered for goes to the EB worker app, when the worker has one
+(``app_target``): sqsd's POST of it, its answer judged by sqsd's rules (``worker_tier.sqsd``); a
+failure meets the same fates as a task's.
+
 The decisions themselves live in ``worker_tier.fates`` (``Fates``, which ``Worker`` extends).
 All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call;
 those SQS refuses are counted (``VisibilityChangesRefused``) and logged with their message ids.
@@ -38,7 +42,6 @@ from __future__ import annotations
 import os
 import random as _random
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
 from worker_tier import contract, limits, message, sqsd
@@ -328,7 +331,7 @@ class Worker(Fates):
         target = self.app_target
         if target is None:
             self._unknown_path(task)
-        now = datetime.fromtimestamp(self._clock(), tz=timezone.utc)
+        now = self._clock()
         sqsd.check_retention(task, self.settings, now)
         request = sqsd.request_for(task, self.settings)
         started = time.perf_counter()
