@@ -4,7 +4,8 @@ Run with `make bench` (all benchmarks) or `python -m bench app_adapter`.
 
 Ours: a minimal Flask route (it reads the JSON body and answers 200) behind ``Worker.handle``, which builds
 sqsd's request of each record, calls the app in-process (``worker_tier.app_adapter``) and judges its answer,
-on an in-memory SQS (the success path makes no call). The baseline: the same route called with
+on an in-memory SQS (the success path makes no call); also the same route in FastAPI, through a2wsgi, with no
+baseline (FastAPI's test client needs httpx, which this project does not install). The baseline: the same route called with
 ``app.test_client().post(...)``, once per message, with the same body: the cheapest way Flask itself
 offers to call a route without a server. Both are timed in process CPU, interleaved round by round, over
 ``Sizes.runs`` runs; the goal counts as met only when the worst run meets it.
@@ -47,6 +48,19 @@ def minimal_app() -> Any:
     @app.post("/")
     def work() -> str:
         request.get_json()
+        return "ok"
+
+    return app
+
+
+def minimal_asgi_app() -> Any:
+    """The same route in FastAPI, which reaches the worker through a2wsgi's bridge."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/")
+    async def work(job: dict) -> str:  # FastAPI reads and parses the JSON body for it
         return "ok"
 
     return app
@@ -98,8 +112,17 @@ def overhead_ratio(rounds: int, records: int) -> dict[str, float]:
         for body in bodies:
             _call_bare(app, body.encode())
 
+    asgi_worker = Worker(
+        Settings(), queue_url="https://sqs.example/work", dead_letter_queue_url="https://sqs.example/dlq",
+        registry=Registry(), sqs=FakeSQS(), app_target=InProcessTarget(minimal_asgi_app(), reference="bench:minimal_asgi_app"),
+    )
+
+    def asgi() -> None:
+        assert asgi_worker.handle(event, None) == {"batchItemFailures": []}
+
     ours_s, baseline_s = _interleaved_cpu(ours, baseline, rounds)
     ours_again_s, bare_s = _interleaved_cpu(ours, bare, rounds)
+    asgi_s, _ = _interleaved_cpu(asgi, bare, rounds)
     return {
         "app_adapter_overhead_ratio": ours_s / baseline_s,
         "app_adapter_per_message_cpu_us": ours_s / records * 1e6,
@@ -107,6 +130,8 @@ def overhead_ratio(rounds: int, records: int) -> dict[str, float]:
         # No goal: the whole worker (batch, sqsd's request, outcome, metrics) over the app alone, called bare.
         "app_adapter_vs_bare_wsgi_ratio": ours_again_s / bare_s,
         "bare_wsgi_per_message_cpu_us": bare_s / records * 1e6,
+        # No goal: the same route in FastAPI through the worker and a2wsgi (process CPU: the bridge's loop thread too).
+        "asgi_app_per_message_cpu_us": asgi_s / records * 1e6,
     }
 
 
