@@ -39,17 +39,19 @@ APPS = {"flask": FLASK_APP, "django": "examples.django_worker.wsgi:application",
 SETTINGS = Settings(error_visibility_timeout=1, max_retries=2)
 UNKNOWN_TASK = {"task": "resize_avatar", "arguments": {}}
 OWN_PROCESS_VARIABLE = "EXAMPLES_TEST_OWN_PROCESS"
+OWN_PROCESS_APPS = ("django", "fastapi")
 
 
 @pytest.fixture(params=list(APPS), ids=list(APPS))
 def app(request) -> str | None:
     """The example app's reference; None when the case ran, and passed, in a pytest process of its own instead.
 
-    Django holds one project's settings per process, and tests/apps has another Django project: so each
-    Django case runs in a fresh process (the variable names the case there), where it is the only one.
+    Django holds one project's settings per process, and tests/apps has another Django project; an ASGI
+    app keeps a2wsgi's event-loop thread for the life of the process. So those cases run in a fresh
+    process each (the variable names the case there), and leave nothing behind in this one.
     """
     reference = APPS[request.param]
-    if request.param != "django" or os.environ.get(OWN_PROCESS_VARIABLE) == request.node.nodeid:
+    if request.param not in OWN_PROCESS_APPS or os.environ.get(OWN_PROCESS_VARIABLE) == request.node.nodeid:
         return reference
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", request.node.nodeid],
