@@ -1,8 +1,9 @@
-"""`make run`: start the local environment, send the example tasks, print each outcome."""
+"""`make run`: start the local environment, send the example tasks (or an app's messages), print each outcome."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -10,7 +11,6 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from worker_tier_local.environment import (
     LOCAL_DEFAULT_PORT,
@@ -18,7 +18,10 @@ from worker_tier_local.environment import (
     LOCAL_REGION,
     LocalEnvironment,
 )
+from worker_tier_local import messages
+from worker_tier_local.messages import ExampleMessage
 from worker_tier import contract
+from worker_tier.errors import SettingsError
 from worker_tier.settings import Settings
 
 if "--verbose" not in sys.argv:
@@ -39,20 +42,18 @@ from worker_tier.fates import (
 
 # Read from the project directory it is started in, like `cdk`; its task modules import from there too.
 # Both are optional: without cdk.json the settings are the defaults, without cron.yaml no cron fires.
+# With an app (--app, or cdk.json's app setting), cron.yaml is the nearest one from the app's module up to
+# the directory its top-level package is in: EB reads it at the root of the app's source bundle, which is
+# there for `application.py` (./cron.yaml still) and for a Django project's `mysite/wsgi.py` (beside manage.py).
 DEFAULT_CDK_JSON = Path("cdk.json")
-DEFAULT_CRON_YAML = Path("cron.yaml")
+CRON_YAML = "cron.yaml"
+DEFAULT_CRON_YAML = Path(CRON_YAML)
 # What the local extra adds to a runtime-only install that this command imports (moto, and PyYAML for cron.yaml).
 LOCAL_EXTRA_MODULES = ("moto", "yaml")
 LOCAL_EXTRA_INSTALL = "pip install 'worker-tier[local]'"
 # moto accepts any credentials; these are the values its docs use.
 EXAMPLE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 MAX_PORT = 65535
-EXAMPLES: list[tuple[str, Any]] = [
-    ("/hello", {"name": "Ada"}),
-    ("/flaky", {"report": "monthly"}),
-    ("/poison", {"order_id": 42}),
-]
-DELAYED_EXAMPLE = ("/hello", {"name": "Grace, 150 s later"}, 150)
 _MARKS = {
     OUTCOME_SUCCEEDED: "ok  ",
     OUTCOME_RETRYING: "retry",
@@ -69,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     _check_local_extra()
     if os.getcwd() not in sys.path:  # the console script does not put the project directory on the path
         sys.path.insert(0, os.getcwd())
-    settings = _settings(args.settings)
-    entries = _cron_entries(args.cron, settings.fifo)
+    settings = _settings(args.settings, args.app)
+    _check_task_modules(settings)
+    app_directories = _app_directories(settings.app) if settings.app else []
+    entries = _cron_entries(args.cron or _nearest(app_directories, CRON_YAML), settings.fifo, missing_ok=args.cron is None)
+    examples = _examples(args, settings, app_directories)
     settings_source = args.settings or (DEFAULT_CDK_JSON if DEFAULT_CDK_JSON.is_file() else "defaults (no ./cdk.json)")
     add_outcome_listener(_print_outcome)
     with LocalEnvironment(
@@ -80,27 +84,92 @@ def main(argv: list[str] | None = None) -> int:
         _print_banner(env)
         _say(f"settings from {settings_source}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
+        if settings.app:
+            _say(f"app   {settings.app} gets every message no @task path claims, as sqsd POSTs it: ordinary "
+                 f"messages to {settings.http_path}, ticks to their cron.yaml url")
         for entry in entries:
             state = "" if entry.enabled else " (disabled)"
             _say(f"cron  {entry.name}: {entry.schedule} {entry.timezone} -> {entry.url}{state}")
+            for warning in getattr(entry, "warnings", ()):  # what EB would read differently, as synth warns it
+                _say(f"cron  {entry.name}: warning: {warning}")
         if env.cron is not None and env.cron.next_due() is not None:
             _say(f"next cron tick at {env.cron.next_due():%H:%M:%S %Z}")
-        if not args.no_examples:
-            for path, body in EXAMPLES:
-                message_id = env.client.send(path, json.dumps(body))
-                _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}")
-            if args.container:
-                message_id = env.client.send("/render", json.dumps({"frames": 3}))
-                _say(f"sent  /render  {message_id[:8]}  a long task: the Lambda worker forwards it to the container worker")
-            path, body, seconds = DELAYED_EXAMPLE
-            message_id = env.client.send(path, json.dumps(body), delay=seconds)
-            _say(f"sent  {path:<8} {message_id[:8]}  {json.dumps(body)}  delay {seconds} s via the delay table "
-                 f"(locally anything over {LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s goes there, not 900 s, so you can watch it)")
+        for example in examples:
+            _send(env, example)
         _loop(env, args.duration)
         _report_dead_letters(env)
         for line in env.pending().lines():
             _say(line)
     return 0
+
+
+def _examples(args: argparse.Namespace, settings: Settings, app_directories: list[Path]) -> list[ExampleMessage]:
+    """What to send: --messages's file; with an app, the nearest messages.json (as cron.yaml); else the example tasks."""
+    if args.no_examples:
+        return []
+    if args.messages is not None:
+        return messages.load(args.messages, settings.http_path)
+    if app_directories:
+        nearest = _nearest(app_directories, messages.APP_MESSAGES_FILE)
+        if nearest is None:
+            _say(f"no {messages.APP_MESSAGES_FILE} in {', '.join(map(str, app_directories))}: no example messages "
+                 "sent (--messages FILE sends some)")
+            return []
+        return messages.load(nearest, settings.http_path)
+    container = [messages.CONTAINER_TASK_EXAMPLE] if args.container else []
+    return [*messages.TASK_EXAMPLES, *container, messages.DELAYED_TASK_EXAMPLE]
+
+
+def _send(env: LocalEnvironment, example: ExampleMessage) -> None:
+    """Send one example message and say so, with what is special about it."""
+    message_id = env.client.send(example.path, example.text, delay=example.delay, attributes=example.attributes or None)
+    note = ""
+    if example == messages.CONTAINER_TASK_EXAMPLE:
+        note = "  a long task: the Lambda worker forwards it to the container worker"
+    elif example.delay and example.delay > LOCAL_LONG_DELAY_THRESHOLD_SECONDS:
+        note = (f"  delay {example.delay:g} s via the delay table (locally anything over "
+                f"{LOCAL_LONG_DELAY_THRESHOLD_SECONDS} s goes there, not 900 s, so you can watch it)")
+    elif example.delay:
+        note = f"  delay {example.delay:g} s"
+    _say(f"sent  {example.path:<8} {message_id[:8]}  {example.text}{note}")
+
+
+def _check_task_modules(settings: Settings) -> None:
+    """SystemExit naming the setting when a task module cannot be found (the worker would fail on every message)."""
+    for module in filter(None, (name.strip() for name in settings.task_modules.split(","))):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:
+            found = False
+        if not found:
+            hint = f" (with only an app, its module: {settings.app.partition(':')[0]!r})" if settings.app else ""
+            raise SystemExit(f"worker-tier-local: task_modules {settings.task_modules!r}: no module {module!r} importable "
+                             f"from {os.getcwd()}; set task_modules in cdk.json to the modules of your @task "
+                             f"functions{hint}")
+
+
+def _nearest(directories: list[Path], name: str) -> Path | None:
+    """The first ``directories`` entry's file ``name`` that exists, or None."""
+    return next((directory / name for directory in directories if (directory / name).is_file()), None)
+
+
+def _app_directories(app: str) -> list[Path]:
+    """The app module's directory, then each one up to the directory its top-level package is in (nearest first).
+
+    Found without importing the module (``package.module`` of ``package.module:attribute``).
+    """
+    module = app.partition(":")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError as error:
+        spec, reason = None, f": {error}"
+    else:
+        reason = ""
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"worker-tier-local: app {app!r}: no module {module!r} importable from {os.getcwd()}{reason}; "
+                         "run from the directory the module path is relative to")
+    package_levels = module.count(".") + (2 if spec.submodule_search_locations is not None else 1)
+    return list(Path(spec.origin).parents[:package_levels])
 
 
 def _print_banner(env: LocalEnvironment) -> None:
@@ -171,17 +240,22 @@ def _check_local_extra() -> None:
                          f"local extra: {LOCAL_EXTRA_INSTALL}")
 
 
-def _cron_entries(path: Path | None, fifo: bool) -> list:
-    """cron.yaml's entries, validated as at synth; none when ./cron.yaml is absent, an error for a --cron that is."""
+def _cron_entries(path: Path | None, fifo: bool, missing_ok: bool | None = None) -> list:
+    """cron.yaml's entries, validated as at synth; none when a default cron.yaml is absent, an error for a --cron that is.
+
+    ``missing_ok`` defaults to whether ``path`` is None (./cron.yaml).
+    """
     from worker_tier_cdk.cron_config import load
 
-    return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=path is None)
+    return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=path is None if missing_ok is None else missing_ok)
 
 
 def _print_outcome(outcome: Outcome) -> None:
     detail = outcome.detail
     if outcome.status == OUTCOME_RETRYING:
         detail = f"{detail} -> retry in {outcome.visibility_seconds}s"
+    elif outcome.status == OUTCOME_RESCHEDULED:
+        detail = f"{detail} -> again in {outcome.visibility_seconds}s"
     _say(f"{_MARKS.get(outcome.status, outcome.status)} {outcome.path:<8} {outcome.message_id[:8]}  "
          f"receive {outcome.receive_count}  {detail}".rstrip())
 
@@ -190,8 +264,19 @@ def _say(text: str) -> None:
     print(f"{datetime.now().astimezone():%H:%M:%S}  {text}", flush=True)
 
 
-def _settings(cdk_json: Path | None) -> Settings:
-    """The stack's settings, from cdk.json's worker_tier context; the defaults when ./cdk.json is absent."""
+def _settings(cdk_json: Path | None, app: str | None = None) -> Settings:
+    """The stack's settings, from cdk.json's worker_tier context (the defaults without ./cdk.json); --app wins."""
+    settings = _cdk_json_settings(cdk_json)
+    if app is None:
+        return settings
+    try:
+        return dataclasses.replace(settings, app=app)
+    except SettingsError as error:
+        raise SystemExit(f"worker-tier-local: --app: {error}") from None
+
+
+def _cdk_json_settings(cdk_json: Path | None) -> Settings:
+    """The settings of cdk.json's worker_tier context; the defaults when ./cdk.json is absent."""
     if cdk_json is None:
         if not DEFAULT_CDK_JSON.is_file():
             return Settings()
@@ -209,11 +294,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     parser.add_argument("--settings", type=Path, default=None,
                         help="cdk.json to read settings from (default: ./cdk.json, or the default settings without one)")
-    parser.add_argument("--cron", type=Path, default=None, help="cron.yaml to fire (default: ./cron.yaml, if any)")
+    parser.add_argument("--app", default=None, metavar="PACKAGE.MODULE:ATTRIBUTE",
+                        help="a WSGI or ASGI app (EB worker app) that gets every message no @task path claims, as sqsd "
+                             "POSTs it (default: cdk.json's app setting)")
+    parser.add_argument("--cron", type=Path, default=None,
+                        help="cron.yaml to fire (default: with an app, the nearest from its module up to its top-level "
+                             "package's directory; else ./cron.yaml; none if absent)")
+    parser.add_argument("--messages", type=Path, default=None,
+                        help=f"a JSON list of messages to send (default: with an app, the nearest {messages.APP_MESSAGES_FILE}, "
+                             "found as cron.yaml is; else the example tasks)")
     parser.add_argument("--port", type=_port, default=LOCAL_DEFAULT_PORT,
                         help=f"moto's port on 127.0.0.1 (default {LOCAL_DEFAULT_PORT}; a free one when it is taken; 0: any)")
     parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")
-    parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks")
+    parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks or messages")
     parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
     return parser.parse_args(argv)
 
