@@ -154,6 +154,7 @@ class RecoveryReport:
     dead_lettered: int = 0
     refiled: int = 0  # inserts the dispatcher would not read where they are, moved where it reads them
     watermark_ahead: int = 0  # inserts left in place: due later than SQS can delay, behind an impossible watermark
+    cancelled: int = 0  # cancellable inserts whose item is gone (cancelled or rescheduled): not sent
     state_unreadable: str = ""  # what was wrong with the watermark item, when it could not be read
     failed_sequence_number: str | None = None
 
@@ -342,12 +343,28 @@ class DelayRecovery:
         state = states[group]
         fate = state.insert_fate(event, self._clock()) if event.kind == INSERT else (
             SEND if state.expiry_was_undispatched(event) else SKIP)
+        if fate in (SEND, REFILE) and event.kind == INSERT and event.message.cancellable and self._cancelled(event):
+            report.count("cancelled")
+            return None
         if fate == SEND:
             return _Action(position, message=event.message, counter="late_writes" if event.kind == INSERT else "recovered_from_ttl")
         if fate == REFILE:
             return _Action(position, message=None, counter="refiled", refile=event, refile_shard=group.shard_for(event.message.shard))
         report.count("watermark_ahead" if fate == AHEAD else "skipped")
         return None
+
+    def _cancelled(self, event: StreamEvent) -> bool:
+        """Whether a cancellable insert's item is gone (cancelled, or moved by a reschedule): read strongly consistent.
+
+        Read after its minute's record (``_read_state``): once that record exists no cancel can succeed
+        (``worker_tier.cancellation``), so an item still there now is one to deliver, and one gone was
+        cancelled before the dispatcher began its minute: sending the stream's copy would deliver it.
+        """
+        table = self.delay_table or event.table
+        if not table:
+            return False  # the wiring fault is reported where the action needs the table
+        key = {k: event.item[k] for k in (contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY)}
+        return "Item" not in self._dynamodb.get().get_item(TableName=table, Key=key, ConsistentRead=True)
 
     def _read_state(self, events: list[StreamEvent], report: RecoveryReport) -> tuple[int, dict[DispatchGroup, DispatcherState]]:
         """The layout's group count, and the state of each group the events fall in (``_read_group``).

@@ -547,15 +547,20 @@ class DelayDispatcher:
         """The layout's epoch as an item attribute; none in epoch 0, so a dispatcher that never changed G writes what it always did."""
         return {EPOCH_ATTRIBUTE: {"N": str(self._layout.epoch)}} if self._layout.epoch else {}
 
-    def _record_start(self, bucket: int) -> None:
+    def _record_start(self, bucket: int, *, continuing: bool = False) -> None:
         """Write minute ``bucket``'s start record unless one exists: the first start time is kept.
 
-        No TTL yet: however long the minute stays the watermark's, its record stays
-        (the safety net needs it); ``_record_finish`` sets the TTL.
+        Every run writes it before its first Query of the minute, so a cancel (``worker_tier.cancellation``
+        checks these records) never succeeds after a Query may have read its message. ``continuing``: the
+        minute has cursors already (an earlier run, or a layout's seed from other groups) and this group has
+        no record of when reading began, so the record says 0 ("unknown: any insert may have been missed"),
+        the safety net's conservative reading. No TTL yet: however long the minute stays the watermark's,
+        its record stays (the safety net needs it); ``_record_finish`` sets the TTL.
         """
+        started_ms = 0 if continuing else int(self._clock() * 1000)
         item = {
             STATE_TABLE_PARTITION_KEY: {"S": self.group.minute_key(bucket)},
-            STARTED_MS_ATTRIBUTE: {"N": str(int(self._clock() * 1000))},
+            STARTED_MS_ATTRIBUTE: {"N": str(started_ms)},
         }
         try:
             self._with_retries(lambda: self._dynamodb.get().put_item(
@@ -588,8 +593,9 @@ class _MinuteDispatch:
 
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
-        if not self.cursors:  # never started, or started and found nothing: the record's condition keeps the first
-            self.dispatcher._record_start(self.bucket)
+        # Always, before the first Query: the record's condition keeps the first (a minute seeded with another
+        # layout's cursors has none of this group's yet).
+        self.dispatcher._record_start(self.bucket, continuing=bool(self.cursors))
         open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in self.dispatcher.group.shards}
         while open_shards:
             if self.dispatcher._time_low(self.remaining_ms):
