@@ -5,18 +5,27 @@
 connections kept in a pool as large as the container worker's threads (``http_connections``).
 
 - Connecting gets ``connect_timeout`` seconds; the whole answer must come within
-  ``inactivity_timeout`` (EB InactivityTimeout) of the POST, else ``AppTimeoutError``.
+  ``inactivity_timeout`` (EB InactivityTimeout) of the POST, else ``AppTimeoutError``: one
+  deadline per request, re-checked before every socket read, so an app that drips its headers
+  or body a byte at a time is cut off at it too.
+- An answer shorter than its ``Content-Length`` (or a broken chunked one) is a failure, never a
+  success. Only the first ``RESPONSE_KEPT_BYTES`` of a body are kept (all the dead-letter reason
+  uses); the rest is read and dropped up to ``RESPONSE_DRAIN_MAX_BYTES``, past which the
+  connection is closed instead of kept alive, so a huge answer never fills the memory.
 - A refused connection or a socket error raises ``AppUnreachableError``: the worker backs
   the message off and, after ``max_retries``, dead-letters it with that reason.
 - A POST is sent again only once, on a new connection, and only when the connection was a
-  reused keep-alive one and the app closed it (FIN or RST) before any byte of an answer: the
-  app shut an idle connection as the request went out ("connection closed by server", which
-  sqsd re-posts too). An idle connection the app already closed is seen before it is used and
+  reused keep-alive one and the app closed it (FIN or RST) before any byte of an answer and
+  within ``REPOST_WINDOW_SECONDS`` of the request going out: the app shut an idle connection as
+  the request went out ("connection closed by server", which sqsd re-posts too). A close that
+  comes later means the app may have worked on the request (a worker timeout, an OOM kill): it
+  is the message's failure, never a second POST. An idle connection the app already closed is seen before it is used and
   never carries a request. Any other error after the request went out is the message's failure.
 - With ``app_signing_secret_arn``, each POST carries ``X-Worker-Tier-Timestamp`` and
   ``X-Worker-Tier-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>``.
 - ``wait_until_healthy`` GETs ``app_health_path`` until it answers 200; the container worker
-  takes no message before.
+  takes no message before. A stop (SIGTERM) ends it within ``HEALTH_STOP_POLL_SECONDS``, even
+  in the middle of a check.
 
 Standard library only (``http.client``): the runtime adds no dependency for it.
 """
@@ -26,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
+import io
 import select
 import socket
 import threading
@@ -36,7 +46,7 @@ from worker_tier import contract
 from worker_tier.app_target import AppResponse, SqsdRequest
 from worker_tier.aws import new_client
 from worker_tier.errors import WorkerTierError
-from worker_tier.message import safe_repr
+from worker_tier.message import MAX_ERROR_MESSAGE_BYTES, safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import Settings
 
@@ -48,6 +58,15 @@ HEALTH_PAUSE_BASE_SECONDS = 0.5
 HEALTH_PAUSE_MAX_SECONDS = 5.0
 HEALTH_LOG_INTERVAL_SECONDS = 30.0
 RESPONSE_READ_CHUNK_BYTES = 64 * 1024
+# How much of an answer's body is kept: what the dead-letter reason uses (its first KiB).
+RESPONSE_KEPT_BYTES = MAX_ERROR_MESSAGE_BYTES
+# The rest of a body is read and dropped up to this, to keep the connection alive; past it the connection is closed.
+RESPONSE_DRAIN_MAX_BYTES = 1024 * 1024
+# A reused connection closed within this of the request going out is the keep-alive race: posted again once.
+# A later close means the app may have worked on it; on 127.0.0.1 the race's RST comes back in well under 1 ms.
+REPOST_WINDOW_SECONDS = 0.05
+# How often a read in a health check looks at the stop event.
+HEALTH_STOP_POLL_SECONDS = 0.2
 # The app closed the connection before any byte of its answer: what a keep-alive race looks like.
 _CLOSED_BEFORE_ANSWER = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
@@ -66,6 +85,10 @@ class SigningSecretError(WorkerTierError):
 
 class _ClosedBeforeAnswerError(WorkerTierError):
     """A reused keep-alive connection was closed by the app before any byte of an answer."""
+
+
+class _StoppedError(WorkerTierError):
+    """The stop event was set during a health check."""
 
 
 class HttpTarget:
@@ -140,7 +163,7 @@ class HttpTarget:
         path = self.settings.app_health_path
         failures, logged_at = 0, None
         while path and not stop.is_set():
-            problem = self._health_problem(path)
+            problem = self._health_problem(path, stop)
             if problem is None:
                 logger.info("the app is healthy: taking messages", extra={"path": path, "failed_checks": failures})
                 return True
@@ -196,40 +219,27 @@ class HttpTarget:
     ) -> AppResponse:
         """Send the request and read the whole answer by the deadline; the connection goes back to the pool or is closed."""
         deadline = self._clock() + self.settings.inactivity_timeout
-        sock, answered = connection.sock, False
+        sent_at, answered = None, False
         try:
-            sock.settimeout(self._left(deadline, request))
+            connection.sock.settimeout(self._left(deadline, request))
             _send(connection, request, headers)
-            response = self._answer(sock, connection, deadline, request)
+            sent_at = self._clock()
+            connection.response_class = _deadline_response(self._clock, deadline)  # type: ignore[assignment]  # called as (sock, method=)
+            response = connection.getresponse()
             answered = True
-            body = self._read_body(sock, response, deadline, request)
+            body, whole = _read_body(response)
         except Exception as error:
             connection.close()
-            failure = self._failure(error, request, reused=reused and not answered)
+            race = reused and not answered and sent_at is not None and self._clock() - sent_at <= REPOST_WINDOW_SECONDS
+            failure = self._failure(error, request, reused=race)
             if failure is error:
                 raise
             raise failure from error
-        self._pool.give(connection)
+        if whole:
+            self._pool.give(connection)
+        else:
+            connection.close()
         return AppResponse(response.status, {name.lower(): value for name, value in response.getheaders()}, body)
-
-    def _answer(
-        self, sock: socket.socket, connection: http.client.HTTPConnection, deadline: float, request: SqsdRequest
-    ) -> http.client.HTTPResponse:
-        """The answer's status line and headers, within the time left."""
-        sock.settimeout(self._left(deadline, request))
-        return connection.getresponse()
-
-    def _read_body(
-        self, sock: socket.socket, response: http.client.HTTPResponse, deadline: float, request: SqsdRequest
-    ) -> bytes:
-        """The whole body, each read given only the time left before the deadline."""
-        chunks: list[bytes] = []
-        while True:
-            sock.settimeout(self._left(deadline, request))
-            chunk = response.read(RESPONSE_READ_CHUNK_BYTES)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
 
     def _left(self, deadline: float, request: SqsdRequest) -> float:
         """Seconds left before the deadline; past it, the request has timed out."""
@@ -239,7 +249,7 @@ class HttpTarget:
         return left
 
     def _failure(self, error: BaseException, request: SqsdRequest, *, reused: bool) -> BaseException:
-        """What a failed exchange raises: a re-post signal, a timeout, or the app unreachable."""
+        """What a failed exchange raises: a re-post signal (``reused``: the keep-alive race), a timeout, or the app unreachable."""
         if reused and isinstance(error, _CLOSED_BEFORE_ANSWER):
             return _ClosedBeforeAnswerError("the app closed a reused connection before answering")
         if isinstance(error, AppTimeoutError | TimeoutError):
@@ -257,21 +267,82 @@ class HttpTarget:
             f"{timeout} s (EB InactivityTimeout): raise inactivity_timeout if the app needs longer"
         )
 
-    def _health_problem(self, path: str) -> str | None:
-        """None when GET ``path`` answers 200; otherwise what went wrong."""
+    def _health_problem(self, path: str, stop: threading.Event) -> str | None:
+        """None when GET ``path`` answers 200 within the health deadline; otherwise what went wrong (or the stop)."""
         answer_seconds = min(HEALTH_ANSWER_TIMEOUT_SECONDS, self.settings.inactivity_timeout)
         connection = http.client.HTTPConnection(self.host, self.port, timeout=self.settings.connect_timeout)
         try:
             connection.connect()
+            deadline = self._clock() + answer_seconds
             connection.sock.settimeout(answer_seconds)
             connection.request("GET", path)
+            connection.response_class = _deadline_response(self._clock, deadline, stop)  # type: ignore[assignment]  # called as (sock, method=)
             response = connection.getresponse()
-            response.read()
+            _read_body(response)
+        except _StoppedError:
+            return "stopped during the check"
         except (OSError, http.client.HTTPException) as error:
             return safe_repr(error)
         finally:
             connection.close()
         return None if response.status == 200 else f"status {response.status}"
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each given only the time left before one deadline; a set ``stop`` ends them too."""
+
+    def __init__(self, sock: socket.socket, clock: Callable[[], float], deadline: float, stop: threading.Event | None) -> None:
+        super().__init__()
+        self._sock, self._clock, self._deadline, self._stop = sock, clock, deadline, stop
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        """One ``recv_into`` within the time left; TimeoutError past the deadline, _StoppedError after a stop."""
+        while True:
+            left = self._deadline - self._clock()
+            if left <= 0:
+                raise TimeoutError("the answer did not come by its deadline")
+            if self._stop is not None and self._stop.is_set():
+                raise _StoppedError("the stop event was set")
+            self._sock.settimeout(left if self._stop is None else min(left, HEALTH_STOP_POLL_SECONDS))
+            try:
+                return self._sock.recv_into(buffer)
+            except TimeoutError:
+                continue  # the loop's checks decide: past the deadline, or stopped, or read on
+
+
+def _deadline_response(
+    clock: Callable[[], float], deadline: float, stop: threading.Event | None = None
+) -> Callable[..., http.client.HTTPResponse]:
+    """An ``HTTPConnection.response_class`` whose every read respects ``deadline`` (and ``stop``)."""
+
+    def response(sock: socket.socket, *args: Any, **options: Any) -> http.client.HTTPResponse:
+        answer = http.client.HTTPResponse(sock, *args, **options)
+        answer.fp.close()  # the plain socket file http.client opened; reads go through the deadline instead
+        answer.fp = io.BufferedReader(_DeadlineReader(sock, clock, deadline, stop))
+        return answer
+
+    return response
+
+
+def _read_body(response: http.client.HTTPResponse) -> tuple[bytes, bool]:
+    """The body's first RESPONSE_KEPT_BYTES, and whether it was read to its end (else the connection must close).
+
+    The rest is read and dropped up to RESPONSE_DRAIN_MAX_BYTES. A body cut short of its Content-Length
+    raises ``http.client.IncompleteRead`` (``read(amt)`` itself returns short at EOF without a word).
+    """
+    expected, kept, total = response.length, bytearray(), 0
+    while total <= RESPONSE_DRAIN_MAX_BYTES:
+        chunk = response.read(RESPONSE_READ_CHUNK_BYTES)
+        if not chunk:
+            if expected is not None and total < expected:
+                raise http.client.IncompleteRead(bytes(kept), expected - total)
+            return bytes(kept), True
+        total += len(chunk)
+        kept += chunk[: max(0, RESPONSE_KEPT_BYTES - len(kept))]
+    return bytes(kept), False
 
 
 def signature(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -313,7 +384,7 @@ def _send(connection: http.client.HTTPConnection, request: SqsdRequest, headers:
     """Write the request line, the headers as given, and the body."""
     connection.putrequest(request.method, request.path, skip_host=True, skip_accept_encoding=True)
     for name, value in headers:
-        connection.putheader(name, value)
+        connection.putheader(name, value.encode("utf-8"))  # sqsd.request_for's rule: values go out as UTF-8
     connection.endheaders(request.body)
 
 

@@ -10,6 +10,11 @@ message fares the same either way. The rules are sqsd's own (its ``daemon.rb``, 
 - a periodic message (it has ``beanstalk.sqsd.scheduled_time``) is POSTed to its
   ``beanstalk.sqsd.path`` with an empty body, plus ``X-Aws-Sqsd-Scheduled-At`` and ``-Taskname``;
 - a message first received more than ``retention_period`` ago is not posted (``check_retention``);
+- header values are Unicode text and go out as UTF-8 bytes (the HTTP target writes those bytes; the
+  in-process one hands a WSGI app their latin-1 reading, as PEP 3333 asks of a server). A value with a
+  control character (CR, LF, NUL...; tab is allowed), or a path that is not a plain ASCII request
+  target, cannot be posted: ``UnsendableRequestError`` dead-letters the message at once, naming the
+  attribute. A CR/LF can thus never put a header of its own on the wire;
 - 200 is success, and only 200; 429 or 503 with a ``Retry-After`` retries after it (``RetryLater``);
   any other answer is a failure (``AppStatusError``) that backs off, then dead-letters with its reason.
 """
@@ -18,13 +23,14 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from datetime import timezone
 from typing import Any
 
 from worker_tier import contract, message
 from worker_tier.app_target import AppResponse, SqsdRequest
-from worker_tier.errors import AppStatusError, RetentionExpiredError, RetryLater
+from worker_tier.errors import AppStatusError, RetentionExpiredError, RetryLater, UnsendableRequestError
 from worker_tier.settings import Settings
 from worker_tier.task import Task
 
@@ -41,6 +47,16 @@ HEADER_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # The SNS envelope a subscription without raw message delivery wraps a message in:
 # https://docs.aws.amazon.com/sns/latest/dg/sns-message-and-json-formats.html#http-notification-json
 SNS_NOTIFICATION_TYPE = "Notification"
+# What no header value may hold (RFC 9110, section 5.5): C0 controls but tab, and DEL.
+HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# What a request target's path may hold: visible ASCII only (RFC 9112, section 3.2); anything else percent-encoded.
+REQUEST_PATH = re.compile(r"/[\x21-\x7e]*")
+# The message attribute each header comes from, for the reason of a request that cannot be sent.
+_HEADER_SOURCES = {
+    "X-Aws-Sqsd-Path": contract.PATH_ATTRIBUTE,
+    "X-Aws-Sqsd-Scheduled-At": contract.SCHEDULED_TIME_ATTRIBUTE,
+    "X-Aws-Sqsd-Taskname": contract.TASK_NAME_ATTRIBUTE,
+}
 
 
 def request_for(task: Task, settings: Settings) -> SqsdRequest:
@@ -64,9 +80,30 @@ def request_for(task: Task, settings: Settings) -> SqsdRequest:
     if scheduled is not None:
         headers.append(("X-Aws-Sqsd-Scheduled-At", _scheduled_at(scheduled)))
         headers.append(("X-Aws-Sqsd-Taskname", _string_value(attributes.get(contract.TASK_NAME_ATTRIBUTE)) or ""))
-        return SqsdRequest(routed or settings.http_path, tuple(headers), b"")
-    path = routed if routed and settings.app_route_by_path else settings.http_path
-    return SqsdRequest(path, tuple(headers), task.body.encode("utf-8"))
+        request = SqsdRequest(routed or settings.http_path, tuple(headers), b"")
+    else:
+        path = routed if routed and settings.app_route_by_path else settings.http_path
+        request = SqsdRequest(path, tuple(headers), task.body.encode("utf-8"))
+    _check_sendable(request, task)
+    return request
+
+
+def _check_sendable(request: SqsdRequest, task: Task) -> None:
+    """UnsendableRequestError naming the attribute whose value cannot be the request's path or a header value."""
+    if not REQUEST_PATH.fullmatch(request.path):
+        raise UnsendableRequestError(
+            f"message {task.message_id}: path {request.path!r} (from {contract.PATH_ATTRIBUTE}) is not a request "
+            "target: it must start with '/' and hold only visible ASCII (percent-encode spaces and other characters)"
+        )
+    for name, value in request.headers:
+        bad = HEADER_VALUE_FORBIDDEN.search(value)
+        if bad is not None:
+            source = _HEADER_SOURCES.get(name) or name.removeprefix("X-Aws-Sqsd-Attr-")
+            raise UnsendableRequestError(
+                f"message {task.message_id}: attribute {source!r} holds the control character {bad.group()!r}, "
+                f"which no HTTP header value ({name}) may hold: it cannot be posted to the app (sqsd's headers "
+                "carry attributes as they are); remove control characters other than tab from attribute values"
+            )
 
 
 def _common_headers(task: Task, settings: Settings, routed: str | None) -> list[tuple[str, str]]:

@@ -49,6 +49,7 @@ import yaml
 from worker_tier_cdk.cron_expression import MACROS, WEEKDAY_NAMES, CronExpressionError, to_eventbridge
 from worker_tier_cdk.cron_expression import parse as parse_expression
 from worker_tier import limits, sqs_rules
+from worker_tier.sqsd import HEADER_VALUE_FORBIDDEN, REQUEST_PATH
 from worker_tier.contract import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE
 from worker_tier.message import message_bytes
 from worker_tier.periodic import Tick
@@ -175,12 +176,32 @@ def send_problem(
         ("name (the MessageGroupId on a FIFO queue)", lambda: sqs_rules.group_id_problem(tick.group_id) if fifo else None),
         ("name", lambda: _key_problem(tick)),
         ("body", lambda: _size_problem(tick.body, attributes, maximum_message_size)),
+        ("url", lambda: _request_path_problem(entry.url)),
+        ("name", lambda: _header_value_problem(entry.name)),
     )
     for field, check in checks:
         problem = check()
         if problem:
             return f"{field} would fail every tick: {problem}"
     return None
+
+
+def _request_path_problem(url: str) -> str | None:
+    """Every tick is POSTed to its url (sqsd.request_for's rule): it must be a plain ASCII request path."""
+    if REQUEST_PATH.fullmatch(url):
+        return None
+    return (
+        f"path {_shown(url)} is not a request target: it may hold only visible ASCII (no space); "
+        "percent-encode the rest, like '/my%20report'"
+    )
+
+
+def _header_value_problem(name: str) -> str | None:
+    """Every tick carries its name in the X-Aws-Sqsd-Taskname header (sqsd.request_for's rule): no control character."""
+    bad = HEADER_VALUE_FORBIDDEN.search(name)
+    if bad is None:
+        return None
+    return f"it goes in the X-Aws-Sqsd-Taskname header, which may hold no control character but tab, got {bad.group()!r}"
 
 
 def _key_problem(tick: Tick) -> str | None:

@@ -23,6 +23,7 @@ from worker_tier import Client, contract, observability
 from worker_tier.app_target import SqsdRequest
 from worker_tier.container import Consumer, TaskProtection, concurrency
 from worker_tier.forwarding import (
+    RESPONSE_KEPT_BYTES,
     AppTimeoutError,
     AppUnreachableError,
     HttpTarget,
@@ -112,15 +113,19 @@ def test_retry_after_comes_back_in_the_answer(start_app):
     assert (response.status, response.headers["retry-after"], response.body) == (429, "7", b"slow down")
 
 
-def test_a_failure_status_keeps_the_whole_body(start_app):
-    # GIVEN an app that answers 500 with a long body
+def test_a_failure_status_keeps_the_first_kib_of_the_body(start_app):
+    # GIVEN an app that answers 500 with a 2005-byte body
     app = start_app()
+    target = target_for(app)
 
     # WHEN a message is delivered
-    response = target_for(app).deliver(post("/fail"))
+    response = target.deliver(post("/fail"))
 
-    # THEN the answer is returned, not raised: the worker turns it into a failure with its first KiB
-    assert response.status == 500 and response.body.startswith(b"boom ") and len(response.body) == 2005
+    # THEN the answer is returned, not raised, with the first KiB the worker's failure reason uses
+    assert response.status == 500 and response.body.startswith(b"boom ") and len(response.body) == RESPONSE_KEPT_BYTES == 1024
+    # AND the rest was read off the connection, which stays alive for the next request
+    assert target.deliver(post("/ok")).status == 200
+    assert len({r["connection"] for r in app.requests()}) == 1
 
 
 def test_a_refused_connection_raises_naming_the_port():
