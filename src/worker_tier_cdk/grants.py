@@ -67,7 +67,11 @@ PARAMETER_READ_ACTION = "ssm:GetParameter"
 # https://docs.aws.amazon.com/secretsmanager/latest/userguide/auth-and-access_examples.html#auth-and-access_examples_wildcard
 # (AWS advises against names that themselves end in "-" and six characters, which read as complete:
 # https://docs.aws.amazon.com/secretsmanager/latest/userguide/troubleshoot.html#ARN_secretnamehyphen).
+# An ARN is taken as complete only when its last six characters mix upper case, lower case and digits, as
+# most random suffixes do and few names (like "worker-signer") do; any other ARN ending in "-" and six letters
+# or digits may be either, and is granted both ways: as written, and followed by "-??????".
 SECRET_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+CLEARLY_COMPLETE_SECRET_ARN = re.compile(r"-(?=[^-]*[a-z])(?=[^-]*[A-Z])(?=[^-]*[0-9])[A-Za-z0-9]{6}$")
 PARTIAL_SECRET_ARN_WILDCARD = "-??????"
 
 
@@ -116,6 +120,8 @@ def grant_delay_produce(
 def grant_signing_secret(grantee: iam.IGrantable, arn: str) -> iam.Grant:
     """Allow reading the one secret or parameter ``arn`` names: GetSecretValue, or GetParameter, nothing else.
 
+    A secret ARN whose end may be a random suffix or part of the name (``...:secret:worker-signer``) is
+    granted both ways; a complete ARN is the sure way to an exact grant (``CLEARLY_COMPLETE_SECRET_ARN``).
     A SecureString under the account's ``aws/ssm`` key needs no KMS grant (that key's policy lets SSM
     decrypt for the account's principals); one under a customer managed key needs ``kms:Decrypt`` on
     that key, which its key policy or the caller grants.
@@ -126,11 +132,19 @@ def grant_signing_secret(grantee: iam.IGrantable, arn: str) -> iam.Grant:
     """
     service = arn.split(":")[2]
     if service == "secretsmanager":
-        resource = arn if SECRET_ARN_SUFFIX.search(arn) else arn + PARTIAL_SECRET_ARN_WILDCARD
-        return iam.Grant.add_to_principal(grantee=grantee, actions=[SECRET_READ_ACTION], resource_arns=[resource])
+        return iam.Grant.add_to_principal(grantee=grantee, actions=[SECRET_READ_ACTION], resource_arns=_secret_resources(arn))
     if service == "ssm":
         return iam.Grant.add_to_principal(grantee=grantee, actions=[PARAMETER_READ_ACTION], resource_arns=[arn])
     raise GrantError(f"a signing secret must be a Secrets Manager secret ARN or an SSM parameter ARN, got {arn!r}")
+
+
+def _secret_resources(arn: str) -> list[str]:
+    """The resources naming the secret of a complete or partial ARN (CLEARLY_COMPLETE_SECRET_ARN decides)."""
+    if CLEARLY_COMPLETE_SECRET_ARN.search(arn):
+        return [arn]
+    if SECRET_ARN_SUFFIX.search(arn):
+        return [arn, arn + PARTIAL_SECRET_ARN_WILDCARD]
+    return [arn + PARTIAL_SECRET_ARN_WILDCARD]
 
 
 def _check(actions: Sequence[str], prefixes: Sequence[str]) -> None:

