@@ -114,10 +114,5 @@ class AppExceptionError(WorkerTierError):
     """The app raised while handling a message; its message carries the app's traceback (innermost call first)."""
 
 
-class UnsendableRequestError(NonRetryableError):
-    """A message attribute cannot become the POST's header or path (a control character, or a path that is no
-    request target): dead-lettered at once, the reason naming the attribute, as no retry can change it."""
-
-
 class RetentionExpiredError(NonRetryableError):
     """The message was first received longer ago than ``retention_period``: dead-lettered, not delivered to the app."""
