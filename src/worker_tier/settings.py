@@ -70,6 +70,7 @@ DEFAULT_CONTAINER_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.14-slim"
 ADVISED_VISIBILITY_TIMEOUT_FACTOR = 6
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
+_REQUEST_PATH = r"/[\x21-\x7e]*"  # an HTTP request target: visible ASCII, no spaces
 _SIGNING_SECRET_ARN = r"arn:aws[a-z-]*:(secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+|ssm:[a-z0-9-]+:\d{12}:parameter/[\w/.-]+)"
 # registry/repository[:tag][@sha256:digest], as Docker's reference grammar allows (lower-case repository).
 _IMAGE_REFERENCE = r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?"
@@ -394,8 +395,11 @@ class Settings:
         return self.max_retries + REDRIVE_MARGIN_RECEIVES
 
     def _check_strings(self) -> None:
-        if not isinstance(self.http_path, str) or not self.http_path.startswith("/"):
-            raise SettingsError(f"http_path must be a path starting with '/' (EB HttpPath), got {self.http_path!r}")
+        if not isinstance(self.http_path, str) or not re.fullmatch(_REQUEST_PATH, self.http_path):
+            raise SettingsError(
+                f"http_path must be a path starting with '/' of visible ASCII characters, no spaces (EB HttpPath; an "
+                f"app receives it as its request target), got {self.http_path!r}"
+            )
         if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
             raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
         for name in ("fifo", "heartbeat", "container_worker", "app_route_by_path", "via_sns"):
@@ -419,8 +423,13 @@ class Settings:
             raise SettingsError(
                 f"app must be empty or 'package.module:attribute' (a WSGI or ASGI app), got {self.app!r}"
             )
-        if not isinstance(self.app_health_path, str) or (self.app_health_path and not self.app_health_path.startswith("/")):
-            raise SettingsError(f"app_health_path must be empty or a path starting with '/', got {self.app_health_path!r}")
+        if not isinstance(self.app_health_path, str) or (
+            self.app_health_path and not re.fullmatch(_REQUEST_PATH, self.app_health_path)
+        ):
+            raise SettingsError(
+                f"app_health_path must be empty or a path starting with '/' of visible ASCII characters, no spaces, "
+                f"got {self.app_health_path!r}"
+            )
         arn = self.app_signing_secret_arn
         if not isinstance(arn, str) or (arn and not re.fullmatch(_SIGNING_SECRET_ARN, arn)):
             raise SettingsError(

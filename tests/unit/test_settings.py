@@ -39,7 +39,7 @@ def test_defaults_are_elastic_beanstalks():
         ({"memory_size": 127}, "memory_size must be 128..10240, got 127"),
         ({"timeout_margin": 0}, "timeout_margin must be 1..900, got 0"),
         ({"oldest_message_alarm": 59}, "oldest_message_alarm must be 60..1209600, got 59"),
-        ({"http_path": "jobs"}, "http_path must be a path starting with '/' (EB HttpPath), got 'jobs'"),
+        ({"http_path": "jobs"}, "http_path must be a path starting with '/' of visible ASCII characters, no spaces (EB HttpPath; an app receives it as its request target), got 'jobs'"),
         ({"mime_type": "json"}, "mime_type must be a MIME type like 'application/json' (EB MimeType), got 'json'"),
         ({"fifo": "yes"}, "fifo must be true or false, got 'yes'"),
         *[({"task_modules": value}, TASK_MODULES_RULE + repr(value))
@@ -239,3 +239,10 @@ def test_task_modules_may_be_empty_only_when_an_app_takes_every_message():
     assert Settings.from_mapping({"task_modules": "", "app_port": 8080, "container_worker": True}).task_modules == ""
     with pytest.raises(SettingsError, match=r"^task_modules is empty: name the modules of your @task functions, or set app"):
         Settings.from_mapping({"task_modules": ""})
+
+
+@pytest.mark.parametrize("path", ["/my report", "/räte", "/a\nb"])
+def test_a_path_an_app_cannot_receive_as_its_request_target_is_refused(path):
+    # GIVEN an http_path with a space, a non-ASCII letter or a control character  THEN synth refuses it, naming it
+    with pytest.raises(SettingsError, match=r"^http_path must be a path starting with '/' of visible ASCII characters"):
+        Settings.from_mapping({"http_path": path})
