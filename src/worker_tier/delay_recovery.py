@@ -80,7 +80,7 @@ from worker_tier.delay import DelayedMessage
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.errors import WorkerTierError
 from worker_tier.retry import BATCH_ENTRIES, chunks
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, StateError, group_of
+from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, LayoutLostError, StateError, group_of, minute_keys
 from worker_tier.dispatcher import FINISHED_MS_ATTRIBUTE, STARTED_MS_ATTRIBUTE
 
 INSERT, REMOVE = "INSERT", "REMOVE"
@@ -170,6 +170,8 @@ class DispatcherState:
     watermark: int | None
     cursors: Mapping[int, str] = field(default_factory=dict)
     minutes: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    # (minute, shard) -> a finished record of that minute by a group of another count that read the shard
+    finished_elsewhere: Mapping[tuple[int, int], Mapping[str, Any]] = field(default_factory=dict)
 
     def needs_minute_record(self, event: StreamEvent) -> bool:
         """Whether deciding ``event`` needs the dispatcher's record of its minute."""
@@ -211,8 +213,14 @@ class DispatcherState:
             return cursor is None or event.sort_key > cursor
         # Behind the watermark the record is read eventually consistent: a stale copy may lack finished_ms
         # (stamped at most a second ago, so after the deletion): without it, send.
-        read_s = _seconds(self.minutes.get(event.bucket), FINISHED_MS_ATTRIBUTE)
-        return read_s is None or read_s >= event.at_s - CLOCK_TOLERANCE_SECONDS
+        return not (self.finished_before(self.minutes.get(event.bucket), event)
+                    or self.finished_before(self.finished_elsewhere.get((event.bucket, event.shard)), event))
+
+    @staticmethod
+    def finished_before(minute: Mapping[str, Any] | None, event: StreamEvent) -> bool:
+        """Whether a minute record says every item of its shards was read before ``event``'s deletion."""
+        read_s = _seconds(minute, FINISHED_MS_ATTRIBUTE)
+        return read_s is not None and read_s < event.at_s - CLOCK_TOLERANCE_SECONDS
 
 
 @dataclass
@@ -372,6 +380,10 @@ class DelayRecovery:
         The layout is read again after the groups: if G changed between, all is read again,
         so no decision mixes one layout's groups with another's state. An unreadable layout
         raises StateError: the batch is retried (the dispatcher stops too) until it is fixed.
+        Without a layout item the second read is skipped: the only group is G = 1's, and a change of G
+        made meanwhile is seeded from G = 1's watermark read after this batch's, so the new groups start
+        no later than the position these decisions used (and a layout that existed is never missing
+        unnoticed: ``Layout.check_not_lost`` raises).
         """
         for _ in range(LAYOUT_READS):
             item = self._get_state(LAYOUT_KEY)
@@ -379,7 +391,7 @@ class DelayRecovery:
             groups = {group_of(event.shard, layout.groups) for event in events}
             states = {group: self._read_group(group, layout, [e for e in events if group_of(e.shard, layout.groups) == group],
                                               report) for group in sorted(groups, key=lambda g: g.index)}
-            if self._get_state(LAYOUT_KEY) == item:
+            if item is None or self._get_state(LAYOUT_KEY) == item:
                 return layout.groups, states
         raise StateError(f"the layout of dispatch groups changed {LAYOUT_READS} times while this batch read it; retried")
 
@@ -392,17 +404,38 @@ class DelayRecovery:
         """
         try:
             position = layout.position(group, self._get_state(group.watermark_key))
+        except LayoutLostError:
+            raise
         except StateError as error:
             report.state_unreadable = str(error)
             position = None
         state = DispatcherState(None) if position is None else DispatcherState(*position)
         state.minutes = self._read_minutes(group, {e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
+        state.finished_elsewhere = self._finished_elsewhere(state, events)
         return state
 
-    def _get_state(self, key: str) -> dict[str, Any] | None:
-        """One state-table item, read consistently, or None."""
+    def _finished_elsewhere(self, state: DispatcherState, events: list[StreamEvent]) -> dict[tuple[int, int], Mapping[str, Any]]:
+        """For each expiry behind the watermark that the group's own record would send: a finished record of its
+        minute by the group of any other count that reads its shard (``minute_keys``), read until one says the item
+        was read before its deletion. After a change of G, what the old layout dispatched is not sent again.
+        """
+        found: dict[tuple[int, int], Mapping[str, Any]] = {}
+        for event in events:
+            key = (event.bucket, event.shard)
+            if (event.kind == INSERT or key in found or not event.scheduled or state.watermark is None
+                    or event.bucket >= state.watermark or not state.expiry_was_undispatched(event)):
+                continue
+            for record_key in minute_keys(event.bucket, event.shard):
+                record = self._get_state(record_key, consistent=False)
+                if record is not None and state.finished_before(record, event):
+                    found[key] = record
+                    break
+        return found
+
+    def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
+        """One state-table item, read consistently unless said otherwise, or None."""
         item: dict[str, Any] | None = self._dynamodb.get().get_item(
-            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=True).get("Item")
+            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent).get("Item")
         return item
 
     def _read_minutes(self, group: DispatchGroup, buckets: Iterable[int], watermark: int | None) -> dict[int, dict[str, Any]]:
