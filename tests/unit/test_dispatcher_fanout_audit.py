@@ -424,3 +424,55 @@ def test_a_group_that_never_runs_shows_in_the_lag_the_running_groups_publish(wor
     assert overdue  # shards 3, 7, 11, 15: due 13 minutes ago, not sent (the safety net sends them at the TTL, 6 h late)
     # THEN the lag metric (Maximum over the runs' reports, no group dimension) should show it: it shows < 1 minute
     assert max(r.lag_s for r in reports) > 10 * 60, [r.lag_s for r in reports]
+
+
+# -- after the audit: what the fixes promise besides the findings above ------------------------------------------------
+
+
+def test_status_names_an_unreadable_group_watermark_and_shows_the_others(world):
+    from worker_tier_cli.status import watermark
+
+    # GIVEN four groups that ran, then group 2's watermark garbled
+    world.store_minute("m", 1)
+    _run_all(world, 4)
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": DispatchGroup(2, 4).watermark_key}, "bucket": {"S": "x"},
+                                                     "epoch": {"N": "1"}})
+    # WHEN status reads the watermark  THEN it shows the others' minute and names group 2
+    shown = watermark(world.dynamodb, "state", world.now)
+    assert shown["minute"] is not None and "group 2 of 4" in shown["note"] and "unreadable" in shown["note"]
+
+
+def test_a_deleted_layout_makes_the_safety_net_retry_rather_than_decide_on_the_g1_watermark_of_before(world):
+    from worker_tier.dispatch_group import LayoutLostError
+
+    # GIVEN G = 1 ran, then G = 2 (the first change stamps the G = 1 watermark with epoch 1), then the layout is deleted
+    world.store_minute("m", 1)
+    for count in (1, 2):
+        _run_all(world, count)
+        world.now += BUCKET_SECONDS
+    world.dynamodb.tables["state"].pop((LAYOUT_KEY,))
+    item = DelayedMessage("m-9", int((world.now - 7200) * 1000), "x", {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/x"}},
+                          shard=3).to_item()
+    recovery = DelayRecovery("state", QUEUE, DLQ, sqs=world.sqs, dynamodb=world.dynamodb, clock=lambda: world.now,
+                             sleep=lambda s: None)
+    # WHEN the safety net decides an expiry  THEN it raises (the batch is retried until the layout is rewritten)
+    with pytest.raises(LayoutLostError):
+        recovery.process([stream_record(1, "REMOVE", item, world.now, TTL_IDENTITY)])
+
+
+def test_a_stalled_g1_run_of_before_the_first_change_cannot_write_its_watermark_after_it(world):
+    # GIVEN G = 1 mid-minute, its run stalled; meanwhile G becomes 4 (the first change stamps the G = 1 watermark)
+    world.store_minute("m", 40)
+    world.scheduler().run()
+    world.now += 400
+
+    def meanwhile() -> None:
+        world.now += 200
+        _run_all(world, 4)
+
+    stalled = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=StallingSQS(world.sqs, 2, meanwhile),
+                              dynamodb=world.dynamodb, clock=lambda: world.now, sleep=lambda s: None, parallel=False)
+    # WHEN the stalled run goes on  THEN its watermark write is refused (the run stops), and the marker stays
+    report = stalled.run(lambda: 60_000 if len(world.sqs.sent) < 400 else 0)
+    assert "watermark moved by another run" in report.stopped
+    assert world.state(WATERMARK_KEY)["epoch"] == {"N": "1"}
