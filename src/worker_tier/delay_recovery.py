@@ -39,7 +39,9 @@ dead-lettered.
   **send now** (``recovered_from_ttl``); the dispatcher has not read it, and no longer can.
 - REMOVE, ``m = W`` up to its shard's cursor: skip; dispatched.
 - REMOVE, ``m < W``, ``m`` finished before ``t - tolerance``: skip; the dispatcher read the item
-  while it existed.
+  while it existed. The record may be the deciding group's, or (read only when that one would send)
+  one of any group count's that reads the shard (``dispatch_group.minute_keys``): after a change of G,
+  what the old layout dispatched is not sent again.
 - REMOVE, otherwise (no record of ``m``, no ``finished_ms``, or ``m`` finished after the deletion): **send now**.
 
 Every doubtful case sends, so a doubt costs a duplicate, never a loss. A message
@@ -380,10 +382,11 @@ class DelayRecovery:
         The layout is read again after the groups: if G changed between, all is read again,
         so no decision mixes one layout's groups with another's state. An unreadable layout
         raises StateError: the batch is retried (the dispatcher stops too) until it is fixed.
-        Without a layout item the second read is skipped: the only group is G = 1's, and a change of G
-        made meanwhile is seeded from G = 1's watermark read after this batch's, so the new groups start
-        no later than the position these decisions used (and a layout that existed is never missing
-        unnoticed: ``Layout.check_not_lost`` raises).
+        Without a layout item the second read is skipped (one GetItem less per batch at G = 1): the only
+        group is G = 1's, and a first change of G made meanwhile is seeded from G = 1's watermark. What
+        G = 1 passed after this batch read its watermark, it read after the records' events (as without
+        any change); what lies after the seed, the new groups read; so every decision taken on G = 1's
+        state stays right. A layout that existed is never missing unnoticed (``Layout.check_not_lost``).
         """
         for _ in range(LAYOUT_READS):
             item = self._get_state(LAYOUT_KEY)

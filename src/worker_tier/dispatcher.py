@@ -457,12 +457,12 @@ class DelayDispatcher:
         return None
 
     def _mark_first_change(self, changed: Layout) -> None:
-        """Stamp the G = 1 watermark with the first layout's epoch (``Layout.lost_marker_update``); already stamped: fine."""
-        try:
-            self._with_retries(lambda: self._dynamodb.get().update_item(**changed.lost_marker_update(self.state_table)))
-        except Exception as error:
-            if not is_condition_failure(error):
-                raise
+        """Stamp the G = 1 watermark with the first layout's epoch (``Layout.lost_marker_update``).
+
+        If the run dies between the layout's put and this stamp, a later deleted layout goes unrecognised
+        (the fall-back of before); the window is one call long.
+        """
+        self._with_retries(lambda: self._dynamodb.get().update_item(**changed.lost_marker_update(self.state_table)))
 
     def _read_watermark(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> tuple[int, dict[int, str]] | None:
         """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished.
