@@ -39,7 +39,9 @@ dead-lettered.
   **send now** (``recovered_from_ttl``); the dispatcher has not read it, and no longer can.
 - REMOVE, ``m = W`` up to its shard's cursor: skip; dispatched.
 - REMOVE, ``m < W``, ``m`` finished before ``t - tolerance``: skip; the dispatcher read the item
-  while it existed.
+  while it existed. The record may be the deciding group's, or (read only when that one would send)
+  one of any group count's that reads the shard (``dispatch_group.minute_keys``): after a change of G,
+  what the old layout dispatched is not sent again.
 - REMOVE, otherwise (no record of ``m``, no ``finished_ms``, or ``m`` finished after the deletion): **send now**.
 
 Every doubtful case sends, so a doubt costs a duplicate, never a loss. A message
@@ -80,7 +82,7 @@ from worker_tier.delay import DelayedMessage
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.errors import WorkerTierError
 from worker_tier.retry import BATCH_ENTRIES, chunks
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, StateError, group_of
+from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, LayoutLostError, StateError, group_of, minute_keys
 from worker_tier.dispatcher import FINISHED_MS_ATTRIBUTE, STARTED_MS_ATTRIBUTE
 
 INSERT, REMOVE = "INSERT", "REMOVE"
@@ -170,6 +172,8 @@ class DispatcherState:
     watermark: int | None
     cursors: Mapping[int, str] = field(default_factory=dict)
     minutes: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    # (minute, shard) -> a finished record of that minute by a group of another count that read the shard
+    finished_elsewhere: Mapping[tuple[int, int], Mapping[str, Any]] = field(default_factory=dict)
 
     def needs_minute_record(self, event: StreamEvent) -> bool:
         """Whether deciding ``event`` needs the dispatcher's record of its minute."""
@@ -211,8 +215,14 @@ class DispatcherState:
             return cursor is None or event.sort_key > cursor
         # Behind the watermark the record is read eventually consistent: a stale copy may lack finished_ms
         # (stamped at most a second ago, so after the deletion): without it, send.
-        read_s = _seconds(self.minutes.get(event.bucket), FINISHED_MS_ATTRIBUTE)
-        return read_s is None or read_s >= event.at_s - CLOCK_TOLERANCE_SECONDS
+        return not (self.finished_before(self.minutes.get(event.bucket), event)
+                    or self.finished_before(self.finished_elsewhere.get((event.bucket, event.shard)), event))
+
+    @staticmethod
+    def finished_before(minute: Mapping[str, Any] | None, event: StreamEvent) -> bool:
+        """Whether a minute record says every item of its shards was read before ``event``'s deletion."""
+        read_s = _seconds(minute, FINISHED_MS_ATTRIBUTE)
+        return read_s is not None and read_s < event.at_s - CLOCK_TOLERANCE_SECONDS
 
 
 @dataclass
@@ -372,6 +382,11 @@ class DelayRecovery:
         The layout is read again after the groups: if G changed between, all is read again,
         so no decision mixes one layout's groups with another's state. An unreadable layout
         raises StateError: the batch is retried (the dispatcher stops too) until it is fixed.
+        Without a layout item the second read is skipped (one GetItem less per batch at G = 1): the only
+        group is G = 1's, and a first change of G made meanwhile is seeded from G = 1's watermark. What
+        G = 1 passed after this batch read its watermark, it read after the records' events (as without
+        any change); what lies after the seed, the new groups read; so every decision taken on G = 1's
+        state stays right. A layout that existed is never missing unnoticed (``Layout.check_not_lost``).
         """
         for _ in range(LAYOUT_READS):
             item = self._get_state(LAYOUT_KEY)
@@ -379,7 +394,7 @@ class DelayRecovery:
             groups = {group_of(event.shard, layout.groups) for event in events}
             states = {group: self._read_group(group, layout, [e for e in events if group_of(e.shard, layout.groups) == group],
                                               report) for group in sorted(groups, key=lambda g: g.index)}
-            if self._get_state(LAYOUT_KEY) == item:
+            if item is None or self._get_state(LAYOUT_KEY) == item:
                 return layout.groups, states
         raise StateError(f"the layout of dispatch groups changed {LAYOUT_READS} times while this batch read it; retried")
 
@@ -392,17 +407,38 @@ class DelayRecovery:
         """
         try:
             position = layout.position(group, self._get_state(group.watermark_key))
+        except LayoutLostError:
+            raise
         except StateError as error:
             report.state_unreadable = str(error)
             position = None
         state = DispatcherState(None) if position is None else DispatcherState(*position)
         state.minutes = self._read_minutes(group, {e.bucket for e in events if state.needs_minute_record(e)}, state.watermark)
+        state.finished_elsewhere = self._finished_elsewhere(state, events)
         return state
 
-    def _get_state(self, key: str) -> dict[str, Any] | None:
-        """One state-table item, read consistently, or None."""
+    def _finished_elsewhere(self, state: DispatcherState, events: list[StreamEvent]) -> dict[tuple[int, int], Mapping[str, Any]]:
+        """For each expiry behind the watermark that the group's own record would send: a finished record of its
+        minute by the group of any other count that reads its shard (``minute_keys``), read until one says the item
+        was read before its deletion. After a change of G, what the old layout dispatched is not sent again.
+        """
+        found: dict[tuple[int, int], Mapping[str, Any]] = {}
+        for event in events:
+            key = (event.bucket, event.shard)
+            if (event.kind == INSERT or key in found or not event.scheduled or state.watermark is None
+                    or event.bucket >= state.watermark or not state.expiry_was_undispatched(event)):
+                continue
+            for record_key in minute_keys(event.bucket, event.shard):
+                record = self._get_state(record_key, consistent=False)
+                if record is not None and state.finished_before(record, event):
+                    found[key] = record
+                    break
+        return found
+
+    def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
+        """One state-table item, read consistently unless said otherwise, or None."""
         item: dict[str, Any] | None = self._dynamodb.get().get_item(
-            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=True).get("Item")
+            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent).get("Item")
         return item
 
     def _read_minutes(self, group: DispatchGroup, buckets: Iterable[int], watermark: int | None) -> dict[int, dict[str, Any]]:

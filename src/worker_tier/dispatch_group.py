@@ -13,8 +13,17 @@ before anything of the new layout is dispatched: the earliest of their watermark
 group without one counts as the old seed), with the cursors of the groups that stand
 at exactly that minute. So a change of G loses nothing and sends nothing early:
 whatever an old group had not dispatched when the seed was read lies after the seed;
-what an old group dispatched after the seed is sent again (duplicates). Without a
-layout record the layout is G = 1, epoch 0: a stack that never changed G writes none.
+what an old group dispatched after the seed is sent again (duplicates). The shards of
+an old group with no position at all (no watermark, no seed; or unreadable) are the
+layout's ``unknown_shards``: only the new groups that read one of them restart (as a
+new stack does); the others take the seed of the known groups.
+
+Without a layout record the layout is G = 1, epoch 0: a stack that never changed G
+writes none. The epoch never goes back: the first change stamps the G = 1 watermark
+with its epoch, so a layout item deleted later is recognised (``LayoutLostError``: the
+delay dispatcher stops, the safety net retries) rather than read as "G = 1, epoch 0",
+which would revive the G = 1 watermark of before the first change. The remedy is to
+rewrite the layout with the deployed G and the epoch its groups' watermarks carry.
 """
 
 from __future__ import annotations
@@ -32,12 +41,18 @@ GROUPS_ATTRIBUTE = "groups"
 EPOCH_ATTRIBUTE = "epoch"  # on a layout, and on each watermark written under a layout with epoch > 0
 SEED_ATTRIBUTE = "seed"  # the minute a group without a watermark of this epoch starts at
 SEED_CURSORS_ATTRIBUTE = "seed_cursors"
+UNKNOWN_ATTRIBUTE = "unknown_shards"  # shards whose old group had no position at the change: their new groups restart
+CHANGED_MS_ATTRIBUTE = "changed_ms"  # when the layout was written: a group without a position is late since then
 BUCKET_ATTRIBUTE = "bucket"
 CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
 
 
 class StateError(WorkerTierError, ValueError):
     """A dispatcher state item (the watermark) is not as the dispatcher writes it."""
+
+
+class LayoutLostError(StateError):
+    """The layout item is missing, yet a layout was written (the G = 1 watermark carries its epoch): never fall back to epoch 0."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,19 @@ class DispatchGroup:
         return moved if 0 <= moved < delay.MAX_SHARDS else self.index
 
 
+def minute_keys(bucket: int, shard: int) -> list[str]:
+    """The keys of every group count's record of minute ``bucket`` for the group that reads ``shard``, G = 1's first.
+
+    Whichever layout read the shard in that minute, its record is among them.
+
+    Examples
+    --------
+    >>> minute_keys(30_000_000, 15)[:2]
+    ['scheduler#minute#30000000', 'scheduler#2.1#minute#30000000']
+    """
+    return list(dict.fromkeys(group_of(shard, count).minute_key(bucket) for count in range(1, delay.MAX_SHARDS + 1)))
+
+
 def group_of(shard: int, count: int) -> DispatchGroup:
     """The group that reads ``shard`` (any whole number: a key no group reads still has a group for its decisions)."""
     return DispatchGroup(shard % count, count)
@@ -102,18 +130,40 @@ class Layout:
     epoch: int = 0
     seed: int | None = None
     seed_cursors: Mapping[int, str] = field(default_factory=dict)
+    unknown_shards: frozenset[int] = frozenset()
+    changed_ms: int | None = None
 
     def start(self, group: DispatchGroup) -> tuple[int, dict[int, str]] | None:
-        """Where ``group`` starts without a watermark of this epoch: the seed with its shards' cursors; None without a seed."""
-        if self.seed is None:
+        """Where ``group`` starts without a watermark of this epoch: the seed with its shards' cursors.
+
+        None without a seed, or when one of its shards had no known position at the change: the group restarts.
+        """
+        if self.seed is None or self.unknown_shards.intersection(group.shards):
             return None
         return self.seed, {shard: sk for shard, sk in self.seed_cursors.items() if shard in group.shards}
 
     def position(self, group: DispatchGroup, item: Mapping[str, Any] | None) -> tuple[int, dict[int, str]] | None:
-        """The group's watermark and cursors from its item, if written in this epoch; else its start. StateError if unreadable."""
+        """The group's watermark and cursors from its item, if written in this epoch; else its start. StateError if unreadable.
+
+        LayoutLostError when this is the epoch-0 layout of a missing item but the watermark carries a later epoch.
+        """
+        self.check_not_lost(item)
         if item is None or watermark_epoch(item) != self.epoch:
             return self.start(group)
         return parse_watermark(item)
+
+    def check_not_lost(self, item: Mapping[str, Any] | None) -> None:
+        """LayoutLostError when this layout is the fallback of a missing item (epoch 0) and ``item`` was written in a later epoch.
+
+        The first change of G stamps the G = 1 watermark with the new epoch (``lost_marker_update``), so
+        a deleted layout item is recognised instead of reviving the G = 1 watermark of before that change.
+        """
+        if self.epoch == 0 and item is not None and watermark_epoch(item) > 0:
+            raise LayoutLostError(
+                f"the layout item {LAYOUT_KEY} is missing, but {item.get('pk', {}).get('S', 'a watermark')} was written in "
+                f"epoch {watermark_epoch(item)}: a layout existed, and the epoch never goes back; the delay dispatcher "
+                f"stops until the layout is rewritten as {{{GROUPS_ATTRIBUTE}: the deployed G, {EPOCH_ATTRIBUTE}: the "
+                f"epoch on the groups' watermarks}} (docs/delays.md)")
 
     def item(self) -> dict[str, Any]:
         """The layout as a state-table item."""
@@ -122,6 +172,10 @@ class Layout:
         if self.seed is not None:
             item[SEED_ATTRIBUTE] = {"N": str(self.seed)}
             item[SEED_CURSORS_ATTRIBUTE] = {"M": {str(s): {"S": sk} for s, sk in sorted(self.seed_cursors.items())}}
+        if self.unknown_shards:
+            item[UNKNOWN_ATTRIBUTE] = {"L": [{"N": str(shard)} for shard in sorted(self.unknown_shards)]}
+        if self.changed_ms is not None:
+            item[CHANGED_MS_ATTRIBUTE] = {"N": str(self.changed_ms)}
         return item
 
     @classmethod
@@ -132,26 +186,90 @@ class Layout:
         try:
             seed = int(item[SEED_ATTRIBUTE]["N"]) if SEED_ATTRIBUTE in item else None
             cursors = {int(s): v["S"] for s, v in item.get(SEED_CURSORS_ATTRIBUTE, {"M": {}})["M"].items()}
-            return cls(int(item[GROUPS_ATTRIBUTE]["N"]), int(item[EPOCH_ATTRIBUTE]["N"]), seed, cursors)
+            unknown = frozenset(int(v["N"]) for v in item.get(UNKNOWN_ATTRIBUTE, {"L": []})["L"])
+            changed_ms = int(item[CHANGED_MS_ATTRIBUTE]["N"]) if CHANGED_MS_ATTRIBUTE in item else None
+            groups, epoch = int(item[GROUPS_ATTRIBUTE]["N"]), int(item[EPOCH_ATTRIBUTE]["N"])
         except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise StateError(f"layout item {json.dumps(item, default=repr)[:200]} is unreadable ({type(error).__name__}: "
                              f"{error}); it needs {GROUPS_ATTRIBUTE} and {EPOCH_ATTRIBUTE} as numbers") from error
+        if not 1 <= groups <= delay.MAX_SHARDS or epoch < 0:
+            raise StateError(f"layout item {LAYOUT_KEY} has {GROUPS_ATTRIBUTE} {groups} and {EPOCH_ATTRIBUTE} {epoch}: "
+                             f"{GROUPS_ATTRIBUTE} must be 1..{delay.MAX_SHARDS} and {EPOCH_ATTRIBUTE} 0 or more")
+        return cls(groups, epoch, seed, cursors, unknown, changed_ms)
 
-    def changed_to(self, groups: int, read: Callable[[str], Mapping[str, Any] | None]) -> Layout:
-        """The layout of ``groups`` groups that follows this one, seeded from this one's groups (``read``: a consistent GetItem)."""
-        positions = []
+    def changed_to(self, groups: int, read: Callable[[str], Mapping[str, Any] | None], now_ms: int | None = None) -> Layout:
+        """The layout of ``groups`` groups that follows this one, seeded from this one's groups (``read``: a consistent GetItem).
+
+        The seed comes from the groups whose position is known; the shards of a group without one
+        (no watermark and no seed, or an unreadable watermark) are ``unknown_shards``: only the new
+        groups that read one of them restart as a new stack does. LayoutLostError passes through.
+        """
+        known: list[tuple[int, dict[int, str]]] = []
+        unknown: set[int] = set()
         for index in range(self.groups):
             group = DispatchGroup(index, self.groups)
             try:
-                positions.append(self.position(group, read(group.watermark_key)))
-            except StateError:  # an unreadable watermark: that group restarts from its records; so does the new layout
-                positions.append(None)
-        known = [p for p in positions if p is not None]
-        if len(known) < len(positions):  # a group whose position is unknown: the new groups restart as a new stack does
-            return Layout(groups, self.epoch + 1)
+                position = self.position(group, read(group.watermark_key))
+            except LayoutLostError:
+                raise
+            except StateError:  # an unreadable watermark: its shards restart from the records
+                position = None
+            if position is None:
+                unknown.update(group.shards)
+            else:
+                known.append(position)
+        if not known:
+            return Layout(groups, self.epoch + 1, changed_ms=now_ms)
         seed = min(bucket for bucket, _ in known)
         cursors = {shard: sk for bucket, shard_cursors in known if bucket == seed for shard, sk in shard_cursors.items()}
-        return Layout(groups, self.epoch + 1, seed, cursors)
+        return Layout(groups, self.epoch + 1, seed, cursors, frozenset(unknown), now_ms)
+
+    def lost_marker_update(self, table: str) -> dict[str, Any]:
+        """The UpdateItem that stamps the G = 1 watermark with this (new) layout's epoch, after the first change of G.
+
+        Creates the item when there is none (a stack that began with G > 1): without a layout item, a G = 1
+        watermark with an epoch means the layout was lost (``check_not_lost``), never "G = 1, epoch 0".
+        Unconditional: it follows the put of the first layout, which only one run can make.
+        """
+        return {"TableName": table, "Key": {STATE_PARTITION_KEY: {"S": DispatchGroup().watermark_key}},
+                "UpdateExpression": "SET #epoch = :epoch",
+                "ExpressionAttributeNames": {"#epoch": EPOCH_ATTRIBUTE},
+                "ExpressionAttributeValues": {":epoch": {"N": str(self.epoch)}}}
+
+    def group_positions(self, read: Callable[[str], Mapping[str, Any] | None]) -> GroupPositions:
+        """Each group's position under this layout; unreadable watermarks are named, not raised."""
+        result = GroupPositions(self)
+        for index in range(self.groups):
+            group = DispatchGroup(index, self.groups)
+            try:
+                result.positions[index] = self.position(group, read(group.watermark_key))
+            except LayoutLostError:
+                raise
+            except StateError as error:
+                result.unreadable[index] = str(error)
+        return result
+
+
+@dataclass
+class GroupPositions:
+    """Where each group of a layout stands: (minute, cursors), None when it has no position (has not run); and the unreadable."""
+
+    layout: Layout
+    positions: dict[int, tuple[int, dict[int, str]] | None] = field(default_factory=dict)
+    unreadable: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def not_run(self) -> list[int]:
+        """The groups without a position: their watermark of this epoch is missing and there is no seed for them."""
+        return [index for index, position in self.positions.items() if position is None]
+
+    def shard_positions(self) -> dict[int, tuple[int, str]]:
+        """{shard: (minute, cursor)} for the readable groups; minute -1 where the group has not run."""
+        shards: dict[int, tuple[int, str]] = {}
+        for index, position in self.positions.items():
+            bucket, cursors = position if position is not None else (-1, {})
+            shards.update({shard: (bucket, cursors.get(shard, "")) for shard in DispatchGroup(index, self.layout.groups).shards})
+        return shards
 
 
 def watermark_epoch(item: Mapping[str, Any]) -> int:
@@ -185,13 +303,12 @@ def shard_positions(read: Callable[[str], Mapping[str, Any] | None]) -> dict[int
 
     A message of ``shard`` is sent when its minute is before the position's, or equal with a sort key at or
     before the cursor (``""``: none of that minute yet). Minute -1: its group has not run. ``read`` is a
-    consistent GetItem by state-table key; StateError when the layout or a watermark is unreadable.
+    consistent GetItem by state-table key; StateError when the layout is unreadable. The shards of a group
+    whose watermark is unreadable are left out (``read_positions`` names them).
     """
-    layout = Layout.from_item(read(LAYOUT_KEY))
-    positions: dict[int, tuple[int, str]] = {}
-    for index in range(layout.groups):
-        group = DispatchGroup(index, layout.groups)
-        position = layout.position(group, read(group.watermark_key))
-        bucket, cursors = position if position is not None else (-1, {})
-        positions.update({shard: (bucket, cursors.get(shard, "")) for shard in group.shards})
-    return positions
+    return read_positions(read).shard_positions()
+
+
+def read_positions(read: Callable[[str], Mapping[str, Any] | None]) -> GroupPositions:
+    """Every group's position under the current layout; StateError when the layout is unreadable (or lost)."""
+    return Layout.from_item(read(LAYOUT_KEY)).group_positions(read)

@@ -84,9 +84,11 @@ from worker_tier.dispatch_group import (
     BUCKET_ATTRIBUTE,
     CURSORS_ATTRIBUTE,
     EPOCH_ATTRIBUTE,
+    GROUPS_ATTRIBUTE,
     LAYOUT_KEY,
     DispatchGroup,
     Layout,
+    LayoutLostError,
     StateError,
     parse_watermark,
     watermark_epoch,
@@ -233,6 +235,7 @@ class DelayDispatcher:
         self._sleep = sleep
         self._lease = Lease(state_table, self.group.lease_key, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
         self._layout = Layout()  # the run's, read before anything else
+        self._watermark_found = False  # whether the run found its watermark (of this epoch): then it writes only over it
         self.delivery = Delivery(self._sqs, dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
         # Anything with Executor.map; the bench passes one that runs the calls on a simulated clock.
         self._given_pool, self._parallel = pool, parallel
@@ -270,11 +273,17 @@ class DelayDispatcher:
         return report
 
     def _dispatch(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> None:
-        layout = self._read_layout(report)
-        if layout is None:
+        try:
+            layout = self._read_layout(report)
+            if layout is None:
+                return
+            self._layout = layout
+            start = self._read_watermark(report, remaining_ms)
+        except LayoutLostError as error:  # never fall back to epoch 0: that would revive the G = 1 watermark of before
+            own = self._get_state(self.group.watermark_key) if self.group.count > 1 else None
+            hint = f"; {self.group.watermark_key} carries epoch {watermark_epoch(own)}" if own is not None else ""
+            report.state_unreadable = report.stopped = f"{error}{hint}"
             return
-        self._layout = layout
-        start = self._read_watermark(report, remaining_ms)
         if start is None:
             report.stopped = SCAN_UNFINISHED
             return
@@ -295,7 +304,27 @@ class DelayDispatcher:
             watermark, cursors = watermark + 1, {}
             report.buckets += 1
         report.watermark = watermark
-        report.lag_s = max(0.0, self._clock() + self.horizon_seconds - watermark * BUCKET_SECONDS)
+        report.lag_s = max(0.0, self._clock() + self.horizon_seconds - watermark * BUCKET_SECONDS, self._other_groups_lag_s())
+
+    def _other_groups_lag_s(self) -> float:
+        """The largest lag among the layout's other groups (eventually consistent reads; none at G = 1), so a group
+        that never runs shows in the lag every running group publishes. A group without a position is late since
+        the layout was written (unknown for a layout written before ``changed_ms``); an unreadable one reports itself."""
+        lags = [0.0]
+        horizon_s = self._clock() + self.horizon_seconds
+        for index in range(self.group.count):
+            if index == self.group.index:
+                continue
+            group = DispatchGroup(index, self.group.count)
+            try:
+                position = self._layout.position(group, self._get_state(group.watermark_key, consistent=False))
+            except StateError:
+                continue
+            if position is not None:
+                lags.append(horizon_s - position[0] * BUCKET_SECONDS)
+            elif self._layout.changed_ms is not None:
+                lags.append(horizon_s - math.floor(self._layout.changed_ms / 1000 / BUCKET_SECONDS) * BUCKET_SECONDS)
+        return max(lags)
 
     def _is_ahead(self, watermark: int, last: int, report: RunReport) -> bool:
         """A watermark past the horizon by more than the allowance is not trusted, and not moved further."""
@@ -402,12 +431,14 @@ class DelayDispatcher:
             try:
                 layout = Layout.from_item(item)
             except StateError as error:
-                report.state_unreadable = f"{error}: the delay dispatcher stops until it is deleted (then G = 1, epoch 0)"
+                report.state_unreadable = (f"{error}: the delay dispatcher stops until it is rewritten with the deployed "
+                                           f"{GROUPS_ATTRIBUTE} and the {EPOCH_ATTRIBUTE} on the groups' watermarks (never "
+                                           "deleted: docs/delays.md)")
                 report.stopped = report.state_unreadable
                 return None
             if layout.groups == self.group.count:
                 return layout
-            changed = layout.changed_to(self.group.count, self._get_state)
+            changed = layout.changed_to(self.group.count, self._get_state, int(self._clock() * 1000))
             condition = "attribute_not_exists(pk)" if item is None else "#epoch = :epoch"
             values = {} if item is None else {"ExpressionAttributeNames": {"#epoch": EPOCH_ATTRIBUTE},
                                               "ExpressionAttributeValues": {":epoch": {"N": str(layout.epoch)}}}
@@ -415,12 +446,23 @@ class DelayDispatcher:
                 self._with_retries(functools.partial(
                     self._dynamodb.get().put_item, TableName=self.state_table, Item=changed.item(), ConditionExpression=condition,
                     **values))
-                return changed
             except Exception as error:
                 if not is_condition_failure(error):
                     raise
+                continue
+            if item is None:
+                self._mark_first_change(changed)
+            return changed
         report.stopped = LAYOUT_CHANGING
         return None
+
+    def _mark_first_change(self, changed: Layout) -> None:
+        """Stamp the G = 1 watermark with the first layout's epoch (``Layout.lost_marker_update``).
+
+        If the run dies between the layout's put and this stamp, a later deleted layout goes unrecognised
+        (the fall-back of before); the window is one call long.
+        """
+        self._with_retries(lambda: self._dynamodb.get().update_item(**changed.lost_marker_update(self.state_table)))
 
     def _read_watermark(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> tuple[int, dict[int, str]] | None:
         """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished.
@@ -428,10 +470,14 @@ class DelayDispatcher:
         A watermark of an earlier layout's epoch is deleted, and the group starts at the layout's seed.
         """
         item = self._get_state(self.group.watermark_key)
+        self._layout.check_not_lost(item)
         stale = item is not None and watermark_epoch(item) != self._layout.epoch
+        self._watermark_found = False
         if item is not None and not stale:
             try:
-                return parse_watermark(item)
+                found = parse_watermark(item)
+                self._watermark_found = True
+                return found
             except StateError as error:  # not ours: start again as if it were lost (the next write replaces it)
                 report.state_unreadable = str(error)
         if item is not None:
@@ -507,7 +553,14 @@ class DelayDispatcher:
         }))
 
     def _write_watermark(self, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
-        """Put the watermark (minute and cursors), only over the minute this run found; else LeaseLostError."""
+        """Put the watermark (minute and cursors), only over the minute and epoch this run found; else LeaseLostError.
+
+        Over no item only when the run found none: a stalled run of an earlier epoch (of the same G, or the
+        G = 1 run of before the first change, whose watermark that change stamped) can no longer write.
+        """
+        epoch = self._epoch_attribute()
+        epoch_condition = "#epoch = :epoch" if epoch else "attribute_not_exists(#epoch)"
+        condition = f"#bucket = :expected AND {epoch_condition}"
         item = {
             STATE_TABLE_PARTITION_KEY: {"S": self.group.watermark_key},
             BUCKET_ATTRIBUTE: {"N": str(bucket)},
@@ -518,10 +571,11 @@ class DelayDispatcher:
             self._with_retries(lambda: self._dynamodb.get().put_item(
                 TableName=self.state_table,
                 Item=item,
-                ConditionExpression="attribute_not_exists(pk) OR #bucket = :expected",
-                ExpressionAttributeNames={"#bucket": BUCKET_ATTRIBUTE},
-                ExpressionAttributeValues={":expected": {"N": str(expected)}},
+                ConditionExpression=condition if self._watermark_found else f"attribute_not_exists(pk) OR ({condition})",
+                ExpressionAttributeNames={"#bucket": BUCKET_ATTRIBUTE, "#epoch": EPOCH_ATTRIBUTE},
+                ExpressionAttributeValues={":expected": {"N": str(expected)}, **({":epoch": epoch[EPOCH_ATTRIBUTE]} if epoch else {})},
             ))
+            self._watermark_found = True
         except Exception as error:
             if is_condition_failure(error):
                 raise LeaseLostError(f"watermark moved by another run while dispatching minute {expected}") from error

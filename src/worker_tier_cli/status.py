@@ -6,7 +6,8 @@
 - The delay table's backlog by hour for the next 24 h: one Scan of the table (keys only), counting the
   messages due after the delay dispatcher's watermark; the table holds dispatched items until their TTL,
   which the watermark tells apart.
-- The delay dispatcher's watermark and its lag: the state table.
+- The delay dispatcher's watermark and its lag: the state table (the earliest among the groups that have run;
+  the note names each group that has not run, and each whose watermark is unreadable).
 - The alarms in ALARM: CloudWatch DescribeAlarms, filtered to names starting with the stack's name
   (CloudFormation names the alarms it creates ``<stack>-<logical id>-<suffix>``).
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from worker_tier import delay
 from worker_tier.contract import STATE_PARTITION_KEY
-from worker_tier.dispatch_group import StateError, shard_positions
+from worker_tier.dispatch_group import StateError, read_positions
 
 QUEUE_COUNTS = {
     "visible": "ApproximateNumberOfMessages",
@@ -64,14 +65,19 @@ def watermark(dynamodb: Any, state_table: str, now: float) -> dict[str, Any]:
         return item
 
     try:
-        minute = min(bucket for bucket, _ in shard_positions(read).values())
+        groups = read_positions(read)
     except StateError as error:
         return {"watermark": None, "minute": None, "lag_minutes": None, "note": str(error)}
-    if minute < 0:
+    count = groups.layout.groups
+    notes = [f"group {index} of {count} has not run (no watermark of epoch {groups.layout.epoch})" for index in groups.not_run]
+    notes += [f"group {index} of {count}: {error}" for index, error in sorted(groups.unreadable.items())]
+    minutes = [position[0] for position in groups.positions.values() if position is not None]
+    if not minutes:
         return {"watermark": None, "minute": None, "lag_minutes": None,
-                "note": "no watermark yet: the delay dispatcher has not run"}
+                "note": "; ".join(notes) if count > 1 or groups.unreadable else "no watermark yet: the delay dispatcher has not run"}
+    minute = min(minutes)
     return {"watermark": _iso(minute * SECONDS_PER_MINUTE), "minute": minute,
-            "lag_minutes": int(now // SECONDS_PER_MINUTE) - minute, "note": ""}
+            "lag_minutes": int(now // SECONDS_PER_MINUTE) - minute, "note": "; ".join(notes)}
 
 
 def delay_backlog(dynamodb: Any, delay_table: str, now: float, watermark_minute: int | None) -> dict[str, Any]:

@@ -47,7 +47,8 @@ def test_each_group_reads_only_its_shards_under_its_own_keys(world):
     world.group(1, 4).run()
     # THEN it sent exactly the messages of shards 1, 5, 9, 13, under its own watermark, and wrote a layout of 4
     assert set(world.sent_ids()) == {i for i in ids if int(i.split("-")[1]) % 4 == 1}
-    assert world.state(DispatchGroup(1, 4).watermark_key) is not None and world.state(WATERMARK_KEY) is None
+    assert world.state(DispatchGroup(1, 4).watermark_key) is not None
+    assert world.state(WATERMARK_KEY) == {"pk": {"S": WATERMARK_KEY}, "epoch": {"N": "1"}}  # the first layout's marker only
     assert Layout.from_item(world.state(LAYOUT_KEY)).groups == 4
 
 
@@ -88,7 +89,7 @@ def test_from_one_group_to_four_mid_minute_the_cursors_carry_over(world):
         world.group(index, 4).run()
     # THEN every message went out, and none twice: each group started at the old watermark with its shards' cursors
     assert world.sent_ids() == Counter(ids)
-    assert Layout.from_item(world.state(LAYOUT_KEY)) == Layout(4, 1, *old)
+    assert Layout.from_item(world.state(LAYOUT_KEY)) == Layout(4, 1, *old, changed_ms=int(world.now * 1000))
 
 
 def test_from_two_groups_to_one_starts_at_the_slower_group_duplicates_but_loses_nothing(world):
@@ -136,7 +137,7 @@ def test_an_unreadable_layout_stops_every_group_and_says_so(world):
     world.dynamodb.put_item(TableName="state", Item={"pk": {"S": LAYOUT_KEY}, "groups": {"S": "two"}})
     # WHEN a group runs  THEN it stops, naming the item, and sends nothing
     report = world.group(0, 2).run()
-    assert report.state_unreadable.startswith("layout item") and "stops until it is deleted" in report.stopped
+    assert report.state_unreadable.startswith("layout item") and "stops until it is rewritten" in report.stopped
     assert world.sqs.sent == []
 
 
