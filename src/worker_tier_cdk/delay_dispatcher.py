@@ -126,7 +126,8 @@ class DelayDispatcher(Construct):
         self.watermark_ahead_alarm = count_alarm(
             self, "WatermarkAhead", METRIC_DISPATCHER_WATERMARK_AHEAD,
             "The delay dispatcher found its watermark further ahead of its clock than it ever moves it, and stopped: "
-            "inspect the scheduler#watermark item (delete it to restart from the minute records).")
+            "inspect the group's watermark item (scheduler#watermark, or scheduler#<G>.<g>#watermark with several groups; "
+            "delete it to restart that group from its minute records). Never delete scheduler#layout (docs/delays.md).")
         self.state_unreadable_alarm = count_alarm(
             self, "StateUnreadable", METRIC_DISPATCHER_STATE_UNREADABLE,
             "The delay dispatcher found a watermark item it cannot read, and restarted from its minute records.")
