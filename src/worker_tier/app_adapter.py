@@ -23,8 +23,9 @@ An ASGI delivery is bounded by ``SqsdRequest.timeout_seconds`` (the worker's ``i
 the invocation's time): an app still running then is cancelled and the message fails. A BaseException of
 the app (SystemExit, KeyboardInterrupt, CancelledError) is its request's failure, never the bridge loop's;
 should the loop stop anyway, the next delivery builds a new bridge. Known gaps: a WSGI app, and an ASGI
-app blocking its loop with synchronous code, are not bounded (Lambda's own timeout is their bound); an
-ASGI app whose ``__call__`` is a plain ``def`` returning a coroutine is recognised on its first call.
+app blocking its loop with synchronous code, are not bounded (Lambda's own timeout is their bound). An
+ASGI app whose ``__call__`` is a plain ``def`` returning a coroutine is recognised by its three required
+arguments, or else on its first call (a coroutine comes back).
 """
 
 from __future__ import annotations
