@@ -12,10 +12,20 @@ with an error naming the setting and its value.
   imported only then: ``pip install worker-tier[asgi]``. Its lifespan ``startup`` runs once at load,
   as a server would run it, and its state reaches each request's scope (``_Lifespan``).
 
-An app that raises (or answers with an error it logged with its traceback, as Flask and Django do
-for an unhandled exception) and does not answer 200 fails the message with ``AppExceptionError``,
-whose message is the traceback, innermost call first. Any other answer goes back to the worker, which
-judges it by sqsd's rules (``worker_tier.sqsd.check_response``).
+An app that raises before answering (SystemExit and KeyboardInterrupt included), breaks PEP 3333
+(``start_response`` twice without ``exc_info``, a status not three digits then a space), or ends
+without an answer fails the message with ``AppExceptionError``, whose message is the traceback,
+innermost call first. An answer goes back to the worker, which judges it by sqsd's rules
+(``worker_tier.sqsd.check_response``), status first: an exception the app raised or logged (as Flask
+and Django do for an unhandled one, and Starlette after answering) rides along in ``AppResponse.error``.
+
+An ASGI delivery is bounded by ``SqsdRequest.timeout_seconds`` (the worker's ``inactivity_timeout``, within
+the invocation's time): an app still running then is cancelled and the message fails. A BaseException of
+the app (SystemExit, KeyboardInterrupt, CancelledError) is its request's failure, never the bridge loop's;
+should the loop stop anyway, the next delivery builds a new bridge. Known gaps: a WSGI app, and an ASGI
+app blocking its loop with synchronous code, are not bounded (Lambda's own timeout is their bound). An
+ASGI app whose ``__call__`` is a plain ``def`` returning a coroutine is recognised by its three required
+arguments, or else on its first call (a coroutine comes back).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import contextvars
 import importlib
 import inspect
 import logging
+import re
 import sys
 import threading
 import traceback
@@ -34,6 +45,7 @@ from urllib.parse import unquote_to_bytes
 from worker_tier import contract, message
 from worker_tier.app_target import AppResponse, SqsdRequest
 from worker_tier.errors import AppExceptionError, AppLoadError
+from worker_tier.observability import logger
 
 # How long an ASGI app's lifespan startup may take before loading fails.
 LIFESPAN_STARTUP_TIMEOUT_SECONDS = 60
@@ -45,6 +57,12 @@ MAX_TRACEBACK_FRAMES = 12
 
 # The environ key under which an ASGI app's exception comes back from the bridge's loop thread.
 APP_ERROR_KEY = "worker_tier.app_error"
+# The positional arguments an ASGI app takes (scope, receive, send); a WSGI app takes two.
+ASGI_PARAMETERS = 3
+# The environ key that gives the bridge's loop a delivery's time limit (SqsdRequest.timeout_seconds).
+TIMEOUT_KEY = "worker_tier.timeout_seconds"
+# A WSGI status line: three digits, then a space and a reason phrase, or nothing (PEP 3333, RFC 9110).
+STATUS_PATTERN = re.compile(r"[0-9]{3}(?: .*)?", re.DOTALL)
 
 _BASE_ENVIRON: dict[str, Any] = {
     "REQUEST_METHOD": "POST",
@@ -80,9 +98,11 @@ class InProcessTarget:
     """
 
     def __init__(self, app: Callable[..., Any], *, reference: str = "") -> None:
+        self.app = app
         self.reference = reference or getattr(app, "__qualname__", type(app).__name__)
         self.asgi = is_asgi(app)
         self._wsgi = _asgi_bridge(app, self.reference) if self.asgi else app
+        self._bridge_lock = threading.Lock()
         _ERROR_CAPTURE.install()
 
     @classmethod
@@ -95,20 +115,45 @@ class InProcessTarget:
         return target
 
     def deliver(self, request: SqsdRequest) -> AppResponse:
-        """Call the app with ``request``; its answer, or AppExceptionError when it raised (or logged an error) and did not answer 200."""
+        """Call the app with ``request``; its answer (with ``error`` when it raised or logged one), or
+        AppExceptionError when it gave none: it raised first, broke PEP 3333, ended silent or ran out of time."""
         answer = _Answer()
         environ = wsgi_environ(request)
+        environ[TIMEOUT_KEY] = request.timeout_seconds
         capture = _ERROR_CAPTURE.start()
         try:
-            body = _read(self._wsgi(environ, answer.start_response))
-        except Exception as error:
-            raise AppExceptionError(_exception_text(error, request, None)) from error
+            chunks = self._current_wsgi()(environ, answer.start_response)
+            if not self.asgi and inspect.iscoroutine(chunks):  # an ASGI app behind a plain-def __call__
+                chunks.close()
+                self._become_asgi()
+                return self.deliver(request)
+            body = _read(chunks)
+        except BaseException as error:  # SystemExit and KeyboardInterrupt too: the app's failure, with its traceback
+            raise _failure(error, request, None) from _cause(error)
         finally:
             logged = _ERROR_CAPTURE.stop(capture)
         raised = answer.exc_info[1] if answer.exc_info else environ.get(APP_ERROR_KEY) or logged
-        if raised is not None and answer.status != 200:
-            raise AppExceptionError(_exception_text(raised, request, answer.status)) from raised
-        return AppResponse(answer.status, answer.headers, body)
+        if isinstance(raised, _BridgeFailureError) or answer.status == 0:
+            raise _failure(raised, request, None) from _cause(raised)
+        described = _exception_text(raised, request, answer.status) if raised is not None and answer.status != 200 else ""
+        return AppResponse(answer.status, answer.headers, body, described)
+
+    def _current_wsgi(self) -> Callable[..., Any]:
+        """The app as WSGI; for ASGI, a new bridge when its loop stopped (a BaseException that escaped to it)."""
+        bridge = self._wsgi
+        if self.asgi and not getattr(bridge, "loop").is_running():  # noqa: B009 - a2wsgi's ASGIMiddleware, typed as WSGI
+            with self._bridge_lock:
+                if self._wsgi is bridge:
+                    logger.error("the ASGI app's event loop stopped; starting a new one", extra={"app": self.reference})
+                    self._wsgi = _asgi_bridge(self.app, self.reference)
+        return self._wsgi
+
+    def _become_asgi(self) -> None:
+        """Serve the app as ASGI from now on: its first call returned a coroutine."""
+        with self._bridge_lock:
+            if not self.asgi:
+                self._wsgi = _asgi_bridge(self.app, self.reference)
+                self.asgi = True
 
 
 def load_app(reference: str) -> Callable[..., Any]:
@@ -117,7 +162,9 @@ def load_app(reference: str) -> Callable[..., Any]:
     module_name, _, attribute = reference.partition(":")
     try:
         found: Any = importlib.import_module(module_name)
-    except Exception as error:
+    except GeneratorExit:
+        raise
+    except BaseException as error:  # SystemExit too: a settings check, argparse at module level
         raise AppLoadError(
             f"app {reference!r} ({variable}) could not be imported: importing {module_name!r} raised "
             f"{type(error).__name__}: {message.error_text(error, 300)}; deploy the module with the task code"
@@ -134,17 +181,30 @@ def load_app(reference: str) -> Callable[..., Any]:
 
 
 def is_asgi(app: Any) -> bool:
-    """True for an ASGI app (an ``async def`` function, or an object whose ``__call__`` is one), False for WSGI."""
+    """True for an ASGI app (an ``async def`` function, an object whose ``__call__`` is one, or a callable that
+    requires ASGI's three arguments: a wrapper returning the coroutine), False for WSGI."""
     if inspect.iscoroutinefunction(app):
         return True
     call = next((vars(cls)["__call__"] for cls in type(app).__mro__ if "__call__" in vars(cls)), None)
-    return inspect.iscoroutinefunction(call)
+    return inspect.iscoroutinefunction(call) or _required_positional(app) == ASGI_PARAMETERS
+
+
+def _required_positional(app: Any) -> int | None:
+    """How many positional arguments ``app`` requires (3 for ASGI's scope, receive, send; 2 for WSGI); None when unknown."""
+    try:
+        parameters = inspect.signature(app).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for parameter in parameters if parameter.kind in positional and parameter.default is parameter.empty)
 
 
 def wsgi_environ(request: SqsdRequest) -> dict[str, Any]:
     """The PEP 3333 environ a WSGI server would build for ``request`` (no socket behind it).
 
-    Header values travel as UTF-8 and are read back as latin-1, as PEP 3333 asks of a server.
+    Header values travel as UTF-8 and are read back as latin-1, as PEP 3333 asks of a server. Headers
+    whose names differ only in case or in ``-`` vs ``_`` (two attributes ``trace-id`` and ``trace_id``)
+    share one key, their values joined with ", ".
     """
     path, _, query = request.path.partition("?")
     environ = dict(_BASE_ENVIRON)
@@ -154,9 +214,13 @@ def wsgi_environ(request: SqsdRequest) -> dict[str, Any]:
     environ["CONTENT_LENGTH"] = str(len(request.body))
     environ["wsgi.input"] = BytesIO(request.body)
     environ["wsgi.errors"] = sys.stderr
+    given: set[str] = set()
     for name, value in request.headers:
         key = _ENVIRON_KEYS.get(name) or _environ_key(name)
-        environ[key] = value if value.isascii() else value.encode("utf-8").decode("latin-1")
+        text = value if value.isascii() else value.encode("utf-8").decode("latin-1")
+        # Names differing in case or "-" vs "_" share a key: their values are joined, as HTTP joins repeats.
+        environ[key] = f"{environ[key]}, {text}" if key in given else text
+        given.add(key)
     return environ
 
 
@@ -181,14 +245,28 @@ class _Answer:
         self.exc_info: Any = None
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
+        """PEP 3333's ``start_response``: a second call needs ``exc_info``; a status is 3 digits then a space or its end."""
+        if self.status and exc_info is None:
+            raise RuntimeError(f"start_response called again (status {status!r}) without exc_info, which PEP 3333 forbids")
+        if not isinstance(status, str) or not STATUS_PATTERN.fullmatch(status):
+            raise ValueError(f"status {status!r} is not 3 digits followed by a space or nothing (PEP 3333)")
         self.status = int(status[:3])
-        self.headers = {name.lower(): value for name, value in headers}
+        self.headers = _joined_headers(headers)
         if exc_info is not None:
             self.exc_info = exc_info
         return _no_write
 
     def __repr__(self) -> str:
         return f"_Answer({self.status})"
+
+
+def _joined_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
+    """The app's headers by lower-case name; a repeated name's values joined with ", ", as HTTP allows."""
+    joined: dict[str, str] = {}
+    for name, value in headers:
+        key = name.lower()
+        joined[key] = f"{joined[key]}, {value}" if key in joined else value
+    return joined
 
 
 def _no_write(data: bytes) -> None:
@@ -251,6 +329,30 @@ def _exception_text(error: BaseException, request: SqsdRequest, status: int | No
     )
 
 
+class _BridgeFailureError(AppExceptionError):
+    """How the bridge's loop reports a request that gave no answer: the app raised first (``__cause__``: what it
+    raised, a BaseException included), returned without one, or ran out of time. a2wsgi passes it to ``deliver``."""
+
+
+def _failure(error: BaseException | None, request: SqsdRequest, status: int | None) -> AppExceptionError:
+    """The AppExceptionError of a delivery that gave no answer: the app's exception (its traceback), or why none came."""
+    if isinstance(error, _BridgeFailureError):
+        if error.__cause__ is None:
+            return AppExceptionError(f"{error} handling {request.method} {request.path}")
+        error = error.__cause__
+    if error is None:
+        return AppExceptionError(
+            f"the app ended without an answer to {request.method} {request.path}: it returned without calling "
+            "start_response (PEP 3333); sqsd would see the connection closed"
+        )
+    return AppExceptionError(_exception_text(error, request, status))
+
+
+def _cause(error: BaseException | None) -> BaseException | None:
+    """What an AppExceptionError of ``error`` is raised from: the app's own exception."""
+    return error.__cause__ if isinstance(error, _BridgeFailureError) else error
+
+
 def _asgi_bridge(app: Any, reference: str) -> Callable[..., Any]:
     """The ASGI app as a WSGI one, through a2wsgi, its lifespan started."""
     try:
@@ -264,6 +366,24 @@ def _asgi_bridge(app: Any, reference: str) -> Callable[..., Any]:
     bridge = ASGIMiddleware(lifespan.serve)  # type: ignore[arg-type]
     lifespan.start(bridge.loop, reference)
     return bridge
+
+
+class _Progress:
+    """How far an ASGI app's answer got: started (``http.response.start``), finished (its last body)."""
+
+    __slots__ = ("_send", "finished", "started")
+
+    def __init__(self, send: Callable[[dict[str, Any]], Any]) -> None:
+        self._send = send
+        self.started = False
+        self.finished = False
+
+    async def send(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "http.response.start":
+            self.started = True
+        elif event.get("type") == "http.response.body" and not event.get("more_body", False):
+            self.finished = True
+        await self._send(event)
 
 
 class _Lifespan:
@@ -280,19 +400,48 @@ class _Lifespan:
         self._task: Any = None  # held, so the lifespan coroutine is not collected while the app lives
 
     async def serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """One request, with the lifespan's state; an exception is also left in the environ for ``deliver``.
+        """One request, with the lifespan's state, bounded by its time limit; the app's exception is left in the environ.
 
-        Starlette answers 500 to an unhandled exception and re-raises it after, which a2wsgi drops.
+        An exception before the answer started, any BaseException, returning without an answer and running
+        out of time raise ``_BridgeFailureError`` (an Exception: a2wsgi hands it to ``deliver``; a SystemExit
+        reaching the loop would stop it). One after the whole answer (Starlette answers 500 to an unhandled
+        exception, then re-raises it), whatever it is, is only left in the environ: the answer stands.
         """
-        if scope["type"] == "http":
-            scope["state"] = dict(self.state)  # a shallow copy per request, as uvicorn gives
+        import asyncio
+
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope["state"] = dict(self.state)  # a shallow copy per request, as uvicorn gives
+        environ = scope.get("wsgi_environ")
+        environ = environ if isinstance(environ, dict) else {}
+        progress = _Progress(send)
+        request = asyncio.ensure_future(self._guarded(scope, receive, progress.send))
+        try:
+            done, _ = await asyncio.wait({request}, timeout=environ.get(TIMEOUT_KEY))
+        finally:
+            if not request.done():
+                request.cancel()
+        if not done:
+            raise _BridgeFailureError(f"the app did not finish within {environ.get(TIMEOUT_KEY)} s (inactivity_timeout)")
+        raised = request.result()
+        if raised is not None:
+            environ[APP_ERROR_KEY] = raised
+            if progress.finished:  # the whole answer came: it stands
+                return
+            if progress.started and isinstance(raised, Exception):
+                raise raised
+            raise _BridgeFailureError(f"the app raised {type(raised).__name__}") from raised
+        if not progress.started:
+            raise _BridgeFailureError("the ASGI app returned without an answer (no http.response.start)")
+
+    async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any) -> BaseException | None:
+        """Run the app; what it raised (any BaseException: CancelledError, SystemExit...), or None."""
         try:
             await self.app(scope, receive, send)
-        except Exception as error:
-            environ = scope.get("wsgi_environ")
-            if isinstance(environ, dict):
-                environ[APP_ERROR_KEY] = error
-            raise
+        except BaseException as error:  # kept from the loop, which a SystemExit or KeyboardInterrupt would stop
+            return error
+        return None
 
     def start(self, loop: Any, reference: str) -> None:
         """Run the startup; AppLoadError when the app reports it failed or it does not finish in time."""

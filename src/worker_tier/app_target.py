@@ -27,6 +27,9 @@ class SqsdRequest:
     headers: tuple[tuple[str, str], ...]
     body: bytes
     method: str = "POST"
+    # How long the app may take to answer, seconds (the worker sets it: inactivity_timeout, never past the
+    # invocation's remaining time less timeout_margin); None: no bound of Worker Tier's own.
+    timeout_seconds: float | None = None
 
     def header(self, name: str) -> str | None:
         """A header's value by case-insensitive name, or None."""
@@ -36,11 +39,15 @@ class SqsdRequest:
 
 @dataclass(frozen=True)
 class AppResponse:
-    """The app's answer: its status, its headers (lower-case names) and its body."""
+    """The app's answer: its status, its headers (lower-case names) and its body.
+
+    ``error`` describes an exception the app raised or logged while answering (its traceback), or is ''.
+    """
 
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    error: str = ""
 
 
 class AppTarget(Protocol):

@@ -187,6 +187,9 @@ DUE_AT_ATTRIBUTE = "worker_tier.due_at"
 SOURCE_MESSAGE_ID_ATTRIBUTE = "worker_tier.source_message_id"  # a forward's source message: the default idempotency key
 # Receives a message's earlier copies used (a retry re-sent through the delay table); Task.receive_count adds it.
 ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
+# When the original message was first received (epoch ms, SQS's ApproximateFirstReceiveTimestamp), carried on a
+# retry re-sent through the delay table, so retention_period counts from the original (worker_tier.sqsd).
+FIRST_RECEIVED_ATTRIBUTE = "worker_tier.first_received_at"
 
 # HTTP forwarding's signature (docs/container-worker.md shows the app's check): the POST's Unix time, and
 # "v1=" + hex HMAC-SHA256 keyed with the app_signing_secret_arn secret of "<timestamp>.<body>".

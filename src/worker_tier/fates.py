@@ -206,6 +206,11 @@ class Fates:
 
         attributes, internal = message.copy_attributes(record)
         internal[contract.ATTEMPTS_ATTRIBUTE] = str(task.receive_count)
+        first_received = message.first_received_ms(record)
+        if first_received is not None and getattr(self, "app_target", None) is not None:
+            # For an app's message, retention_period counts from the original's first receive (an attribute of
+            # SQS's 10, so only where an app, the one retention applies to, is served)
+            internal[contract.FIRST_RECEIVED_ATTRIBUTE] = str(first_received)
         copy = OutgoingMessage(task.path, task.body, delay=delay, attributes=attributes)
         try:
             [result] = self._client(record).send_batch([copy], _internal_attributes={0: internal})

@@ -21,6 +21,7 @@ from worker_tier.contract import (  # the names are the contract's, re-exported:
     ATTEMPTS_ATTRIBUTE as ATTEMPTS_ATTRIBUTE,
     DUE_AT_ATTRIBUTE as DUE_AT_ATTRIBUTE,
     FAILURE_ATTRIBUTE as FAILURE_ATTRIBUTE,
+    FIRST_RECEIVED_ATTRIBUTE as FIRST_RECEIVED_ATTRIBUTE,
     PATH_ATTRIBUTE as PATH_ATTRIBUTE,
     ROUTING_ATTRIBUTES as ROUTING_ATTRIBUTES,
     SCHEDULED_JOB_BODY as SCHEDULED_JOB_BODY,
@@ -34,6 +35,8 @@ from worker_tier.contract import (  # the names are the contract's, re-exported:
 from worker_tier.errors import AppStatusError, MalformedEventError
 
 MAX_ERROR_MESSAGE_BYTES = 1024
+# The digits of an epoch-milliseconds time (13 until the year 2286; more is no time SQS gives).
+MAX_EPOCH_MS_DIGITS = 16
 # Longest error text a log line or an outcome carries (an error's message can be megabytes).
 MAX_LOGGED_ERROR_CHARS = 4096
 
@@ -154,6 +157,21 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return user, internal
 
 
+def first_received_ms(record: Mapping[str, Any]) -> int | None:
+    """When a record's message was first received (epoch ms): the original's, carried on a retry re-sent through
+    the delay table (``worker_tier.first_received_at``), else SQS's ``ApproximateFirstReceiveTimestamp``; None
+    when the record has neither (a hand-built one)."""
+    attributes = record.get("messageAttributes")
+    carried = attributes.get(FIRST_RECEIVED_ATTRIBUTE) if isinstance(attributes, dict) else None
+    first = carried.get("stringValue") if isinstance(carried, dict) else None
+    if not first:
+        system = record.get("attributes")
+        first = system.get("ApproximateFirstReceiveTimestamp") if isinstance(system, dict) else None
+    if not isinstance(first, str) or not first.isascii() or not first.isdigit() or len(first) > MAX_EPOCH_MS_DIGITS:
+        return None
+    return int(first)
+
+
 def _python_value(value: Mapping[str, Any]) -> Any:
     """An SQS-API attribute value as the Python value the Client turns back into it."""
     base = value["DataType"].partition(".")[0]
@@ -264,8 +282,9 @@ def _plain_str(error: BaseException) -> str:
 def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
     """The ``worker_tier.failure`` fields for an error (docs/design.md, "Message contract").
 
-    An app's answer other than 200 (AppStatusError) adds ``app_status`` and ``app_response``, the first
-    KiB of its body (UTF-8, undecodable bytes replaced).
+    An app's answer other than 200 (an AppStatusError, or the ``__cause__`` of the RetryLater or
+    AppExceptionError it became) adds ``app_status`` and ``app_response``, the first KiB of its body
+    (UTF-8, undecodable bytes replaced).
     """
     reason = {
         "error_type": type(error).__name__,
@@ -274,9 +293,10 @@ def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at:
         "failed_at": failed_at.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "path": path,
     }
-    if isinstance(error, AppStatusError):
-        reason["app_status"] = error.status
-        reason["app_response"] = error.response_body[:MAX_ERROR_MESSAGE_BYTES].decode("utf-8", errors="replace")
+    answer = error if isinstance(error, AppStatusError) else error.__cause__
+    if isinstance(answer, AppStatusError):
+        reason["app_status"] = answer.status
+        reason["app_response"] = answer.response_body[:MAX_ERROR_MESSAGE_BYTES].decode("utf-8", errors="replace")
     return reason
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from worker_tier import contract, message
 from worker_tier.app_target import AppResponse, SqsdRequest
-from worker_tier.errors import AppStatusError, NonRetryableError, RetentionExpiredError, RetryLater
+from worker_tier.errors import AppExceptionError, AppStatusError, NonRetryableError, RetentionExpiredError, RetryLater
 from worker_tier.settings import Settings
 from worker_tier.task import Task
 
@@ -47,6 +47,9 @@ HEADER_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # The SNS envelope a subscription without raw message delivery wraps a message in:
 # https://docs.aws.amazon.com/sns/latest/dg/sns-message-and-json-formats.html#http-notification-json
 SNS_NOTIFICATION_TYPE = "Notification"
+# The longest delta-seconds Retry-After read (over 300 years); a longer one is unreadable (and int() of thousands of
+# digits would raise ValueError).
+MAX_RETRY_AFTER_DIGITS = 10
 # What no header value may hold (RFC 9110, section 5.5): C0 controls but tab, and DEL.
 HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # What a request target's path may hold: visible ASCII only (RFC 9112, section 3.2); anything else percent-encoded.
@@ -207,14 +210,15 @@ def check_retention(task: Task, settings: Settings, now: float) -> None:
     """Raise RetentionExpiredError (it dead-letters) for a message first received more than ``retention_period``
     before ``now`` (epoch seconds).
 
-    sqsd deletes such a message without posting it and without a word; Worker Tier dead-letters it
-    with a reason naming its age and the rule, as nothing may vanish silently.
+    The first receive is the original message's: a retry re-sent through the delay table carries it
+    (``worker_tier.first_received_at``, ``message.first_received_ms``). sqsd deletes such a message without posting
+    it and without a word; Worker Tier dead-letters it with a reason naming its age and the rule, as nothing
+    may vanish silently.
     """
-    system = task.record.get("attributes")
-    first = system.get("ApproximateFirstReceiveTimestamp") if isinstance(system, dict) else None
-    if not isinstance(first, str) or not first.isascii() or not first.isdigit():
+    first = message.first_received_ms(task.record)
+    if first is None:
         return  # a hand-built record: nothing to count from
-    age_seconds = int(now - int(first) / 1000)
+    age_seconds = int(now - first / 1000)
     if age_seconds > settings.retention_period:
         raise RetentionExpiredError(
             f"message {task.message_id} was first received {age_seconds} s ago, more than retention_period "
@@ -226,8 +230,12 @@ def check_retention(task: Task, settings: Settings, now: float) -> None:
 def check_response(request: SqsdRequest, response: AppResponse, now: float) -> None:
     """Apply sqsd's outcome rules to the app's answer: return on 200, else raise what the worker decides on.
 
-    Raises RetryLater for 429 or 503 with a readable ``Retry-After`` (delta-seconds, or an HTTP-date
-    read against ``now``, epoch seconds), and AppStatusError for any other answer (429 and 503 without one included).
+    The status is judged first, whatever the app raised or logged meanwhile (``response.error``): 429 or
+    503 with a readable ``Retry-After`` (delta-seconds, or an HTTP-date read against ``now``, epoch
+    seconds) raises RetryLater; any other answer AppExceptionError when the app raised (its traceback),
+    else AppStatusError (429 and 503 without a ``Retry-After`` included). Each carries the status and the
+    first KiB of the body to the dead-letter reason (``app_status``, ``app_response``): RetryLater and
+    AppExceptionError as their ``__cause__``, an AppStatusError.
 
     Examples
     --------
@@ -236,15 +244,21 @@ def check_response(request: SqsdRequest, response: AppResponse, now: float) -> N
     status = response.status
     if status == 200:
         return
+    answer = AppStatusError(request, status, response.body[:MAX_RESPONSE_BODY_BYTES])
     if status in RETRY_AFTER_STATUSES:
         delay = retry_after_seconds(response.headers.get("retry-after"), now)
         if delay is not None:
-            raise RetryLater(delay, f"the app answered {status} to {request.method} {request.path} with Retry-After {delay} s")
-    raise AppStatusError(request, status, response.body[:MAX_RESPONSE_BODY_BYTES])
+            raise RetryLater(
+                delay, f"the app answered {status} to {request.method} {request.path} with Retry-After {delay} s"
+            ) from answer
+    if response.error:
+        raise AppExceptionError(response.error) from answer
+    raise answer
 
 
 def retry_after_seconds(value: str | None, now: float) -> int | None:
-    """A ``Retry-After`` value in whole seconds from ``now`` (epoch seconds; 0 for a past date); None when absent or unreadable.
+    """A ``Retry-After`` value in whole seconds from ``now`` (epoch seconds; 0 for a past date); None when absent or
+    unreadable (more than ``MAX_RETRY_AFTER_DIGITS`` digits included).
 
     Examples
     --------
@@ -257,7 +271,7 @@ def retry_after_seconds(value: str | None, now: float) -> int | None:
         return None
     text = value.strip()
     if text.isascii() and text.isdigit():
-        return int(text)
+        return int(text) if len(text) <= MAX_RETRY_AFTER_DIGITS else None
     from email.utils import parsedate_to_datetime  # kept off the worker's cold start: few answers carry a date
 
     try:

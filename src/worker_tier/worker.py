@@ -39,6 +39,7 @@ before either sees it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random as _random
 import time
@@ -72,6 +73,9 @@ from worker_tier.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.settings import Settings
 from worker_tier.task import Task
 from worker_tier.visibility import change_visibility
+
+# The shortest time an app is given for a message that started (the invocation's end may leave less).
+MIN_APP_TIMEOUT_SECONDS = 1.0
 
 if TYPE_CHECKING:
     from worker_tier.client import Client
@@ -333,13 +337,21 @@ class Worker(Fates):
             self._unknown_path(task)
         now = self._clock()
         sqsd.check_retention(task, self.settings, now)
-        request = sqsd.request_for(task, self.settings)
+        request = dataclasses.replace(sqsd.request_for(task, self.settings), timeout_seconds=self._app_timeout(invocation))
         started = time.perf_counter()
         try:
             response = target.deliver(request)
         finally:
             invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
         sqsd.check_response(request, response, now)
+
+    def _app_timeout(self, invocation: _Invocation) -> float:
+        """How long the app may take: ``inactivity_timeout`` (sqsd's bound), never past the invocation's remaining
+        time less ``timeout_margin``, so one hung message leaves the batch time to record the others' decisions."""
+        limit = float(self.settings.inactivity_timeout)
+        if invocation.remaining_ms is not None:
+            limit = min(limit, (invocation.remaining_ms() - invocation.margin_ms) / 1000)
+        return max(limit, MIN_APP_TIMEOUT_SECONDS)
 
     def _unknown_path(self, task: Task) -> NoReturn:
         """Raise UnknownPathError: no task is registered for the message's path."""

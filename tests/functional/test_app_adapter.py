@@ -369,3 +369,32 @@ def test_an_asgi_apps_lifespan_state_reaches_each_request():
     request = SqsdRequest("/", headers, b'{"task": "send_email", "arguments": {"to": "ops@example.com"}}')
     # WHEN delivered  THEN the route read the state its lifespan set up
     assert json.loads(target.deliver(request).body) == {"sent_to": "ops@example.com", "via": "smtp://localhost"}
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the loop thread's end, on purpose
+def test_an_asgi_app_whose_loop_stopped_is_served_on_a_new_one():
+    # GIVEN an ASGI app that answers, then stops its event loop from a callback (a SystemExit escaping to the loop)
+    import asyncio
+    import threading
+    import time
+
+    def escape() -> None:
+        raise SystemExit("a callback of the app's")
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/stop":
+            asyncio.get_running_loop().call_later(0.05, escape)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["path"].encode()})
+
+    target = InProcessTarget(app)
+    assert target.deliver(SqsdRequest("/stop", (), b"", timeout_seconds=5)).status == 200
+    time.sleep(0.5)  # the callback has run: the loop thread ended
+    # WHEN the next message is delivered  THEN a new loop serves it
+    answers: list[bytes] = []
+    delivery = threading.Thread(target=lambda: answers.append(target.deliver(SqsdRequest("/next", (), b"", timeout_seconds=5)).body), daemon=True)
+    delivery.start()
+    delivery.join(5)
+    assert answers == [b"/next"]

@@ -12,7 +12,7 @@ import pytest
 
 from worker_tier import contract
 from worker_tier.app_target import AppResponse, SqsdRequest
-from worker_tier.errors import AppStatusError, RetentionExpiredError, RetryLater
+from worker_tier.errors import AppExceptionError, AppStatusError, RetentionExpiredError, RetryLater
 from worker_tier.message import lambda_record
 from worker_tier.settings import Settings
 from worker_tier.sqsd import USER_AGENT, check_response, check_retention, request_for, retry_after_seconds, unwrap_sns
@@ -254,6 +254,32 @@ def test_retry_after_on_another_status_is_not_retry_later():
     # GIVEN a 500 with a Retry-After  WHEN judged  THEN it is a failure: only 429 and 503 ask for a time
     with pytest.raises(AppStatusError):
         check_response(REQUEST, AppResponse(500, {"retry-after": "30"}), NOW)
+
+
+def test_the_status_is_judged_before_an_exception_the_app_raised_or_logged():
+    # GIVEN a 503 + Retry-After the app gave after logging an exception
+    response = AppResponse(503, {"retry-after": "120"}, b"busy", error="the app raised ConnectionError: db down")
+    # WHEN judged  THEN it retries when the app asked, its answer kept as the cause (for the reason's app_status)
+    with pytest.raises(RetryLater) as raised:
+        check_response(REQUEST, response, NOW)
+    assert raised.value.delay_seconds == 120
+    assert isinstance(raised.value.__cause__, AppStatusError) and raised.value.__cause__.status == 503
+
+
+def test_an_error_answer_with_an_exception_fails_with_the_traceback_and_keeps_the_answer():
+    # GIVEN a 500 the app gave with an exception  WHEN judged
+    with pytest.raises(AppExceptionError, match="the app raised KeyError") as raised:
+        check_response(REQUEST, AppResponse(500, {}, b"oops", error="the app raised KeyError: 'x'"), NOW)
+    # THEN its cause carries the status and body
+    assert isinstance(raised.value.__cause__, AppStatusError)
+    assert (raised.value.__cause__.status, raised.value.__cause__.response_body) == (500, b"oops")
+
+
+def test_a_retry_after_of_more_than_ten_digits_is_unreadable():
+    # GIVEN Retry-After values at and past the digit limit  THEN only the shorter one is read
+    assert retry_after_seconds("9" * 10, NOW) == 9_999_999_999
+    assert retry_after_seconds("9" * 11, NOW) is None
+    assert retry_after_seconds("9" * 5000, NOW) is None
 
 
 # -- retention --------------------------------------------------------------------------------------------------------
