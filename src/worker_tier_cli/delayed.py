@@ -86,7 +86,7 @@ def cancel_command(key: str, as_json: bool) -> None:
     """Cancel the delayed message sent with dedupe key KEY and cancellable=True.
 
     Exit 0: cancelled, never delivered. 3: too late, the delay dispatcher has started its minute and it is delivered
-    as sent. 4: no such message. 5: it was not sent cancellable.
+    as sent. 4: no such message. 5: it was not sent cancellable. 6: other reschedules kept moving it.
     """
     from worker_tier import Client
 

@@ -190,7 +190,7 @@ def test_bad_input_to_cancel_and_reschedule_is_a_clear_message_error(world, call
 
 
 def test_a_cancel_that_keeps_losing_to_reschedules_does_not_say_not_found_for_a_live_message(world):
-    from worker_tier.cancellation import NOT_FOUND
+    from worker_tier.cancellation import CONTENDED, NOT_FOUND
     # GIVEN a cancellable message, and another producer rescheduling it before each of the cancel's transactions
     world.client.send("/remind", "r1", delay=2 * HOUR, dedupe_key="k", cancellable=True)
     state = {"inside": False, "n": 0}
@@ -207,3 +207,5 @@ def test_a_cancel_that_keeps_losing_to_reschedules_does_not_say_not_found_for_a_
     world.run_for(3 * HOUR)
     # THEN a NOT_FOUND (the CLI's exit 4, "no such message") is never said of a message that is then delivered
     assert not (outcome.status == NOT_FOUND and world.delivered()), (outcome, world.delivered())
+    # AND it says so: contended (the CLI's exit 6), the message still there
+    assert outcome.status == CONTENDED and [e["MessageBody"] for e in world.delivered()] == ["r1"], outcome
