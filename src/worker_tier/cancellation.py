@@ -22,6 +22,12 @@ No clock decides it: the client's clock only names the minute, and the check is 
 consistent Query could still return a deleted item for about a second, which is why the shard is read
 consistently; ordinary messages (other shards) keep their cheaper reads, so the common path pays nothing.
 
+**A cancelled key.** The cancel does not delete the marker: it marks it cancelled (``CANCELLED_ATTRIBUTE``,
+no item named) and leaves it to expire at due + ``dedupe.DEDUPE_RETENTION_SECONDS``, as a delivered message's
+marker does. So a producer's retry of the very send that was cancelled (a lost answer, at-least-once
+producers) is deduplicated, not stored again: the cancel stays a cancel. The key is free again after that
+retention, exactly as after a delivery.
+
 A reschedule is one transaction too: both minutes' checks, the old item's delete, the new item's put and
 the marker's move. It never leaves two copies, nor none: refused, it leaves the message as it was sent.
 
@@ -53,17 +59,19 @@ CANCELLABLE_MIN_DELAY_SECONDS = delay.DISPATCH_HORIZON_SECONDS
 MAX_MARKER_READS = 3
 DISPATCH_STARTED_CODE = "DispatchStarted"
 ITEM_PK_ATTRIBUTE, ITEM_SK_ATTRIBUTE, CANCELLABLE_ATTRIBUTE = "item_pk", "item_sk", "cancellable"
+CANCELLED_ATTRIBUTE = "cancelled"  # on a cancelled key's marker, kept until it expires so a retried send is deduplicated
 
 # What a cancel or reschedule came to.
 DONE = "done"  # cancelled (never delivered), or moved (delivered once, at the new time)
 STARTED = "dispatch started"  # too late: delivered as sent
 NOT_FOUND = "not found"
 NOT_CANCELLABLE = "not cancellable"
+CONTENDED = "contended"  # other reschedules kept moving it: it is still there, delivered unless cancelled again
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of one cancel or reschedule: ``status`` (DONE, STARTED, NOT_FOUND, NOT_CANCELLABLE) and why."""
+    """What became of one cancel or reschedule: ``status`` (DONE, STARTED, NOT_FOUND, NOT_CANCELLABLE, CONTENDED) and why."""
 
     key: str
     status: str
@@ -101,6 +109,21 @@ def not_started_checks(state_table: str, bucket: int, shard: int) -> list[dict[s
 
 # Entries of ``not_started_checks`` for one minute: the transactions below index their answers by it.
 CHECKS_PER_MINUTE = delay.MAX_SHARDS
+
+
+def check_key(key: object) -> str:
+    """``key`` when it is a non-empty str (a dedupe key); else MessageError naming the value."""
+    if not isinstance(key, str) or not key:
+        raise MessageError(f"a dedupe_key is a non-empty str (the one the message was sent with), got {key!r}")
+    return key
+
+
+def check_reschedule_delay(seconds: float) -> None:
+    """MessageError naming the delay when a reschedule's new time is too soon to cancel, or beyond send's maximum."""
+    check_delay(seconds)
+    if math.ceil(seconds) > delay.MAX_DELAY_SECONDS:
+        raise MessageError(f"a delay of {math.ceil(seconds)} s is beyond the {delay.MAX_DELAY_SECONDS} s (366 days) "
+                           "maximum of a delayed message; reschedule it sooner")
 
 
 def check_delay(seconds: float) -> None:
@@ -149,7 +172,8 @@ class Cancellations:
         return None
 
     def cancel(self, key: str) -> Outcome:
-        """Delete the key's message and marker unless the delay dispatcher has started its minute."""
+        """Delete the key's message and mark its marker cancelled unless the delay dispatcher has started its minute."""
+        check_key(key)
         for _ in range(MAX_MARKER_READS):
             marker = self._marker(key)
             unfit = _unfit(key, marker)
@@ -160,7 +184,7 @@ class Cancellations:
                 self._dynamodb.transact_write_items(TransactItems=[
                     *self._checks_of(place),
                     {"Delete": {"TableName": self._delay_table, "Key": place, **_exists("attribute_exists")}},
-                    {"Delete": {"TableName": self._delay_table, "Key": dedupe.marker_key(key), **_still_at(place)}},
+                    {"Put": {"TableName": self._delay_table, "Item": _cancelled(marker), **_still_at(place)}},  # type: ignore[arg-type]
                 ])
             except Exception as error:
                 refused = _refusals(error)
@@ -171,11 +195,13 @@ class Cancellations:
                     return Outcome(key, NOT_FOUND, f"dedupe_key {key!r}: its marker names an item that is gone (expired)")
                 continue  # the marker moved (a reschedule): read it again
             return Outcome(key, DONE, f"cancelled: it was due {_due_text(place)}; it will never be delivered")
-        return Outcome(key, NOT_FOUND, f"dedupe_key {key!r} kept moving (rescheduled {MAX_MARKER_READS} times while cancelling)")
+        return Outcome(key, CONTENDED, f"dedupe_key {key!r} kept moving (rescheduled {MAX_MARKER_READS} times while "
+                                       "cancelling): it is still there and delivered unless cancelled again")
 
     def reschedule(self, key: str, due_ms: int) -> Outcome:
-        """Move the key's message to ``due_ms`` in one transaction; MessageError when that is too soon."""
-        check_delay(due_ms / 1000 - self._clock())
+        """Move the key's message to ``due_ms`` in one transaction; MessageError when that is too soon or too far."""
+        check_key(key)
+        check_reschedule_delay(due_ms / 1000 - self._clock())
         for _ in range(MAX_MARKER_READS):
             marker = self._marker(key)
             unfit = _unfit(key, marker)
@@ -194,7 +220,8 @@ class Cancellations:
                     return outcome
                 continue
             return Outcome(key, DONE, f"rescheduled from {_due_text(moved.key)} to {_due_text(new.key)}")
-        return Outcome(key, NOT_FOUND, f"dedupe_key {key!r} kept moving (rescheduled {MAX_MARKER_READS} times meanwhile)")
+        return Outcome(key, CONTENDED, f"dedupe_key {key!r} kept moving (rescheduled {MAX_MARKER_READS} times meanwhile): "
+                                       "it is delivered as the last of those left it")
 
     def _move(self, key: str, marker: Mapping[str, Any], old: DelayedMessage, new: DelayedMessage) -> list[dict[str, Any]]:
         """A reschedule's transaction: the old minute's check, the new minute's (when it differs), then the writes."""
@@ -243,6 +270,12 @@ def _location(message: DelayedMessage) -> dict[str, Any]:
     return {ITEM_PK_ATTRIBUTE: message.key[PK], ITEM_SK_ATTRIBUTE: message.key[SK], CANCELLABLE_ATTRIBUTE: {"BOOL": True}}
 
 
+def _cancelled(marker: Mapping[str, Any]) -> dict[str, Any]:
+    """A cancelled key's marker: the same claim (sent, same TTL), naming no item."""
+    kept = {name: value for name, value in marker.items() if name not in (ITEM_PK_ATTRIBUTE, ITEM_SK_ATTRIBUTE)}
+    return {**kept, CANCELLED_ATTRIBUTE: {"BOOL": True}}
+
+
 def _place(marker: Mapping[str, Any]) -> dict[str, Any]:
     """The item key a cancellable marker points at."""
     return {PK: marker[ITEM_PK_ATTRIBUTE], SK: marker[ITEM_SK_ATTRIBUTE]}
@@ -266,6 +299,9 @@ def _unfit(key: str, marker: Mapping[str, Any] | None) -> Outcome | None:
     """NOT_FOUND without a marker, NOT_CANCELLABLE for a key not sent with cancellable=True; else None."""
     if marker is None:
         return Outcome(key, NOT_FOUND, f"no delayed message has dedupe_key {key!r} (never sent, cancelled, or expired)")
+    if marker.get(CANCELLED_ATTRIBUTE, {}).get("BOOL"):
+        return Outcome(key, NOT_FOUND, f"dedupe_key {key!r} was cancelled; a send with it is deduplicated until its "
+                                       "marker expires (due + the dedupe retention)")
     if not marker.get(CANCELLABLE_ATTRIBUTE, {}).get("BOOL"):
         return Outcome(key, NOT_CANCELLABLE, f"dedupe_key {key!r} was not sent with cancellable=True; it is delivered as sent")
     return None

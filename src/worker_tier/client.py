@@ -310,7 +310,8 @@ class Client:
         False when it was not found, was not sent cancellable, or the delay dispatcher
         has started its minute (the race is settled by DynamoDB, never by a clock:
         ``worker_tier.cancellation``); the message is then delivered exactly as sent.
-        A cancelled key may be used again. A DynamoDB error (a transaction conflict,
+        A cancelled key's marker stays until due + the dedupe retention, so a retried send
+        with it is deduplicated (as after a delivery). A DynamoDB error (a transaction conflict,
         throttling) raises, having changed nothing: retrying is safe.
 
         Examples
@@ -326,7 +327,8 @@ class Client:
 
         True: it is delivered once, at the new time. False: it lost the race (or was
         not found, or not cancellable) and is delivered as sent. Never two copies, never
-        none. MessageError when the new time is within the cancel window's 840 s.
+        none. MessageError when the new time is within the cancel window's 840 s or beyond
+        the 366-day maximum, or ``dedupe_key`` is not a str.
         """
         seconds = due_in_seconds(delay, at, self._clock())
         return self.cancellations().reschedule(dedupe_key, math.ceil((self._clock() + seconds) * 1000)).done

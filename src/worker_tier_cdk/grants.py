@@ -11,7 +11,9 @@ The state table's key prefixes, one per owner:
 - ``scheduler#``: the delay dispatcher's lease and watermark (the prefix keeps its first name);
 - ``cron#``: cron tick claims.
 
-The delay table's producers write ``b#`` (delayed messages) and ``dedupe#`` (dedupe-key markers).
+The delay table's producers write ``b#`` (delayed messages) and ``dedupe#`` (dedupe-key markers); to cancel
+and reschedule, they read and delete only the cancellable shard's messages (``CANCELLABLE_MESSAGE_KEY_PATTERN``)
+and the markers.
 
 ``grant_signing_secret``: the one read HTTP forwarding's signing key needs, on that one secret or parameter.
 """
@@ -22,6 +24,8 @@ import re
 from typing import Sequence
 
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
+
+from worker_tier import delay
 
 # The key prefixes are the contract's (worker_tier.contract); tests/infra/test_stack.py checks the runtime's keys start so.
 from worker_tier.contract import (
@@ -35,6 +39,10 @@ from worker_tier.contract import (
 # The contract's prefixes under the names this module exports.
 DELAYED_MESSAGE_KEY_PREFIX = DELAY_BUCKET_KEY_PREFIX
 DEDUPE_KEY_PREFIX = DELAY_DEDUPE_KEY_PREFIX
+# The partition keys of the cancellable shard of every minute (``delay.bucket_key(minute, CANCELLABLE_SHARD)``:
+# ``b#<minute>#15``); IAM's StringLike ``*`` stands for the minute. tests/infra/test_stack.py checks it matches
+# that shard's keys and no other shard's.
+CANCELLABLE_MESSAGE_KEY_PATTERN = delay.bucket_key(0, delay.CANCELLABLE_SHARD).replace("#0#", "#*#", 1)
 
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
@@ -52,7 +60,7 @@ REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
 # Cancellable messages (worker_tier.cancellation): a cancel or reschedule reads the marker and the item (GetItem),
-# deletes them (DeleteItem), and checks in the same transaction that the delay dispatcher has not started the
+# deletes the item (DeleteItem; the marker is Put, cancelled or moved), and checks in the same transaction that the delay dispatcher has not started the
 # minute: a ConditionCheckItem on its minute records in the state table, which writes nothing.
 CANCEL_ACTIONS = ("dynamodb:GetItem", "dynamodb:DeleteItem")
 DISPATCH_STARTED_CHECK_ACTIONS = ("dynamodb:ConditionCheckItem",)
@@ -107,14 +115,22 @@ def grant_delay_produce(
 ) -> None:
     """Let a producer write delayed messages (``b#``) and dedupe-key markers (``dedupe#``) to the delay table, nothing else.
 
-    With ``state_table``, also cancel and reschedule them: read and delete those items, and check the delay
-    dispatcher's minute records (``scheduler#``) without writing them.
+    With ``state_table``, also cancel and reschedule them: read and delete the cancellable shard's messages and
+    the markers (no other shard's messages), and check the delay dispatcher's minute records (``scheduler#``)
+    without writing them.
     """
     grant_items(table, grantee, actions=DELAYED_MESSAGE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
     grant_items(table, grantee, actions=DEDUPE_MARKER_ACTIONS, leading_key_prefixes=[DEDUPE_KEY_PREFIX])
     if state_table is not None:
-        grant_items(table, grantee, actions=CANCEL_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX, DEDUPE_KEY_PREFIX])
+        _grant_keys(table, grantee, CANCEL_ACTIONS, [CANCELLABLE_MESSAGE_KEY_PATTERN, f"{DEDUPE_KEY_PREFIX}*"])
         grant_items(state_table, grantee, actions=DISPATCH_STARTED_CHECK_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])
+
+
+def _grant_keys(table: dynamodb.ITableV2, grantee: iam.IGrantable, actions: Sequence[str], patterns: list[str]) -> iam.Grant:
+    """Allow ``actions`` on ``table``, only on items whose partition key matches one of ``patterns`` (StringLike)."""
+    _check(actions, [pattern.split("*", 1)[0] for pattern in patterns])
+    return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[table.table_arn],
+                                      conditions={LEADING_KEYS_CONDITION: {"dynamodb:LeadingKeys": patterns}})
 
 
 def grant_signing_secret(grantee: iam.IGrantable, arn: str) -> iam.Grant:

@@ -235,9 +235,10 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
     with progress_bar(shown, "redriving", total) as advance:
         moved = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds,
                                      lambda so_far: advance(so_far.moved + so_far.skipped + so_far.failed, None,
-                                                            _counts(so_far)), session.runtime.clock)
+                                                            _counts(so_far)), session.runtime.clock,
+                                     session.runtime.sleep)
     _print_report(moved, "batches", as_json)
-    if moved.failed or moved.not_deleted:
+    if moved.failed or moved.not_deleted or moved.possibly_sent:
         raise SystemExit(1)
 
 
@@ -278,6 +279,12 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
         click.echo(f"  {error}", err=True)
     if report.not_deleted:
         click.echo(f"sent but still in the DLQ (delete by hand): {', '.join(report.not_deleted)}", err=True)
+    if report.possibly_sent:
+        click.echo("possibly sent (SQS's answer was lost; still in the DLQ, check the work queue before moving "
+                   f"them again): {', '.join(report.possibly_sent)}", err=True)
+    for message_id, names in report.attributes_lost.items():
+        click.echo(f"{message_id}: moved without {', '.join(names)}: dropped when it was dead-lettered (SQS's "
+                   "10-attribute quota); the reason kept only their names, so they cannot be restored", err=True)
 
 
 # -- send -------------------------------------------------------------------------------------------

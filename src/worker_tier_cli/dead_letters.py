@@ -62,6 +62,12 @@ class DeadLetter:
         value = self.reason.get("failed_at")
         return str(value) if value else None
 
+    @property
+    def dropped_attributes(self) -> list[str]:
+        """The attributes the dead-lettering dropped (the reason names them; their values are gone)."""
+        names = self.reason.get("dropped_attributes")
+        return [str(name) for name in names] if isinstance(names, list) else []
+
     def original_attributes(self) -> dict[str, dict[str, Any]]:
         """The attributes it came with, without the reason: what a redrive sends back."""
         return {name: value for name, value in self.attributes.items() if name != contract.FAILURE_ATTRIBUTE}

@@ -26,7 +26,7 @@ DEFAULT_LIMIT = 20
 DEFAULT_WITHIN_MINUTES = 60
 MAX_WITHIN_MINUTES = 7 * 24 * 60  # a week of minutes: 16 Queries each, so a bound on what one command reads
 # Exit codes of ``delayed cancel`` when nothing was cancelled (0: cancelled; 2: usage, as every command).
-EXIT_CODES = {cancellation.STARTED: 3, cancellation.NOT_FOUND: 4, cancellation.NOT_CANCELLABLE: 5}
+EXIT_CODES = {cancellation.STARTED: 3, cancellation.NOT_FOUND: 4, cancellation.NOT_CANCELLABLE: 5, cancellation.CONTENDED: 6}
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def cancel_command(key: str, as_json: bool) -> None:
     """Cancel the delayed message sent with dedupe key KEY and cancellable=True.
 
     Exit 0: cancelled, never delivered. 3: too late, the delay dispatcher has started its minute and it is delivered
-    as sent. 4: no such message. 5: it was not sent cancellable.
+    as sent. 4: no such message. 5: it was not sent cancellable. 6: other reschedules kept moving it.
     """
     from worker_tier import Client
 

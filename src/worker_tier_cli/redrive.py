@@ -7,8 +7,15 @@ is skipped; one whose send failed is counted failed and stays in the DLQ. Both a
 again) until the move ends, then released. A delete that fails after its send leaves that message in
 both queues: it is counted in ``not_deleted`` and named, so it can be removed by hand.
 
-A run moves only what was in the DLQ when it began, each body once (see ``move_batches``): beside a
-live worker that dead-letters the moved messages again, it ends rather than moving them round and round.
+A run moves only what was in the DLQ when it began (see ``arrived_since``): beside a live worker that
+dead-letters the moved messages again, it ends rather than moving them round and round, and it moves every
+message that was there, however many share a body.
+
+A SendMessageBatch whose answer is lost (a timeout, a dropped connection) may or may not have sent its
+messages: they stay in the DLQ and are named in ``possibly_sent``, never counted as merely failed; check the
+work queue before moving them again. An attribute the worker dropped when it dead-lettered a message (SQS's
+10-attribute quota, named in the reason's ``dropped_attributes``) cannot be restored, as the reason keeps only
+its name: each such message is named in ``attributes_lost`` with the names.
 
 Without a filter, ``start_move_task`` asks SQS to move everything (StartMessageMoveTask) and
 ``follow_move_task`` polls it to the end; the local environment (moto) has no move task, so the command
@@ -26,6 +33,8 @@ from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any, Callable
 
+from botocore.exceptions import ClientError
+
 from worker_tier import limits, message
 from worker_tier.retry import batches
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, receive, release
@@ -33,6 +42,8 @@ from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filte
 MOVE_VISIBILITY_SECONDS = 300  # a batch is sent and deleted well within this; held ones are released at the end
 MOVE_TASK_POLL_SECONDS = 2.0
 MOVE_TASK_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+TICK_POLL_SECONDS = 0.05  # how often the start reads SQS's Date header, waiting for its second to change
+MAX_TICK_POLLS = 30  # 1.5 s of polls: a second must have ended by then
 
 
 @dataclass
@@ -42,76 +53,115 @@ class MoveReport:
     moved: int = 0
     skipped: int = 0
     failed: int = 0
-    # Left for the next run: dead-lettered after the move began (SentTimestamp), or the same body and path as
-    # one this run moved (a worker beside it dead-lettered the moved message again within the same second).
+    # Left for the next run: dead-lettered after the move began (``arrived_since``).
     arrived: int = 0
     not_deleted: list[str] = field(default_factory=list)
+    # Held in the DLQ, but their SendMessageBatch's answer was lost: they may also be in the work queue.
+    possibly_sent: list[str] = field(default_factory=list)
+    # Message id -> the attributes its dead-lettering dropped (by name only): moved without them.
+    attributes_lost: dict[str, list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
 def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
                  wait_seconds: int = RECEIVE_WAIT_SECONDS,
                  progress: Callable[[MoveReport], None] = lambda report: None,
-                 clock: Callable[[], float] = time.time) -> MoveReport:
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> MoveReport:
     """Move the dead letters ``which`` matches, one received batch at a time; see the module docstring.
 
-    Only those in the DLQ when it began, each body once: a message dead-lettered since (SQS's SentTimestamp
-    after the start, by SQS's own clock, to the second) or one with the body and path of a message this run
-    moved is held and counted in ``arrived``, so a redrive beside a worker that dead-letters the moved
-    messages again moves each once and ends, instead of moving them round and round.
+    Only those in the DLQ when it began: one dead-lettered since (``arrived_since``) is held and counted in
+    ``arrived``, so a redrive beside a worker that dead-letters the moved messages again moves each once and ends.
     """
     report = MoveReport()
     held: dict[str, DeadLetter] = {}
     fifo = queue_url.endswith(".fifo")
-    started_ms = server_time_ms(sqs, dlq_url, clock)
-    moved: set[tuple[str, str]] = set()
+    started_ms = server_start_ms(sqs, dlq_url, clock, sleep)
     try:
         while True:
             fresh = [m for m in receive(sqs, dlq_url, MOVE_VISIBILITY_SECONDS, wait_seconds) if m.message_id not in held]
             if not fresh:
                 return report
-            arrived = [m for m in fresh if int(m.system.get("SentTimestamp", 0)) > started_ms or (m.path, m.body) in moved]
+            arrived = [m for m in fresh if arrived_since(m, started_ms)]
             matching = [m for m in fresh if m not in arrived and which.matches(m)]
             skipped = [m for m in fresh if m not in matching and m not in arrived]
             report.skipped, report.arrived = report.skipped + len(skipped), report.arrived + len(arrived)
             held.update((m.message_id, m) for m in [*skipped, *arrived])
-            failures = _move(sqs, dlq_url, queue_url, matching, fifo, report)
-            for failed in failures:
+            for failed in _move(sqs, dlq_url, queue_url, matching, fifo, report):
                 held[failed.message_id] = failed
-            moved.update((m.path, m.body) for m in matching if m not in failures)
             progress(report)
     finally:
         release(sqs, dlq_url, list(held.values()))
 
 
-def server_time_ms(sqs: Any, queue_url: str, clock: Callable[[], float] = time.time) -> int:
-    """SQS's clock now, from a response's Date header (whole seconds, so the end of that second); else ``clock``."""
+def arrived_since(letter: DeadLetter, started_ms: int) -> bool:
+    """Whether ``letter`` reached the DLQ at or after ``started_ms`` (SQS's clock), so a run begun then leaves it.
+
+    A message with our reason, or one never received before this run's receive (ApproximateReceiveCount 1), was
+    sent to the DLQ by the worker: its SentTimestamp is when it was dead-lettered. One without a reason that was
+    received before may have been moved by SQS's own redrive policy, which keeps its original SentTimestamp; it
+    must have been received in the work queue before it died, so it arrived before the run only if both its
+    SentTimestamp and its ApproximateFirstReceiveTimestamp are before the start. Where SQS would count this run's
+    own receive as the first, such a message is left for the next run, never moved early.
+    """
+    sent_ms = int(letter.system.get("SentTimestamp", 0))
+    if letter.reason or int(letter.system.get("ApproximateReceiveCount", 1)) <= 1:
+        return sent_ms >= started_ms
+    return max(sent_ms, int(letter.system.get("ApproximateFirstReceiveTimestamp", 0))) >= started_ms
+
+
+def server_start_ms(sqs: Any, queue_url: str, clock: Callable[[], float] = time.time,
+                    sleep: Callable[[float], None] = time.sleep) -> int:
+    """A start on SQS's clock to the millisecond: the instant its Date header (whole seconds) turns to the next second.
+
+    The run begins once that tick is seen, so every message SQS timestamped before the tick was there before it.
+    Without a Date header (an endpoint that sends none), ``clock``.
+    """
+    first = _server_second(sqs, queue_url)
+    if first is None:
+        return int(clock() * 1000)
+    for _ in range(MAX_TICK_POLLS):
+        sleep(TICK_POLL_SECONDS)
+        second = _server_second(sqs, queue_url)
+        if second is not None and second > first:
+            return second * 1000
+    return (first + 1) * 1000
+
+
+def _server_second(sqs: Any, queue_url: str) -> int | None:
+    """SQS's clock now in whole seconds, from a response's Date header; None without one."""
     response = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
     date = (response.get("ResponseMetadata") or {}).get("HTTPHeaders", {}).get("date")
     try:
-        return int(parsedate_to_datetime(date).timestamp()) * 1000 + 999 if date else int(clock() * 1000)
+        return int(parsedate_to_datetime(date).timestamp()) if date else None
     except (TypeError, ValueError):
-        return int(clock() * 1000)
+        return None
 
 
 def _move(sqs: Any, dlq_url: str, queue_url: str, letters: list[DeadLetter], fifo: bool,
           report: MoveReport) -> list[DeadLetter]:
     """Send ``letters`` to the work queue, delete those sent; return those whose send failed."""
     failed: list[DeadLetter] = []
+    unsure: list[DeadLetter] = []
     for batch in _send_batches(letters):
         by_id = {str(i): letter for i, letter in enumerate(batch)}
         try:
             response = sqs.send_message_batch(QueueUrl=queue_url, Entries=[_entry(i, m, fifo) for i, m in by_id.items()])
-        except Exception as error:  # the whole call failed: nothing of this batch was sent
+        except ClientError as error:  # SQS answered: the whole call was refused, nothing of this batch was sent
             report.errors.append(f"SendMessageBatch: {error}")
             failed.extend(batch)
+            continue
+        except Exception as error:  # no answer: SQS may have sent them; held, and named as possibly sent
+            report.errors.append(f"SendMessageBatch: {error}")
+            report.possibly_sent.extend(m.message_id for m in batch)
+            unsure.extend(batch)
             continue
         for entry in response.get("Failed") or []:
             report.errors.append(f"{by_id[entry['Id']].message_id}: {entry.get('Code')}: {entry.get('Message')}")
             failed.append(by_id[entry["Id"]])
         _delete(sqs, dlq_url, [by_id[s["Id"]] for s in response.get("Successful") or []], report)
     report.failed += len(failed)
-    return failed
+    return failed + unsure
 
 
 def _send_batches(letters: list[DeadLetter]) -> Iterator[list[DeadLetter]]:
@@ -132,6 +182,7 @@ def _entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:
 def _delete(sqs: Any, dlq_url: str, sent: list[DeadLetter], report: MoveReport) -> None:
     """Delete what was sent from the DLQ; what SQS does not delete is named in ``not_deleted``."""
     report.moved += len(sent)
+    report.attributes_lost.update((m.message_id, m.dropped_attributes) for m in sent if m.dropped_attributes)
     if not sent:
         return
     entries = [{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(sent)]

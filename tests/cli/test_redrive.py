@@ -13,6 +13,8 @@ from tests.strict_sqs import StrictSQS
 from worker_tier import contract
 from worker_tier.errors import NonRetryableError
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
+from worker_tier_cli.dead_letters import DeadLetter
+from worker_tier_cli.redrive import arrived_since
 
 
 class FailingSQS(StrictSQS):
@@ -175,3 +177,22 @@ def test_redrive_beside_a_worker_that_dead_letters_them_again_moves_each_once_an
     assert (report["moved"], report["arrived"], report["failed"]) == (25, 25, 0)
     assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"p{n}": 1 for n in range(25)})
     assert deployment.depth(deployment.dlq_url) == 25
+
+
+def _letter(reason, **system):
+    return DeadLetter("m", "r", "b", {}, {k: str(v) for k, v in system.items()}, reason)
+
+
+def test_arrived_since_judges_by_sqs_timestamps_and_a_moved_message_by_its_first_receive():
+    start = 1_000_000
+    # GIVEN dead letters with our reason (sent to the DLQ by the worker): by SentTimestamp alone
+    assert not arrived_since(_letter({"path": "/a"}, SentTimestamp=start - 1, ApproximateReceiveCount=5), start)
+    assert arrived_since(_letter({"path": "/a"}, SentTimestamp=start, ApproximateReceiveCount=1), start)
+    # AND without a reason, never received before this run: by SentTimestamp too
+    assert not arrived_since(_letter({}, SentTimestamp=start - 1, ApproximateReceiveCount=1), start)
+    # THEN one without a reason moved by SQS's redrive policy (old SentTimestamp, received before) arrived when
+    # its first receive is after the start, and was there before only if that receive was before it
+    assert arrived_since(_letter({}, SentTimestamp=start - 60_000, ApproximateReceiveCount=3,
+                                 ApproximateFirstReceiveTimestamp=start + 5), start)
+    assert not arrived_since(_letter({}, SentTimestamp=start - 60_000, ApproximateReceiveCount=3,
+                                     ApproximateFirstReceiveTimestamp=start - 5), start)

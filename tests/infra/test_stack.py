@@ -27,6 +27,7 @@ from worker_tier_cdk.code import TaskCode, TaskCodeError
 from worker_tier_cdk.cron_config import CronConfigError
 from worker_tier_cdk.stack import WorkerTierStack
 from worker_tier_cdk.grants import (
+    CANCELLABLE_MESSAGE_KEY_PATTERN,
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
     IDEMPOTENCY_KEY_PREFIX,
@@ -391,6 +392,32 @@ def test_delay_producers_write_only_messages_and_dedupe_markers():
     ]
 
 
+def test_delay_producers_that_cancel_read_and_delete_only_the_cancellable_shard_and_markers():
+    # GIVEN a delay table, a state table and a producer's role
+    stack = cdk.Stack(cdk.App(), "Canceller")
+    key = dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING)
+    table, state = dynamodb.TableV2(stack, "Delays", partition_key=key), dynamodb.TableV2(stack, "State", partition_key=key)
+    role = iam.Role(stack, "Producer", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    # WHEN it is granted production with cancel and reschedule
+    grant_delay_produce(table, role, state_table=state)
+    # THEN it may get and delete only the cancellable shard's messages (b#<minute>#15) and dedupe# markers, and only
+    # check the delay dispatcher's minute records
+    [policy] = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert [(s["Action"], s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]) for s in statements] == [
+        (["dynamodb:BatchWriteItem", "dynamodb:PutItem"], ["b#*"]),
+        (["dynamodb:PutItem", "dynamodb:DeleteItem"], ["dedupe#*"]),
+        (["dynamodb:GetItem", "dynamodb:DeleteItem"], ["b#*#15", "dedupe#*"]),
+        ("dynamodb:ConditionCheckItem", ["scheduler#*"]),
+    ]
+    # AND the pattern (IAM's StringLike: * is any run of characters) matches the cancellable shard of any minute only
+    assert CANCELLABLE_MESSAGE_KEY_PATTERN == "b#*#15"
+    pattern = re.compile(re.escape(CANCELLABLE_MESSAGE_KEY_PATTERN).replace(r"\*", ".*"))
+    minute = 29_000_000
+    assert pattern.fullmatch(delay.bucket_key(minute, delay.CANCELLABLE_SHARD))
+    assert not any(pattern.fullmatch(delay.bucket_key(minute, shard)) for shard in range(delay.CANCELLABLE_SHARD))
+
+
 def test_every_role_reaches_only_its_own_items_of_the_shared_tables(template):
     # GIVEN every DynamoDB statement on the state table, and every write to the delay table
     statements = [
@@ -401,10 +428,10 @@ def test_every_role_reaches_only_its_own_items_of_the_shared_tables(template):
     # (the recovery function's stream reads are on the stream's ARN, not on items)
     statements = [(role, s) for role, s in statements if "StreamArn" not in json.dumps(s["Resource"])]
     assert len({role for role, _ in statements}) >= 4  # worker, scheduler, recovery, cron
-    # THEN each is limited by its partition-key prefix
+    # THEN each is limited by its partition-key prefix (or to the cancellable shard's messages)
     for role, statement in statements:
         keys = statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
-        assert keys and all(k.endswith("#*") for k in keys), (role, statement)
+        assert keys and all(k.endswith("#*") or k == CANCELLABLE_MESSAGE_KEY_PATTERN for k in keys), (role, statement)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ from worker_tier.cancellation import (
     STARTED,
     not_started_checks,
 )
-from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, bucket_key, new_message_id, parse_bucket_key
+from worker_tier import cancellation
+from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, TTL_ATTRIBUTE, bucket_key, new_message_id, parse_bucket_key, read_item
 from worker_tier.dispatch_group import group_of
 from worker_tier.dedupe import marker_key
 from worker_tier.dispatcher import DelayDispatcher, minute_key
@@ -61,20 +62,24 @@ def world() -> World:
     return World()
 
 
-def test_a_cancelled_message_is_never_delivered_and_its_key_is_free_again(world):
+def test_a_cancelled_message_is_never_delivered_and_its_key_is_held_until_its_retention(world):
     # GIVEN a cancellable message due in a day
     world.client.send("/remind", "r1", delay=24 * HOUR, dedupe_key="remind-7", cancellable=True)
     # WHEN it is cancelled
     cancelled = world.client.cancel("remind-7")
-    # THEN cancel says True, nothing is left in the table, and nothing is ever delivered
+    # THEN cancel says True, only the key's marker is left in the table, marked cancelled, and nothing is ever delivered
     assert cancelled is True
-    assert world.items() == []
+    [marker] = world.dynamodb.tables["delay"].values()
+    assert marker[cancellation.CANCELLED_ATTRIBUTE] == {"BOOL": True} and cancellation.ITEM_PK_ATTRIBUTE not in marker
     world.run_for(25 * HOUR)
     assert world.delivered() == []
-    # AND the key may be used again
+    # AND a send with the key before its marker expires is deduplicated; after it, the key is free again
     world.client.send("/remind", "r2", delay=2 * HOUR, dedupe_key="remind-7", cancellable=True)
     world.run_for(3 * HOUR)
-    assert [e["MessageBody"] for e in world.delivered()] == ["r2"]
+    assert world.delivered() == []
+    world.now = int(marker[TTL_ATTRIBUTE]["N"]) + 1
+    world.client.send("/remind", "r3", delay=2 * HOUR, dedupe_key="remind-7", cancellable=True)
+    assert [read_item(v).body for v in world.dynamodb.tables["delay"].values() if v["pk"]["S"].startswith("b#")] == ["r3"]
 
 
 def test_a_cancel_after_the_dispatcher_started_the_minute_returns_false_and_it_is_delivered_once(world):
@@ -301,7 +306,7 @@ def test_a_cancel_racing_a_reschedule_reads_the_marker_again_and_cancels_the_mov
     cancelled = world.client.cancel("k")
     # THEN the reschedule took effect, the cancel then removed the moved message, and nothing is ever delivered
     assert moved == [True] and cancelled is True
-    assert world.items() == []
+    assert world.items() == [(marker_key("k")["pk"]["S"], marker_key("k")["sk"]["S"])]  # only the cancelled key's marker
     world.run_for(6 * HOUR)
     assert world.delivered() == []
 
