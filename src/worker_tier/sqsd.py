@@ -123,7 +123,9 @@ def _common_headers(task: Task, settings: Settings, routed: str | None) -> list[
         ("User-Agent", USER_AGENT),
         ("X-Aws-Sqsd-Msgid", task.message_id),
         ("X-Aws-Sqsd-Receive-Count", str(task.receive_count)),
-        ("X-Aws-Sqsd-First-Received-At", _header_time(system.get("ApproximateFirstReceiveTimestamp"))),
+        # The first receive of the message as its producer sent it: a retry rescheduled through the delay table is a
+        # new SQS message, and carries the original's (``message.first_received_ms``).
+        ("X-Aws-Sqsd-First-Received-At", _header_time(str(message.first_received_ms(task.record) or ""))),
         ("X-Aws-Sqsd-Sent-At", _header_time(system.get("SentTimestamp"))),
         ("X-Aws-Sqsd-Queue", task.queue),
     ]

@@ -326,7 +326,6 @@ def test_attributes_differing_only_in_case_or_dash_vs_underscore_both_reach_the_
     assert values == ["A, B", "C, D"], f"attributes silently overwrote each other: {values}"
 
 
-@pytest.mark.xfail(reason="finding 10: request_for's header value rules are the fixfwd branch's; remove on merge")
 def test_an_attribute_value_with_cr_lf_is_not_given_to_the_app_as_a_header_value():
     # sqsd (Ruby Net::HTTP) refuses a header value with CR/LF; no HTTP server hands one to an app
     environ = _environ_for({"note": "line1\r\nX-Injected: yes"})
