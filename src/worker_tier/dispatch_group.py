@@ -312,3 +312,14 @@ def shard_positions(read: Callable[[str], Mapping[str, Any] | None]) -> dict[int
 def read_positions(read: Callable[[str], Mapping[str, Any] | None]) -> GroupPositions:
     """Every group's position under the current layout; StateError when the layout is unreadable (or lost)."""
     return Layout.from_item(read(LAYOUT_KEY)).group_positions(read)
+
+
+def state_reader(dynamodb: Any, state_table: str) -> Callable[[str], dict[str, Any] | None]:
+    """A strongly consistent GetItem of the state table by key, as ``shard_positions`` and ``read_positions`` take it."""
+    def read(key: str) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = dynamodb.get_item(
+            TableName=state_table, Key={STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=True
+        ).get("Item")
+        return item
+
+    return read

@@ -15,8 +15,7 @@ from typing import Any, Iterator
 import click
 
 from worker_tier import cancellation, contract, delay
-from worker_tier.contract import STATE_PARTITION_KEY
-from worker_tier.dispatch_group import StateError, shard_positions
+from worker_tier.dispatch_group import StateError, shard_positions, state_reader
 from worker_tier.errors import MessageError
 from worker_tier.message import format_due_at
 from worker_tier_cli.output import emit_json, table
@@ -113,11 +112,7 @@ def _start(dynamodb: Any, state_table: str | None, now: float) -> tuple[int, dic
     if not state_table:
         return here, {}
 
-    def read(key: str) -> dict[str, Any] | None:
-        item: dict[str, Any] | None = dynamodb.get_item(
-            TableName=state_table, Key={STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=True
-        ).get("Item")
-        return item
+    read = state_reader(dynamodb, state_table)
 
     try:
         positions = shard_positions(read)

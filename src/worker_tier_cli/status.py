@@ -18,8 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from worker_tier import delay
-from worker_tier.contract import STATE_PARTITION_KEY
-from worker_tier.dispatch_group import StateError, read_positions
+from worker_tier.dispatch_group import StateError, read_positions, state_reader
 
 QUEUE_COUNTS = {
     "visible": "ApproximateNumberOfMessages",
@@ -58,11 +57,7 @@ def oldest_age_seconds(cloudwatch: Any, queue_url: str, now: float) -> int | Non
 def watermark(dynamodb: Any, state_table: str, now: float) -> dict[str, Any]:
     """The delay dispatcher's watermark (the earliest of its groups'): its minute (ISO and number) and its lag behind
     ``now`` in minutes."""
-    def read(key: str) -> dict[str, Any] | None:
-        item: dict[str, Any] | None = dynamodb.get_item(
-            TableName=state_table, Key={STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=True
-        ).get("Item")
-        return item
+    read = state_reader(dynamodb, state_table)
 
     try:
         groups = read_positions(read)

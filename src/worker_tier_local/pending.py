@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from worker_tier import contract, delay
-from worker_tier.dispatch_group import StateError, shard_positions
+from worker_tier.dispatch_group import StateError, shard_positions, state_reader
 
 QUEUE_COUNT_ATTRIBUTES = {  # SQS's approximate counts, by what a person calls them
     "waiting": "ApproximateNumberOfMessages",
@@ -103,11 +103,7 @@ def undispatched(dynamodb: Any, delay_table: str, state_table: str) -> tuple[int
 
 def _positions(dynamodb: Any, state_table: str) -> dict[int, tuple[int, str]]:
     """The dispatcher's (minute, cursor) per shard; minute -1 (nothing dispatched) where unknown or unreadable."""
-    def read(key: str) -> dict[str, Any] | None:
-        item: dict[str, Any] | None = dynamodb.get_item(
-            TableName=state_table, Key={contract.STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=True
-        ).get("Item")
-        return item
+    read = state_reader(dynamodb, state_table)
 
     try:
         return shard_positions(read)
