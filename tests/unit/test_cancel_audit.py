@@ -6,16 +6,11 @@ from typing import Any
 
 import pytest
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.fakes import FakeSQS
-from worker_tier import Client
+from tests.unit import test_cancel
 from worker_tier.delay import BUCKET_SECONDS
 from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatcher import DelayDispatcher
 
-START = 1_800_000_000.0  # a minute boundary
-QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
-DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq"
+START, QUEUE, DLQ = test_cancel.START, test_cancel.QUEUE, test_cancel.DLQ
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
 HOUR = 3600
 
@@ -33,29 +28,13 @@ def stream_record(sequence: int, event_name: str, item: dict, at_s: float) -> di
             "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
 
 
-class World:
+class World(test_cancel.World):
+    """test_cancel's world, with the safety net beside the dispatcher."""
+
     def __init__(self) -> None:
-        self.now = START
-        self.dynamodb = FakeDynamoDB()
-        self.dynamodb.create_table("delay", "pk", "sk")
-        self.dynamodb.create_table("state", "pk")
-        self.sqs = FakeSQS(clock=lambda: self.now)
-        self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now,
-                             sleep=lambda s: None, state_table="state")
-        self.dispatcher = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs,
-                                          dynamodb=self.dynamodb, clock=lambda: self.now, sleep=lambda s: None,
-                                          parallel=False)
+        super().__init__()
         self.recovery = DelayRecovery("state", QUEUE, DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
                                       clock=lambda: self.now, sleep=lambda s: None)
-
-    def run_for(self, seconds: float) -> None:
-        end = self.now + seconds
-        while self.now < end:
-            self.dispatcher.run()
-            self.now += BUCKET_SECONDS
-
-    def delivered(self) -> list[dict]:
-        return list(self.sqs.by_queue.get(QUEUE, []))
 
     def message_items(self) -> list[dict]:
         return [dict(v) for k, v in self.dynamodb.tables["delay"].items() if v["pk"]["S"].startswith("b#")]
