@@ -49,7 +49,7 @@ from worker_tier.contract import DELAY_PARTITION_KEY as PK
 from worker_tier.contract import DELAY_SORT_KEY as SK
 from worker_tier.contract import STATE_PARTITION_KEY
 from worker_tier.delay import DelayedMessage
-from worker_tier.dispatch_group import group_of
+from worker_tier.dispatch_group import minute_keys
 from worker_tier.errors import MessageError
 from worker_tier.message import format_due_at
 
@@ -98,13 +98,12 @@ def not_started_checks(state_table: str, bucket: int, shard: int) -> list[dict[s
     >>> [c["ConditionCheck"]["Key"]["pk"]["S"] for c in not_started_checks("state", 30_000_000, 15)][:2]
     ['scheduler#minute#30000000', 'scheduler#2.1#minute#30000000']
     """
-    keys = dict.fromkeys(group_of(shard, count).minute_key(bucket) for count in range(1, delay.MAX_SHARDS + 1))
     return [{"ConditionCheck": {
         "TableName": state_table,
         "Key": {STATE_PARTITION_KEY: {"S": key}},
         "ConditionExpression": "attribute_not_exists(#pk)",
         "ExpressionAttributeNames": {"#pk": STATE_PARTITION_KEY},
-    }} for key in keys]
+    }} for key in minute_keys(bucket, shard)]
 
 
 # Entries of ``not_started_checks`` for one minute: the transactions below index their answers by it.
