@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 os.environ.update(
     {
         "AWS_ACCESS_KEY_ID": "testing",
@@ -17,3 +19,14 @@ os.environ.update(
 )
 os.environ.pop("AWS_ENDPOINT_URL", None)
 os.environ.pop("AWS_PROFILE", None)
+
+
+@pytest.fixture
+def outcomes():
+    """Every worker outcome (``worker_tier.fates.Outcome``) emitted while the test runs, in order."""
+    from worker_tier.fates import add_outcome_listener, remove_outcome_listener
+
+    seen: list = []
+    add_outcome_listener(seen.append)
+    yield seen
+    remove_outcome_listener(seen.append)

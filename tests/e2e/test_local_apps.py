@@ -25,8 +25,6 @@ from worker_tier.worker import (
     OUTCOME_RETRYING,
     OUTCOME_SUCCEEDED,
     Outcome,
-    add_outcome_listener,
-    remove_outcome_listener,
 )
 from worker_tier_local import LocalEnvironment
 from worker_tier_local import messages as example_messages
@@ -60,14 +58,6 @@ def app(request) -> str | None:
     )
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
     return None
-
-
-@pytest.fixture
-def outcomes():
-    seen: list[Outcome] = []
-    add_outcome_listener(seen.append)
-    yield seen
-    remove_outcome_listener(seen.append)
 
 
 def _fates(outcomes: list[Outcome], sent: dict[str, str]) -> dict[str, list[str]]:

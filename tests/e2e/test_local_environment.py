@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from worker_tier import contract
 from worker_tier_local import LocalEnvironment
@@ -17,20 +16,9 @@ from worker_tier.worker import (
     OUTCOME_DEAD_LETTERED,
     OUTCOME_RETRYING,
     OUTCOME_SUCCEEDED,
-    Outcome,
-    add_outcome_listener,
-    remove_outcome_listener,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def outcomes():
-    seen: list[Outcome] = []
-    add_outcome_listener(seen.append)
-    yield seen
-    remove_outcome_listener(seen.append)
 
 
 def test_example_tasks_meet_their_three_fates(outcomes):

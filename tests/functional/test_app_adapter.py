@@ -20,7 +20,7 @@ from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
 from worker_tier.app_target import SqsdRequest, target_from_settings
 from worker_tier.container import Consumer
 from worker_tier.errors import AppLoadError
-from worker_tier.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED, Outcome, add_outcome_listener, remove_outcome_listener
+from worker_tier.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED
 from worker_tier.protection import TaskProtection
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
@@ -40,14 +40,6 @@ def app(request) -> str:
     """An app reference, its ``received`` list cleared."""
     received(request.param).clear()
     return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def outcomes():
-    seen: list[Outcome] = []
-    add_outcome_listener(seen.append)
-    yield seen
-    remove_outcome_listener(seen.append)
 
 
 def received(reference: str) -> list[dict[str, Any]]:

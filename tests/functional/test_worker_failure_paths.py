@@ -21,10 +21,7 @@ from worker_tier.worker import (
     OUTCOME_HELD_BACK,
     OUTCOME_RESCHEDULED,
     VISIBILITY_SAFETY_MARGIN_SECONDS,
-    Outcome,
     Worker,
-    add_outcome_listener,
-    remove_outcome_listener,
 )
 
 START = 1_800_000_000.0  # the tests' wall clock at the receive
@@ -50,14 +47,6 @@ def published():
 
     yield sums
     observability.metrics.clear_metrics()
-
-
-@pytest.fixture
-def outcomes():
-    seen: list[Outcome] = []
-    add_outcome_listener(seen.append)
-    yield seen
-    remove_outcome_listener(seen.append)
 
 
 def worker_for(aws: AwsWorld, tasks: Registry, clock: Clock | None = None, **options) -> Worker:
