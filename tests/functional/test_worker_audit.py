@@ -13,7 +13,6 @@ from tests.functional.test_worker_failure_paths import (  # noqa: F401 - fixture
     entries,
     failure_ids,
     one_task,
-    outcomes,
     published,
     raise_,
     reason_of,
