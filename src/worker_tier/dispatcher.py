@@ -26,8 +26,11 @@ the group's lease in the state table so its runs never overlap:
    back: ``worker_tier.cancellation``), sends the pages merged in due order with
    ``DelaySeconds = ceil(due − now)`` (0..900, ``now`` read just before each
    SendMessageBatch call, retries included), in waves of one SendMessageBatch
-   per thread (``DISPATCH_THREADS``) in flight together, then saves each shard's
-   cursor over what was handled (a wave is a prefix of the round in due order).
+   per thread (``DISPATCH_THREADS``) in flight together, each batch at the moment
+   in the second that rounds its DelaySeconds least (``worker_tier.send_moment``;
+   at most ``POSTPONED_BATCHES`` wait for theirs), then saves each shard's cursor
+   over what was handled (a wave is a prefix of the round in due order but for
+   the batches waiting, which go first from ``ALIGNING_STOPS_MS`` before the margin).
    Every answer of a wave is taken in (accepted messages counted, refusals
    dead-lettered) before a failure in it stops the run.
    When every shard is done the record gets ``finished_ms`` and the watermark
@@ -72,11 +75,12 @@ import json
 import math
 import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from worker_tier import contract, delay, delivery, limits
+from worker_tier import contract, delay, delivery, limits, send_moment
 from worker_tier.aws import AwsService, LazyClient, error_code, is_condition_failure, new_client
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY, STATE_TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
@@ -140,6 +144,15 @@ ROUND_ITEMS = QUERY_PAGE_ITEMS * delay.MAX_SHARDS
 # The run's threads: one Query per shard in flight at once, and as many SendMessageBatch calls. A botocore
 # client pools 10 connections by default; the dispatcher's clients pool this many.
 DISPATCH_THREADS = 16
+# At most this many batches of a round wait for their moment in the second (worker_tier.send_moment) at once, ahead of
+# later ones already sent: what a run that dies mid-round sends again beyond its handled prefix is bounded by it.
+POSTPONED_BATCHES = 4 * DISPATCH_THREADS
+# From this long before a run's margin (RUN_MARGIN_MS) no batch waits for its moment, and those waiting go first: a
+# run that stops for time has sent none beyond its cursors. POSTPONED_BATCHES take 4 waves, well within it.
+ALIGNING_STOPS_MS = 5_000
+# A run stopping for time with batches still waiting (a wave overran the margin) sends them while this much is left:
+# the first calls of a wave end above SEND_FLOOR_MS.
+FLUSH_FLOOR_MS = SEND_FLOOR_MS + DISPATCHER_CALL_SECONDS * 1000
 # A horizon beyond SQS's longest DelaySeconds would send a message that SQS then shows early (DelaySeconds clamps).
 MAX_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 TIME_RUNNING_OUT = "invocation time running out"
@@ -703,20 +716,65 @@ class _MinuteDispatch:
     def _send_all(self, messages: list[DelayedMessage]) -> bool:
         """Send in waves of one batch per thread, checking the time before each wave; False when time ran low.
 
-        A wave is a prefix of the round in due order, as each shard's page is, so a run
-        that stops for time has sent only what its cursors pass.
+        A batch waits for its moment in the second (``worker_tier.send_moment``): a wave takes the
+        batches whose moment it is, in due order, and sets aside the others ahead of it, at most
+        ``POSTPONED_BATCHES``, until theirs comes (within ``send_moment.MAX_WAIT_MS``). So a wave is
+        a prefix of the round in due order but for those set aside. From ``ALIGNING_STOPS_MS`` before
+        the run's margin no batch waits and the set-aside ones go first, so that a run stopping for
+        time has sent only what its cursors pass (``_send_waiting`` when a wave overran).
         """
         attributes = [delay.with_due_at(m) for m in messages]
-        batches = list(_batches([message_bytes(m.body, a) for m, a in zip(messages, attributes, strict=True)]))
-        for wave in chunks(batches, DISPATCH_THREADS):
+        pending = deque(_batches([message_bytes(m.body, a) for m, a in zip(messages, attributes, strict=True)]))
+        moments = {id(batch): send_moment.moment([messages[i].due_ms for i in batch]) for batch in pending}
+        postponed: list[list[int]] = []
+        while pending or postponed:
             if self.dispatcher._time_low(self.remaining_ms):
                 self.report.stopped = TIME_RUNNING_OUT
+                self._send_waiting(messages, attributes, postponed)
                 return False
-            self._send_wave(messages, attributes, list(wave))
+            aligning = not self.dispatcher._time_low(self.remaining_ms, RUN_MARGIN_MS + ALIGNING_STOPS_MS)
+            self._send_wave(messages, attributes, self._next_wave(pending, postponed, moments if aligning else {}))
             if self.out_of_time:
                 self.report.stopped = TIME_RUNNING_OUT
                 return False
         return True
+
+    def _send_waiting(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], postponed: list[list[int]]) -> None:
+        """At a stop for time, the batches still waiting for their moment, while a wave's first calls can end above the send floor.
+
+        Otherwise (a wave overran the margin) they stay unsent, and the next run sends again what
+        this one sent after them: each shard's cursor passes only its handled prefix.
+        """
+        for wave in chunks(postponed, DISPATCH_THREADS):
+            if self.dispatcher._time_low(self.remaining_ms, FLUSH_FLOOR_MS) or self.out_of_time:
+                return
+            self._send_wave(messages, attributes, list(wave))
+
+    def _next_wave(self, pending: deque[list[int]], postponed: list[list[int]],
+                   moments: dict[int, send_moment.Moment | None]) -> list[list[int]]:
+        """Up to one batch per thread whose moment it is (any batch without one in ``moments``): the set-aside first, then the next in due order.
+
+        When none is at its moment, the run sleeps until the nearest comes; if the clock has not
+        moved as slept, the earliest set-aside batch goes anyway, so every wave sends at least one.
+        """
+        def ready(now_ms: float) -> Callable[[list[int]], bool]:
+            return lambda batch: send_moment.wait_ms(moments.get(id(batch)), now_ms) == 0
+
+        now_ms = self.dispatcher._clock() * 1000
+        wave = list(filter(ready(now_ms), postponed))[:DISPATCH_THREADS]
+        while len(wave) < DISPATCH_THREADS and pending:
+            if ready(now_ms)(pending[0]):
+                wave.append(pending.popleft())
+            elif len(postponed) < POSTPONED_BATCHES:
+                postponed.append(pending.popleft())
+            else:
+                break
+        if not wave:
+            self.dispatcher._sleep(min(send_moment.wait_ms(moments.get(id(batch)), now_ms) for batch in postponed) / 1000)
+            wave = list(filter(ready(self.dispatcher._clock() * 1000), postponed))[:DISPATCH_THREADS] or postponed[:1]
+        taken = {id(batch) for batch in wave}
+        postponed[:] = [batch for batch in postponed if id(batch) not in taken]
+        return wave
 
     def _send_wave(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], wave: list[list[int]]) -> None:
         """The wave's batches in flight together; every answer is taken in (refusals dead-lettered), then the first failure raised.

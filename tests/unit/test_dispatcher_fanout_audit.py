@@ -287,7 +287,7 @@ def test_two_new_groups_racing_to_write_the_layout_agree_and_lose_nothing(world)
     ids = world.store_minute("m", 30)
     world.scheduler().run()
     world.now += 400
-    world.scheduler().run(lambda: 60_000 if len(world.sqs.sent) < 100 else 0)  # G = 1 stops mid-minute, cursors saved
+    world.scheduler().run(lambda: 60_000 if len(world.sqs.sent) < 100 else 9_500)  # G = 1 stops mid-minute, cursors saved
     raced = []
 
     def fault(operation, params):  # group 1 of 4 runs whole between group 0's layout read and its layout put
@@ -314,7 +314,7 @@ def test_the_safety_net_during_a_change_sends_each_expired_undispatched_item_and
     ids = world.store_minute("m", 30)
     world.scheduler().run()
     world.now += 400
-    world.scheduler().run(lambda: 60_000 if len(world.sqs.sent) < 200 else 0)  # G = 1 stops mid-minute
+    world.scheduler().run(lambda: 60_000 if len(world.sqs.sent) < 200 else 9_500)  # G = 1 stops mid-minute
     before = set(world.sent_ids())
     world.group(2, 4).run(lambda: 0)  # group 2 of 4 changes the layout (epoch 1, seeded) and stops at once
     assert Layout.from_item(world.state(LAYOUT_KEY)).groups == 4
