@@ -384,11 +384,12 @@ SUSTAINED_MINUTES = 20
 # One minute of slack, so capacity shows within the window: a deeper horizon only delays the same backlog.
 SUSTAINED_HORIZON_SECONDS = 2 * BUCKET_SECONDS
 RUN_JITTER_SECONDS = 2.0  # EventBridge fires a run within the first seconds of its minute
-# On time at scale: a minute's p99 lateness, due -> visible, within 1 s (issue #11's figure): the rounding of
-# DelaySeconds up to whole seconds (at most send_moment.ALIGNED_ROUNDING_MS for a batch sent at its moment, up to 1 s
-# for one that cannot be) plus the time from the clock read for DelaySeconds to SQS receiving the call, which under a
-# full CPU (the model's one GIL at a fraction of a vCPU) grows with the wave.
-ON_TIME_P99_SECONDS = 1.0
+# Carried at scale (no backlog, and punctual): a minute's p99 lateness, due -> visible, within 2 s. It is the rounding
+# of DelaySeconds up to whole seconds (at most send_moment.ALIGNED_ROUNDING_MS for a batch sent at its moment, up to
+# 1 s for one spread too wide to have one) plus the time from the clock read for DelaySeconds to SQS receiving the
+# call, which under a full CPU (the model's one GIL at a fraction of a vCPU) grows with the wave: at 256 MB a wave's
+# last call goes ~0.3 s after its clock read. The p99 against issue #11's 1 s is a figure of its own (GOALS).
+ON_TIME_P99_SECONDS = 2.0
 SEARCH_STEP_MESSAGES = 500  # the largest on-time minute is found to within this
 GOAL_MINUTE_MESSAGES = 1_000_000
 # Our own code's CPU per dispatched message at one vCPU, beside botocore's (network_model.CLIENT_CPU_SECONDS and _PER_ITEM):
