@@ -28,9 +28,10 @@ the group's lease in the state table so its runs never overlap:
    SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, each batch at the moment
    in the second that rounds its DelaySeconds least (``worker_tier.send_moment``;
-   at most ``POSTPONED_BATCHES`` wait for theirs), then saves each shard's cursor
-   over what was handled (a wave is a prefix of the round in due order but for
-   the batches waiting, which go first from ``ALIGNING_STOPS_MS`` before the margin).
+   at most ``POSTPONED_BATCHES`` wait for theirs, and ``AHEAD_MESSAGES`` go past
+   them meanwhile), then saves each shard's cursor over what was handled (a wave
+   is a prefix of the round in due order but for those, which go first from
+   ``ALIGNING_STOPS_MS`` before the margin).
    Every answer of a wave is taken in (accepted messages counted, refusals
    dead-lettered) before a failure in it stops the run.
    When every shard is done the record gets ``finished_ms`` and the watermark
@@ -104,7 +105,7 @@ from worker_tier.delivery import (  # noqa: F401 (the errors: part of this modul
 )
 from worker_tier.errors import SettingsError, WorkerTierError
 from worker_tier.message import message_bytes
-from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, batches, chunks
+from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, batches
 from worker_tier.state import Lease
 
 # State-table keys: every key the dispatcher writes starts with "scheduler#". These are group 0 of 1's, the keys
@@ -144,15 +145,22 @@ ROUND_ITEMS = QUERY_PAGE_ITEMS * delay.MAX_SHARDS
 # The run's threads: one Query per shard in flight at once, and as many SendMessageBatch calls. A botocore
 # client pools 10 connections by default; the dispatcher's clients pool this many.
 DISPATCH_THREADS = 16
-# At most this many batches of a round wait for their moment in the second (worker_tier.send_moment) at once, ahead of
-# later ones already sent: what a run that dies mid-round sends again beyond its handled prefix is bounded by it.
+# At most this many batches of a round wait for their moment in the second (worker_tier.send_moment) at once (a busy
+# minute's batches come round in runs of a quarter of a second of due times: 26 batches at 1,000 a second), and while
+# any wait, at most AHEAD_MESSAGES later ones go: a run that stops mid-round sends again at most AHEAD_MESSAGES plus
+# POSTPONED_BATCHES' messages (its cursors pass the handled prefix of each shard).
 POSTPONED_BATCHES = 4 * DISPATCH_THREADS
-# From this long before a run's margin (RUN_MARGIN_MS) no batch waits for its moment, and those waiting go first: a
-# run that stops for time has sent none beyond its cursors. POSTPONED_BATCHES take 4 waves, well within it.
+AHEAD_MESSAGES = POSTPONED_BATCHES * limits.SQS_MAX_BATCH_ENTRIES
+# From this long before a run's margin (RUN_MARGIN_MS) no batch waits for its moment, and those waiting go first:
+# POSTPONED_BATCHES take 4 waves, which fit while AWS answers each within 1.25 s.
 ALIGNING_STOPS_MS = 5_000
 # A run stopping for time with batches still waiting (a wave overran the margin) sends them while this much is left:
 # the first calls of a wave end above SEND_FLOOR_MS.
 FLUSH_FLOOR_MS = SEND_FLOOR_MS + DISPATCHER_CALL_SECONDS * 1000
+# The sleeps a wave may take for a moment (a sleep may end a hair early) before the batch nearest its moment goes.
+MOMENT_SLEEPS = 3
+# A clock that has not moved over a sleep this long is stuck: no batch of the minute waits again.
+STUCK_AFTER_SLEEP_MS = 5
 # A horizon beyond SQS's longest DelaySeconds would send a message that SQS then shows early (DelaySeconds clamps).
 MAX_HORIZON_SECONDS = limits.SQS_MAX_DELAY_SECONDS
 TIME_RUNNING_OUT = "invocation time running out"
@@ -657,6 +665,8 @@ class _MinuteDispatch:
         self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
         self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
         self.out_of_time = False  # a send was not started or retried for time: the run stops after the wave
+        self.ahead = 0  # messages sent since the oldest batch waiting for its moment was set aside (send moments)
+        self.clock_stuck = False  # the clock did not move as slept: no batch of the minute waits again
 
     def run(self) -> bool:
         """True when every shard of the minute is dispatched; False when the run must stop."""
@@ -718,10 +728,12 @@ class _MinuteDispatch:
 
         A batch waits for its moment in the second (``worker_tier.send_moment``): a wave takes the
         batches whose moment it is, in due order, and sets aside the others ahead of it, at most
-        ``POSTPONED_BATCHES``, until theirs comes (within ``send_moment.MAX_WAIT_MS``). So a wave is
-        a prefix of the round in due order but for those set aside. From ``ALIGNING_STOPS_MS`` before
-        the run's margin no batch waits and the set-aside ones go first, so that a run stopping for
-        time has sent only what its cursors pass (``_send_waiting`` when a wave overran).
+        ``POSTPONED_BATCHES``, until theirs comes (within ``send_moment.MAX_WAIT_MS``); while any wait,
+        at most ``AHEAD_MESSAGES`` of later ones go. So a wave is a prefix of the round in due order
+        but for those, and a run that stops mid-round sends again at most ``AHEAD_MESSAGES`` plus the
+        set-aside batches' messages. From ``ALIGNING_STOPS_MS`` before the run's margin no batch waits
+        and the set-aside ones go first, and a run stopping for time with some still set aside sends
+        them (``_send_waiting``), so it has sent only what its cursors pass.
         """
         attributes = [delay.with_due_at(m) for m in messages]
         pending = deque(_batches([message_bytes(m.body, a) for m, a in zip(messages, attributes, strict=True)]))
@@ -732,7 +744,7 @@ class _MinuteDispatch:
                 self.report.stopped = TIME_RUNNING_OUT
                 self._send_waiting(messages, attributes, postponed)
                 return False
-            aligning = not self.dispatcher._time_low(self.remaining_ms, RUN_MARGIN_MS + ALIGNING_STOPS_MS)
+            aligning = not self.clock_stuck and not self.dispatcher._time_low(self.remaining_ms, RUN_MARGIN_MS + ALIGNING_STOPS_MS)
             self._send_wave(messages, attributes, self._next_wave(pending, postponed, moments if aligning else {}))
             if self.out_of_time:
                 self.report.stopped = TIME_RUNNING_OUT
@@ -740,38 +752,57 @@ class _MinuteDispatch:
         return True
 
     def _send_waiting(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], postponed: list[list[int]]) -> None:
-        """At a stop for time, the batches still waiting for their moment, while a wave's first calls can end above the send floor.
+        """At a stop for time, the batches still waiting for their moment, wave by wave while a wave's calls can end above the send floor.
 
-        Otherwise (a wave overran the margin) they stay unsent, and the next run sends again what
-        this one sent after them: each shard's cursor passes only its handled prefix.
+        Otherwise (a wave overran the margin, or AWS answers slowly) the rest stay unsent, and the
+        next run sends again what this one sent after them: each shard's cursor passes only its
+        handled prefix (at most ``AHEAD_MESSAGES`` plus ``POSTPONED_BATCHES``' messages).
         """
-        for wave in chunks(postponed, DISPATCH_THREADS):
-            if self.dispatcher._time_low(self.remaining_ms, FLUSH_FLOOR_MS) or self.out_of_time:
-                return
-            self._send_wave(messages, attributes, list(wave))
+        while postponed and not self.dispatcher._time_low(self.remaining_ms, FLUSH_FLOOR_MS) and not self.out_of_time:
+            wave, postponed[:] = postponed[:DISPATCH_THREADS], postponed[DISPATCH_THREADS:]
+            self._send_wave(messages, attributes, wave)
 
     def _next_wave(self, pending: deque[list[int]], postponed: list[list[int]],
                    moments: dict[int, send_moment.Moment | None]) -> list[list[int]]:
         """Up to one batch per thread whose moment it is (any batch without one in ``moments``): the set-aside first, then the next in due order.
 
-        When none is at its moment, the run sleeps until the nearest comes; if the clock has not
-        moved as slept, the earliest set-aside batch goes anyway, so every wave sends at least one.
+        When none is at its moment, the run sleeps until the nearest comes (again, if it woke a
+        little early). If the clock did not move as slept, the batch nearest its moment goes, and no
+        batch of the minute waits again: every wave sends at least one, and a stuck clock costs one sleep.
         """
-        def ready(now_ms: float) -> Callable[[list[int]], bool]:
-            return lambda batch: send_moment.wait_ms(moments.get(id(batch)), now_ms) == 0
+        def wait(batch: list[int], now_ms: float) -> float:
+            return send_moment.wait_ms(moments.get(id(batch)), now_ms)
+
+        def ready(now_ms: float) -> list[list[int]]:
+            return [batch for batch in postponed if wait(batch, now_ms) == 0][:DISPATCH_THREADS]
 
         now_ms = self.dispatcher._clock() * 1000
-        wave = list(filter(ready(now_ms), postponed))[:DISPATCH_THREADS]
+        wave = ready(now_ms)
+        if not postponed:
+            self.ahead = 0
         while len(wave) < DISPATCH_THREADS and pending:
-            if ready(now_ms)(pending[0]):
-                wave.append(pending.popleft())
+            if wait(pending[0], now_ms) == 0:
+                if postponed and self.ahead + len(pending[0]) > AHEAD_MESSAGES:
+                    break
+                batch = pending.popleft()
+                wave.append(batch)
+                self.ahead += len(batch) if postponed else 0
             elif len(postponed) < POSTPONED_BATCHES:
                 postponed.append(pending.popleft())
             else:
                 break
-        if not wave:
-            self.dispatcher._sleep(min(send_moment.wait_ms(moments.get(id(batch)), now_ms) for batch in postponed) / 1000)
-            wave = list(filter(ready(self.dispatcher._clock() * 1000), postponed))[:DISPATCH_THREADS] or postponed[:1]
+        for _ in range(MOMENT_SLEEPS):
+            if wave:
+                break
+            sleep_ms = min(wait(batch, now_ms) for batch in postponed)
+            self.dispatcher._sleep(sleep_ms / 1000)
+            later_ms = self.dispatcher._clock() * 1000
+            if later_ms <= now_ms and sleep_ms >= STUCK_AFTER_SLEEP_MS:
+                self.clock_stuck = True
+                break
+            now_ms = max(now_ms, later_ms)
+            wave = ready(now_ms)
+        wave = wave or [min(postponed, key=lambda batch: wait(batch, now_ms))]
         taken = {id(batch) for batch in wave}
         postponed[:] = [batch for batch in postponed if id(batch) not in taken]
         return wave

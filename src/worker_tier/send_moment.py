@@ -22,8 +22,8 @@ Examples
 >>> batch = moment([1_800_000_100_250, 1_800_000_100_270])
 >>> batch
 Moment(start_ms=250, spread_ms=20, earliest_due_ms=1800000100250)
->>> wait_ms(batch, 1_800_000_000_100.0)  # the fractions come round at .270 (and a millisecond's guard)
-171.0
+>>> wait_ms(batch, 1_800_000_000_100.0)  # the fractions come round at .270 (and a guard of 2 ms)
+172.0
 >>> wait_ms(batch, 1_800_000_000_300.0)  # sent now, rounded up by 50 ms at most
 0.0
 >>> wait_ms(moment([1_800_000_100_000, 1_800_000_100_600]), 1_800_000_000_100.0)  # spread too wide: at once
@@ -43,7 +43,9 @@ ALIGNED_ROUNDING_MS = 800
 MAX_SPREAD_MS = 50
 # A moment starts this long after the last due time's fraction: sent exactly on it, float error in due − now can round
 # a whole second up.
-GUARD_MS = 1
+GUARD_MS = 2
+# A wait this short counts as none (a sleep may end a hair early): under GUARD_MS, so still after the last due time's fraction.
+READY_WITHIN_MS = 1
 # The longest a batch waits for its moment: the part of the second outside its window.
 MAX_WAIT_MS = SECOND_MS - (ALIGNED_ROUNDING_MS - MAX_SPREAD_MS - GUARD_MS)
 # A batch with a message due within this of now goes at once: waiting would only make that message later.
@@ -95,4 +97,5 @@ def wait_ms(batch: Moment | None, now_ms: float) -> float:
     since_start = (now_ms - batch.start_ms) % SECOND_MS  # the rounding of the arc's first message, if sent now
     if batch.spread_ms + GUARD_MS <= since_start <= ALIGNED_ROUNDING_MS:
         return 0.0
-    return (batch.start_ms + batch.spread_ms + GUARD_MS - now_ms) % SECOND_MS
+    left = (batch.start_ms + batch.spread_ms + GUARD_MS - now_ms) % SECOND_MS
+    return 0.0 if left <= READY_WITHIN_MS else left  # a sleep that ends a hair short (float error) is on time

@@ -66,4 +66,4 @@ def test_across_the_whole_second_the_arc_wraps():
     batch = moment([BASE_MS + 995, BASE_MS + 1_003])
     assert (batch.start_ms, batch.spread_ms) == (995, 8)
     assert wait_ms(batch, BASE_MS - 10_000 + 500) == 0  # rounded up by 505 and 497 ms
-    assert wait_ms(batch, BASE_MS - 10_000 + 900) == 104  # by 905 and 897 ms: it waits until .003 comes round
+    assert wait_ms(batch, BASE_MS - 10_000 + 900) == 105  # by 905 and 897 ms: it waits until .003 comes round
