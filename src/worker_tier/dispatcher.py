@@ -28,10 +28,9 @@ the group's lease in the state table so its runs never overlap:
    SendMessageBatch call, retries included), in waves of one SendMessageBatch
    per thread (``DISPATCH_THREADS``) in flight together, each batch at the moment
    in the second that rounds its DelaySeconds least (``worker_tier.send_moment``;
-   at most ``POSTPONED_BATCHES`` wait for theirs, and ``AHEAD_MESSAGES`` go past
-   them meanwhile), then saves each shard's cursor over what was handled (a wave
-   is a prefix of the round in due order but for those, which go first from
-   ``ALIGNING_STOPS_MS`` before the margin).
+   at most ``POSTPONED_BATCHES`` wait for theirs while later ones go), then saves
+   each shard's cursor over what was handled (a wave is a prefix of the round in
+   due order but for those, which go first from ``ALIGNING_STOPS_MS`` before the margin).
    Every answer of a wave is taken in (accepted messages counted, refusals
    dead-lettered) before a failure in it stops the run.
    When every shard is done the record gets ``finished_ms`` and the watermark
@@ -145,12 +144,11 @@ ROUND_ITEMS = QUERY_PAGE_ITEMS * delay.MAX_SHARDS
 # The run's threads: one Query per shard in flight at once, and as many SendMessageBatch calls. A botocore
 # client pools 10 connections by default; the dispatcher's clients pool this many.
 DISPATCH_THREADS = 16
-# At most this many batches of a round wait for their moment in the second (worker_tier.send_moment) at once (a busy
-# minute's batches come round in runs of a quarter of a second of due times: 26 batches at 1,000 a second), and while
-# any wait, at most AHEAD_MESSAGES later ones go: a run that stops mid-round sends again at most AHEAD_MESSAGES plus
-# POSTPONED_BATCHES' messages (its cursors pass the handled prefix of each shard).
+# At most this many batches of a round wait for their moment in the second (worker_tier.send_moment) at once: a busy
+# minute's batches come round in runs of a quarter of a second of due times (26 batches at 1,000 a second). Later ones
+# go past them meanwhile, so a run that stops mid-round with some still waiting sends again, next run, what went past
+# them: at most the round (ROUND_ITEMS), as for a run that dies (its cursors pass the handled prefix of each shard).
 POSTPONED_BATCHES = 4 * DISPATCH_THREADS
-AHEAD_MESSAGES = POSTPONED_BATCHES * limits.SQS_MAX_BATCH_ENTRIES
 # From this long before a run's margin (RUN_MARGIN_MS) no batch waits for its moment, and those waiting go first:
 # POSTPONED_BATCHES take 4 waves, which fit while AWS answers each within 1.25 s.
 ALIGNING_STOPS_MS = 5_000
@@ -665,7 +663,6 @@ class _MinuteDispatch:
         self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
         self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
         self.out_of_time = False  # a send was not started or retried for time: the run stops after the wave
-        self.ahead = 0  # messages sent since the oldest batch waiting for its moment was set aside (send moments)
         self.clock_stuck = False  # the clock did not move as slept: no batch of the minute waits again
 
     def run(self) -> bool:
@@ -728,10 +725,8 @@ class _MinuteDispatch:
 
         A batch waits for its moment in the second (``worker_tier.send_moment``): a wave takes the
         batches whose moment it is, in due order, and sets aside the others ahead of it, at most
-        ``POSTPONED_BATCHES``, until theirs comes (within ``send_moment.MAX_WAIT_MS``); while any wait,
-        at most ``AHEAD_MESSAGES`` of later ones go. So a wave is a prefix of the round in due order
-        but for those, and a run that stops mid-round sends again at most ``AHEAD_MESSAGES`` plus the
-        set-aside batches' messages. From ``ALIGNING_STOPS_MS`` before the run's margin no batch waits
+        ``POSTPONED_BATCHES``, until theirs comes (within ``send_moment.MAX_WAIT_MS``). So a wave is a
+        prefix of the round in due order but for those. From ``ALIGNING_STOPS_MS`` before the run's margin no batch waits
         and the set-aside ones go first, and a run stopping for time with some still set aside sends
         them (``_send_waiting``), so it has sent only what its cursors pass.
         """
@@ -752,11 +747,11 @@ class _MinuteDispatch:
         return True
 
     def _send_waiting(self, messages: list[DelayedMessage], attributes: list[dict[str, Any]], postponed: list[list[int]]) -> None:
-        """At a stop for time, the batches still waiting for their moment, wave by wave while a wave's calls can end above the send floor.
+        """At a stop for time, the batches still waiting for their moment, wave by wave while ``FLUSH_FLOOR_MS`` is left.
 
-        Otherwise (a wave overran the margin, or AWS answers slowly) the rest stay unsent, and the
-        next run sends again what this one sent after them: each shard's cursor passes only its
-        handled prefix (at most ``AHEAD_MESSAGES`` plus ``POSTPONED_BATCHES``' messages).
+        Otherwise (a wave overran the margin, or AWS answers so slowly that the waves do not fit)
+        the rest stay unsent, and the next run sends again what this one sent after them (each
+        shard's cursor passes only its handled prefix): at most the round, as when a run dies.
         """
         while postponed and not self.dispatcher._time_low(self.remaining_ms, FLUSH_FLOOR_MS) and not self.out_of_time:
             wave, postponed[:] = postponed[:DISPATCH_THREADS], postponed[DISPATCH_THREADS:]
@@ -778,15 +773,9 @@ class _MinuteDispatch:
 
         now_ms = self.dispatcher._clock() * 1000
         wave = ready(now_ms)
-        if not postponed:
-            self.ahead = 0
         while len(wave) < DISPATCH_THREADS and pending:
             if wait(pending[0], now_ms) == 0:
-                if postponed and self.ahead + len(pending[0]) > AHEAD_MESSAGES:
-                    break
-                batch = pending.popleft()
-                wave.append(batch)
-                self.ahead += len(batch) if postponed else 0
+                wave.append(pending.popleft())
             elif len(postponed) < POSTPONED_BATCHES:
                 postponed.append(pending.popleft())
             else:
