@@ -118,7 +118,7 @@ class FakeDynamoDB:
         ghosts = {} if ConsistentRead else {k: v for k, v in self.ghosts.get(TableName, {}).items() if k[0] == pk and self.stale(k)}
         if not self.partitions[TableName].get(pk) and not ghosts:
             return {"Items": [], "Count": 0}
-        table = {**ghosts, **self.tables[TableName]}
+        table = {**ghosts, **self.tables[TableName]} if ghosts else self.tables[TableName]
         keys = self._sorted_keys(TableName, pk) if not ghosts else sorted({*self.partitions[TableName].get(pk, ()), *ghosts})
         first = 0 if ExclusiveStartKey is None else bisect.bisect_right(keys, self._key(TableName, ExclusiveStartKey))
         size = min(Limit or self.page_size, self.page_size)
