@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
-from worker_tier import contract, delay, limits, sqs_rules
+from worker_tier import contract, delay, limits, send_moment, sqs_rules
 from worker_tier.aws import error_code
 from worker_tier.delay import DelayedMessage, UnreadableItemError
 from worker_tier.contract import PATH_ATTRIBUTE
@@ -210,7 +210,8 @@ class Delivery:
         """Send one batch until each entry is accepted or refused for a sender fault, or ``BATCH_ENTRIES`` runs out.
 
         Entries in neither set kept failing transiently. An entry whose id is in ``due_ms``
-        gets its ``DelaySeconds`` from the clock read just before each call (``entry``).
+        gets its ``DelaySeconds`` from the clock read just before each call (``entry``); a retry of
+        such entries waits for their moment in the second (``worker_tier.send_moment``).
         No retry starts once ``time_low()`` (then ``out_of_time``).
         """
         sent = Sent()
@@ -219,6 +220,11 @@ class Delivery:
             if attempt and time_low is not None and time_low():
                 sent.out_of_time = True
                 break
+            if attempt and due_ms:  # a retry, too, goes at the moment in the second that rounds its delays least
+                wait_ms = send_moment.wait_ms(send_moment.moment(
+                    [due_ms[entry["Id"]] for batch in batches for entry in batch if entry["Id"] in due_ms]), self._clock() * 1000)
+                if wait_ms:
+                    self._sleep(wait_ms / 1000)
             batches = [again for batch in batches for again in self._send_batch(queue_url, batch, sent, due_ms or {})]
             if not batches:
                 break
@@ -259,10 +265,10 @@ class Delivery:
                 f"(refused by the work queue: {refusal}): {sent.refused.get('0') or sent.unsent(BATCH_ENTRIES.attempts)}"
             )
 
-    def dead_letter_unreadable(self, item: dict[str, Any], problem: str) -> None:
+    def dead_letter_unreadable(self, item: dict[str, Any], problem: str, time_low: Callable[[], bool] | None = None) -> None:
         """Send the DLQ a pointer to an item that is not a delayed message; it stays in the table until its TTL.
 
-        Raises DispatchIncompleteError when the DLQ does not take it.
+        Raises DispatchIncompleteError when the DLQ does not take it (no retry starts once ``time_low()``).
         """
         pk, sk = item[contract.DELAY_PARTITION_KEY]["S"], item[contract.DELAY_SORT_KEY]["S"]
         reason = self._reason(UnreadableItemError(
@@ -272,7 +278,7 @@ class Delivery:
         body = {"delay_table": self.delay_table, contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: sk, "reason": reason,
                 "item_head": json.dumps(item, default=repr)[:POINTER_BODY_HEAD_BYTES]}
         entry = {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes({}, reason)}
-        sent = self.deliver(self.dead_letter_queue_url, [entry])
+        sent = self.deliver(self.dead_letter_queue_url, [entry], time_low=time_low)
         if not sent.accepted:
             raise DispatchIncompleteError(
                 f"dead-letter queue {self.dead_letter_queue_url} did not take the pointer to unreadable item {pk} / {sk}: "

@@ -38,9 +38,10 @@ the group's lease in the state table so its runs never overlap:
    reads these records);
 3. stop before the invocation's time runs out, between any two waves (no wave
    starts with less than ``RUN_MARGIN_MS`` left, and inside one no send or DLQ
-   send starts with less than ``SEND_FLOOR_MS``; every call is bounded by the
-   clients' timeouts, ``DISPATCHER_CALL_SECONDS``); the cursors and the
-   watermark stay true.
+   send starts with less than ``SEND_FLOOR_MS``, no refile or DLQ pointer once
+   time is low, and no state call is retried with less than ``STATE_RETRY_FLOOR_MS``;
+   every call is bounded by the clients' timeouts, ``DISPATCHER_CALL_SECONDS``);
+   the cursors and the watermark stay true.
 
 Before a round's first send, each item that is not a delayed message (``delay.read_item``)
 goes to the DLQ as a pointer with its reason, and each item due in a later minute
@@ -135,6 +136,8 @@ DISPATCHER_CALL_SECONDS = DISPATCHER_CONNECT_TIMEOUT_SECONDS + DISPATCHER_READ_T
 # worst cursor write after the wave (3 s). So a wave, started with RUN_MARGIN_MS (10 s) left, ends its sends
 # with >= 3 s left: 10 s >= 6 s floor + 2 s (BATCH_ENTRIES' longest pause, before the floor is checked) + 2 s spare.
 SEND_FLOOR_MS = 2 * DISPATCHER_CALL_SECONDS * 1000
+# A state-table call is retried only while a pause (STATE_CALLS' longest, 2 s) and one more call fit in the run's time.
+STATE_RETRY_FLOOR_MS = 2_000 + DISPATCHER_CALL_SECONDS * 1000
 RUN_MARGIN_MS = 10_000
 # A round holds one page per shard: at most MAX_SHARDS pages of 100 items, or of 1 MB (DynamoDB's page cap) for big items.
 QUERY_PAGE_ITEMS = 100
@@ -261,6 +264,7 @@ class DelayDispatcher:
         self._pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
         self._refiled_buckets: set[int] = set()  # minutes this dispatcher refiled into: Queried consistently
         self._siblings: dict[int, DelayDispatcher] = {self.group.index: self}
+        self._remaining_ms: Callable[[], int] | None = None  # the run's time left, for state-call retries
 
     def for_group(self, index: int) -> DelayDispatcher:
         """The dispatcher of group ``index`` of this one's group count, sharing its clients, clock and pool; made once."""
@@ -279,6 +283,7 @@ class DelayDispatcher:
         if not self._acquire(holder):
             return RunReport(ran=False, group=self.group.index, stopped="another run holds the lease")
         report = RunReport(group=self.group.index)
+        self._remaining_ms = remaining_ms
         own_pool = ThreadPoolExecutor(max_workers=DISPATCH_THREADS) if self._given_pool is None and self._parallel else None
         self._pool = self._given_pool or own_pool
         try:
@@ -401,7 +406,7 @@ class DelayDispatcher:
             result.stored.append((item[contract.DELAY_SORT_KEY]["S"], message))
         return result
 
-    def _refile(self, item: dict[str, Any], message: DelayedMessage) -> bool:
+    def _refile(self, item: dict[str, Any], message: DelayedMessage, time_low: Callable[[], bool] | None = None) -> bool:
         """Move an item due in a later minute than its pk's into that minute, where this dispatcher reads it in time.
 
         False when DynamoDB refuses the copy for what it is (too large, say): then it goes to the DLQ as a
@@ -418,14 +423,18 @@ class DelayDispatcher:
             if not delivery.is_permanent_write_error(error):
                 raise
             self.delivery.dead_letter_unreadable(item, f"it is due in minute {message.bucket}, and moving it there was "
-                                                       f"refused: {error_code(error)}: {error}")
+                                                       f"refused: {error_code(error)}: {error}", time_low)
             return False
         self._refiled_buckets.add(message.bucket)
         return True
 
     def _with_retries(self, call: Callable[[], Any], give_up: Callable[[BaseException], bool] = lambda error: False) -> Any:
-        """A DynamoDB call under ``STATE_CALLS``; a condition failure, the last error, or one ``give_up`` names propagates."""
-        return STATE_CALLS.call(call, give_up=lambda error: is_condition_failure(error) or give_up(error), sleep=self._sleep)
+        """A DynamoDB call under ``STATE_CALLS``; a condition failure, the last error, or one ``give_up`` names propagates.
+
+        No retry once less than a pause and a call (``STATE_RETRY_FLOOR_MS``) is left of the run's time.
+        """
+        return STATE_CALLS.call(call, sleep=self._sleep, give_up=lambda error: (
+            is_condition_failure(error) or give_up(error) or self._time_low(self._remaining_ms, STATE_RETRY_FLOOR_MS)))
 
     # -- SQS ------------------------------------------------------------------------------
 
@@ -690,7 +699,11 @@ class _MinuteDispatch:
         self.set_aside, self.handled = set(), set()
         for page in pages:
             for item, message in page.misplaced:
-                if self.dispatcher._refile(item, message):
+                if self.dispatcher._time_low(self.remaining_ms):
+                    self.report.stopped = TIME_RUNNING_OUT
+                    self._save_cursors(pages, [])
+                    return False
+                if self.dispatcher._refile(item, message, self._sends_low):
                     self.report.refiled += 1
                 else:
                     self.report.dead_lettered += 1
@@ -700,7 +713,7 @@ class _MinuteDispatch:
                 self.report.stopped = TIME_RUNNING_OUT
                 self._save_cursors(pages, [])
                 return False
-            self.dispatcher.delivery.dead_letter_unreadable(item, problem)
+            self.dispatcher.delivery.dead_letter_unreadable(item, problem, self._sends_low)
             self.set_aside.add((page.shard, item[contract.DELAY_SORT_KEY]["S"]))
             self.report.dead_lettered += 1
         return True
