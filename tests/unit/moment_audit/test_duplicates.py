@@ -89,8 +89,9 @@ def test_a_busy_minute_with_a_failing_send_resends_no_more_than_the_bound(seed):
     assert world.duplicates() <= BOUND, f"{world.duplicates()} duplicates > {BOUND}"
 
 
-def test_a_stop_with_the_flush_floor_left_and_very_slow_answers_resends_within_the_round():
-    # GIVEN a run whose wave overran to 9.5 s left with batches waiting, and sends taking 100 ms each (a slow SQS)
+def _stop_with_9_5_s_left(send_seconds: float) -> tuple[AuditWorld, set]:
+    """A run of _dead_then_ready_round whose time falls to 9.5 s left once 1,400 went (batches waiting), each send from
+    then on taking ``send_seconds``; then the next runs. The world after, and the ids stored."""
     world = AuditWorld()
     scheduler = ready(world)
     ids = world.put(_dead_then_ready_round())
@@ -102,38 +103,27 @@ def test_a_stop_with_the_flush_floor_left_and_very_slow_answers_resends_within_t
             return 60_000
         if not stop:
             stop["at"] = world.now
-            world.sqs.seconds = 0.1
+            world.sqs.seconds = send_seconds
         return int(9_500 - (world.now - stop["at"]) * 1000)
 
-    report = scheduler.run(remaining)
-    assert report.stopped == TIME_RUNNING_OUT
+    assert scheduler.run(remaining).stopped == TIME_RUNNING_OUT
     world.sqs.seconds = 0.0
     finish(world, scheduler)
-    # THEN the stop came with 9.5 s left: the first wave of waiting batches went, and took 1.6 s; the second would
-    # start under FLUSH_FLOOR_MS, so it did not, and the next run sent again what went past them, within the round
+    return world, ids
+
+
+def test_a_stop_with_the_flush_floor_left_and_very_slow_answers_resends_within_the_round():
+    # GIVEN a run whose wave overran to 9.5 s left with batches waiting, and sends taking 100 ms each (a slow SQS)
+    world, ids = _stop_with_9_5_s_left(0.1)
+    # THEN the first wave of waiting batches went, and took 1.6 s; the second would start under FLUSH_FLOOR_MS, so it
+    # did not, and the next run sent again what went past them, within the round
     assert set(world.bodies()) == ids
     assert 0 < world.duplicates() <= BOUND, f"{world.duplicates()} duplicates after a stop with 9.5 s left"
 
 
 def test_a_stop_with_the_flush_floor_left_and_answers_in_time_sends_the_waiting_batches_and_no_duplicates():
     # GIVEN the same stop with 9.5 s left, SQS answering each call in 10 ms
-    world = AuditWorld()
-    scheduler = ready(world)
-    ids = world.put(_dead_then_ready_round())
-    world.now += 200
-    stop = {}
-
-    def remaining() -> int:
-        if len(world.sqs.sent) < 1_400:
-            return 60_000
-        if not stop:
-            stop["at"] = world.now
-            world.sqs.seconds = 0.01
-        return int(9_500 - (world.now - stop["at"]) * 1000)
-
-    assert scheduler.run(remaining).stopped == TIME_RUNNING_OUT
-    world.sqs.seconds = 0.0
-    finish(world, scheduler)
+    world, ids = _stop_with_9_5_s_left(0.01)
     # THEN the waiting batches went before the run stopped: nothing twice
     assert set(world.bodies()) == ids and world.duplicates() == 0
 
