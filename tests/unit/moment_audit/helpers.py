@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
+from typing import Any, Callable
 from fractions import Fraction
 
 from tests.fakes import FakeSQS
@@ -83,3 +84,21 @@ def finish(world: AuditWorld, scheduler: DelayDispatcher, runs: int = 4) -> None
     for _ in range(runs):
         world.now += 60
         scheduler.run()
+
+
+class WatermarkWrites:
+    """A DynamoDB client whose state-table watermark PutItems first go through ``before`` (which may raise or move the clock)."""
+
+    def __init__(self, inner: Any, before: Callable[[], None]) -> None:
+        self.inner, self.before = inner, before
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name != "put_item":
+            return attr
+
+        def put_item(**kwargs: Any) -> Any:
+            if kwargs["TableName"] == "state" and kwargs["Item"]["pk"]["S"].endswith("watermark"):
+                self.before()
+            return attr(**kwargs)
+        return put_item

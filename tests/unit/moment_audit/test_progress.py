@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 import random
 
@@ -64,40 +66,32 @@ def test_a_clock_that_runs_backwards_on_every_read_still_ends():
     assert max(world.slept, default=0) <= MAX_WAIT_S + EPS
 
 
-def test_a_clock_that_jumps_an_hour_ahead_mid_run_sends_the_rest_at_once():
+def _run_with_a_jump(seconds: float) -> tuple[AuditWorld, set, Any, dict]:
+    """A busy minute whose run sees the clock jump ``seconds`` once 1,000 have gone: (world, ids, report, {"at": sleeps by then})."""
     world = AuditWorld()
     scheduler = ready(world)
     ids = world.put(_busy(5_000, 10_000))
     world.now += 200.2
-    jumped = {}
+    jumped: dict = {}
 
     def clock(now: float) -> float:
         if len(world.sqs.sent) >= 1_000 and not jumped:
             jumped["at"] = len(world.slept)
-            world.now += 3600
+            world.now += seconds
         return world.now
 
     world.clock_rule = clock
-    report = scheduler.run()
+    return world, ids, scheduler.run(), jumped
+
+
+def test_a_clock_that_jumps_an_hour_ahead_mid_run_sends_the_rest_at_once():
+    world, ids, report, jumped = _run_with_a_jump(3600)
     assert report.stopped == "" and world.bodies() == dict.fromkeys(ids, 1)
     assert len(world.slept) == jumped["at"], "slept after every message was overdue"
 
 
 def test_a_clock_that_jumps_back_within_the_skew_budget_mid_run_shows_nothing_early():
-    world = AuditWorld()
-    scheduler = ready(world)
-    ids = world.put(_busy(5_000, 10_000))
-    world.now += 200.2
-    jumped = {}
-
-    def clock(now: float) -> float:
-        if len(world.sqs.sent) >= 1_000 and not jumped:
-            jumped["yes"] = True
-            world.now -= 25
-        return world.now
-
-    world.clock_rule = clock
-    report = scheduler.run()
+    world, ids, report, _ = _run_with_a_jump(-25)
     assert report.stopped == "" and world.bodies() == dict.fromkeys(ids, 1) and not world.early()
     assert max(world.slept) <= MAX_WAIT_S + EPS
 

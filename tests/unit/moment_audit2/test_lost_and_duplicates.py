@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tests.fake_dynamodb import client_error
-from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, TimedSQS, finish, ready
+from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, TimedSQS, WatermarkWrites, finish, ready
 from tests.unit.moment_audit.test_cursors import _check_cursors
 from tests.unit.test_dispatcher import DLQ, QUEUE
 from worker_tier.delay import CANCELLABLE_SHARD, DelayedMessage, bucket_key, sort_key
@@ -53,24 +53,16 @@ def test_a_dlq_failure_mid_round_with_waiting_batches_loses_nothing():
     assert not world.early()
 
 
-class LosingLeaseDynamo:
-    """The n-th watermark write (a mid-minute cursor save) fails its condition: another run took over."""
+def losing_lease(inner, fail_at):
+    """The fail_at-th watermark write (a mid-minute cursor save) fails its condition: another run took over."""
+    writes = {"n": 0}
 
-    def __init__(self, inner, fail_at):
-        self.inner, self.fail_at, self.writes = inner, fail_at, 0
+    def before():
+        writes["n"] += 1
+        if writes["n"] == fail_at:
+            raise client_error("ConditionalCheckFailedException", "PutItem")
 
-    def __getattr__(self, name):
-        attr = getattr(self.inner, name)
-        if name != "put_item":
-            return attr
-
-        def put_item(**kwargs):
-            if kwargs["TableName"] == "state" and kwargs["Item"]["pk"]["S"].endswith("watermark"):
-                self.writes += 1
-                if self.writes == self.fail_at:
-                    raise client_error("ConditionalCheckFailedException", "PutItem")
-            return attr(**kwargs)
-        return put_item
+    return WatermarkWrites(inner, before)
 
 
 @pytest.mark.parametrize("fail_at", [2, 3, 5])
@@ -80,7 +72,7 @@ def test_a_lease_lost_at_a_cursor_save_loses_nothing_and_resends_at_most_a_round
     ids = _busy(world, 8_000, 4_000, seed=fail_at)
     world.now += 200
     losing = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=world.sqs,
-                             dynamodb=LosingLeaseDynamo(world.dynamodb, fail_at), clock=lambda: world.now, sleep=world.sleep,
+                             dynamodb=losing_lease(world.dynamodb, fail_at), clock=lambda: world.now, sleep=world.sleep,
                              parallel=False)
     report = losing.run(lambda: 600_000)
     assert "watermark moved" in report.stopped

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, ready
+from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, WatermarkWrites, ready
 from worker_tier.delay import DelayedMessage, bucket_key, sort_key
 
 
@@ -119,25 +119,17 @@ def test_an_unreadable_items_dlq_pointer_respects_the_send_floor():
     assert left_s >= 3.0, f"{dlq_calls} DLQ calls; run ended with {left_s:.1f} s left ({report.stopped[:80]!r})"
 
 
-class SlowThrottledState:
+def slow_throttled_state(world, inner, failures):
     """State-table watermark writes take 3 s each and the first ``failures`` are throttled."""
+    left = {"n": failures}
 
-    def __init__(self, world, inner, failures):
-        self.world, self.inner, self.failures = world, inner, failures
+    def before():
+        world.now += 3.0
+        if left["n"] > 0:
+            left["n"] -= 1
+            raise client_error("ProvisionedThroughputExceededException", "PutItem")
 
-    def __getattr__(self, name):
-        attr = getattr(self.inner, name)
-        if name != "put_item":
-            return attr
-
-        def put_item(**kwargs):
-            if kwargs["TableName"] == "state" and kwargs["Item"]["pk"]["S"].endswith("watermark"):
-                self.world.now += 3.0
-                if self.failures > 0:
-                    self.failures -= 1
-                    raise client_error("ProvisionedThroughputExceededException", "PutItem")
-            return attr(**kwargs)
-        return put_item
+    return WatermarkWrites(inner, before)
 
 
 def test_a_throttled_cursor_write_after_the_last_wave_stays_within_the_invocation():
@@ -146,7 +138,7 @@ def test_a_throttled_cursor_write_after_the_last_wave_stays_within_the_invocatio
     world.put([DUE_FROM_MS + 100 + n for n in range(20)])
     world.now += 200
     slow = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=world.sqs,
-                           dynamodb=SlowThrottledState(world, world.dynamodb, 4), clock=lambda: world.now, sleep=world.sleep,
+                           dynamodb=slow_throttled_state(world, world.dynamodb, 4), clock=lambda: world.now, sleep=world.sleep,
                            parallel=False)
     deadline = world.now + 11.0
     # WHEN the throttling outlasts the time left  THEN the run gives up retrying (the error ends it) within its invocation
