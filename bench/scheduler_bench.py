@@ -40,7 +40,7 @@ from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
 from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
 from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, TIME_RUNNING_OUT, DelayDispatcher
-from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore
+from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, item_bytes
 from worker_tier.message import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS, FANOUT_MEMORY_MB
 from worker_tier.dispatch_group import DispatchGroup
@@ -73,15 +73,6 @@ AWS_CALL_SECONDS = 0.01
 MINUTES_PER_MONTH = 30 * 24 * 60
 EMPTY_QUERY_READ_UNITS = 0.5  # eventually consistent, under 4 KB
 EVENTBRIDGE_SCHEDULER_PLUS_SQS_USD_PER_MILLION = (PRICE_PER_SCHEDULER_INVOCATION + PRICE_PER_SQS_REQUEST) * 1e6
-
-
-def item_bytes(item: dict[str, dict[str, Any]]) -> int:
-    """DynamoDB's item size: attribute names plus values (numbers about half their digits)."""
-    size = 0
-    for name, value in item.items():
-        (kind, data), = value.items()
-        size += len(name) + (len(str(data)) // 2 + 1 if kind == "N" else 1 if kind == "BOOL" else len(str(data).encode()))
-    return size
 
 
 class MeteredDynamoDB(FakeDynamoDB):

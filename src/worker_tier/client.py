@@ -263,10 +263,12 @@ class Client:
         shard = delay.CANCELLABLE_SHARD if cancellable else delay.shard_of(message_id, self._delay_shards)
         delayed = DelayedMessage(message_id, math.ceil((now + seconds) * 1000), body, attributes, shard, outgoing.dedupe_key, cancellable)
         item_bytes = delay.item_bytes(delayed.to_item())
-        if item_bytes > limits.DYNAMODB_MAX_ITEM_BYTES:
+        if item_bytes > delay.MAX_ITEM_BYTES:
             raise MessageError(
-                f"a delayed message is stored as a DynamoDB item of at most {limits.DYNAMODB_MAX_ITEM_BYTES} bytes; "
-                f"this one needs {item_bytes}"
+                f"a delayed message is stored as one DynamoDB item, which Worker Tier keeps to {delay.MAX_ITEM_BYTES} bytes "
+                f"(DynamoDB's {limits.DYNAMODB_MAX_ITEM_BYTES} less a {delay.ITEM_SIZE_MARGIN_BYTES}-byte margin); this one needs "
+                f"{item_bytes}: shorten its body or attributes by {item_bytes - delay.MAX_ITEM_BYTES} bytes, "
+                "or keep the payload elsewhere (e.g. S3) and send its key"
             )
         if maximum is None and size > limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES:
             return SendResult(index, error=_limit_unknown_reason(size, failure), code=QUEUE_LIMIT_UNKNOWN_CODE)

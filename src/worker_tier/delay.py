@@ -43,6 +43,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier import limits
@@ -85,7 +86,15 @@ DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
 # The sort key holds due_ms in 13 zero-padded digits, so text order is time order up to 10**13 - 1 ms
 # (2286-11-20); time.gmtime converts all of it. A due_ms outside 0..MAX_DUE_MS is not a message.
 MAX_DUE_MS = 10**13 - 1
+# A delayed message's item may be at most MAX_ITEM_BYTES: DynamoDB's 400 KB less a margin, because AWS states its
+# number rule only approximately (``item_bytes``). A refiled copy (``worker_tier.delivery.refile``: a new pk of the
+# same form, a TTL a few digits longer at most) still fits DynamoDB's limit.
+ITEM_SIZE_MARGIN_BYTES = 1024
+MAX_ITEM_BYTES = limits.DYNAMODB_MAX_ITEM_BYTES - ITEM_SIZE_MARGIN_BYTES
 _BUCKET_KEY = re.compile(r"b#(-?[0-9]+)#(-?[0-9]+)")
+# DynamoDB's code for a request it refuses as invalid (an item too large, a key too long): the whole call, not one item.
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html#API_BatchWriteItem_Errors
+VALIDATION_ERROR_CODE = "ValidationException"
 _ATTRIBUTE_VALUE_KEYS = (frozenset({"DataType", "StringValue"}), frozenset({"DataType", "BinaryValue"}))
 
 
@@ -286,30 +295,60 @@ def decode_attributes(text: str) -> dict[str, dict[str, Any]]:
 def item_bytes(item: Mapping[str, Mapping[str, Any]]) -> int:
     """An item's size as DynamoDB counts it against its 400 KB limit: each attribute's UTF-8 name plus its value.
 
-    A string counts its UTF-8 bytes, binary its length, a number one byte per two
-    significant digits plus one, a bool or null one byte:
-    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html
+    A string counts its UTF-8 bytes, binary its length, a bool or null one byte, a set
+    the sum of its elements, a map or list 3 bytes plus, per element, 1 byte and the
+    element (with its UTF-8 name in a map). A number counts its significant digits in
+    pairs aligned on the decimal point, plus 1 byte, plus 1 when negative: so 1800003600000
+    (13 integer digits, the first alone in its pair, trailing zeros trimmed: 01 80 00 03 6-) is 1 + 5 = 6
+    bytes, not "half of its 8 significant digits plus one" (5). AWS states the number rule only approximately
+    (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html);
+    this is how dynalite, which copies DynamoDB's validation, counts it (tests/functional/test_dynamodb_rules.py
+    checks the two agree), and ``MAX_ITEM_BYTES`` keeps a margin under the limit.
 
     Examples
     --------
-    >>> item_bytes({"body": {"S": "中"}, "n": {"N": "1250"}})
-    11
+    >>> item_bytes({"body": {"S": "中"}, "n": {"N": "1250"}, "m": {"M": {"a": {"BOOL": True}}}})
+    18
     """
     return sum(len(name.encode("utf-8")) + _value_bytes(value) for name, value in item.items())
 
 
+def number_bytes(text: str) -> int:
+    """A DynamoDB number's size: 1 byte, plus its significant digits in pairs aligned on the decimal point, plus 1 if negative.
+
+    Examples
+    --------
+    >>> [number_bytes(n) for n in ("0", "7", "12", "123", "1800003600000", "-0.05")]
+    [1, 2, 2, 3, 6, 3]
+    """
+    number = Decimal(text)
+    sign, digits, _ = number.as_tuple()
+    significant = len("".join(map(str, digits)).strip("0"))
+    if not significant:
+        return 1
+    # An even position for the leading digit (an odd count of integer digits) leaves it alone in its pair.
+    alone = 1 if number.adjusted() % 2 == 0 else 0
+    return 1 + (significant + alone + 1) // 2 + sign
+
+
 def _value_bytes(value: Mapping[str, Any]) -> int:
-    """One scalar attribute value's size, as DynamoDB counts it."""
+    """One attribute value's size, as DynamoDB counts it."""
     [(kind, data)] = value.items()
     if kind == "S":
         return len(data.encode("utf-8"))
     if kind == "B":
         return len(data)
     if kind == "N":
-        return (len(data.lstrip("+-").replace(".", "").strip("0")) + 1) // 2 + 1
+        return number_bytes(data)
     if kind in ("BOOL", "NULL"):
         return 1
-    raise ValueError(f"item_bytes counts S, N, B, BOOL and NULL values (the delay table's item shapes), got {kind!r}")
+    if kind in ("SS", "NS", "BS"):
+        return sum(_value_bytes({kind[0]: element}) for element in data)
+    if kind == "L":
+        return 3 + sum(1 + _value_bytes(element) for element in data)
+    if kind == "M":
+        return 3 + sum(1 + len(name.encode("utf-8")) + _value_bytes(element) for name, element in data.items())
+    raise ValueError(f"item_bytes counts DynamoDB's attribute types S, N, B, BOOL, NULL, SS, NS, BS, L and M, got {kind!r}")
 
 
 # Stores one delayed message that has a dedupe key, with its key's marker: None when stored or deduplicated,
@@ -379,12 +418,21 @@ class DelayStore:
             try:
                 response = self._dynamodb.batch_write_item(RequestItems={self.table: pending})
             except Exception as error:  # botocore already retried; what was still pending is not stored
+                if error_code(error) == VALIDATION_ERROR_CODE and len(pending) > 1:
+                    return self._each_alone(pending)
                 return _unstored(pending, error_code(error), f"delay table {self.table} did not store it: {error}")
             pending = (response.get("UnprocessedItems") or {}).get(self.table) or []
             if not pending:
                 return {}
         reason = f"delay table {self.table} left {len(pending)} items unprocessed after {BATCH_ENTRIES.attempts} attempts"
         return _unstored(pending, "UnprocessedItems", reason)
+
+    def _each_alone(self, requests: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+        """Each PutRequest in its own BatchWriteItem: DynamoDB refuses a whole batch for one invalid item, so only that one fails."""
+        failures: dict[str, tuple[str, str]] = {}
+        for request in requests:
+            failures.update(self._batch_write([request["PutRequest"]["Item"]]))
+        return failures
 
 
 def _unstored(requests: list[dict[str, Any]], code: str, reason: str) -> dict[str, tuple[str, str]]:

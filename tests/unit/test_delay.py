@@ -8,6 +8,7 @@ import pytest
 
 from tests.fake_dynamodb import FakeDynamoDB
 from tests.fakes import FakeSQS
+from tests.strict_dynamodb import ITEM_TOO_LARGE, StrictDynamoDB
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError, OutgoingMessage, SendError, delay
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
@@ -40,7 +41,8 @@ def dynamodb() -> FakeDynamoDB:
 
 
 def client(dynamodb, sqs=None, queue=QUEUE, shards=8) -> Client:
-    return Client(queue, "delay", sqs=sqs or FakeSQS(), dynamodb=dynamodb, clock=lambda: NOW, sleep=lambda s: None, delay_shards=shards)
+    """A Client on the fake table, held to DynamoDB's limits by the strict stand-in."""
+    return Client(queue, "delay", sqs=sqs or FakeSQS(), dynamodb=StrictDynamoDB(dynamodb), clock=lambda: NOW, sleep=lambda s: None, delay_shards=shards)
 
 
 def items(dynamodb) -> list[dict]:
@@ -132,7 +134,7 @@ def test_bad_delayed_input(dynamodb, kwargs, message):
 
 
 def test_delayed_body_over_dynamodbs_item_limit_is_refused(dynamodb):
-    with pytest.raises(MessageError, match=r"stored as a DynamoDB item of at most 409600 bytes; this one needs 500\d\d\d$"):
+    with pytest.raises(MessageError, match=r"this one needs 500\d\d\d: shorten its body or attributes by 91\d\d\d bytes"):
         client(dynamodb).send("/x", "a" * 500_000, delay=3600)
 
 
@@ -239,8 +241,21 @@ def test_item_bytes_counts_as_dynamodb_does():
     item = {"pk": {"S": "中a"}, "n": {"N": "-0012.500"}, "blob": {"B": b"\x00\x01\x02"}, "sent": {"BOOL": True}}
     # WHEN it is measured
     size = item_bytes(item)
-    # THEN names and strings count UTF-8 bytes, a number one byte per two significant digits plus one, binary its length
-    assert size == (2 + 4) + (1 + 3) + (4 + 3) + (4 + 1)
+    # THEN names and strings count UTF-8 bytes, binary its length; the number 12.5 is 1 byte, its digit pairs 12 and 5-,
+    # and 1 for the sign
+    assert size == (2 + 4) + (1 + 4) + (4 + 3) + (4 + 1)
+
+
+@pytest.mark.parametrize(("number", "size"), [
+    ("1800003600000", 6),  # 13 integer digits: 01 80 00 03 6- (trailing zeros trimmed)
+    ("180000360000", 5),  # 12: 18 00 00 36
+    ("7", 2), ("10", 2), ("100", 2), ("0.05", 2), ("0.5", 2), ("123.45", 4), ("-1", 3), ("0", 1),
+])
+def test_a_number_counts_its_digits_in_pairs_aligned_on_the_decimal_point(number, size):
+    # GIVEN a number attribute (named "n")
+    # WHEN it is measured
+    # THEN its value is 1 byte plus one per pair of digits, pairs aligned on the decimal point, plus 1 if negative
+    assert item_bytes({"n": {"N": number}}) == 1 + size
 
 
 def test_a_delayed_body_dynamodb_stores_is_not_refused(dynamodb):
@@ -252,21 +267,54 @@ def test_a_delayed_body_dynamodb_stores_is_not_refused(dynamodb):
     assert [item["body"]["S"] for item in items(dynamodb)] == [body]
 
 
-def test_a_delayed_item_one_byte_over_dynamodbs_limit_is_refused(dynamodb):
-    # GIVEN the largest body whose item fits DynamoDB's 400 KB
+def test_a_delayed_item_one_byte_over_worker_tiers_item_limit_is_refused(dynamodb):
+    # GIVEN the largest body whose item fits DynamoDB's 400 KB less Worker Tier's margin
     empty = DelayedMessage("0" * 36, int((NOW + 3600) * 1000), "", {"beanstalk.sqsd.path": {"DataType": "String", "StringValue": "/x"}}, 0)
-    fits = DYNAMODB_MAX_ITEM_BYTES - item_bytes(empty.to_item())
+    fits = delay.MAX_ITEM_BYTES - item_bytes(empty.to_item())
     c = client(dynamodb)
     # WHEN it is sent, and one a byte longer
     c.send("/x", "a" * fits, delay=3600)
     with pytest.raises(MessageError) as error:
         c.send("/x", "a" * (fits + 1), delay=3600)
-    # THEN the first is stored and the second refused with its size
+    # THEN the first is stored and the second refused with its size, the rule and the fix
     assert len(items(dynamodb)) == 1
+    assert delay.MAX_ITEM_BYTES == DYNAMODB_MAX_ITEM_BYTES - delay.ITEM_SIZE_MARGIN_BYTES
     assert str(error.value) == (
-        f"message 0 for '/x': a delayed message is stored as a DynamoDB item of at most {DYNAMODB_MAX_ITEM_BYTES} bytes; "
-        f"this one needs {DYNAMODB_MAX_ITEM_BYTES + 1}"
+        f"message 0 for '/x': a delayed message is stored as one DynamoDB item, which Worker Tier keeps to {delay.MAX_ITEM_BYTES} "
+        f"bytes (DynamoDB's {DYNAMODB_MAX_ITEM_BYTES} less a {delay.ITEM_SIZE_MARGIN_BYTES}-byte margin); this one needs "
+        f"{delay.MAX_ITEM_BYTES + 1}: shorten its body or attributes by 1 bytes, or keep the payload elsewhere (e.g. S3) and send its key"
     )
+
+
+def test_a_delayed_message_at_dynamodbs_exact_limit_is_refused_at_send_not_with_its_24_batch_mates(dynamodb):
+    # GIVEN 24 small delayed messages and one whose item is 409,601 bytes, one byte over DynamoDB's limit,
+    # which a count of "half the significant digits plus one" called exactly 400 KB (due_ms has 13 integer digits)
+    empty = DelayedMessage("0" * 36, int((NOW + 3600) * 1000), "", {"beanstalk.sqsd.path": {"DataType": "String", "StringValue": "/x"}}, 0)
+    edge = "a" * (DYNAMODB_MAX_ITEM_BYTES + 1 - item_bytes(empty.to_item()))
+    batch = [OutgoingMessage("/x", f"m{i}", delay=3600) for i in range(24)] + [OutgoingMessage("/x", edge, delay=3600)]
+    # WHEN the 25 are sent in one batch
+    with pytest.raises(MessageError) as error:
+        results = client(dynamodb).send_batch(batch)
+        pytest.fail(f"sent: {[r.code for r in results]}")
+    # THEN the one is refused before anything is written, by name; DynamoDB never refuses the 24 with it
+    assert str(error.value).startswith(f"message 24 for '/x': a delayed message is stored as one DynamoDB item, which Worker Tier keeps to "
+                                       f"{delay.MAX_ITEM_BYTES} bytes")
+    assert items(dynamodb) == []
+    assert all(r.ok for r in client(dynamodb).send_batch(batch[:24]))
+
+
+def test_an_item_dynamodb_refuses_fails_only_itself_not_its_batch_mates(dynamodb):
+    # GIVEN three plain delayed messages, the middle one over DynamoDB's 400 KB (written by a store that did not check it)
+    due = int((NOW + 3600) * 1000)
+    messages = [DelayedMessage(f"id-{i}", due, "a" * (500_000 if i == 1 else 1), {}, 0) for i in range(3)]
+    strict = StrictDynamoDB(dynamodb)
+    # WHEN they are stored together
+    with pytest.raises(DelayStoreError) as error:
+        DelayStore("delay", strict, sleep=lambda s: None).put_many(messages)
+    # THEN DynamoDB's refusal names only the big one, and the other two are stored
+    assert error.value.failures == {"id-1": ("ValidationException", f"delay table delay did not store it: An error occurred "
+                                             f"(ValidationException) when calling the BatchWriteItem operation: {ITEM_TOO_LARGE}")}
+    assert sorted(item["id"]["S"] for item in items(dynamodb)) == ["id-0", "id-2"]
 
 
 # -- each delayed message is reported as it truly went -----------------------------------------------------
