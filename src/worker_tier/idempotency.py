@@ -5,7 +5,11 @@ runs, so handlers without one pay nothing at cold start.
 
 Every record's key starts with ``IDEMPOTENCY_KEY_PREFIX`` (then the task's path and
 the key's hash), so the worker's role can be limited to those items of the shared
-state table (``dynamodb:LeadingKeys``).
+state table (``dynamodb:LeadingKeys``). Only the path's length varies: an idempotency
+key of any length is hashed, and registration refuses a path that would make the key
+longer than DynamoDB's 2,048 bytes (``registry.MAX_IDEMPOTENT_PATH_BYTES``). A key that
+is None or empty would be shared by unrelated messages, so it dead-letters the message
+(``MalformedBodyError``) rather than run it once and skip the rest as done.
 
 A record stays INPROGRESS while its task runs, until Powertools' in-progress
 expiry: the invocation's remaining time. The container worker has no Lambda
@@ -185,12 +189,20 @@ def idempotency_key(definition: TaskDefinition, task: Task) -> str:
     if key is None:
         return task.attributes.get(contract.SOURCE_MESSAGE_ID_ATTRIBUTE) or task.message_id
     if callable(key):
-        return str(key(task))
+        value = key(task)
+        if value is None or str(value) == "":
+            raise MalformedBodyError(
+                f"idempotency_key function {getattr(key, '__qualname__', key)!r} of task {definition.path!r} returned {value!r} "
+                f"for message {task.message_id}; a key must be a non-empty string (a None or empty key would be one key shared by "
+                "every such message, and each after the first skipped as done): return a key for every message"
+            )
+        return str(value)
     import jmespath
 
     value = jmespath.search(key, task.json())
-    if value is None:
+    if value is None or value == "":
         raise MalformedBodyError(
-            f"idempotency_key {key!r} of task {definition.path!r} found nothing in the body of message {task.message_id}"
+            f"idempotency_key {key!r} of task {definition.path!r} found {'nothing' if value is None else 'an empty string'} "
+            f"in the body of message {task.message_id}; a key must be a non-empty value: send the key in every body"
         )
     return str(value)

@@ -6,6 +6,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
+from worker_tier import limits
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.errors import TaskRegistrationError
 from worker_tier.task import Task
 
@@ -14,6 +16,11 @@ TaskHandler = Callable[[Task], object]
 HandlerT = TypeVar("HandlerT", bound=TaskHandler)
 
 DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS = 60 * 60
+# An idempotent task's record key in the state table is IDEMPOTENCY_KEY_PREFIX, its path, "#" and Powertools' 32-hex
+# MD5 of (path, idempotency key) (``worker_tier.idempotency.record_key``): only the path's length varies, and the key
+# must fit DynamoDB's partition key, so the path may be at most this many bytes of UTF-8.
+IDEMPOTENCY_RECORD_HASH_BYTES = len("#") + 32
+MAX_IDEMPOTENT_PATH_BYTES = limits.DYNAMODB_MAX_PARTITION_KEY_BYTES - len(IDEMPOTENCY_KEY_PREFIX) - IDEMPOTENCY_RECORD_HASH_BYTES
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,8 @@ def _check_definition(definition: TaskDefinition) -> None:
         )
     if key is not None and not definition.idempotent:
         raise TaskRegistrationError(f"idempotency_key for {definition.path!r} needs idempotent=True")
+    if definition.idempotent:
+        _check_idempotent_path(definition.path)
     for option in ("heartbeat", "container"):
         if not isinstance(getattr(definition, option), bool):
             raise TaskRegistrationError(f"{option} for {definition.path!r} must be true or false, got {getattr(definition, option)!r}")
@@ -115,6 +124,17 @@ def _check_definition(definition: TaskDefinition) -> None:
     if isinstance(expiry, bool) or not isinstance(expiry, int) or expiry < 1:
         raise TaskRegistrationError(
             f"idempotency_expiry for {definition.path!r} must be a positive number of seconds, got {expiry!r}"
+        )
+
+
+def _check_idempotent_path(path: str) -> None:
+    """TaskRegistrationError when an idempotent task's path would make its record key longer than DynamoDB allows."""
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_IDEMPOTENT_PATH_BYTES:
+        raise TaskRegistrationError(
+            f"idempotent task path {path[:40]!r}... is {size} bytes of UTF-8; its state-table key "
+            f"({IDEMPOTENCY_KEY_PREFIX}<path>#<32-hex hash>) must fit DynamoDB's {limits.DYNAMODB_MAX_PARTITION_KEY_BYTES}-byte "
+            f"partition key, so an idempotent path may be at most {MAX_IDEMPOTENT_PATH_BYTES} bytes: shorten the path"
         )
 
 

@@ -1,4 +1,8 @@
-"""Handlers in-process against moto: a queue, its DLQ and the state table, as the stack makes them."""
+"""Handlers in-process against moto: a queue, its DLQ and the state table, as the stack makes them.
+
+The state table's client is moto's behind the strict DynamoDB stand-in (``tests.strict_dynamodb``), so what
+DynamoDB would refuse (a key over 2,048 bytes, 26 writes in a batch) is refused here too.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.strict_dynamodb import StrictDynamoDB
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.message import lambda_record
 from worker_tier.settings import Settings
@@ -61,7 +66,7 @@ class AwsWorld:
 def make_world(fifo: bool = False, settings: Settings | None = None) -> AwsWorld:
     settings = settings or Settings(fifo=fifo)
     sqs = boto3.client("sqs", region_name=REGION)
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    dynamodb = StrictDynamoDB(boto3.client("dynamodb", region_name=REGION))
     suffix = ".fifo" if fifo else ""
     fifo_attrs = {"FifoQueue": "true"} if fifo else {}
     dlq = sqs.create_queue(QueueName=f"dlq{suffix}", Attributes=fifo_attrs)["QueueUrl"]

@@ -9,7 +9,8 @@ import pytest
 from worker_tier import MalformedBodyError, Task
 from worker_tier.errors import TaskRegistrationError
 from worker_tier.message import FAILURE_ATTRIBUTE, dead_letter_attributes, failure_reason
-from worker_tier.registry import Registry
+from worker_tier.idempotency import record_key
+from worker_tier.registry import MAX_IDEMPOTENT_PATH_BYTES, Registry
 
 EVENT = json.loads((Path(__file__).parent.parent / "events" / "sqs_eb_scheduled.json").read_text())
 
@@ -90,6 +91,23 @@ def test_bad_registrations_are_refused(path, options, message):
     with pytest.raises(TaskRegistrationError) as error:
         Registry().task(path, **options)(lambda t: None)
     assert str(error.value) == message
+
+
+def test_an_idempotent_path_too_long_for_its_record_key_is_refused_at_registration():
+    # GIVEN the longest idempotent path whose record key fits DynamoDB's 2,048-byte partition key, and one a byte longer
+    longest = "/" + "p" * (MAX_IDEMPOTENT_PATH_BYTES - 1)
+    registry = Registry()
+    # WHEN each is registered as an idempotent task (and the longer one as a plain task)
+    registry.task(longest, idempotent=True)(lambda t: None)
+    registry.task(longest + "p")(lambda t: None)
+    with pytest.raises(TaskRegistrationError) as error:
+        registry.task(longest + "q", idempotent=True)(lambda t: None)
+    # THEN the longest makes a key of exactly 2,048 bytes, and the longer is refused in one line naming the rule and the fix
+    assert len(record_key(longest, {"path": longest, "key": "k" * 10_000}).encode()) == 2048
+    assert str(error.value) == (
+        f"idempotent task path '/{'p' * 39}'... is 2004 bytes of UTF-8; its state-table key (idempotency#<path>#<32-hex hash>) "
+        "must fit DynamoDB's 2048-byte partition key, so an idempotent path may be at most 2003 bytes: shorten the path"
+    )
 
 
 def test_a_second_handler_for_a_path_is_refused():
