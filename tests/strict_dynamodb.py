@@ -141,6 +141,13 @@ class StrictDynamoDB:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """The stand-in's own attributes are its own; any other (a fake's ``fault``, ``unprocessed``...) is the inner client's."""
+        if name in ("inner", "refused", "_schemas"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
+
     # -- single items -----------------------------------------------------------------
 
     def put_item(self, **params: Any) -> Any:

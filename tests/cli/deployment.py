@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from moto import mock_aws
 
+from tests.strict_dynamodb import StrictDynamoDB
 from worker_tier import contract, message
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
@@ -67,7 +68,7 @@ class Deployment:
 def deployment():
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-east-1")
-        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        dynamodb = StrictDynamoDB(boto3.client("dynamodb", region_name="us-east-1"))
         dynamodb.create_table(TableName="state", BillingMode="PAY_PER_REQUEST",
                               KeySchema=[{"AttributeName": contract.STATE_PARTITION_KEY, "KeyType": "HASH"}],
                               AttributeDefinitions=[{"AttributeName": contract.STATE_PARTITION_KEY, "AttributeType": "S"}])

@@ -1,4 +1,4 @@
-"""The Client against moto's SQS and DynamoDB, held to SQS's rules by the strict stand-in."""
+"""The Client against moto's SQS and DynamoDB, held to SQS's and DynamoDB's rules by the strict stand-ins."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.strict_dynamodb import StrictDynamoDB
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError, SendError
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
@@ -31,7 +32,7 @@ class Clock:
 def moto():
     with mock_aws():
         sqs = boto3.client("sqs", region_name=REGION)
-        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        dynamodb = StrictDynamoDB(boto3.client("dynamodb", region_name=REGION))
         dynamodb.create_table(
             TableName="delay",
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],

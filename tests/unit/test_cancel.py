@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from tests.fakes import FakeSQS
 from worker_tier import Client
 from worker_tier.cancellation import (
@@ -34,7 +35,7 @@ class World:
 
     def __init__(self) -> None:
         self.now = START
-        self.dynamodb = FakeDynamoDB()
+        self.dynamodb = StrictDynamoDB(FakeDynamoDB())
         self.dynamodb.create_table("delay", "pk", "sk")
         self.dynamodb.create_table("state", "pk")
         self.sqs = FakeSQS(clock=lambda: self.now)

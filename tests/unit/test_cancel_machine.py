@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from tests.fakes import FakeSQS
 from worker_tier import Client
 from worker_tier.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
@@ -54,7 +55,7 @@ class CancelMachine(RuleBasedStateMachine):
         self.skew = 0.0
         self.most_ahead = 0.0  # the furthest the dispatcher's clock has run ahead: it may send that much early
         self.rng = random.Random(0)
-        self.dynamodb = FakeDynamoDB(fault=self._at_dynamodb_call)
+        self.dynamodb = StrictDynamoDB(FakeDynamoDB(fault=self._at_dynamodb_call))
         self.dynamodb.create_table("delay", "pk", "sk")
         self.dynamodb.create_table("state", "pk")
         self.dynamodb.stale = lambda key: True  # every Query without ConsistentRead sees every item deleted since settle()

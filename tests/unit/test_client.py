@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import contract
@@ -40,7 +41,7 @@ class Clock:
 
 
 def delay_table() -> FakeDynamoDB:
-    fake = FakeDynamoDB()
+    fake = StrictDynamoDB(FakeDynamoDB())
     fake.create_table("delay", "pk", "sk")
     return fake
 

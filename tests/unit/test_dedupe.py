@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from worker_tier.dedupe import (
     CLAIMED,
     DEDUPE_MARKER_LEASE_SECONDS,
@@ -29,7 +30,7 @@ LEASE_MS = DEDUPE_MARKER_LEASE_SECONDS * 1000
 
 
 def table(marker: dict | None = None) -> FakeDynamoDB:
-    fake = FakeDynamoDB()
+    fake = StrictDynamoDB(FakeDynamoDB())
     fake.create_table("delay", "pk", "sk")
     if marker is not None:
         fake.tables["delay"][("dedupe#k", "-")] = marker

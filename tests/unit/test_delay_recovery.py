@@ -10,6 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import contract
@@ -82,7 +83,7 @@ class World:
 
     def __init__(self, sqs: Any = None) -> None:
         self.now = START
-        self.dynamodb = FakeDynamoDB()
+        self.dynamodb = StrictDynamoDB(FakeDynamoDB())
         self.dynamodb.create_table("state", "pk")
         self.sqs = sqs or SingleSendSQS(clock=lambda: self.now)
         self.dead_letters: list[dict[str, Any]] = []

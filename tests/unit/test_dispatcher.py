@@ -8,6 +8,7 @@ import math
 import pytest
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
@@ -46,7 +47,7 @@ RUN_TIMEOUT_SECONDS = 60
 class World:
     def __init__(self) -> None:
         self.now = START
-        self.dynamodb = FakeDynamoDB()
+        self.dynamodb = StrictDynamoDB(FakeDynamoDB())
         self.dynamodb.create_table("delay", "pk", "sk")
         self.dynamodb.create_table("state", "pk")
         self.sqs = FakeSQS(clock=lambda: self.now)

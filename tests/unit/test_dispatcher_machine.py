@@ -46,6 +46,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
@@ -109,7 +110,7 @@ class DelayMachine(RuleBasedStateMachine):
         self.overlapped = False  # a run was overtaken by another after its lease ran out: both may send the same
         self.pool = ShuffledPool(self.rng)
         self.long_outages_left = 0
-        self.dynamodb = FakeDynamoDB(fault=self._dynamodb_fault)
+        self.dynamodb = StrictDynamoDB(FakeDynamoDB(fault=self._dynamodb_fault))
         self.dynamodb.create_table("delay", "pk", "sk")
         self.dynamodb.create_table("state", "pk")
         self.dynamodb.unprocessed = self._unprocessed

@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from moto import mock_aws
 
 from tests.fake_dynamodb import FakeDynamoDB
+from tests.strict_dynamodb import StrictDynamoDB
 from worker_tier.state import HOLDER_ATTRIBUTE, LEASE_UNTIL_ATTRIBUTE, PARTITION_KEY, TTL_ATTRIBUTE, Lease
 
 NOW = 1_800_000_000
@@ -21,7 +22,7 @@ STATUS_NAMES = {"#status": "status"}
 @pytest.fixture
 def dynamodb():
     with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
+        client = StrictDynamoDB(boto3.client("dynamodb", region_name="us-east-1"))
         client.create_table(
             TableName="state",
             KeySchema=[{"AttributeName": PARTITION_KEY, "KeyType": "HASH"}],
@@ -73,7 +74,7 @@ class LeaseMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.dynamodb = FakeDynamoDB()
+        self.dynamodb = StrictDynamoDB(FakeDynamoDB())
         self.dynamodb.create_table("state", PARTITION_KEY)
         self.now = NOW
         self.owned_until: dict[str, int] = {}  # what each holder believes: it owns the lease until then
@@ -225,7 +226,7 @@ def test_a_retention_shorter_than_the_lease_is_refused():
 ])
 def test_errors_other_than_the_condition_propagate(call, operation):
     # GIVEN a table that throttles every call
-    fake = FakeDynamoDB(fault=lambda op, params: "ProvisionedThroughputExceededException")
+    fake = StrictDynamoDB(FakeDynamoDB(fault=lambda op, params: "ProvisionedThroughputExceededException"))
     fake.create_table("state", PARTITION_KEY)
     # WHEN the lease is claimed or released THEN the throttle is raised, not taken for a refusal
     with pytest.raises(ClientError) as error:
