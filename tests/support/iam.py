@@ -81,10 +81,6 @@ class Policy:
         where = f" where {_context_text(request)}" if _context_text(request) else ""
         return Decision(False, f"missing statement: Allow {request.action} on {request.resource}{where}")
 
-    def without(self, index: int) -> Policy:
-        """This policy less its ``index``-th identity statement."""
-        return Policy(self.name, self.statements[:index] + self.statements[index + 1:], self.resource_statements)
-
 
 def _context_text(request: Request) -> str:
     return ", ".join(f"{key} {value}" for key, value in sorted(request.context.items()) if key != "aws:SecureTransport")
@@ -448,6 +444,12 @@ class World:
     policies: dict[str, Policy]
     tables: Tables
 
+    def without(self, kind: str, action: str) -> World:
+        """This world with role ``kind``'s statements that allow ``action`` taken out."""
+        policy = self.policies[kind]
+        kept = tuple(s for s in policy.statements if action not in _listed(s.get("Action", [])))
+        return World({**self.policies, kind: Policy(policy.name, kept, policy.resource_statements)}, self.tables)
+
 
 class Enforcement:
     """Checks every botocore call of a role against that role's policy while a world is active."""
@@ -456,6 +458,10 @@ class Enforcement:
         self._world: World | None = None
         self._lock = threading.Lock()
         self.denials: list[Denial] = []
+
+    @property
+    def world(self) -> World | None:
+        return self._world
 
     def activate(self, world: World | None) -> None:
         with self._lock:
