@@ -7,10 +7,12 @@ several dispatch groups) and the safety net.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tests.support import iam, stacks
@@ -19,6 +21,7 @@ from worker_tier.delay import DelayedMessage
 from worker_tier.delay_recovery import DelayRecovery
 from worker_tier.dispatch_group import DispatchGroup
 from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
+from worker_tier.forwarding import parameter_name, read_signing_secret
 from worker_tier.message import PATH_ATTRIBUTE
 
 NOW = 1_800_000_000.0  # a minute boundary
@@ -124,3 +127,35 @@ def test_a_call_the_policy_lacks_fails_naming_role_action_resource_and_the_missi
     missing = "missing statement: Allow dynamodb:BatchWriteItem on arn:aws:dynamodb:us-east-1:123456789012:table/delay where "
     assert missing + "dynamodb:LeadingKeys ['b#" in line
 
+
+
+@pytest.mark.parametrize("shape", ["forwarding_secret", "forwarding_parameter"])
+def test_the_container_worker_reads_its_signing_key_by_the_granted_arn(enforced, shape):
+    # GIVEN the signing key in Secrets Manager (moto adds the random suffix) or in an SSM SecureString parameter
+    enforced(shape)
+    if shape == "forwarding_secret":
+        arn = boto3.client("secretsmanager").create_secret(Name=stacks.SIGNING_SECRET_NAME, SecretString="k3y")["ARN"]
+    else:
+        arn = stacks.SIGNING_PARAMETER_ARN
+        boto3.client("ssm").put_parameter(Name=parameter_name(arn), Value="k3y", Type="SecureString")
+    # WHEN the container worker reads it, under its task role
+    with iam.ENFORCEMENT.acting_as("container"):
+        key = read_signing_secret(arn)
+    # THEN the read is allowed (GetSecretValue on the secret's full ARN, or GetParameter on the parameter)
+    assert key == b"k3y"
+
+
+def test_the_dispatcher_runs_under_its_own_role(enforced):
+    # GIVEN a stored long delay, and the dispatcher's policy without its Query of the delay table
+    world = enforced("default")
+    world.client().send("/later", "m", delay=3600)
+    active = iam.ENFORCEMENT.world
+    assert active is not None
+    iam.ENFORCEMENT.activate(active.without("dispatcher", "dynamodb:Query"))
+    # WHEN it runs when the message is due  THEN the run fails as on AWS
+    with pytest.raises(ClientError, match="AccessDeniedException"):
+        world.dispatcher(NOW + 3600 + 5).run()
+    # AND the denial names the dispatcher's role, the read (Query, or Scan, of that one statement) and the table
+    lines = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
+    assert lines and all(line.startswith("IAM denied role DelaysSchedulerRole") for line in lines)
+    assert all(re.search(r": dynamodb:(Query|Scan) on arn:aws:dynamodb:us-east-1:123456789012:table/delay\b", line) for line in lines)

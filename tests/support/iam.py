@@ -18,8 +18,10 @@ moto never checks IAM, so a missing grant passes every moto test and fails on AW
   Join, Sub, pseudo parameters) resolved into the ARNs of the moto resources a test made.
 - ``Enforcement``: a botocore ``before-parameter-build`` handler (added to botocore's built-in handlers, as moto
   adds its own, so every client made afterwards carries it). The acting role is found from the call stack: the
-  outermost frame of a runtime entry point (``ROLE_OF_MODULE``) names it; calls from tests, the local environment
-  and the CLI are setup or operator calls and are not checked. A denied call raises AccessDeniedException as AWS
+  outermost frame of a runtime entry point (``ROLE_OF_MODULE``) names it (``Enforcement.acting_as`` names it for
+  runtime code with no entry point of its own); calls from tests, the local environment and the CLI are setup or
+  operator calls and are not checked. A stack rather than a context variable: the container worker's threads do not
+  inherit context variables, and every existing test is then checked without naming a role. A denied call raises AccessDeniedException as AWS
   would, and is recorded, so that a test fails even where the runtime handles the error (``Enforcement.check``).
 
 Why not an existing evaluator: policy_sentry and parliament (PyPI) write and lint policies, they do not evaluate a
@@ -29,12 +31,13 @@ model is checked against the documented examples in tests/unit/test_iam_policy.p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 ACCOUNT = "123456789012"  # moto's
 REGION = "us-east-1"
@@ -456,12 +459,22 @@ class Enforcement:
 
     def __init__(self) -> None:
         self._world: World | None = None
+        self._acting: str | None = None
         self._lock = threading.Lock()
         self.denials: list[Denial] = []
 
     @property
     def world(self) -> World | None:
         return self._world
+
+    @contextlib.contextmanager
+    def acting_as(self, kind: str) -> Iterator[None]:
+        """Every call (of any thread) in the block is role ``kind``'s: for runtime code with no entry point of its own."""
+        self._acting = kind
+        try:
+            yield
+        finally:
+            self._acting = None
 
     def activate(self, world: World | None) -> None:
         with self._lock:
@@ -478,7 +491,7 @@ class Enforcement:
         world = self._world
         if world is None:
             return
-        kind = acting_role_kind(sys._getframe(1))
+        kind = self._acting or acting_role_kind(sys._getframe(1))
         if kind is None:
             return
         policy = world.policies.get(kind)

@@ -19,7 +19,9 @@ from worker_tier.settings import Settings
 REPO = Path(__file__).resolve().parents[2]
 ACCOUNT = "123456789012"  # moto's
 REGION = "us-east-1"
-SIGNING_SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:worker-tier-signing-AbC123"
+# A partial ARN (no random suffix): the stack grants it and it with "-??????", which the test's moto secret has.
+SIGNING_SECRET_NAME = "worker-tier-signing"
+SIGNING_SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{SIGNING_SECRET_NAME}"
 SIGNING_PARAMETER_ARN = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/worker-tier/signing"
 APP_PORT = 8080
 PRODUCER_ROLE = "Producer"
