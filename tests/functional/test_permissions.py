@@ -159,3 +159,16 @@ def test_the_dispatcher_runs_under_its_own_role(enforced):
     lines = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
     assert lines and all(line.startswith("IAM denied role DelaysSchedulerRole") for line in lines)
     assert all(re.search(r": dynamodb:(Query|Scan) on arn:aws:dynamodb:us-east-1:123456789012:table/delay\b", line) for line in lines)
+
+
+@pytest.mark.parametrize("shape", sorted(stacks.SHAPES))
+def test_every_condition_operator_and_intrinsic_of_the_stack_is_modelled(shape):
+    # GIVEN every role policy and queue policy of the shape, resolved (an unmodelled intrinsic would raise)
+    template = stacks.templates()[shape]
+    policies = iam.roles_of(template, iam.Resources())
+    # THEN each condition block evaluates (an unmodelled operator would raise), and the roles the tests act as exist
+    for policy in policies.values():
+        for statement in (*policy.statements, *policy.resource_statements):
+            for operator, block in statement.get("Condition", {}).items():
+                iam.condition_holds(operator, block, {})
+    assert iam.role_of_function(template, stacks.WORKER_HANDLER) in policies
