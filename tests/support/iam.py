@@ -447,6 +447,16 @@ class World:
     policies: dict[str, Policy]
     tables: Tables
 
+    def to_json(self) -> str:
+        return json.dumps({"policies": {kind: [p.name, p.statements, p.resource_statements] for kind, p in self.policies.items()},
+                           "partition_keys": self.tables.partition_keys})
+
+    @classmethod
+    def from_json(cls, text: str) -> World:
+        data = json.loads(text)
+        policies = {kind: Policy(name, tuple(statements), tuple(resource)) for kind, (name, statements, resource) in data["policies"].items()}
+        return cls(policies, Tables(data["partition_keys"]))
+
     def without(self, kind: str, action: str) -> World:
         """This world with role ``kind``'s statements that allow ``action`` taken out."""
         policy = self.policies[kind]
@@ -460,6 +470,7 @@ class Enforcement:
     def __init__(self) -> None:
         self._world: World | None = None
         self._acting: str | None = None
+        self.denial_file = ""  # in a subprocess: where each denial is appended for the test to read
         self._lock = threading.Lock()
         self.denials: list[Denial] = []
 
@@ -501,16 +512,21 @@ class Enforcement:
         try:
             requests = authorization(service, model.name, params, world.tables)
         except PolicyModelError as error:  # recorded too: the runtime may catch it, the test must not pass
-            with self._lock:
-                self.denials.append(Denial(policy.name, Request(f"{service}:{model.name}", "?"), str(error)))
+            self._record(Denial(policy.name, Request(f"{service}:{model.name}", "?"), str(error)))
             raise
         for request in requests:
             decision = policy.decide(request)
             if not decision.allowed:
                 denial = Denial(policy.name, request, decision.reason)
-                with self._lock:
-                    self.denials.append(denial)
+                self._record(denial)
                 raise _access_denied(model.name, str(denial))
+
+    def _record(self, denial: Denial) -> None:
+        with self._lock:
+            self.denials.append(denial)
+        if self.denial_file:
+            with open(self.denial_file, "a", encoding="utf-8") as out:
+                out.write(str(denial).replace("\n", " ") + "\n")
 
 
 def _access_denied(operation: str, message: str) -> Exception:
@@ -531,6 +547,19 @@ def install() -> Enforcement:
     if handler not in botocore.handlers.BUILTIN_HANDLERS:
         botocore.handlers.BUILTIN_HANDLERS.append(handler)
     return ENFORCEMENT
+
+
+WORLD_VARIABLE = "WORKER_TIER_TEST_IAM_WORLD"  # a file holding World.to_json()
+DENIALS_VARIABLE = "WORKER_TIER_TEST_IAM_DENIALS"  # a file each denial is appended to
+
+
+def install_from_environment() -> None:
+    """In a subprocess (tests/support/iam_site/sitecustomize.py): enforce the world the test process wrote."""
+    import os
+
+    with open(os.environ[WORLD_VARIABLE], encoding="utf-8") as world:
+        install().activate(World.from_json(world.read()))
+    ENFORCEMENT.denial_file = os.environ[DENIALS_VARIABLE]
 
 
 def world_of(template: Mapping[str, Any], resources: Resources, roles: Mapping[str, str]) -> World:

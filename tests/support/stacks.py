@@ -117,3 +117,24 @@ WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 PERIODIC_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
 DISPATCHER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
 RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
+
+
+IAM_SITE = Path(__file__).resolve().parent / "iam_site"
+
+
+def subprocess_pythonpath() -> str:
+    """PYTHONPATH for a runtime subprocess: this tree's code, the tests, and the IAM enforcement hook (sitecustomize)."""
+    return os.pathsep.join([str(REPO / "src"), str(REPO), str(IAM_SITE)])
+
+
+def share_with_subprocesses(directory: Path) -> dict[str, str]:
+    """The environment variables that carry the active world into subprocesses; their denials land in ``directory``."""
+    from tests.support import iam
+
+    world = iam.ENFORCEMENT.world
+    if world is None:
+        return {}
+    world_file, denials_file = directory / "iam-world.json", directory / "iam-denials.txt"
+    world_file.write_text(world.to_json())
+    denials_file.touch()
+    return {iam.WORLD_VARIABLE: str(world_file), iam.DENIALS_VARIABLE: str(denials_file)}
