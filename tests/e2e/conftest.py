@@ -15,6 +15,8 @@ import pytest
 from tests.support import iam, stacks
 from worker_tier_local.environment import LOCAL_PREFIX
 
+iam.install()  # before any client is made: clients copy botocore's handlers when made
+
 
 def _local(name: str) -> tuple[str, str]:
     return (f"{LOCAL_PREFIX}-{name}", f"{LOCAL_PREFIX}-{name}.fifo")

@@ -17,6 +17,8 @@ from worker_tier.settings import Settings
 
 REGION = "us-east-1"
 
+iam.install()  # before any client is made: clients copy botocore's handlers when made
+
 
 @dataclass
 class AwsWorld:
