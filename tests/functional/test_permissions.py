@@ -8,6 +8,7 @@ several dispatch groups) and the safety net.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from typing import Any
 
 import boto3
@@ -23,6 +24,7 @@ from worker_tier.dispatch_group import DispatchGroup
 from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
 from worker_tier.forwarding import parameter_name, read_signing_secret
 from worker_tier.message import PATH_ATTRIBUTE
+from worker_tier.periodic import Tick, TickEnqueuer
 
 NOW = 1_800_000_000.0  # a minute boundary
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
@@ -172,3 +174,18 @@ def test_every_condition_operator_and_intrinsic_of_the_stack_is_modelled(shape):
             for operator, block in statement.get("Condition", {}).items():
                 iam.condition_holds(operator, block, {})
     assert iam.role_of_function(template, stacks.WORKER_HANDLER) in policies
+
+
+def test_the_periodic_function_claims_its_tick_under_its_own_role(aws):
+    # GIVEN the functional world (enforced), its periodic role without the statement that lets it claim cron# items
+    active = iam.ENFORCEMENT.world
+    assert active is not None
+    iam.ENFORCEMENT.activate(active.without("periodic", "dynamodb:PutItem"))
+    tick = Tick("backup-job", "/backup", datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc))
+    # WHEN it enqueues a tick  THEN the claim is refused as on AWS
+    with pytest.raises(ClientError, match="AccessDeniedException"):
+        TickEnqueuer(aws.queue_url, aws.state_table, sqs=aws.sqs, dynamodb=aws.dynamodb, clock=lambda: NOW).enqueue(tick)
+    # AND the denial names the periodic function's role, the claim and its cron# key
+    (line,) = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
+    assert line.startswith("IAM denied role PeriodicTasksCronRole")
+    assert ": dynamodb:PutItem on arn:aws:dynamodb:us-east-1:123456789012:table/state (dynamodb:LeadingKeys=['cron#" in line
