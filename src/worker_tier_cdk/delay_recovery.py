@@ -26,7 +26,7 @@ from constructs import Construct
 from worker_tier_cdk import defaults
 from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import REFILE_ACTIONS, grant_items
+from worker_tier_cdk.grants import CANCELLABLE_MESSAGE_KEY_PATTERN, REFILE_ACTIONS, grant_items, grant_keys
 from worker_tier import delay_recovery, limits
 from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
 from worker_tier.contract import DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX
@@ -50,8 +50,15 @@ STREAM_MAX_RECORD_AGE_SECONDS = delay_recovery.DYNAMODB_STREAM_RETENTION_SECONDS
 STREAM_RETRY_ATTEMPTS = 10_000  # Lambda's maximum: retries stop at the record age first
 # Normal age is the batching window plus a second or two.
 ITERATOR_AGE_ALARM_SECONDS = 30 * 60
-STREAM_READ_ACTIONS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
+# What Lambda's stream poller does with the function's role (the runtime itself reads no stream):
+# https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html#services-ddb-permissions
+STREAM_READ_ACTIONS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")
+# ListStreams names no resource type (Resource "*" only): https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html
+STREAM_LIST_ACTIONS = ("dynamodb:ListStreams",)
 STATE_READ_ACTIONS = ("dynamodb:GetItem",)
+# A cancellable message's insert is sent only if its item is still there (not cancelled): one GetItem of the item,
+# on the cancellable shard's keys (worker_tier.delay_recovery's ``_cancelled``).
+CANCELLABLE_READ_ACTIONS = ("dynamodb:GetItem",)
 
 
 @dataclass
@@ -102,8 +109,17 @@ class DelayRecovery(Construct):
         if stream_arn is None:
             raise ValueError(f"DelayRecovery reads the delay table's stream, and table {props.delay_table.node.path} has none")
         self.function.add_to_role_policy(iam.PolicyStatement(actions=list(STREAM_READ_ACTIONS), resources=[stream_arn]))
+        self.function.add_to_role_policy(iam.PolicyStatement(actions=list(STREAM_LIST_ACTIONS), resources=["*"]))
+        Validations.of(self.function.role).acknowledge(  # type: ignore[arg-type]  # ServiceFunction always makes a role
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                reason="dynamodb:ListStreams, which Lambda's stream poller calls with this role, has no resource-level "
+                "permissions: AWS requires Resource '*' for it. It lists stream ARNs and reads no data.",
+            )
+        )
         grant_items(props.state_table, self.function, actions=STATE_READ_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])
         grant_items(props.delay_table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
+        grant_keys(props.delay_table, self.function, CANCELLABLE_READ_ACTIONS, [CANCELLABLE_MESSAGE_KEY_PATTERN])
         props.queue.grant_send_messages(self.function)
         props.dead_letter_queue.grant_send_messages(self.function)
 

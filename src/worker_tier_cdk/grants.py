@@ -122,12 +122,17 @@ def grant_delay_produce(
     grant_items(table, grantee, actions=DELAYED_MESSAGE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
     grant_items(table, grantee, actions=DEDUPE_MARKER_ACTIONS, leading_key_prefixes=[DEDUPE_KEY_PREFIX])
     if state_table is not None:
-        _grant_keys(table, grantee, CANCEL_ACTIONS, [CANCELLABLE_MESSAGE_KEY_PATTERN, f"{DEDUPE_KEY_PREFIX}*"])
+        grant_keys(table, grantee, CANCEL_ACTIONS, [CANCELLABLE_MESSAGE_KEY_PATTERN, f"{DEDUPE_KEY_PREFIX}*"])
         grant_items(state_table, grantee, actions=DISPATCH_STARTED_CHECK_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])
 
 
-def _grant_keys(table: dynamodb.ITableV2, grantee: iam.IGrantable, actions: Sequence[str], patterns: list[str]) -> iam.Grant:
-    """Allow ``actions`` on ``table``, only on items whose partition key matches one of ``patterns`` (StringLike)."""
+def grant_keys(table: dynamodb.ITableV2, grantee: iam.IGrantable, actions: Sequence[str], patterns: list[str]) -> iam.Grant:
+    """Allow ``actions`` on ``table``, only on items whose partition key matches one of ``patterns`` (StringLike).
+
+    Examples
+    --------
+    >>> grant_keys(delay_table, recovery_function, ["dynamodb:GetItem"], [CANCELLABLE_MESSAGE_KEY_PATTERN])  # doctest: +SKIP
+    """
     _check(actions, [pattern.split("*", 1)[0] for pattern in patterns])
     return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[table.table_arn],
                                       conditions={LEADING_KEYS_CONDITION: {"dynamodb:LeadingKeys": patterns}})

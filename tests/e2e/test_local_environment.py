@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 
+from tests.support import stacks
 from worker_tier import contract
 from worker_tier_local import LocalEnvironment
 from worker_tier.settings import Settings
@@ -59,7 +60,7 @@ def test_unprocessed_failures_stay_in_the_queue(outcomes):
 def test_make_run_prints_each_outcome(tmp_path):
     # GIVEN settings with a quick backoff, as a cdk.json
     (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": {"error_visibility_timeout": 1}}}))
-    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    environment = {**os.environ, "PYTHONPATH": stacks.subprocess_pythonpath()}
     # WHEN `make run`'s entry point runs for a while
     result = subprocess.run(
         [sys.executable, "-m", "worker_tier_local", "--duration", "12", "--settings", str(tmp_path / "cdk.json")],
@@ -142,7 +143,7 @@ def test_container_worker_process_drains_on_sigterm():
 
     with LocalEnvironment(Settings()) as env:
         env.client.send("/render", '{"frames": 3}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}", contract.setting_variable("container_concurrency"): "1"}
+        environment = {**os.environ, "PYTHONPATH": stacks.subprocess_pythonpath(), contract.setting_variable("container_concurrency"): "1"}
         environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "20"], env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -168,7 +169,7 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
     settings = Settings(heartbeat_interval=1)
     with LocalEnvironment(settings) as env:
         env.client.send("/render", '{"frames": 60}')
-        environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",
+        environment = {**os.environ, "PYTHONPATH": stacks.subprocess_pythonpath(),
                        contract.setting_variable("container_concurrency"): "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
         environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
         process = subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", "1"], env=environment,

@@ -15,11 +15,14 @@ import pytest
 from moto import mock_aws
 
 from tests.strict_dynamodb import StrictDynamoDB
+from tests.support import iam, stacks
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.message import lambda_record
 from worker_tier.settings import Settings
 
 REGION = "us-east-1"
+
+iam.install()  # before any client is made: clients copy botocore's handlers when made
 
 
 @dataclass
@@ -87,6 +90,11 @@ def make_world(fifo: bool = False, settings: Settings | None = None) -> AwsWorld
         TableName="state", TimeToLiveSpecification={"Enabled": True, "AttributeName": STATE_TABLE_TTL_ATTRIBUTE}
     )
     world = AwsWorld(sqs, dynamodb, queue, arn, dlq, "state")
+    # The tests' own queues for the stack's: the work queue stands for the container worker's queue too (the consumer
+    # tests read it), "long" is the long-task queue tests make, "dlq-missing" a dead-letter queue that is not there.
+    queues = {"WorkerQueue": f"work{suffix}", "WorkerDeadLetterQueue": (f"dlq{suffix}", "dlq-missing"),
+              "LongTasksLongTaskQueue": (f"work{suffix}", f"long{suffix}")}
+    stacks.enforce("fifo" if fifo else "container", queues=queues, tables={"StateTable": "state", "DelaysDelayTable": "delay"})
     sqs.meta.events.register("provide-client-params.sqs.*", _recorder(world))
     return world
 
@@ -96,6 +104,16 @@ def _recorder(world: AwsWorld):
         world.calls.append((model.name, params))
 
     return record
+
+
+@pytest.fixture(autouse=True)
+def iam_enforced():
+    """Fail the test on any call a role made that its synthesized policy denies (make_world turns checking on)."""
+    iam.install()
+    yield
+    denials = iam.ENFORCEMENT.check()
+    if denials:
+        pytest.fail(iam.denial_lines(denials), pytrace=False)
 
 
 @pytest.fixture

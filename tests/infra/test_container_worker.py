@@ -74,11 +74,13 @@ def test_lambda_worker_forwards_to_the_long_task_queue(template):
     )
 
 
-def test_only_wildcard_is_the_image_pull_token(template):
+def test_only_wildcards_are_the_image_pull_token_and_the_safety_nets_stream_listing(template):
+    # THEN Resource "*" only for the actions without resource-level permissions: the execution role's image pull
+    # token, and the safety net's (Lambda's stream poller's) ListStreams
     for policy in template.find_resources("AWS::IAM::Policy").values():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             if statement["Resource"] == "*":
-                assert statement["Action"] == "ecr:GetAuthorizationToken"
+                assert statement["Action"] in ("ecr:GetAuthorizationToken", "dynamodb:ListStreams")
 
 
 def test_container_image_pins_agree_with_requirements():

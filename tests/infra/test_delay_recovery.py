@@ -120,23 +120,26 @@ def test_alarms_on_iterator_age_late_writes_and_ttl_recoveries(recovery_template
         )
 
 
-def test_the_role_reads_the_stream_and_scheduler_items_and_moves_only_message_items(recovery_template):
+def test_the_role_reads_the_stream_scheduler_items_and_cancellable_messages_and_moves_only_message_items(recovery_template):
     template = recovery_template
     statements = [
         s for policy in template.find_resources("AWS::IAM::Policy").values()
         for s in policy["Properties"]["PolicyDocument"]["Statement"]
     ]
     stream = next(s for s in statements if "dynamodb:GetRecords" in s["Action"])
-    assert sorted(stream["Action"]) == ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
-                                        "dynamodb:ListStreams"]
+    assert sorted(stream["Action"]) == ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"]
     logical_id, attribute = stream["Resource"]["Fn::GetAtt"]
     assert logical_id.startswith("Delay") and attribute == "StreamArn"
+    # ListStreams takes only Resource "*" (it has no resource-level permissions), in a statement of its own
+    assert [s for s in statements if "dynamodb:ListStreams" in json.dumps(s["Action"])] == [
+        {"Action": "dynamodb:ListStreams", "Effect": "Allow", "Resource": "*"}]
     items = {(json.dumps(s["Action"]), json.dumps(s["Resource"]["Fn::GetAtt"][0][:5]),
               json.dumps(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]))
              for s in statements if s.get("Condition")}
     assert items == {
         ('"dynamodb:GetItem"', '"State"', '["scheduler#*"]'),
         ('["dynamodb:PutItem", "dynamodb:DeleteItem"]', '"Delay"', '["b#*"]'),
+        ('"dynamodb:GetItem"', '"Delay"', '["b#*#15"]'),  # whether a late cancellable message was cancelled
     }
 
 

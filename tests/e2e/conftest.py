@@ -1,0 +1,39 @@
+"""Every role's call in the local environment is authorized against the stack's synthesized policy (tests/support/iam.py).
+
+The local environment's own setup (queues, tables) and the test's calls are not a role's and are not checked; the
+worker, dispatcher, periodic and container calls it runs are, including those of a ``python -m worker_tier worker``
+subprocess started with ``stacks.subprocess_pythonpath()``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support import iam, stacks
+from worker_tier_local.environment import LOCAL_PREFIX
+
+iam.install()  # before any client is made: clients copy botocore's handlers when made
+
+
+def _local(name: str) -> tuple[str, str]:
+    return (f"{LOCAL_PREFIX}-{name}", f"{LOCAL_PREFIX}-{name}.fifo")
+
+
+@pytest.fixture(autouse=True)
+def iam_enforced(tmp_path: Path, monkeypatch):
+    """The container shape's roles over the local environment's resources; a denial fails the test."""
+    # A container worker started without a container queue reads the work queue, as it does with an app or forwarding.
+    queues = {"WorkerQueue": _local("queue"), "WorkerDeadLetterQueue": _local("dlq"),
+              "LongTasksLongTaskQueue": (*_local("container"), *_local("queue"))}
+    stacks.enforce("container", queues=queues, tables={"StateTable": f"{LOCAL_PREFIX}-state", "DelaysDelayTable": f"{LOCAL_PREFIX}-delays"})
+    shared = stacks.share_with_subprocesses(tmp_path)
+    for name, value in shared.items():
+        monkeypatch.setenv(name, value)
+    yield
+    denials = [str(denial) for denial in iam.ENFORCEMENT.check()]
+    denials += Path(shared[iam.DENIALS_VARIABLE]).read_text().splitlines() if os.path.exists(shared[iam.DENIALS_VARIABLE]) else []
+    if denials:
+        pytest.fail("\n".join(dict.fromkeys(denials)), pytrace=False)

@@ -1,0 +1,191 @@
+"""Each role's calls against moto, authorized by the policy the stack synthesizes for it (tests/support/iam.py).
+
+The functional tests all run enforced (``make_world``); these cover the delay path's roles, which the other
+functional tests drive through in-memory fakes: the producer (send, cancel), the delay dispatcher (one and
+several dispatch groups) and the safety net.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from tests.support import iam, stacks
+from worker_tier import Client, delay
+from worker_tier.delay import DelayedMessage
+from worker_tier.delay_recovery import DelayRecovery
+from worker_tier.dispatch_group import DispatchGroup
+from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
+from worker_tier.forwarding import parameter_name, read_signing_secret
+from worker_tier.message import PATH_ATTRIBUTE
+from worker_tier.periodic import Tick, TickEnqueuer
+
+NOW = 1_800_000_000.0  # a minute boundary
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
+
+
+class DelayWorld:
+    """moto's work queue, DLQ, state and delay tables, as the stack makes them, checked against ``shape``'s roles."""
+
+    def __init__(self, shape: str) -> None:
+        self.sqs, self.dynamodb = boto3.client("sqs"), boto3.client("dynamodb")
+        self.queue, self.dlq = (self.sqs.create_queue(QueueName=name)["QueueUrl"] for name in ("work", "dlq"))
+        self.dynamodb.create_table(TableName="state", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                                   AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                                   BillingMode="PAY_PER_REQUEST")
+        self.dynamodb.create_table(
+            TableName="delay", BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": delay.PK, "KeyType": "HASH"}, {"AttributeName": delay.SK, "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": delay.PK, "AttributeType": "S"}, {"AttributeName": delay.SK, "AttributeType": "S"}])
+        stacks.enforce(shape, queues={"WorkerQueue": "work", "WorkerDeadLetterQueue": "dlq"},
+                       tables={"StateTable": "state", "DelaysDelayTable": "delay"})
+
+    def client(self, now: float = NOW) -> Client:
+        return Client(self.queue, "delay", sqs=self.sqs, dynamodb=self.dynamodb, state_table="state", clock=lambda: now,
+                      sleep=lambda s: None)
+
+    def dispatcher(self, now: float, group: DispatchGroup | None = None) -> DelayDispatcher:
+        return DelayDispatcher("delay", "state", self.queue, dead_letter_queue_url=self.dlq, sqs=self.sqs, dynamodb=self.dynamodb,
+                               clock=lambda: now, sleep=lambda s: None, parallel=False, group=group)
+
+    def recovery(self, now: float) -> DelayRecovery:
+        return DelayRecovery("state", self.queue, self.dlq, delay_table="delay", sqs=self.sqs, dynamodb=self.dynamodb,
+                             clock=lambda: now, sleep=lambda s: None)
+
+    def bodies(self) -> list[str]:
+        got = self.sqs.receive_message(QueueUrl=self.queue, MaxNumberOfMessages=10).get("Messages", [])
+        return sorted(m["Body"] for m in got)
+
+
+@pytest.fixture
+def enforced():
+    """Fail the test on any denied call (this module's worlds turn checking on)."""
+    iam.install()
+    with mock_aws():
+        yield DelayWorld
+    denials = iam.ENFORCEMENT.check()
+    if denials:
+        pytest.fail(iam.denial_lines(denials), pytrace=False)
+
+
+def insert_record(item: dict[str, Any], at_s: float) -> dict[str, Any]:
+    """A Lambda DynamoDB stream record of an INSERT (the shape Lambda delivers)."""
+    change = {"ApproximateCreationDateTime": float(int(at_s)), "Keys": {k: item[k] for k in (delay.PK, delay.SK)},
+              "SequenceNumber": "1".zfill(21), "SizeBytes": 300, "StreamViewType": "NEW_AND_OLD_IMAGES", "NewImage": item}
+    return {"eventID": "event-1", "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+            "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
+
+
+def test_the_safety_net_reads_a_late_cancellable_message_before_sending_it(enforced):
+    # GIVEN a dispatcher watermark past minute M, and a cancellable message of minute M written late (its shard is 15)
+    world = enforced("default")
+    minute = int(NOW // delay.BUCKET_SECONDS)
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(minute + 1)}})
+    attributes = {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/remind"}}
+    item = DelayedMessage("m-1", int((NOW + 5) * 1000), "late", attributes, delay.CANCELLABLE_SHARD, "key-1", True).to_item()
+    world.dynamodb.put_item(TableName="delay", Item=item)
+    # WHEN the safety net, under its role, handles the stream's INSERT
+    report = world.recovery(NOW + 10).process([insert_record(item, NOW + 10)])
+    # THEN it read the item (GetItem on b#<M>#15, allowed) and sent it
+    assert (report.late_writes, report.failed_sequence_number) == (1, None)
+    assert world.bodies() == ["late"]
+
+
+@pytest.mark.parametrize(("shape", "groups"), [("default", 1), ("container", 3)])
+def test_a_producer_stores_and_cancels_and_the_dispatcher_delivers_in_each_group(enforced, shape, groups):
+    # GIVEN a producer (its granted role) storing five long delays and a cancellable one it then cancels
+    world = enforced(shape)
+    client = world.client()
+    for n in range(5):
+        client.send("/later", f"m{n}", delay=3600)
+    client.send("/later", "cancelled", delay=3600, dedupe_key="k", cancellable=True)
+    assert client.cancel("k") is True
+    # WHEN each dispatch group's dispatcher runs, under its role, when they are due
+    for index in range(groups):
+        world.dispatcher(NOW + 3600 + 5, DispatchGroup(index, groups)).run()
+    # THEN all five are delivered, and only they
+    assert world.bodies() == [f"m{n}" for n in range(5)]
+
+
+def test_a_call_the_policy_lacks_fails_naming_role_action_resource_and_the_missing_statement(enforced):
+    # GIVEN the producer's policy without the statement that lets it store delayed messages
+    world = enforced("default")
+    active = iam.ENFORCEMENT.world
+    assert active is not None
+    iam.ENFORCEMENT.activate(active.without("producer", "dynamodb:BatchWriteItem"))
+    # WHEN it stores a long delay
+    with pytest.raises(Exception, match="AccessDeniedException"):
+        world.client().send("/later", "m", delay=3600)
+    # THEN the test would fail with one line naming the role, the action, the resource and the missing statement
+    (line,) = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
+    assert line.startswith("IAM denied role Producer")
+    assert ": dynamodb:BatchWriteItem on arn:aws:dynamodb:us-east-1:123456789012:table/delay (dynamodb:LeadingKeys=['b#" in line
+    missing = "missing statement: Allow dynamodb:BatchWriteItem on arn:aws:dynamodb:us-east-1:123456789012:table/delay where "
+    assert missing + "dynamodb:LeadingKeys ['b#" in line
+
+
+
+@pytest.mark.parametrize("shape", ["forwarding_secret", "forwarding_parameter"])
+def test_the_container_worker_reads_its_signing_key_by_the_granted_arn(enforced, shape):
+    # GIVEN the signing key in Secrets Manager (moto adds the random suffix) or in an SSM SecureString parameter
+    enforced(shape)
+    if shape == "forwarding_secret":
+        arn = boto3.client("secretsmanager").create_secret(Name=stacks.SIGNING_SECRET_NAME, SecretString="k3y")["ARN"]
+    else:
+        arn = stacks.SIGNING_PARAMETER_ARN
+        boto3.client("ssm").put_parameter(Name=parameter_name(arn), Value="k3y", Type="SecureString")
+    # WHEN the container worker reads it, under its task role
+    with iam.ENFORCEMENT.acting_as("container"):
+        key = read_signing_secret(arn)
+    # THEN the read is allowed (GetSecretValue on the secret's full ARN, or GetParameter on the parameter)
+    assert key == b"k3y"
+
+
+def test_the_dispatcher_runs_under_its_own_role(enforced):
+    # GIVEN a stored long delay, and the dispatcher's policy without its Query of the delay table
+    world = enforced("default")
+    world.client().send("/later", "m", delay=3600)
+    active = iam.ENFORCEMENT.world
+    assert active is not None
+    iam.ENFORCEMENT.activate(active.without("dispatcher", "dynamodb:Query"))
+    # WHEN it runs when the message is due  THEN the run fails as on AWS
+    with pytest.raises(ClientError, match="AccessDeniedException"):
+        world.dispatcher(NOW + 3600 + 5).run()
+    # AND the denial names the dispatcher's role, the read (Query, or Scan, of that one statement) and the table
+    lines = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
+    assert lines and all(line.startswith("IAM denied role DelaysSchedulerRole") for line in lines)
+    assert all(re.search(r": dynamodb:(Query|Scan) on arn:aws:dynamodb:us-east-1:123456789012:table/delay\b", line) for line in lines)
+
+
+@pytest.mark.parametrize("shape", sorted(stacks.SHAPES))
+def test_every_condition_operator_and_intrinsic_of_the_stack_is_modelled(shape):
+    # GIVEN every role policy and queue policy of the shape, resolved (an unmodelled intrinsic would raise)
+    template = stacks.templates()[shape]
+    policies = iam.roles_of(template, iam.Resources())
+    # THEN each condition block evaluates (an unmodelled operator would raise), and the roles the tests act as exist
+    for policy in policies.values():
+        for statement in (*policy.statements, *policy.resource_statements):
+            for operator, block in statement.get("Condition", {}).items():
+                iam.condition_holds(operator, block, {})
+    assert iam.role_of_function(template, stacks.WORKER_HANDLER) in policies
+
+
+def test_the_periodic_function_claims_its_tick_under_its_own_role(aws):
+    # GIVEN the functional world (enforced), its periodic role without the statement that lets it claim cron# items
+    active = iam.ENFORCEMENT.world
+    assert active is not None
+    iam.ENFORCEMENT.activate(active.without("periodic", "dynamodb:PutItem"))
+    tick = Tick("backup-job", "/backup", datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc))
+    # WHEN it enqueues a tick  THEN the claim is refused as on AWS
+    with pytest.raises(ClientError, match="AccessDeniedException"):
+        TickEnqueuer(aws.queue_url, aws.state_table, sqs=aws.sqs, dynamodb=aws.dynamodb, clock=lambda: NOW).enqueue(tick)
+    # AND the denial names the periodic function's role, the claim and its cron# key
+    (line,) = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
+    assert line.startswith("IAM denied role PeriodicTasksCronRole")
+    assert ": dynamodb:PutItem on arn:aws:dynamodb:us-east-1:123456789012:table/state (dynamodb:LeadingKeys=['cron#" in line

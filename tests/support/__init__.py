@@ -1,0 +1,1 @@
+"""Shared test worlds and tools that several test packages use (never a test module)."""
