@@ -310,7 +310,8 @@ def test_the_container_worker_process_deletes_each_200_once_and_dead_letters_eac
             contract.setting_variable("inactivity_timeout"): "20",
         }
         environment.pop(contract.CONTAINER_QUEUE_URL_VARIABLE, None)
-        worker = subprocess.Popen([*PYTHON, "worker_tier", "worker", "--grace", "5"], cwd=REPO, env=environment,
+        # A grace this long leaves 1 s long polls within the 120 s stop timeout: SIGTERM ends the process at once.
+        worker = subprocess.Popen([*PYTHON, "worker_tier", "worker", "--grace", "114"], cwd=REPO, env=environment,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             # WHEN the worker process runs until every message left the queue
