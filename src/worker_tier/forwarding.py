@@ -21,8 +21,13 @@ connections kept in a pool as large as the container worker's threads (``http_co
   comes later means the app may have worked on the request (a worker timeout, an OOM kill): it
   is the message's failure, never a second POST. An idle connection the app already closed is seen before it is used and
   never carries a request. Any other error after the request went out is the message's failure.
-- With ``app_signing_secret_arn``, each POST carries ``X-Worker-Tier-Timestamp`` and
-  ``X-Worker-Tier-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>``.
+- With ``app_signing_secret_arn``, each POST carries ``X-Worker-Tier-Timestamp``,
+  ``X-Worker-Tier-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`` and
+  ``X-Worker-Tier-Signature-V2: v2=<hex HMAC-SHA256(secret, "v2\n<method>\n<path>\n<msgid>\n<timestamp>\n<body>")>``
+  (``signature_v2``): v1 verifies for any path and message id, v2 only for the request it was made for.
+- An interim answer (1xx) is skipped and the final one read (``http.client`` skips only 100); a ``101`` is the
+  message's failure. A connection is kept alive only when its answer was read whole, did not say
+  ``Connection: close`` (nor was HTTP/1.0 without keep-alive), and nothing came past its end.
 - ``wait_until_healthy`` GETs ``app_health_path`` until it answers 200; the container worker
   takes no message before. A stop (SIGTERM) ends it within ``HEALTH_STOP_POLL_SECONDS``, even
   in the middle of a check.
@@ -191,8 +196,13 @@ class HttpTarget:
             headers.append(("Content-Length", str(len(request.body))))
         if self._secret is not None:
             timestamp = str(int(self._wall_clock()))
+            message_id = request.header("X-Aws-Sqsd-Msgid") or ""
             headers.append((contract.SIGNATURE_TIMESTAMP_HEADER, timestamp))
             headers.append((contract.SIGNATURE_HEADER, signature(self._secret, timestamp, request.body)))
+            headers.append((
+                contract.SIGNATURE_V2_HEADER,
+                signature_v2(self._secret, request.method, request.path, message_id, timestamp, request.body),
+            ))
         return headers
 
     def _connect(self, request: SqsdRequest) -> http.client.HTTPConnection:
@@ -425,6 +435,21 @@ def signature(secret: bytes, timestamp: str, body: bytes) -> str:
     """
     digest = hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
     return f"{contract.SIGNATURE_VERSION}={digest}"
+
+
+def signature_v2(secret: bytes, method: str, path: str, message_id: str, timestamp: str, body: bytes) -> str:
+    """The ``X-Worker-Tier-Signature-V2`` value of a request: ``v2=`` and the hex HMAC-SHA256 of
+    ``"v2\n<method>\n<path>\n<message_id>\n<timestamp>\n"`` followed by the body.
+
+    ``path`` is the request target as sent (path and query); ``message_id`` the ``X-Aws-Sqsd-Msgid`` value.
+    None of the four texts can hold a newline (``sqsd.request_for`` refuses control characters), so no two
+    requests share what is signed. Unlike v1, a captured signature verifies for no other path or message.
+
+    >>> signature_v2(b"key", "POST", "/work", "m-1", "1700000000", b"{}")[:3]
+    'v2='
+    """
+    signed = "\n".join((contract.SIGNATURE_V2_VERSION, method, path, message_id, timestamp, "")).encode() + body
+    return f"{contract.SIGNATURE_V2_VERSION}={hmac.new(secret, signed, hashlib.sha256).hexdigest()}"
 
 
 def read_signing_secret(arn: str, *, secretsmanager: Any = None, ssm: Any = None) -> bytes:
