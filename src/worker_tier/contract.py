@@ -191,11 +191,15 @@ ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 # retry re-sent through the delay table, so retention_period counts from the original (worker_tier.sqsd).
 FIRST_RECEIVED_ATTRIBUTE = "worker_tier.first_received_at"
 
-# HTTP forwarding's signature (docs/container-worker.md shows the app's check): the POST's Unix time, and
-# "v1=" + hex HMAC-SHA256 keyed with the app_signing_secret_arn secret of "<timestamp>.<body>".
+# HTTP forwarding's signatures (docs/container-worker.md shows the app's checks), keyed with the app_signing_secret_arn
+# secret: the POST's Unix time; v1, "v1=" + hex HMAC-SHA256 of "<timestamp>.<body>" (kept for the apps that check it);
+# v2, "v2=" + hex HMAC-SHA256 of "v2\n<method>\n<path>\n<X-Aws-Sqsd-Msgid>\n<timestamp>\n<body>", which binds the
+# request to its route and its message.
 SIGNATURE_TIMESTAMP_HEADER = "X-Worker-Tier-Timestamp"
 SIGNATURE_HEADER = "X-Worker-Tier-Signature"
 SIGNATURE_VERSION = "v1"
+SIGNATURE_V2_HEADER = "X-Worker-Tier-Signature-V2"
+SIGNATURE_V2_VERSION = "v2"
 # The replay window an app should apply: refuse a signature whose timestamp is further than this from its clock.
 SIGNATURE_TOLERANCE_SECONDS = 300
 

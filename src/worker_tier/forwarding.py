@@ -21,8 +21,13 @@ connections kept in a pool as large as the container worker's threads (``http_co
   comes later means the app may have worked on the request (a worker timeout, an OOM kill): it
   is the message's failure, never a second POST. An idle connection the app already closed is seen before it is used and
   never carries a request. Any other error after the request went out is the message's failure.
-- With ``app_signing_secret_arn``, each POST carries ``X-Worker-Tier-Timestamp`` and
-  ``X-Worker-Tier-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>``.
+- With ``app_signing_secret_arn``, each POST carries ``X-Worker-Tier-Timestamp``,
+  ``X-Worker-Tier-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`` and
+  ``X-Worker-Tier-Signature-V2: v2=<hex HMAC-SHA256(secret, "v2\n<method>\n<path>\n<msgid>\n<timestamp>\n<body>")>``
+  (``signature_v2``): v1 verifies for any path and message id, v2 only for the request it was made for.
+- An interim answer (1xx) is skipped and the final one read (``http.client`` skips only 100); a ``101`` is the
+  message's failure. A connection is kept alive only when its answer was read whole, did not say
+  ``Connection: close`` (nor was HTTP/1.0 without keep-alive), and nothing came past its end.
 - ``wait_until_healthy`` GETs ``app_health_path`` until it answers 200; the container worker
   takes no message before. A stop (SIGTERM) ends it within ``HEALTH_STOP_POLL_SECONDS``, even
   in the middle of a check.
@@ -191,8 +196,13 @@ class HttpTarget:
             headers.append(("Content-Length", str(len(request.body))))
         if self._secret is not None:
             timestamp = str(int(self._wall_clock()))
+            message_id = request.header("X-Aws-Sqsd-Msgid") or ""
             headers.append((contract.SIGNATURE_TIMESTAMP_HEADER, timestamp))
             headers.append((contract.SIGNATURE_HEADER, signature(self._secret, timestamp, request.body)))
+            headers.append((
+                contract.SIGNATURE_V2_HEADER,
+                signature_v2(self._secret, request.method, request.path, message_id, timestamp, request.body),
+            ))
         return headers
 
     def _connect(self, request: SqsdRequest) -> http.client.HTTPConnection:
@@ -219,7 +229,7 @@ class HttpTarget:
     ) -> AppResponse:
         """Send the request and read the whole answer by the deadline; the connection goes back to the pool or is closed."""
         deadline = self._clock() + self.settings.inactivity_timeout
-        sent_at, answered = None, False
+        sent_at, answered, response = None, False, None
         try:
             connection.sock.settimeout(self._left(deadline, request))
             _send(connection, request, headers)
@@ -229,16 +239,16 @@ class HttpTarget:
             answered = True
             body, whole = _read_body(response)
         except Exception as error:
-            connection.close()
+            _close(connection, response)
             race = reused and not answered and sent_at is not None and self._clock() - sent_at <= REPOST_WINDOW_SECONDS
             failure = self._failure(error, request, reused=race)
             if failure is error:
                 raise
             raise failure from error
-        if whole:
+        if whole and response.status >= 200 and not response.will_close and not _answer_unread(response):
             self._pool.give(connection)
         else:
-            connection.close()
+            _close(connection, response)  # a 101, an answer cut short, or bytes past its end: never reused
         return AppResponse(response.status, {name.lower(): value for name, value in response.getheaders()}, body)
 
     def _left(self, deadline: float, request: SqsdRequest) -> float:
@@ -271,6 +281,7 @@ class HttpTarget:
         """None when GET ``path`` answers 200 within the health deadline; otherwise what went wrong (or the stop)."""
         answer_seconds = min(HEALTH_ANSWER_TIMEOUT_SECONDS, self.settings.inactivity_timeout)
         connection = http.client.HTTPConnection(self.host, self.port, timeout=self.settings.connect_timeout)
+        response = None
         try:
             connection.connect()
             deadline = self._clock() + answer_seconds
@@ -284,22 +295,47 @@ class HttpTarget:
         except (OSError, http.client.HTTPException) as error:
             return safe_repr(error)
         finally:
-            connection.close()
+            _close(connection, response)
         return None if response.status == 200 else f"status {response.status}"
 
 
 class _DeadlineReader(io.RawIOBase):
-    """A socket's reads, each given only the time left before one deadline; a set ``stop`` ends them too."""
+    """A socket's reads, each given only the time left before one deadline; a set ``stop`` ends them too.
 
-    def __init__(self, sock: socket.socket, clock: Callable[[], float], deadline: float, stop: threading.Event | None) -> None:
+    It holds the socket's own file (``socket_file``, what ``http.client`` made of it) until it is closed:
+    when an answer says ``Connection: close`` or is HTTP/1.0, ``http.client`` closes the connection's socket
+    as soon as the headers are read, and only that file keeps its descriptor open for the body.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        socket_file: io.RawIOBase,
+        clock: Callable[[], float],
+        deadline: float,
+        stop: threading.Event | None,
+    ) -> None:
         super().__init__()
-        self._sock, self._clock, self._deadline, self._stop = sock, clock, deadline, stop
+        self._sock, self._socket_file = sock, socket_file
+        self._clock, self._deadline, self._stop = clock, deadline, stop
+        self.nonblocking = False
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
-        """One ``recv_into`` within the time left; TimeoutError past the deadline, _StoppedError after a stop."""
+    def readinto(self, buffer: Any) -> int | None:
+        """One ``recv_into`` within the time left; TimeoutError past the deadline, _StoppedError after a stop.
+
+        With ``nonblocking`` set: None when nothing is there to read right now.
+        """
+        if self.nonblocking:
+            if not _readable(self._sock):
+                return None
+            self._sock.settimeout(0)
+            try:
+                return self._sock.recv_into(buffer)
+            except BlockingIOError:
+                return None
         while True:
             left = self._deadline - self._clock()
             if left <= 0:
@@ -312,6 +348,50 @@ class _DeadlineReader(io.RawIOBase):
             except TimeoutError:
                 continue  # the loop's checks decide: past the deadline, or stopped, or read on
 
+    def close(self) -> None:
+        if not self.closed:
+            self._socket_file.close()  # the socket's descriptor closes now if the connection closed it meanwhile
+        super().close()
+
+
+class _Answer(http.client.HTTPResponse):
+    """An ``http.client`` answer read through a ``_DeadlineReader``, which skips interim (1xx) answers and
+    tells whether anything came past its end.
+
+    ``http.client`` itself skips only ``100 Continue``: a ``103 Early Hints`` (or any other 1xx) would be
+    taken as the final answer, and the real one left on the connection for the next request to read.
+    ``101 Switching Protocols`` is returned as it is: the connection is no HTTP any more, and the message fails.
+    ``unread`` is True when bytes were buffered or waiting on the socket as the body ended: such a
+    connection must be closed, never kept for the next request.
+    """
+
+    reader: _DeadlineReader
+    unread = False
+
+    def _read_status(self) -> tuple[str, int, str]:
+        while True:
+            version, status, reason = super()._read_status()  # type: ignore[misc]  # http.client's own
+            if not 100 <= status < 200 or status == 101:
+                return version, status, reason
+            http.client.parse_headers(self.fp)  # the interim answer's headers: dropped
+
+    def _close_conn(self) -> None:
+        fp = self.fp
+        if fp is not None and not self.will_close:
+            self.reader.nonblocking = True
+            try:
+                self.unread = bool(fp.peek(1))  # a BufferedReader (see _deadline_response)
+            except (OSError, ValueError):
+                self.unread = True
+            finally:
+                self.reader.nonblocking = False
+        super()._close_conn()  # type: ignore[misc]  # http.client's own
+
+
+def _answer_unread(response: http.client.HTTPResponse) -> bool:
+    """True when bytes came past the answer's end (an ``_Answer`` tells): its connection must not be reused."""
+    return isinstance(response, _Answer) and response.unread
+
 
 def _deadline_response(
     clock: Callable[[], float], deadline: float, stop: threading.Event | None = None
@@ -319,9 +399,11 @@ def _deadline_response(
     """An ``HTTPConnection.response_class`` whose every read respects ``deadline`` (and ``stop``)."""
 
     def response(sock: socket.socket, *args: Any, **options: Any) -> http.client.HTTPResponse:
-        answer = http.client.HTTPResponse(sock, *args, **options)
-        answer.fp.close()  # the plain socket file http.client opened; reads go through the deadline instead
-        answer.fp = io.BufferedReader(_DeadlineReader(sock, clock, deadline, stop))
+        answer = _Answer(sock, *args, **options)
+        # The plain socket file http.client opened: kept (it holds the descriptor open) but read through the deadline.
+        socket_file = answer.fp.detach()
+        answer.reader = _DeadlineReader(sock, socket_file, clock, deadline, stop)
+        answer.fp = io.BufferedReader(answer.reader)
         return answer
 
     return response
@@ -355,6 +437,21 @@ def signature(secret: bytes, timestamp: str, body: bytes) -> str:
     return f"{contract.SIGNATURE_VERSION}={digest}"
 
 
+def signature_v2(secret: bytes, method: str, path: str, message_id: str, timestamp: str, body: bytes) -> str:
+    """The ``X-Worker-Tier-Signature-V2`` value of a request: ``v2=`` and the hex HMAC-SHA256 of
+    ``"v2\n<method>\n<path>\n<message_id>\n<timestamp>\n"`` followed by the body.
+
+    ``path`` is the request target as sent (path and query); ``message_id`` the ``X-Aws-Sqsd-Msgid`` value.
+    None of the four texts can hold a newline (``sqsd.request_for`` refuses control characters), so no two
+    requests share what is signed. Unlike v1, a captured signature verifies for no other path or message.
+
+    >>> signature_v2(b"key", "POST", "/work", "m-1", "1700000000", b"{}")[:3]
+    'v2='
+    """
+    signed = "\n".join((contract.SIGNATURE_V2_VERSION, method, path, message_id, timestamp, "")).encode() + body
+    return f"{contract.SIGNATURE_V2_VERSION}={hmac.new(secret, signed, hashlib.sha256).hexdigest()}"
+
+
 def read_signing_secret(arn: str, *, secretsmanager: Any = None, ssm: Any = None) -> bytes:
     """The signing key stored at ``arn``: a Secrets Manager secret (its string or binary) or an SSM parameter (decrypted)."""
     service, region = arn.split(":")[2:4]
@@ -378,6 +475,13 @@ def parameter_name(arn: str) -> str:
     """
     rest = arn.split(":parameter/", 1)[1]
     return f"/{rest}" if "/" in rest else rest
+
+
+def _close(connection: http.client.HTTPConnection, response: http.client.HTTPResponse | None) -> None:
+    """Close a connection and its answer: after ``Connection: close`` the answer holds the socket, not the connection."""
+    if response is not None:
+        response.close()
+    connection.close()
 
 
 def _send(connection: http.client.HTTPConnection, request: SqsdRequest, headers: list[tuple[str, str]]) -> None:
@@ -425,8 +529,11 @@ class _Pool:
 def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
     """True when an idle connection is readable: the app closed it (EOF) or sent what nobody asked for."""
     sock: socket.socket | None = connection.sock
-    if sock is None:
-        return True
+    return sock is None or _readable(sock)
+
+
+def _readable(sock: socket.socket) -> bool:
+    """True when a read on ``sock`` would not wait: bytes, an EOF or an error are there."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(0))

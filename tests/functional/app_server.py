@@ -6,7 +6,7 @@ with the connection each came on) and answers by path:
 - ``GET /health``: 503 for the first ``--unhealthy`` checks, then 200;
 - ``/ok``: 200; ``/fail``: 500 with a long body; ``/busy``: 429 with ``Retry-After: 7``;
 - ``/slow``: 200 after ``--slow-seconds``; ``/signed``: 200 when the check docs/container-worker.md shows
-  verifies the signature (keyed with ``--secret``), else 401;
+  verifies the signature (keyed with ``--secret``), else 401; ``/signed-v2...``: the same with its v2 check;
 - ``/fail-once``: 500 the first time, then 200;
 - ``/drop``: closes the connection without answering; ``/drop-reused-once``: the same, once, and only on a
   connection that served a request before (a keep-alive race).
@@ -33,12 +33,13 @@ CONNECTION_IDS = count(1)
 OPTIONS = argparse.Namespace()
 
 
-def documented_verify() -> Callable[[bytes, Any, bytes], bool]:
-    """The signature check docs/container-worker.md shows an app, run from the page itself so the page stays true."""
-    [block] = [b for b in re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S) if "def verify(" in b]
+def documented_verify(name: str = "verify") -> Callable[..., bool]:
+    """A signature check docs/container-worker.md shows an app (``verify``: v1, ``verify_v2``), run from the page
+    itself so the page stays true."""
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S) if f"def {name}(" in b]
     namespace: dict[str, Any] = {}
     exec(block, namespace)
-    return namespace["verify"]
+    return namespace[name]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -82,6 +83,10 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(OPTIONS.slow_seconds)
         if self.path == "/signed" and not OPTIONS.verify(OPTIONS.secret.encode(), self.headers, body):
             return 401, b"bad signature", {}
+        if self.path.startswith("/signed-v2") and not OPTIONS.verify_v2(
+            OPTIONS.secret.encode(), self.command, self.path, self.headers, body
+        ):
+            return 401, b"bad signature", {}
         return 200, b"done", {}
 
     def _first(self, flag: str) -> bool:
@@ -111,6 +116,7 @@ def main() -> None:
     parser.add_argument("--idle-timeout", type=float, default=None)
     parser.parse_args(namespace=OPTIONS)
     OPTIONS.verify = documented_verify()
+    OPTIONS.verify_v2 = documented_verify("verify_v2")
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     print(server.server_address[1], flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import socket
@@ -17,6 +18,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.functional.app_server import documented_verify
 from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import depth
 from worker_tier import Client, contract, observability
@@ -30,6 +32,7 @@ from worker_tier.forwarding import (
     SigningSecretError,
     parameter_name,
     read_signing_secret,
+    signature_v2,
 )
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
@@ -315,6 +318,92 @@ def test_a_post_signed_with_another_key_is_refused_by_the_app(start_app, secrets
 
     # THEN the app refuses it
     assert (response.status, response.body) == (401, b"bad signature")
+
+
+def test_a_post_carries_a_v2_signature_the_documented_check_verifies(start_app):
+    # GIVEN an app that checks v2 signatures with our key, by the check docs/container-worker.md shows
+    app = start_app("--secret", SECRET)
+    target = HttpTarget(Settings(container_worker=True, app_port=app.port), secret=SECRET.encode())
+
+    # WHEN messages are posted to a path, and to a path with a query
+    answers = [target.deliver(post(path)) for path in ("/signed-v2", "/signed-v2/reports?day=1")]
+
+    # THEN the app verified both; each POST carried v1 and v2
+    assert [(a.status, a.body) for a in answers] == [(200, b"done"), (200, b"done")]
+    for seen in app.requests("/signed-v2") + app.requests("/signed-v2/reports?day=1"):
+        headers = dict(seen["headers"])
+        assert headers[contract.SIGNATURE_HEADER].startswith("v1=")
+        assert headers[contract.SIGNATURE_V2_HEADER].startswith("v2=")
+
+
+def replay(port: int, path: str, headers: dict[str, str], body: bytes) -> int:
+    """POST a captured request again, as an attacker who saw it would: the status the app answers."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_a_captured_post_replayed_with_another_message_id_or_path_fails_v2(start_app):
+    # GIVEN a signed POST captured on its way to the app
+    app = start_app("--secret", SECRET)
+    target = HttpTarget(Settings(container_worker=True, app_port=app.port), secret=SECRET.encode())
+    assert target.deliver(post("/signed-v2/a")).status == 200
+    [seen] = app.requests("/signed-v2/a")
+    captured = {name: value for name, value in seen["headers"] if name.lower() not in ("host", "content-length")}
+    body = seen["body"].encode()
+
+    # WHEN it is replayed as it was, with another message id, and to another path
+    same = replay(app.port, "/signed-v2/a", captured, body)
+    other_id = replay(app.port, "/signed-v2/a", {**captured, "X-Aws-Sqsd-Msgid": "m-2"}, body)
+    other_path = replay(app.port, "/signed-v2/b", captured, body)
+
+    # THEN v2 refuses both changes (the unchanged replay within the window is the app's to spot by message id)
+    assert (same, other_id, other_path) == (200, 401, 401)
+    # AND v1, which signs only the timestamp and the body, would have let both through (the documented difference)
+    assert replay(app.port, "/signed", {**captured, "X-Aws-Sqsd-Msgid": "m-2"}, body) == 200
+
+
+NOW = str(int(time.time()))
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "signature_value"),
+    [
+        ("\u00b2", "v1=00"),  # a Unicode digit: str.isdigit() says yes, int() raises
+        ("\u0661\u0667\u0660\u0660\u0660\u0660\u0660\u0660\u0660\u0660", "v1=00"),  # Arabic-Indic digits
+        ("9" * 5000, "v1=00"),  # more digits than int() reads
+        ("", "v1=00"),
+        ("-5", "v1=00"),
+        (NOW, "v1=\u00e9"),  # a non-ASCII signature: hmac.compare_digest raises on such str
+        (NOW, None),
+    ],
+)
+def test_the_documented_checks_return_false_on_malformed_headers(timestamp, signature_value):
+    # GIVEN the checks docs/container-worker.md shows, and headers an attacker made
+    verify, verify_v2 = documented_verify(), documented_verify("verify_v2")
+    headers = {"X-Worker-Tier-Timestamp": timestamp, "X-Aws-Sqsd-Msgid": "m-1",
+               contract.SIGNATURE_HEADER: signature_value, contract.SIGNATURE_V2_HEADER: signature_value}
+
+    # WHEN they check them  THEN both say no, without raising
+    assert verify(SECRET.encode(), headers, b"{}") is False
+    assert verify_v2(SECRET.encode(), "POST", "/work", headers, b"{}") is False
+
+
+def test_the_documented_v2_check_refuses_a_newline_or_a_non_text_part():
+    # GIVEN a valid v2 signature for one request
+    verify_v2 = documented_verify("verify_v2")
+    headers = {"X-Worker-Tier-Timestamp": NOW, "X-Aws-Sqsd-Msgid": "m-1",
+               contract.SIGNATURE_V2_HEADER: signature_v2(SECRET.encode(), "POST", "/work", "m-1", NOW, b"{}")}
+    assert verify_v2(SECRET.encode(), "POST", "/work", headers, b"{}") is True
+
+    # WHEN a part is not text, holds a newline, or the body is not bytes  THEN it says no, without raising
+    assert verify_v2(SECRET.encode(), None, "/work", headers, b"{}") is False
+    assert verify_v2(SECRET.encode(), "POST", "/work\nm-1", headers, b"{}") is False
+    assert verify_v2(SECRET.encode(), "POST", "/work", headers, "{}") is False
+    assert verify_v2(SECRET.encode(), "GET", "/work", headers, b"{}") is False
 
 
 def test_the_signing_key_can_come_from_an_ssm_secure_string(secrets):
