@@ -276,7 +276,10 @@ class StrictDynamoDB:
         if table not in self._schemas:
             describe = getattr(self.inner, "describe_table", None)
             if describe is not None:
-                schema = describe(TableName=table)["Table"]["KeySchema"]
+                from tests.support.iam import ENFORCEMENT
+
+                with ENFORCEMENT.harness():  # the stand-in's own read: not the role whose call it checks
+                    schema = describe(TableName=table)["Table"]["KeySchema"]
                 self._schemas[table] = tuple(k["AttributeName"] for k in sorted(schema, key=lambda k: k["KeyType"] != "HASH"))
             else:
                 self._schemas[table] = tuple(self.inner.keys[table])

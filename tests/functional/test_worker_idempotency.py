@@ -108,7 +108,9 @@ def test_a_crashed_container_task_runs_again_once_its_lease_is_gone(aws):
     heartbeat.hold(record["messageId"], record["receiptHandle"])
     first = threading.Thread(target=worker.handle, args=({"Records": [record]}, None), kwargs={"heartbeat": heartbeat}, daemon=True)
     first.start()
-    while not runs:
+    started = time.monotonic()
+    while not runs:  # bounded: a first run that fails before the task (a denied call) must fail the test, not hang it
+        assert first.is_alive() and time.monotonic() - started < 30, "the first run ended or never reached the task"
         time.sleep(0.01)
     # WHEN its message returns after the lease (interval + margin) and another container worker takes it
     time.sleep(INTERVAL_SECONDS + MARGIN_SECONDS + 0.5)
