@@ -380,6 +380,7 @@ NOW = str(int(time.time()))
         (NOW, "v1=\u00e9"),  # a non-ASCII signature: hmac.compare_digest raises on such str
         (NOW, None),
     ],
+    ids=["unicode-digit", "arabic-indic-digits", "5000-digits", "empty", "negative", "non-ascii-signature", "no-signature"],
 )
 def test_the_documented_checks_return_false_on_malformed_headers(timestamp, signature_value):
     # GIVEN the checks docs/container-worker.md shows, and headers an attacker made
