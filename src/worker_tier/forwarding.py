@@ -27,10 +27,19 @@ connections kept in a pool as large as the container worker's threads (``http_co
   (``signature_v2``): v1 verifies for any path and message id, v2 only for the request it was made for.
 - An interim answer (1xx) is skipped and the final one read (``http.client`` skips only 100); a ``101`` is the
   message's failure. A connection is kept alive only when its answer was read whole, did not say
-  ``Connection: close`` (nor was HTTP/1.0 without keep-alive), and nothing came past its end.
+  ``Connection: close`` (nor was HTTP/1.0 without keep-alive), nothing came past its end, and it was no 204
+  or 304 declaring a body (which ``http.client`` never reads, and the app may write after its headers). An
+  idle kept-alive connection with anything to read is closed, not used. Bytes an app writes past its answer
+  later still, while the next request is on its way, cannot be told from that request's answer: such an app
+  breaks HTTP/1.1, as it would behind sqsd.
+- An interim answer counts as an answer: a connection closed after one is the message's failure, never a re-post.
+- An app that answers before reading the whole request (a 503 with ``Retry-After``, a 413) and closes: the
+  send breaks, and that answer, when it came, decides the message's fate; the connection is closed.
+- A ``Content-Length`` of one value repeated (``2, 2``) is that length (RFC 9110 8.6); any other list, more than
+  100 header lines, a header line over 64 KiB, or no HTTP at all is the message's failure, "could not be read as HTTP".
 - ``wait_until_healthy`` GETs ``app_health_path`` until it answers 200; the container worker
   takes no message before. A stop (SIGTERM) ends it within ``HEALTH_STOP_POLL_SECONDS``, even
-  in the middle of a check.
+  in the middle of a check, connecting included (an app whose listen queue is full).
 
 Standard library only (``http.client``): the runtime adds no dependency for it.
 """
@@ -229,26 +238,34 @@ class HttpTarget:
     ) -> AppResponse:
         """Send the request and read the whole answer by the deadline; the connection goes back to the pool or is closed."""
         deadline = self._clock() + self.settings.inactivity_timeout
-        sent_at, answered, response = None, False, None
+        sent_at, response, early, progress = None, None, False, _Progress()
+        connection.response_class = _deadline_response(self._clock, deadline, progress=progress)  # type: ignore[assignment]  # called as (sock, method=)
         try:
             connection.sock.settimeout(self._left(deadline, request))
-            _send(connection, request, headers)
+            try:
+                _send(connection, request, headers)
+            except (BrokenPipeError, ConnectionResetError):
+                # The app may have answered before reading the whole request (a 413, a 503 with Retry-After) and
+                # closed: that answer, when it is there, is the message's; without one, the send's error is.
+                response = _early_answer(connection)
+                if response is None:
+                    raise
+                early = True
             sent_at = self._clock()
-            connection.response_class = _deadline_response(self._clock, deadline)  # type: ignore[assignment]  # called as (sock, method=)
-            response = connection.getresponse()
-            answered = True
+            if response is None:
+                response = connection.getresponse()
             body, whole = _read_body(response)
         except Exception as error:
             _close(connection, response)
-            race = reused and not answered and sent_at is not None and self._clock() - sent_at <= REPOST_WINDOW_SECONDS
-            failure = self._failure(error, request, reused=race)
+            race = reused and not progress.bytes_read and sent_at is not None and self._clock() - sent_at <= REPOST_WINDOW_SECONDS
+            failure = self._failure(error, request, reused=race, answered=progress.bytes_read > 0)
             if failure is error:
                 raise
             raise failure from error
-        if whole and response.status >= 200 and not response.will_close and not _answer_unread(response):
+        if whole and not early and _reusable(response):
             self._pool.give(connection)
         else:
-            _close(connection, response)  # a 101, an answer cut short, or bytes past its end: never reused
+            _close(connection, response)  # a 101, an answer cut short or early, or one that may leave bytes behind
         return AppResponse(response.status, {name.lower(): value for name, value in response.getheaders()}, body)
 
     def _left(self, deadline: float, request: SqsdRequest) -> float:
@@ -258,12 +275,19 @@ class HttpTarget:
             raise self._timeout(request)
         return left
 
-    def _failure(self, error: BaseException, request: SqsdRequest, *, reused: bool) -> BaseException:
-        """What a failed exchange raises: a re-post signal (``reused``: the keep-alive race), a timeout, or the app unreachable."""
+    def _failure(self, error: BaseException, request: SqsdRequest, *, reused: bool, answered: bool = False) -> BaseException:
+        """What a failed exchange raises: a re-post signal (``reused``: the keep-alive race), a timeout, or the app
+        unreachable (``answered``: bytes of an answer came, but not one ``http.client`` reads whole)."""
         if reused and isinstance(error, _CLOSED_BEFORE_ANSWER):
             return _ClosedBeforeAnswerError("the app closed a reused connection before answering")
         if isinstance(error, AppTimeoutError | TimeoutError):
             return self._timeout(request)
+        unreadable = isinstance(error, http.client.HTTPException) and not isinstance(error, (*_CLOSED_BEFORE_ANSWER, http.client.IncompleteRead))
+        if answered and unreadable:
+            return AppUnreachableError(
+                f"the app's answer to {request.method} {request.path} at {self.address} could not be read as HTTP: "
+                f"{safe_repr(error)} (read are: a status line, at most 100 header lines of 64 KiB, one Content-Length)"
+            )
         if isinstance(error, OSError | http.client.HTTPException):
             return AppUnreachableError(
                 f"{request.method} {request.path} to the app at {self.address} got no answer: {safe_repr(error)}"
@@ -280,10 +304,10 @@ class HttpTarget:
     def _health_problem(self, path: str, stop: threading.Event) -> str | None:
         """None when GET ``path`` answers 200 within the health deadline; otherwise what went wrong (or the stop)."""
         answer_seconds = min(HEALTH_ANSWER_TIMEOUT_SECONDS, self.settings.inactivity_timeout)
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.settings.connect_timeout)
+        connection = http.client.HTTPConnection(self.host, self.port)
         response = None
         try:
-            connection.connect()
+            _connect_unless_stopped(connection, self.settings.connect_timeout, stop, self._clock)
             deadline = self._clock() + answer_seconds
             connection.sock.settimeout(answer_seconds)
             connection.request("GET", path)
@@ -314,10 +338,12 @@ class _DeadlineReader(io.RawIOBase):
         clock: Callable[[], float],
         deadline: float,
         stop: threading.Event | None,
+        progress: _Progress,
     ) -> None:
         super().__init__()
         self._sock, self._socket_file = sock, socket_file
         self._clock, self._deadline, self._stop = clock, deadline, stop
+        self._progress = progress
         self.nonblocking = False
 
     def readable(self) -> bool:
@@ -344,9 +370,11 @@ class _DeadlineReader(io.RawIOBase):
                 raise _StoppedError("the stop event was set")
             self._sock.settimeout(left if self._stop is None else min(left, HEALTH_STOP_POLL_SECONDS))
             try:
-                return self._sock.recv_into(buffer)
+                count = self._sock.recv_into(buffer)
             except TimeoutError:
                 continue  # the loop's checks decide: past the deadline, or stopped, or read on
+            self._progress.bytes_read += count
+            return count
 
     def close(self) -> None:
         if not self.closed:
@@ -368,6 +396,12 @@ class _Answer(http.client.HTTPResponse):
     reader: _DeadlineReader
     unread = False
 
+    def begin(self) -> None:
+        super().begin()
+        length = _content_length(self)
+        if length != self.length:  # http.client took the connection as closing for want of a length it could read
+            self.length, self.will_close = length, self._check_close()  # type: ignore[attr-defined]  # http.client's own
+
     def _read_status(self) -> tuple[str, int, str]:
         while True:
             version, status, reason = super()._read_status()  # type: ignore[misc]  # http.client's own
@@ -388,21 +422,85 @@ class _Answer(http.client.HTTPResponse):
         super()._close_conn()  # type: ignore[misc]  # http.client's own
 
 
-def _answer_unread(response: http.client.HTTPResponse) -> bool:
-    """True when bytes came past the answer's end (an ``_Answer`` tells): its connection must not be reused."""
-    return isinstance(response, _Answer) and response.unread
+def _content_length(answer: http.client.HTTPResponse) -> int | None:
+    """The body's length as ``http.client`` found it, or, for a ``Content-Length`` it could not read, RFC 9110's
+    reading (section 8.6): a list of one repeated value (``2, 2``) is that value; any other is no answer
+    (``http.client`` would read it until the app closes, which a kept-alive app never does)."""
+    values = answer.msg.get_all("content-length") or []
+    closing = answer._check_close()  # type: ignore[attr-defined]  # http.client's own: Connection: close, HTTP/1.0
+    if answer.length is not None or not values or answer.chunked or closing or answer.status in (204, 304) or answer.status < 200:
+        return answer.length
+    lengths = {part.strip() for value in values for part in value.split(",")}
+    if len(lengths) == 1 and (length := lengths.pop()).isascii() and length.isdigit():
+        return int(length)
+    raise http.client.HTTPException(f"the answer's Content-Length {', '.join(values)!r} is not one length (RFC 9110 8.6)")
+
+
+def _reusable(response: http.client.HTTPResponse) -> bool:
+    """True when the connection can carry the next request: a final answer read whole, not closing, nothing past its
+    end (an ``_Answer`` tells), and no body a 204 or 304 declared (``http.client`` reads none, the app may still send it)."""
+    declared_body = response.status in (204, 304) and (
+        response.getheader("content-length", "0").strip() not in ("", "0") or response.getheader("transfer-encoding")
+    )
+    return (
+        response.status >= 200
+        and not response.will_close
+        and not declared_body
+        and not (isinstance(response, _Answer) and response.unread)
+    )
+
+
+class _Progress:
+    """How many bytes of an answer came back: none means the app closed before answering (the keep-alive race)."""
+
+    bytes_read = 0
+
+
+def _early_answer(connection: http.client.HTTPConnection) -> http.client.HTTPResponse | None:
+    """The answer the app sent before it read the whole request and closed, or None when none is there."""
+    sock = connection.sock
+    if sock is None:
+        return None
+    answer = connection.response_class(sock, method="POST")
+    try:
+        answer.begin()
+    except (OSError, http.client.HTTPException):
+        answer.close()
+        return None
+    return answer
+
+
+def _connect_unless_stopped(
+    connection: http.client.HTTPConnection, timeout: float, stop: threading.Event, clock: Callable[[], float]
+) -> None:
+    """``connection.connect()`` within ``timeout``, tried again every ``HEALTH_STOP_POLL_SECONDS`` so that a stop
+    ends it then (an app whose listen queue is full takes no connection and refuses none)."""
+    deadline = clock() + timeout
+    while True:
+        if stop.is_set():
+            raise _StoppedError("the stop event was set")
+        left = deadline - clock()
+        connection.timeout = max(0.001, min(left, HEALTH_STOP_POLL_SECONDS))
+        try:
+            connection.connect()
+            return
+        except TimeoutError:
+            connection.close()
+            if clock() >= deadline:
+                raise
 
 
 def _deadline_response(
-    clock: Callable[[], float], deadline: float, stop: threading.Event | None = None
+    clock: Callable[[], float], deadline: float, stop: threading.Event | None = None, *, progress: _Progress | None = None
 ) -> Callable[..., http.client.HTTPResponse]:
-    """An ``HTTPConnection.response_class`` whose every read respects ``deadline`` (and ``stop``)."""
+    """An ``HTTPConnection.response_class`` whose every read respects ``deadline`` (and ``stop``), counting the
+    bytes read into ``progress``."""
 
     def response(sock: socket.socket, *args: Any, **options: Any) -> http.client.HTTPResponse:
         answer = _Answer(sock, *args, **options)
         # The plain socket file http.client opened: kept (it holds the descriptor open) but read through the deadline.
         socket_file = answer.fp.detach()
-        answer.reader = _DeadlineReader(sock, socket_file, clock, deadline, stop)
+        answer.reader = _DeadlineReader(sock, socket_file, clock, deadline, stop, progress or _Progress())
         answer.fp = io.BufferedReader(answer.reader)
         return answer
 

@@ -8,7 +8,14 @@ default, the only one of them that can send interim 1xx answers). The body is JS
 - ``close``: answer with ``Connection: close``; ``chunked``: a body without ``Content-Length`` (chunked on
   HTTP/1.1); ``split``: the body in pieces written apart, ``pause`` seconds between them (0.05);
 - ``size``: a body of that many bytes (``x`` after ``"answer <status> "``); ``sleep``: seconds before answering;
-- ``interim`` (stdlib server only): 1xx statuses sent before the final answer.
+- ``interim`` (stdlib server only): 1xx statuses sent before the final answer; with ``die``, the connection is
+  closed right after them, with no final answer;
+- ``body`` (stdlib server only): the body of a 204 or 304, declared in ``Content-Length`` and written after the
+  headers; ``content_length``: the ``Content-Length`` value as written (``"2, 2"``); ``headers``: that many more
+  header lines.
+
+A POST to ``/early`` (stdlib server only) is answered ``503`` with ``Retry-After: 120`` and ``Connection: close``
+before its body is read, and its connection closed: an app refusing work without reading it.
 
 Each request is recorded as one line ``<method> <path> <X-Aws-Sqsd-Msgid>`` appended to the file named by
 ``FORWARDING_APP_LOG`` (one ``write`` per line, in append mode: safe across processes and threads).
@@ -67,8 +74,11 @@ def decide(method: str, path: str, message_id: str, body: bytes) -> tuple[int, l
         headers.append(("Retry-After", str(ask["retry_after"])))
     if ask.get("close"):
         headers.append(("Connection", "close"))
+    if status in (204, 304):
+        payload = str(ask.get("body", "")).encode()
     if not ask.get("chunked"):
-        headers.append(("Content-Length", str(len(payload))))
+        headers.append(("Content-Length", str(ask.get("content_length", len(payload)))))
+    headers += [(f"X-Pad-{n}", "x") for n in range(int(ask.get("headers", 0)))]
     pieces = [payload[i : i + 64 * 1024] for i in range(0, len(payload), 64 * 1024)] or [b""]
     if ask.get("split"):
         middle = max(1, len(payload) // 2)
@@ -141,18 +151,32 @@ class Handler(BaseHTTPRequestHandler):
         self._serve(b"")
 
     def do_POST(self) -> None:
+        if self.path == "/early":
+            record(self.command, self.path, self.headers.get("X-Aws-Sqsd-Msgid", ""))
+            self.send_response(503)
+            for name, value in (("Retry-After", "120"), ("Connection", "close"), ("Content-Length", "0")):
+                self.send_header(name, value)
+            self.end_headers()
+            self.close_connection = True
+            return
         self._serve(self.rfile.read(int(self.headers.get("Content-Length", 0))))
 
     def _serve(self, body: bytes) -> None:
         try:
-            interim = json.loads(body or b"{}").get("interim", [])
+            ask = json.loads(body or b"{}")
+            interim, die = ask.get("interim", []), ask.get("die", False)
         except (ValueError, AttributeError):
-            interim = []
+            interim, die = [], False
         status, headers, pieces, pause = decide(self.command, self.path, self.headers.get("X-Aws-Sqsd-Msgid", ""), body)
         for code in interim:
             self.send_response_only(int(code))
             self.end_headers()
+            if die:
+                continue
             time.sleep(0.05)  # the interim answer arrives alone, as a server sends it while it works
+        if die:  # the app works on it, then dies (a worker killed): no final answer
+            self.close_connection = True
+            return
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)

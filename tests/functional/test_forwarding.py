@@ -278,6 +278,35 @@ def test_a_stop_during_the_health_gate_ends_the_wait(start_app):
     assert time.monotonic() - started < 1.5
 
 
+def test_a_stop_while_connecting_to_an_app_whose_listen_queue_is_full_ends_the_wait():
+    # GIVEN an app listening but not yet accepting, its listen queue full: a connect neither succeeds nor is refused
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    target = HttpTarget(Settings(container_worker=True, app_port=port, app_health_path="/health", connect_timeout=30))
+    stop = threading.Event()
+
+    # WHEN SIGTERM sets the stop event while the health check connects
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    try:
+        healthy = target.wait_until_healthy(stop)
+    finally:
+        for open_socket in (*fillers, server):
+            open_socket.close()
+
+    # THEN the wait ends, unhealthy, long before connect_timeout (30 s)
+    assert healthy is False
+    assert time.monotonic() - started < 10
+
+
 def test_without_a_health_path_the_app_counts_as_healthy():
     # GIVEN no app_health_path (and no app listening)
     target = HttpTarget(Settings(container_worker=True, app_port=free_port()))

@@ -255,6 +255,78 @@ def test_an_interim_answer_before_a_chunked_final_one_over_http11(stdlib_http11)
     assert fates == [("fail", 500, answer_body(500)), ("delete",)]
 
 
+def test_a_204_that_declares_a_body_never_leaves_it_for_the_next_message(stdlib_http11):
+    # GIVEN an app that answers 204 with Content-Length: 2 and writes those 2 bytes after its headers (as
+    # http.server does), on a kept-alive connection: http.client reads no body for a 204
+    target = HttpTarget(Settings(container_worker=True, app_port=stdlib_http11.port, inactivity_timeout=20))
+    pairs = [(message({"status": 204, "body": "{}"}), message({})) for _ in range(10)]
+
+    # WHEN each is followed at once by a message the app answers 200
+    fates = [(fate(target, first), fate(target, second)) for first, second in pairs]
+    target.close()
+
+    # THEN every message fares by its own answer (a 204 is not sqsd's 200), and each was posted once
+    assert fates == [(("fail", 204, b""), ("delete",))] * 10
+    assert {stdlib_http11.posts_of(m.header("X-Aws-Sqsd-Msgid")) for pair in pairs for m in pair} == {1}
+
+
+def test_an_app_dying_after_an_interim_answer_is_not_posted_the_message_again(stdlib_http11):
+    # GIVEN an app that sends 103 Early Hints for a message on a kept-alive connection, works on it, and dies
+    target = HttpTarget(Settings(container_worker=True, app_port=stdlib_http11.port, inactivity_timeout=20))
+    assert fate(target, message({})) == ("delete",)
+    dying = message({"interim": [103], "die": True})
+
+    # WHEN it is forwarded
+    outcome = fate(target, dying)
+    target.close()
+
+    # THEN it is the message's failure (retried later by SQS), never a second POST at once: the app had answered
+    assert outcome[0] == "no answer"
+    assert stdlib_http11.posts_of(dying.header("X-Aws-Sqsd-Msgid")) == 1
+
+
+def test_an_answer_sent_before_the_app_read_the_message_decides_its_fate(stdlib_http11):
+    # GIVEN an app that answers 503 with Retry-After: 120 and closes before reading a large message
+    target = HttpTarget(Settings(container_worker=True, app_port=stdlib_http11.port, inactivity_timeout=20))
+    big = b"x" * 4_000_000  # more than the sockets' buffers hold: the send breaks on the closed connection
+    requests = [SqsdRequest("/early", (("X-Aws-Sqsd-Msgid", f"early-{n}"),), big) for n in range(3)]
+
+    # WHEN each is forwarded (the send breaks on the closed connection)
+    fates = [fate(target, request) for request in requests]
+    target.close()
+
+    # THEN the app's answer decides: retried after 120 s, not "no answer" with the ordinary backoff
+    assert fates == [("retry after", 120)] * 3
+
+
+def test_a_content_length_repeating_one_value_is_that_length(stdlib_http11):
+    # GIVEN an app answering 200 with "Content-Length: 2, 2" (a proxy folding two equal lines) on a kept-alive connection
+    target = HttpTarget(Settings(container_worker=True, app_port=stdlib_http11.port, inactivity_timeout=5, timeout_margin=1))
+
+    # WHEN a message gets it, then a message gets a Content-Length of two lengths
+    same = fate(target, message({"content_length": "2, 2", "size": 2}))
+    mixed = fate(target, message({"content_length": "2, 3", "size": 2}))
+    target.close()
+
+    # THEN the first is read as 2 bytes and succeeds at once (RFC 9110 8.6); the second fails, naming the header
+    assert same == ("delete",)
+    assert mixed[0] == "no answer" and "Content-Length '2, 3' is not one length" in mixed[1]
+
+
+def test_an_answer_beyond_the_readers_limits_fails_saying_it_could_not_be_read(stdlib_http11):
+    # GIVEN an app that answers 200 with more header lines than http.client reads (100)
+    target = HttpTarget(Settings(container_worker=True, app_port=stdlib_http11.port, inactivity_timeout=20))
+
+    # WHEN a message gets that answer
+    outcome = fate(target, message({"headers": 120}))
+    target.close()
+
+    # THEN it fails, saying the answer came but could not be read and why, not that none came
+    assert outcome[0] == "no answer"
+    assert "could not be read as HTTP: HTTPException('got more than 100 headers')" in outcome[1]
+    assert "at most 100 header lines of 64 KiB" in outcome[1]
+
+
 # --------------------------------------------------------------------------- the container worker process
 
 

@@ -210,7 +210,7 @@ def test_a_non_http_answer_is_a_failure_with_a_reason(raw_app):
         conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
 
     app = raw_app(handler)
-    with pytest.raises(AppUnreachableError, match="got no answer"):
+    with pytest.raises(AppUnreachableError, match="could not be read as HTTP: BadStatusLine"):
         target(app).deliver(post())
 
 
