@@ -559,7 +559,8 @@ def read_signing_secret(arn: str, *, secretsmanager: Any = None, ssm: Any = None
         value = answer["SecretBinary"] if answer.get("SecretBinary") else answer.get("SecretString", "").encode()
     else:
         client = ssm if ssm is not None else new_client("ssm", region_name=region)
-        value = client.get_parameter(Name=parameter_name(arn), WithDecryption=True)["Parameter"]["Value"].encode()
+        # By its ARN, not its name: a name reads the caller's own account, a parameter shared from another only by ARN.
+        value = client.get_parameter(Name=arn, WithDecryption=True)["Parameter"]["Value"].encode()
     if not value:
         raise SigningSecretError(f"app_signing_secret_arn {arn} holds an empty value: the signing key must not be empty")
     return bytes(value)

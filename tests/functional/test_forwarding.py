@@ -16,6 +16,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 from moto import mock_aws
 
 from tests.functional.app_server import documented_verify
@@ -565,3 +566,20 @@ def test_forwarding_runs_http_connections_threads_and_tasks_container_concurrenc
 def test_an_ssm_arn_names_its_parameter_with_or_without_a_path(arn, name):
     # GIVEN an SSM parameter ARN / WHEN its name is read / THEN a path keeps its leading slash, a plain name has none
     assert parameter_name(arn) == name
+
+
+def test_a_signing_key_shared_from_another_account_is_read_by_its_arn():
+    # GIVEN a SecureString parameter another account shares (the settings name it by ARN), and botocore's Stubber
+    # standing for SSM, which reads a shared parameter only by its full ARN (a bare name is the caller's own)
+    arn = "arn:aws:ssm:eu-west-1:210987654321:parameter/shared/signing"
+    ssm = boto3.client("ssm", region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(ssm) as stub:
+        stub.add_response("get_parameter", {"Parameter": {"Name": "/shared/signing", "Value": "k3y"}},
+                          {"Name": arn, "WithDecryption": True})
+
+        # WHEN the container worker reads its signing key
+        key = read_signing_secret(arn, ssm=ssm)
+
+        # THEN it asked for the parameter by ARN, and got the shared key
+        stub.assert_no_pending_responses()
+    assert key == b"k3y"
