@@ -8,6 +8,8 @@ several dispatch groups) and the safety net.
 from __future__ import annotations
 
 import re
+import threading
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,10 +23,14 @@ from worker_tier import Client, delay
 from worker_tier.delay import DelayedMessage
 from worker_tier.delay_recovery import DelayRecovery
 from worker_tier.dispatch_group import DispatchGroup
+from worker_tier.container import Consumer, TaskProtection
 from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
 from worker_tier.forwarding import parameter_name, read_signing_secret
 from worker_tier.message import PATH_ATTRIBUTE
 from worker_tier.periodic import Tick, TickEnqueuer
+from worker_tier.registry import Registry
+from worker_tier.settings import Settings
+from worker_tier.worker import Worker
 
 NOW = 1_800_000_000.0  # a minute boundary
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
@@ -189,3 +195,36 @@ def test_the_periodic_function_claims_its_tick_under_its_own_role(aws):
     (line,) = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
     assert line.startswith("IAM denied role PeriodicTasksCronRole")
     assert ": dynamodb:PutItem on arn:aws:dynamodb:us-east-1:123456789012:table/state (dynamodb:LeadingKeys=['cron#" in line
+
+
+def test_the_heartbeat_thread_acts_as_the_container_worker_that_started_it(aws):
+    # GIVEN the functional world (enforced), its container task role without the statement that extends visibility,
+    # and a container worker with a task that outlasts a heartbeat interval
+    active = iam.ENFORCEMENT.world
+    assert active is not None
+    iam.ENFORCEMENT.activate(active.without("container", "sqs:ChangeMessageVisibility"))
+    tasks = Registry()
+    release = threading.Event()
+
+    @tasks.task("/long")
+    def long(task: Any) -> None:
+        release.wait(10)
+
+    worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+                    registry=tasks, sqs=aws.sqs, dynamodb=aws.dynamodb)
+    consumer = Consumer(worker, aws.sqs, aws.queue_url, poll_wait_seconds=1, heartbeat_interval=1,
+                        protection=TaskProtection(agent_uri=""))
+    Client(aws.queue_url, sqs=aws.sqs).send("/long", "{}")
+    # WHEN the heartbeat, on its own thread, extends the running task's message
+    running = threading.Thread(target=consumer.run, daemon=True)
+    running.start()
+    deadline = time.monotonic() + 15
+    while consumer.heartbeat.calls == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    release.set()
+    consumer.stopping.set()
+    running.join(15)
+    # THEN its calls were checked as the container task role's, and refused
+    lines = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
+    assert lines and all(line.startswith("IAM denied role LongTasksTaskTaskRole") for line in lines)
+    assert any(": sqs:ChangeMessageVisibility on arn:aws:sqs:" in line for line in lines)

@@ -19,7 +19,8 @@ moto never checks IAM, so a missing grant passes every moto test and fails on AW
 - ``Enforcement``: a botocore ``before-parameter-build`` handler (added to botocore's built-in handlers, as moto
   adds its own, so every client made afterwards carries it). The acting role is found from the call stack: the
   outermost frame of a runtime entry point (``ROLE_OF_MODULE``) names it (``Enforcement.acting_as`` names it for
-  runtime code with no entry point of its own); calls from tests, the local environment and the CLI are setup or
+  runtime code with no entry point of its own; a thread whose stack names none, like the heartbeat's, acts as the
+  role of the code that started it, recorded by ``Thread.start`` once ``install`` ran); calls from tests, the local environment and the CLI are setup or
   operator calls and are not checked. A stack rather than a context variable: the container worker's threads do not
   inherit context variables, and every existing test is then checked without naming a role. A denied call raises AccessDeniedException as AWS
   would, and is recorded, so that a test fails even where the runtime handles the error (``Enforcement.check``).
@@ -415,6 +416,34 @@ ROLE_OF_MODULE: dict[str, str | None] = {
 ROLES = ("worker", "container", "dispatcher", "recovery", "periodic", "producer")
 
 
+THREAD_ROLE_ATTRIBUTE = "_worker_tier_iam_role"
+
+
+def any_runtime_frame(frame: Any) -> bool:
+    """True when a frame of a module in ROLE_OF_MODULE is on the stack from ``frame``."""
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if any(module == prefix or module.startswith(prefix + ".") for prefix in ROLE_OF_MODULE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _start_with_role(start: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
+    """``Thread.start`` that first records the starting code's role on the thread: a thread's own stack (the
+    heartbeat's loop) names no entry point, yet its calls are the role's that started it."""
+
+    def started(thread: threading.Thread) -> None:
+        kind = ENFORCEMENT._acting or acting_role_kind(sys._getframe(1))
+        if kind is None:
+            kind = getattr(threading.current_thread(), THREAD_ROLE_ATTRIBUTE, None)
+        setattr(thread, THREAD_ROLE_ATTRIBUTE, kind)
+        start(thread)
+
+    started.__wrapped__ = start  # type: ignore[attr-defined]
+    return started
+
+
 def acting_role_kind(frame: Any) -> str | None:
     """The role of the outermost runtime entry point on the stack from ``frame``; None for setup and operators."""
     found: str | None = None
@@ -458,10 +487,16 @@ class World:
         return cls(policies, Tables(data["partition_keys"]))
 
     def without(self, kind: str, action: str) -> World:
-        """This world with role ``kind``'s statements that allow ``action`` taken out."""
+        """This world with ``action`` taken out of role ``kind``'s statements (a statement left with none goes)."""
         policy = self.policies[kind]
-        kept = tuple(s for s in policy.statements if action not in _listed(s.get("Action", [])))
-        return World({**self.policies, kind: Policy(policy.name, kept, policy.resource_statements)}, self.tables)
+        kept = []
+        for statement in policy.statements:
+            actions = _listed(statement.get("Action", []))
+            if action not in actions:
+                kept.append(statement)
+            elif len(actions) > 1:
+                kept.append({**statement, "Action": [a for a in actions if a != action]})
+        return World({**self.policies, kind: Policy(policy.name, tuple(kept), policy.resource_statements)}, self.tables)
 
 
 class Enforcement:
@@ -512,7 +547,13 @@ class Enforcement:
         world = self._world
         if world is None or getattr(self._harness, "active", False):
             return
-        kind = self._acting or acting_role_kind(sys._getframe(1))
+        frame = sys._getframe(1)
+        if self._acting:
+            kind: str | None = self._acting
+        elif any_runtime_frame(frame):
+            kind = acting_role_kind(frame)
+        else:  # a thread runtime code started (the heartbeat's): its starter's role
+            kind = getattr(threading.current_thread(), THREAD_ROLE_ATTRIBUTE, None)
         if kind is None:
             return
         policy = world.policies.get(kind)
@@ -556,6 +597,8 @@ def install() -> Enforcement:
     handler = ("before-parameter-build", ENFORCEMENT.before_parameter_build)
     if handler not in botocore.handlers.BUILTIN_HANDLERS:
         botocore.handlers.BUILTIN_HANDLERS.append(handler)
+    if not hasattr(threading.Thread.start, "__wrapped__"):
+        threading.Thread.start = _start_with_role(threading.Thread.start)  # type: ignore[method-assign]
     return ENFORCEMENT
 
 
