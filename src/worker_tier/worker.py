@@ -49,6 +49,7 @@ from worker_tier import contract, limits, message, sqsd
 from worker_tier.app_target import AppTarget, target_from_settings
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
+from worker_tier.dead_letter import DeadLetterQueueSize
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
     OUTCOME_DEAD_LETTERED,
     OUTCOME_HELD_BACK,
@@ -127,6 +128,7 @@ class Worker(Fates):
         self.registry = registry
         self._queue_url = queue_url
         self._dead_letter_queue_url = dead_letter_queue_url
+        self._dead_letter_queue_size = DeadLetterQueueSize()  # read on the first dead-letter, kept for the process
         self._delay_table = delay_table
         self._sqs = LazyClient("sqs", sqs)
         # Heartbeats need calls that end within their margin; an injected client (tests) serves both.
