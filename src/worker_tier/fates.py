@@ -9,6 +9,7 @@ Outcome listeners (the local environment prints them) hear every decision.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -84,6 +85,7 @@ class _Invocation:
     lease_context: LeaseContext | None = None
     dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
     left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
+    pid: int = field(default_factory=os.getpid)  # the worker's process: a task's forked child differs (Worker._run)
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.

@@ -5,6 +5,8 @@ Each task writes its message body's ``marker`` file once it has done its part, s
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from pathlib import Path
 
@@ -20,3 +22,15 @@ def linger(t: Task) -> None:
     """Succeeds, leaving a non-daemon thread that never ends (an uploader someone forgot to stop)."""
     threading.Thread(target=_never.wait, name=LINGERING_THREAD, daemon=False).start()
     Path(t.json()["marker"]).write_text("done")
+
+
+@task("/fork")
+def fork(t: Task) -> None:
+    """Forks; the child leaves by ``sys.exit(0)``, the parent waits for it and writes its exit status to the marker."""
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)
+    _, status = os.waitpid(child, 0)
+    marker = Path(t.json()["marker"])
+    marker.with_suffix(".partial").write_text(str(os.waitstatus_to_exitcode(status)))
+    marker.with_suffix(".partial").replace(marker)  # whole when it appears: the test reads it at once

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import boto3
 import pytest
@@ -47,8 +47,15 @@ def start_worker(endpoint: str, queue_url: str, dlq_url: str) -> subprocess.Pope
         contract.setting_variable("task_modules"): "tests.functional.process_tasks",
         "POWERTOOLS_LOG_LEVEL": "INFO",  # the exit's warning is what the test reads
     }
+    # A session of its own: a failed test kills it with whatever it forked (a child holding its pipes open).
     return subprocess.Popen([sys.executable, "-m", "worker_tier", "worker", "--grace", QUICK_DRAIN_GRACE], env=environ,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def kill(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGKILL the worker and every process it forked (its session's group); what it wrote."""
+    os.killpg(process.pid, signal.SIGKILL)
+    return process.communicate()
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
@@ -56,8 +63,7 @@ def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, st
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
+        out, err = kill(process)
         pytest.fail(f"the worker did not exit within {timeout} s; it wrote:\n{out[-3000:]}\n{err[-3000:]}")
     return process.returncode, out, err
 
@@ -79,18 +85,27 @@ def test_a_missing_queue_at_start_exits_78_with_one_line_naming_the_queue_and_th
     ]
 
 
-def test_a_thread_a_task_left_running_does_not_hold_the_exit_after_a_clean_drain(endpoint, tmp_path):
-    # GIVEN a running worker whose task succeeded leaving a non-daemon thread that never ends
-    queue_url, dlq_url = queues(endpoint, "lingering-thread")
-    marker = tmp_path / "done"
+def run_until_marked(endpoint: str, name: str, path: str, marker: Path) -> tuple[subprocess.Popen[str], Any, str]:
+    """A worker started on new queues holding one message for ``path``, once its task wrote ``marker``: (the
+    process, the SQS client, the queue URL). The test fails if no marker comes within 60 s."""
+    queue_url, dlq_url = queues(endpoint, name)
     sqs = boto3.client("sqs", endpoint_url=endpoint, **_client_credentials())
     sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps({"marker": str(marker)}),
-                     MessageAttributes={contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/linger"}})
+                     MessageAttributes={contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}})
     process = start_worker(endpoint, queue_url, dlq_url)
     deadline = time.monotonic() + 60
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert marker.exists(), "the task did not run"
+    if not marker.exists():
+        out, err = kill(process)
+        pytest.fail(f"the task did not finish; the worker wrote:\n{out[-3000:]}\n{err[-3000:]}")
+    return process, sqs, queue_url
+
+
+def test_a_thread_a_task_left_running_does_not_hold_the_exit_after_a_clean_drain(endpoint, tmp_path):
+    # GIVEN a running worker whose task succeeded leaving a non-daemon thread that never ends
+    marker = tmp_path / "done"
+    process, sqs, queue_url = run_until_marked(endpoint, "lingering-thread", "/linger", marker)
     # WHEN ECS stops it (SIGTERM) and the drain finds nothing running
     process.send_signal(signal.SIGTERM)
     code, out, err = finish(process)
@@ -103,3 +118,16 @@ def test_a_thread_a_task_left_running_does_not_hold_the_exit_after_a_clean_drain
     # AND the message was deleted: it succeeded
     assert sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"][
         "ApproximateNumberOfMessagesNotVisible"] == "0"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX's")
+def test_a_tasks_forked_child_that_calls_sys_exit_ends_there(endpoint, tmp_path):
+    # GIVEN a running worker whose task forks a child that calls sys.exit(0), and waits for it
+    marker = tmp_path / "child-status"
+    # WHEN the task runs
+    process, _, _ = run_until_marked(endpoint, "forking-task", "/fork", marker)
+    # THEN the child ended with status 0 (it did not go back to the worker's thread pool), and the task finished
+    assert marker.read_text() == "0"
+    process.send_signal(signal.SIGTERM)
+    code, _, err = finish(process)
+    assert code == 0, err
