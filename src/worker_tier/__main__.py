@@ -17,7 +17,7 @@ import sys
 
 from worker_tier import contract
 from worker_tier.aws import new_heartbeat_client
-from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError, concurrency
+from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError, concurrency, exit_now, threads_left
 from worker_tier.errors import SettingsError
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.observability import logger
@@ -68,9 +68,13 @@ def run_worker(argv: list[str]) -> int:
         return EXIT_CODE_USAGE
     core = Worker.from_environment()
     heartbeat = Heartbeat(new_heartbeat_client(), queue_url, interval_seconds=core.settings.heartbeat_interval)
-    # Deletes use the heartbeat's bounded client too: a task thread waits on its delete, so a hung call must end soon.
-    consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace, heartbeat=heartbeat,
-                        delete_sqs=new_heartbeat_client())
+    try:
+        # Deletes use the heartbeat's bounded client too: a task thread waits on its delete, so a hung call must end soon.
+        consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace,
+                            heartbeat=heartbeat, delete_sqs=new_heartbeat_client())
+    except QueueConfigurationError as error:  # no such queue, access denied: before any message was taken
+        print(error, file=sys.stderr)
+        return EXIT_CODE_CONFIGURATION
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: consumer.stopping.set())
     logger.info("container worker started", extra={"queue": queue_url, "concurrency": args.concurrency})
@@ -78,9 +82,22 @@ def run_worker(argv: list[str]) -> int:
         consumer.run()
     except QueueConfigurationError as error:
         print(error, file=sys.stderr)
-        return EXIT_CODE_CONFIGURATION
+        return _exit(EXIT_CODE_CONFIGURATION)
     logger.info("container worker stopped")
-    return 0
+    return _exit(0)
+
+
+def _exit(code: int) -> int:
+    """``code`` once the drain is done; with threads a task left running (not daemon), the process ends now all the
+    same (``exit_now``), saying so: ``sys.exit`` would wait for them until ECS's SIGKILL."""
+    left = threads_left()
+    if left:
+        logger.warning(
+            "threads left running by tasks do not hold the exit: ending the process without them",
+            extra={"threads": [thread.name for thread in left], "exit_code": code},
+        )
+        exit_now(code)
+    return code
 
 
 if __name__ == "__main__":

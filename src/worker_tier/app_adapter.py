@@ -20,7 +20,8 @@ innermost call first. An answer goes back to the worker, which judges it by sqsd
 and Django do for an unhandled one, and Starlette after answering) rides along in ``AppResponse.error``.
 
 An ASGI delivery is bounded by ``SqsdRequest.timeout_seconds`` (the worker's ``inactivity_timeout``, within
-the invocation's time): an app still running then is cancelled and the message fails. A BaseException of
+the invocation's time): an app still running then is cancelled and the message fails, also when it had
+answered and was running its work after the answer (FastAPI's and Starlette's ``BackgroundTasks``). A BaseException of
 the app (SystemExit, KeyboardInterrupt, CancelledError) is its request's failure, never the bridge loop's;
 should the loop stop anyway, the next delivery builds a new bridge. Known gaps: a WSGI app, and an ASGI
 app blocking its loop with synchronous code, are not bounded (Lambda's own timeout is their bound). An
@@ -371,16 +372,18 @@ def _asgi_bridge(app: Any, reference: str) -> Callable[..., Any]:
 class _Progress:
     """How far an ASGI app's answer got: started (``http.response.start``), finished (its last body)."""
 
-    __slots__ = ("_send", "finished", "started")
+    __slots__ = ("_send", "finished", "started", "status")
 
     def __init__(self, send: Callable[[dict[str, Any]], Any]) -> None:
         self._send = send
         self.started = False
         self.finished = False
+        self.status: Any = None
 
     async def send(self, event: dict[str, Any]) -> None:
         if event.get("type") == "http.response.start":
             self.started = True
+            self.status = event.get("status")
         elif event.get("type") == "http.response.body" and not event.get("more_body", False):
             self.finished = True
         await self._send(event)
@@ -405,7 +408,10 @@ class _Lifespan:
         An exception before the answer started, any BaseException, returning without an answer and running
         out of time raise ``_BridgeFailureError`` (an Exception: a2wsgi hands it to ``deliver``; a SystemExit
         reaching the loop would stop it). One after the whole answer (Starlette answers 500 to an unhandled
-        exception, then re-raises it), whatever it is, is only left in the environ: the answer stands.
+        exception, then re-raises it), whatever it is, is only left in the environ: the answer stands. Running
+        out of time after the whole answer (Starlette's ``BackgroundTasks`` run then, inside the app's call)
+        cancels that work and leaves a ``_BridgeFailureError`` in the environ: the message fails, as the work
+        it asked for was not done (a2wsgi ends the WSGI body only once the app's call has ended).
         """
         import asyncio
 
@@ -423,6 +429,12 @@ class _Lifespan:
             if not request.done():
                 request.cancel()
         if not done:
+            if progress.finished:  # answered, but its work after the answer (BackgroundTasks) was cut: not a success
+                environ[APP_ERROR_KEY] = _BridgeFailureError(
+                    f"the app answered {progress.status}, but its work after the answer (a background task) did not "
+                    f"finish within {environ.get(TIMEOUT_KEY)} s (inactivity_timeout) and was cancelled"
+                )
+                return
             raise _BridgeFailureError(f"the app did not finish within {environ.get(TIMEOUT_KEY)} s (inactivity_timeout)")
         raised = request.result()
         if raised is not None:

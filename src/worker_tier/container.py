@@ -83,7 +83,8 @@ CONFIGURATION_ERROR_CODES = frozenset(
 
 
 class QueueConfigurationError(WorkerTierError):
-    """ReceiveMessage was refused in a way no retry fixes (access denied, no such queue); raised after the drain."""
+    """A queue call (GetQueueAttributes at start, ReceiveMessage) was refused in a way no retry fixes (access denied, no
+    such queue): at start before any message is taken, else raised after the drain."""
 
 
 def exit_now(code: int) -> None:
@@ -91,6 +92,31 @@ def exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(code)
+
+
+def threads_left() -> list[threading.Thread]:
+    """Non-daemon threads still running beside the main thread (a task's own): ``sys.exit`` would wait for them."""
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+
+
+def _queue_arn(sqs: Any, queue_url: str) -> str:
+    """The queue's ARN; QueueConfigurationError when SQS refuses in a way no retry fixes (no such queue, access denied)."""
+    try:
+        response = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    except Exception as error:
+        code = error_code(error)
+        if code in CONFIGURATION_ERROR_CODES:
+            raise _refused("GetQueueAttributes", queue_url, code) from error
+        raise
+    return str(response["Attributes"]["QueueArn"])
+
+
+def _refused(operation: str, queue_url: str, code: str) -> QueueConfigurationError:
+    """The one-line error of a queue call refused for good: the call, the queue URL, the code, and what to check."""
+    return QueueConfigurationError(
+        f"{operation} on {queue_url} was refused with {code}: check the queue URL ({contract.QUEUE_URL_VARIABLE}) "
+        f"and the task role's sqs:{operation} permission"
+    )
 
 
 class StopSignal(threading.Event):
@@ -149,7 +175,7 @@ class Consumer:
         self._exit_process = exit_process
         self._clock = clock
         self.stopping = StopSignal(clock)
-        self._queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self._queue_arn = _queue_arn(sqs, queue_url)
         self._region = self._queue_arn.split(":")[3]
         self._pending: dict[Future[None], _Chain] = {}
         self._lock = threading.Lock()
@@ -277,10 +303,7 @@ class Consumer:
                 "the queue cannot be read: draining running tasks, then exiting",
                 extra={"queue": self.queue_url, "code": code, "error": safe_repr(error)},
             )
-            self._fatal = QueueConfigurationError(
-                f"ReceiveMessage on {self.queue_url} was refused with {code}: check the queue URL "
-                f"({contract.QUEUE_URL_VARIABLE}) and the task role's sqs:ReceiveMessage permission"
-            )
+            self._fatal = _refused("ReceiveMessage", self.queue_url, code)
             self._fatal.__cause__ = error
             self.stopping.set()
             return
@@ -376,7 +399,8 @@ class Consumer:
         running = [future for future in pending if not future.cancel()]
         self._release(unstarted, "not started before the stop")
         _, still_running = wait(running, timeout=self._grace_left())
-        pool.shutdown(wait=False, cancel_futures=True)
+        # Nothing running: the idle pool threads end at once (joined, so the exit does not count them as left behind).
+        pool.shutdown(wait=not still_running, cancel_futures=True)
         with self._lock:
             return [current for f in still_running if (current := pending[f].current) is not None]
 

@@ -1,7 +1,9 @@
 """Dead-lettering by the worker: the original message plus the reason it died.
 
-The body is always kept whole. When body, attributes and reason exceed the DLQ's
-size limit, the worker gives up, in order: the non-routing attributes (named in
+The body is always kept whole. The DLQ's size limit is its own ``MaximumMessageSize``
+(``DeadLetterQueueSize``: read once per process with GetQueueAttributes; an imported EB
+DLQ takes 256 KiB, a new queue 1 MiB). When body, attributes and reason exceed it, the
+worker gives up, in order: the non-routing attributes (named in
 the reason's ``dropped_attributes``), then the length of the reason's
 ``error_message``. If even a minimal reason cannot fit, the reason goes to the
 DLQ as a small message of its own (a JSON body with the source message id, the
@@ -24,7 +26,9 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from worker_tier import contract, limits, message
+from worker_tier.aws import error_code
 from worker_tier.errors import WorkerTierError
+from worker_tier.observability import logger
 
 # The reason record's "note": what a reader of the DLQ finds next to it.
 REASON_RECORD_NOTE = "the message was too large to carry its reason; it follows in this queue as it came, without a reason attribute"
@@ -32,8 +36,44 @@ REASON_RECORD_NOTE = "the message was too large to carry its reason; it follows 
 REASON_DEDUPLICATION_SUFFIX = "-reason"
 
 
+# The DLQ's size limit when its MaximumMessageSize cannot be read: SQS's default until August 2025, what an EB
+# queue has and below any new queue's 1 MiB. A larger DLQ then only gets a reason record more often; a smaller one
+# refuses the copy, the message backs off, and the next dead-letter reads the limit again.
+FALLBACK_DEAD_LETTER_QUEUE_BYTES = limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES
+
+
 class DeadLetterError(WorkerTierError):
     """The dead-letter queue did not accept a message; it must not be deleted from the source queue."""
+
+
+class DeadLetterQueueSize:
+    """A DLQ's ``MaximumMessageSize``, read with GetQueueAttributes on first use and kept for the process.
+
+    A read that fails is logged and not kept (the next dead-letter reads again); meanwhile the copy is sized
+    against ``FALLBACK_DEAD_LETTER_QUEUE_BYTES``. The worker's role (and the container worker's) is granted
+    ``sqs:GetQueueAttributes`` on the DLQ for it.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def of(self, sqs: Any, queue_url: str) -> int:
+        """The queue's MaximumMessageSize in bytes; ``FALLBACK_DEAD_LETTER_QUEUE_BYTES`` when it cannot be read."""
+        known = self._known.get(queue_url)
+        if known is not None:
+            return known
+        try:
+            response = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["MaximumMessageSize"])
+            size = int(response["Attributes"]["MaximumMessageSize"])
+        except Exception as error:  # denied, throttled, a network error: size the copy for the common smallest queue
+            logger.warning(
+                "could not read the dead-letter queue's MaximumMessageSize: sizing the copy for "
+                f"{FALLBACK_DEAD_LETTER_QUEUE_BYTES} bytes; grant sqs:GetQueueAttributes on it",
+                extra={"queue": queue_url, "code": error_code(error), "error": message.safe_repr(error)},
+            )
+            return FALLBACK_DEAD_LETTER_QUEUE_BYTES
+        self._known[queue_url] = size
+        return size
 
 
 def send_to_dead_letter_queue(

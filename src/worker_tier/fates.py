@@ -9,13 +9,14 @@ Outcome listeners (the local environment prints them) hear every decision.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from worker_tier import backoff, contract, limits, message, observability
-from worker_tier.dead_letter import DeadLetterError, send_to_dead_letter_queue
+from worker_tier.dead_letter import DeadLetterError, DeadLetterQueueSize, send_to_dead_letter_queue
 from worker_tier.errors import NonRetryableError, RetryLater, WorkerTierError
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger
@@ -84,6 +85,7 @@ class _Invocation:
     lease_context: LeaseContext | None = None
     dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
     left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
+    pid: int = field(default_factory=os.getpid)  # the worker's process: a task's forked child differs (Worker._run)
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
@@ -110,6 +112,7 @@ class Fates:
     _clock: Callable[[], float]
     _random: Callable[[], float]
     _dead_letter_queue_url: str | None
+    _dead_letter_queue_size: DeadLetterQueueSize
     _delay_table: str | None
     _producer: Client | None
     _resolve_queue_url: Callable[[list[Any]], str]
@@ -239,14 +242,16 @@ class Fates:
     def _dead_letter(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
         """Copy the message to the DLQ with its reason; if anything fails, keep it and back off (True)."""
         try:
+            sqs, dead_letter_queue_url = self._sqs.get(), self._require_dead_letter_queue_url()
             send_to_dead_letter_queue(
-                self._sqs.get(),
-                self._require_dead_letter_queue_url(),
+                sqs,
+                dead_letter_queue_url,
                 record,
                 error,
                 attempts=task.receive_count,
                 path=task.path,
                 now=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
+                max_message_bytes=self._dead_letter_queue_size.of(sqs, dead_letter_queue_url),
             )
         except Exception as failure:  # the DLQ refused it, or building the copy raised: never let it escape
             logger.error(

@@ -26,7 +26,9 @@ those SQS refuses are counted (``VisibilityChangesRefused``) and logged with the
 Anything a task raises is its message's failure, ``BaseException`` included
 (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``): it is never re-raised,
 since killing the runtime mid-batch would re-run the batch's succeeded messages and
-lose every decision. Errors are logged through ``message.safe_repr`` (an error's
+lose every decision. The exception is a task's forked child (``os.fork``) that comes back
+here, raising (``sys.exit`` too) or returning: it ends at once with the status Python would
+give it, and never decides its message's fate nor runs the rest of the batch. Errors are logged through ``message.safe_repr`` (an error's
 ``__repr__`` can raise), and if deciding a fate raises all the same, the message
 backs off (never visibility 0), unless it already went to the DLQ. A record
 without a usable ``messageId`` cannot be named in ``batchItemFailures`` (Lambda
@@ -42,13 +44,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import random as _random
+import sys
 import time
+import traceback
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
 from worker_tier import contract, limits, message, sqsd
 from worker_tier.app_target import AppTarget, target_from_settings
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
+from worker_tier.dead_letter import DeadLetterQueueSize
 from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from here
     OUTCOME_DEAD_LETTERED,
     OUTCOME_HELD_BACK,
@@ -127,6 +132,7 @@ class Worker(Fates):
         self.registry = registry
         self._queue_url = queue_url
         self._dead_letter_queue_url = dead_letter_queue_url
+        self._dead_letter_queue_size = DeadLetterQueueSize()  # read on the first dead-letter, kept for the process
         self._delay_table = delay_table
         self._sqs = LazyClient("sqs", sqs)
         # Heartbeats need calls that end within their margin; an injected client (tests) serves both.
@@ -309,9 +315,13 @@ class Worker(Fates):
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
                 error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
+            if os.getpid() != invocation.pid:
+                _end_forked_child(error)
             if self._fail_safely(record, task, invocation, error):
                 raise TaskFailedError(_describe(error)) from error
         else:
+            if os.getpid() != invocation.pid:
+                _end_forked_child(None)
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
 
@@ -473,6 +483,31 @@ class Worker(Fates):
             self._queue_url = self._sqs.get().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
         return self._queue_url
 
+
+
+def _end_forked_child(error: BaseException | None) -> NoReturn:
+    """End a task's forked child that came back to the worker (it returned, or raised: ``sys.exit`` too) as Python
+    would end it, there and then: it must not decide its message's fate, nor run the rest of the batch.
+
+    ``sys.exit(code)`` gives ``code`` (None: 0; any other object is printed and gives 1), as does a SystemExit an app's
+    failure carries; any other exception is printed with its traceback and gives 1; returning gives 0.
+    """
+    cause = error.__cause__ if error is not None and not isinstance(error, SystemExit) else None
+    if isinstance(cause, SystemExit):
+        error = cause
+    status = 0
+    if isinstance(error, SystemExit):
+        if isinstance(error.code, int):
+            status = error.code
+        elif error.code is not None:
+            print(error.code, file=sys.stderr)
+            status = 1
+    elif error is not None:
+        traceback.print_exception(error)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)
 
 
 def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:

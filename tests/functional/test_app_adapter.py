@@ -6,11 +6,13 @@ and decides each message's fate by sqsd's status rules, with our backoff, max_re
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 from typing import Any
 
 import pytest
+from fastapi import BackgroundTasks, FastAPI
 
 from tests.apps import CRASH_MESSAGE, FLAKY_BODY, RETRY_AFTER_SECONDS
 from tests.functional.conftest import AwsWorld
@@ -390,3 +392,69 @@ def test_an_asgi_app_whose_loop_stopped_is_served_on_a_new_one():
     delivery.start()
     delivery.join(5)
     assert answers == [b"/next"]
+
+
+class _LambdaContext:
+    """A Lambda context whose remaining time stays at ``remaining_ms`` (as Lambda's ``get_remaining_time_in_millis``)."""
+
+    def __init__(self, remaining_ms: int) -> None:
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def _fastapi_with_background_work(work: Any) -> Any:
+    """A FastAPI app answering 200 at once and running ``work`` after the answer (``BackgroundTasks``)."""
+    api = FastAPI()
+
+    @api.post("/")
+    async def run_task(background: BackgroundTasks) -> dict[str, str]:
+        background.add_task(work)
+        return {"accepted": "yes"}
+
+    return api
+
+
+def test_background_work_cut_by_the_delivery_deadline_fails_the_message_with_why(aws, outcomes):
+    # GIVEN a FastAPI app that answers 200 at once, then runs a background task longer than the delivery may take
+    started: list[str] = []
+
+    async def report() -> None:
+        started.append("report")
+        await asyncio.sleep(60)
+        started.append("report finished")
+
+    api = _fastapi_with_background_work(report)
+    w = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url, registry=Registry(),
+               sqs=aws.sqs, random=lambda: 0.5, app_target=InProcessTarget(api))
+    send_job(aws, "report")
+    # WHEN the worker delivers it with 1 s left for the app (the invocation's remaining time less timeout_margin)
+    response = w.handle(aws.receive_event(), _LambdaContext(w.settings.timeout_margin * 1000 + 1000))
+    # THEN the background task was cancelled, and the message is not counted a success: it retries, saying why
+    assert started == ["report"]
+    assert len(failed(response)) == 1
+    [outcome] = outcomes
+    assert outcome.status == OUTCOME_RETRYING
+    assert ("the app answered 200, but its work after the answer (a background task) did not finish within 1.0 s "
+            "(inactivity_timeout) and was cancelled handling POST /") in outcome.detail
+
+
+def test_background_work_that_finishes_in_time_is_done_before_the_message_succeeds(aws, outcomes):
+    # GIVEN a FastAPI app whose background task, run after its 200, takes a moment
+    done: list[str] = []
+
+    async def report() -> None:
+        await asyncio.sleep(0.05)
+        done.append("report")
+
+    api = _fastapi_with_background_work(report)
+    w = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url, registry=Registry(),
+               sqs=aws.sqs, random=lambda: 0.5, app_target=InProcessTarget(api))
+    send_job(aws, "report")
+    # WHEN the worker delivers it
+    response = w.handle(aws.receive_event(), None)
+    # THEN the background task had finished when the message succeeded
+    assert failed(response) == []
+    assert [o.status for o in outcomes] == [OUTCOME_SUCCEEDED]
+    assert done == ["report"]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -330,3 +334,24 @@ def _msg(path: str):
     from worker_tier import OutgoingMessage
 
     return OutgoingMessage(path, "{}")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX's")
+@pytest.mark.parametrize("how, status", [("exit-0", 0), ("exit-3", 3), ("raise", 1), ("return", 0)])
+def test_a_tasks_forked_child_ends_where_it_comes_back_and_never_runs_the_rest_of_the_batch(tmp_path, how, status):
+    # GIVEN a batch of three whose first task forks, its child ending by sys.exit, an exception or a return
+    log = tmp_path / "log"
+    repo = Path(__file__).resolve().parents[2]
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    # WHEN a worker process handles it (tests.functional.forking_batch)
+    done = subprocess.run([sys.executable, "-m", "tests.functional.forking_batch", how, str(log)], env=environ,
+                          capture_output=True, text=True, timeout=120, check=False)
+    # THEN only the worker answered for the batch, all of it succeeded
+    assert done.returncode == 0, done.stderr
+    [answer] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["response"] == {"batchItemFailures": []}
+    # AND the child ended where it came back, with Python's status for how it ended; the worker ran the rest
+    [child, *rest] = [line.split() for line in log.read_text().splitlines()]
+    worker = str(answer["pid"])
+    assert child[0] == "child" and child[1] != worker
+    assert rest == [["child-status", str(status), worker], ["record-1", worker], ["record-2", worker]]

@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
@@ -24,6 +25,7 @@ from worker_tier.worker import (
     Worker,
 )
 
+EB_QUEUE_BYTES = 256 * 1024  # an EB environment's queues: SQS's default MaximumMessageSize until August 2025
 START = 1_800_000_000.0  # the tests' wall clock at the receive
 
 
@@ -292,6 +294,65 @@ def test_body_a_few_hundred_bytes_under_the_limit_keeps_a_shortened_reason(aws):
     assert reason["dropped_attributes"] == ["tenant"]
     assert reason["error_message"].endswith("...") and 0 < len(reason["error_message"]) < 1000
     assert aws.sqs.refused == []
+
+
+def eb_sized(aws: AwsWorld) -> None:
+    """Size the world's queues as an imported EB environment's: both MaximumMessageSize 256 KiB."""
+    for queue_url in (aws.queue_url, aws.dead_letter_queue_url):
+        aws.sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"MaximumMessageSize": str(EB_QUEUE_BYTES)})
+
+
+class _DeniedQueueAttributes:
+    """An SQS client whose GetQueueAttributes is refused as IAM refuses it (botocore's ClientError, AccessDenied);
+    the other calls go to ``inner``."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def get_queue_attributes(self, **params):
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, "GetQueueAttributes")
+
+
+def test_a_dead_letter_copy_is_sized_for_a_256_kib_dlq_and_its_size_read_once(aws):
+    # GIVEN an imported EB queue and DLQ of 256 KiB, and two messages a few bytes under it whose tasks refuse them
+    clock = Clock()
+    eb_sized(aws)
+    strict(aws, clock).maximum_message_size = EB_QUEUE_BYTES
+    body = "b" * (EB_QUEUE_BYTES - 50)
+    worker = worker_for(aws, one_task("/refuse", raise_(NonRetryableError("too big to print"))), clock)
+    for _ in range(2):
+        send(aws, "/refuse", body)
+        event = aws.receive_event()
+        # WHEN the worker dead-letters each, in invocations of its own
+        response = worker.handle(event, None)
+        assert response["batchItemFailures"] == []
+    # THEN each went to the DLQ at once: its reason first as a record of its own, then the body whole
+    sends = dead_letter_sends(aws)
+    assert [json.loads(s["MessageBody"])["note"] for s in sends[0::2]] == [REASON_RECORD_NOTE] * 2
+    assert [s["MessageBody"] for s in sends[1::2]] == [body] * 2
+    assert aws.sqs.refused == []
+    # AND the DLQ's size was read once for both
+    assert [p["QueueUrl"] for p in aws.params("GetQueueAttributes")].count(aws.dead_letter_queue_url) == 1
+
+
+def test_a_dead_letter_copy_is_sized_for_256_kib_when_the_dlqs_size_cannot_be_read(aws):
+    # GIVEN a 1 MiB DLQ whose size the worker may not read, and a 300 KiB message its task refuses
+    clock = Clock()
+    strict(aws, clock)
+    body = "b" * (300 * 1024)
+    send(aws, "/refuse", body)
+    event = aws.receive_event()
+    aws.sqs = _DeniedQueueAttributes(aws.sqs)
+    # WHEN the worker dead-letters it
+    response = worker_for(aws, one_task("/refuse", raise_(NonRetryableError("no"))), clock).handle(event, None)
+    # THEN the copy was sized for 256 KiB: the reason went first as a record of its own, then the body whole
+    assert response["batchItemFailures"] == []
+    first, second = dead_letter_sends(aws)
+    assert json.loads(first["MessageBody"])["reason"]["error_message"] == "no"
+    assert (second["MessageBody"], FAILURE_ATTRIBUTE in second["MessageAttributes"]) == (body, False)
 
 
 # -- item 14: FIFO forwarding to the container worker --------------------------------------------------------------

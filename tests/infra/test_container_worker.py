@@ -229,3 +229,21 @@ def test_a_wildcard_on_the_task_role_still_fails_synth(tmp_path):
     # THEN cdk-nag refuses it: the acknowledgement does not reach the task role
     with pytest.raises(Exception, match="AwsSolutions-IAM5"):
         app.synth()
+
+
+def test_both_workers_may_read_the_dlqs_size_which_sizes_their_dead_letter_copies(synthesized, template):
+    # GIVEN the stack's dead-letter queue, the Lambda worker's role and the container task's role
+    stack = synthesized[0]
+    dlq = {"Fn::GetAtt": [stack.get_logical_id(stack.worker.dead_letter_queue.node.default_child), "Arn"]}
+    roles = {stack.get_logical_id(role.node.default_child): role.node.path
+             for role in (stack.worker.function.role, stack.container_worker.service.task_definition.task_role)}
+    # WHEN their SQS statements on the DLQ are read
+    readers = {
+        role["Ref"]
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        for role in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Resource"] == dlq and "sqs:GetQueueAttributes" in statement["Action"]
+    }
+    # THEN each may call GetQueueAttributes on it (MaximumMessageSize, read before the first dead-letter copy)
+    assert set(roles) <= readers, [roles[r] for r in set(roles) - readers]
