@@ -1,8 +1,8 @@
 """Moving dead letters back to the work queue: one batch at a time, or by SQS's own move task.
 
 The batch move never loses a message. For each batch it receives from the DLQ, it sends the matching
-messages to the work queue (body and attributes, without ``worker_tier.failure``, so the receive count
-starts again), and deletes from the DLQ only those whose send succeeded. A message that does not match
+messages to the work queue (body and attributes, without ``dead_letters.REDRIVE_DROPPED_ATTRIBUTES``, so the
+receive count starts again), and deletes from the DLQ only those whose send succeeded. A message that does not match
 is skipped; one whose send failed is counted failed and stays in the DLQ. Both are held (not received
 again) until the move ends, then released. A delete that fails after its send leaves that message in
 both queues: it is counted in ``not_deleted`` and named, so it can be removed by hand.
@@ -19,7 +19,7 @@ its name: each such message is named in ``attributes_lost`` with the names.
 
 A reason record (``worker_tier.dead_letter``: the reason of a message too large to carry it) is never sent: it
 joins its message (``dead_letters.RecordShelf``; read before or after it), whose match it decides, and is deleted
-with it when it moves. A moved message goes without ``REDRIVE_DROPPED_ATTRIBUTES``: a fresh start.
+with it when it moves.
 
 A Ctrl-C waits for the batch in hand; an error ends the run. Either way what it held is released and the report
 returned with ``stopped``. The ``Journal`` keeps, on this machine, the ids of each batch sent before its delete is
@@ -105,6 +105,7 @@ class Journal:
     def __init__(self, path: Path | None, clock: Callable[[], float] = time.time) -> None:
         self.path, self.clock = path, clock
         self.entries: dict[str, dict[str, Any]] = {}
+        self.problems: list[str] = []
         if path is not None and path.exists():
             try:
                 loaded = json.loads(path.read_text(encoding="utf-8"))
@@ -135,15 +136,23 @@ class Journal:
             self._save()
 
     def _save(self) -> None:
+        """Write the journal; a write that fails (a full disk) is kept in ``problems`` and never stops a delete."""
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
+        try:
+            self._write(self.path)
+        except OSError as error:
+            self.problems.append(f"redrive journal {self.path} not written ({error}): a rerun on this machine may "
+                                 "send again what this run could not delete")
+
+    def _write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
         with temporary.open("w", encoding="utf-8") as out:
             json.dump(self.entries, out)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(temporary, self.path)
+        os.replace(temporary, path)
 
 
 class JournalError(Exception):
@@ -202,6 +211,7 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
         move.report.stopped = f"{type(error).__name__}: {error}"
     finally:
         move.report.reason_records_kept = [m.message_id for m in move.held.values() if m.describes is not None]
+        move.report.errors.extend(dict.fromkeys(move.journal.problems))
         release(sqs, dlq_url, list(move.held.values()))
     return move.report
 

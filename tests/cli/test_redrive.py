@@ -17,7 +17,7 @@ from worker_tier import contract
 from worker_tier.errors import NonRetryableError
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.dead_letters import DeadLetter
-from worker_tier_cli.redrive import arrived_since
+from worker_tier_cli.redrive import Journal, arrived_since
 
 
 class FailingSQS(StrictSQS):
@@ -385,3 +385,29 @@ def test_redrive_that_stops_on_an_error_names_what_may_have_been_sent_and_a_reru
     assert rerun.exit_code == 1 and sorted(report["possibly_sent"]) == sorted(possibly) and report["moved"] == 5
     assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"a{n}": 1 for n in range(15)})
     assert deployment.depth(deployment.dlq_url) == 10
+
+
+def test_redrive_whose_journal_cannot_be_written_still_moves_everything_and_says_so(deployment, tmp_path):
+    # GIVEN dead letters, and a state directory that is a file (the journal cannot be written)
+    for n in range(3):
+        deployment.dead_letter("/a", NonRetryableError("bad"), f"a{n}")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    deployment.runtime.state_dir = blocker
+    # WHEN redrive runs
+    report = parsed(deployment.run("redrive", "--path", "/a", "--json"))
+    # THEN every message moved once, and the report says the journal was not written
+    assert report["moved"] == 3 and deployment.depth(deployment.dlq_url) == 0
+    assert any(e.startswith(f"redrive journal {blocker}/redrive-") and "not written" in e for e in report["errors"])
+
+
+def test_redrive_with_an_unreadable_journal_refuses_to_run_and_names_it(deployment, tmp_path):
+    # GIVEN a dead letter, and a journal file that is not JSON
+    deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    deployment.runtime.state_dir = tmp_path
+    Journal.for_queue(tmp_path, deployment.dlq_url).path.write_text("{half")
+    # WHEN redrive runs  THEN it stops before moving anything, naming the file and what to do
+    result = deployment.run("redrive", "--path", "/a")
+    assert result.exit_code == 1 and deployment.depth(deployment.dlq_url) == 1
+    assert f"redrive journal {tmp_path}/redrive-" in result.stderr
+    assert "it names messages an earlier redrive sent; repair it, or move it away once you have checked the work queue" in result.stderr
