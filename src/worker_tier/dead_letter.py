@@ -7,9 +7,16 @@ worker gives up, in order: the non-routing attributes (named in
 the reason's ``dropped_attributes``), then the length of the reason's
 ``error_message``. If even a minimal reason cannot fit, the reason goes to the
 DLQ as a small message of its own (a JSON body with the source message id, the
-reason and ``REASON_RECORD_NOTE``, plus the usual ``worker_tier.failure``) and the original
-follows as it came, without a reason attribute: the reason always goes first, so
-the original never arrives alone.
+MD5 of the original's body, the reason and ``REASON_RECORD_NOTE``, plus the usual
+``worker_tier.failure``) and the original follows as it came, without a reason
+attribute: the reason always goes first, so the original never arrives alone. The
+original's DLQ copy has a new message id and no room for anything more, so a reader
+joins the two by ``body_md5`` (``reason_record``): the MD5 SQS reports as
+``MD5OfBody``, computed here from the body's UTF-8.
+
+A reason record is never work: a redrive that moves everything (StartMessageMoveTask,
+the console's "Start DLQ redrive") carries it into the work queue, where the worker
+recognises it (``reason_record``) and drops it unrun.
 
 Delivery of a reason record is at-least-once: when the original's send fails after
 its reason record went out, the message backs off and the next attempt sends a new
@@ -21,6 +28,7 @@ window, as the reason record's deduplication id is stable (``<message id>-reason
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 from typing import Any, Mapping
@@ -147,9 +155,30 @@ def _longest_prefix(text: str, spare_bytes: int) -> str:
 def _reason_record(record: Mapping[str, Any], reason: Mapping[str, Any]) -> str:
     """The body of the small DLQ message that carries a reason its message had no room for."""
     return json.dumps(
-        {"source_message_id": record.get("messageId"), "reason": reason, "note": REASON_RECORD_NOTE},
+        {"source_message_id": record.get("messageId"), "body_md5": body_md5(record.get("body") or ""),
+         "reason": reason, "note": REASON_RECORD_NOTE},
         separators=(",", ":"),
     )
+
+
+def body_md5(body: str) -> str:
+    """The hex MD5 of a body's UTF-8, as SQS reports it (``MD5OfBody``): how a reason record names its message."""
+    return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def reason_record(body: str, attributes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The parsed reason record when a message is one (a ``worker_tier.failure`` attribute and a body of
+    ``_reason_record``'s shape, its note ``REASON_RECORD_NOTE``), else None. ``attributes`` is either spelling
+    (Lambda's or the SQS API's): only the name is looked at."""
+    if contract.FAILURE_ATTRIBUTE not in attributes or REASON_RECORD_NOTE not in body:
+        return None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or parsed.get("note") != REASON_RECORD_NOTE or "source_message_id" not in parsed:
+        return None
+    return parsed
 
 
 def _request(

@@ -160,9 +160,12 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
 def first_received_ms(record: Mapping[str, Any]) -> int | None:
     """When a record's message was first received (epoch ms): the original's, carried on a retry re-sent through
     the delay table (``worker_tier.first_received_at``), else SQS's ``ApproximateFirstReceiveTimestamp``; None
-    when the record has neither (a hand-built one)."""
+    when the record has neither (a hand-built one). A message carrying ``worker_tier.failure`` came back from the
+    DLQ by a move that keeps attributes (StartMessageMoveTask): its carried first receive is ignored."""
     attributes = record.get("messageAttributes")
-    carried = attributes.get(FIRST_RECEIVED_ATTRIBUTE) if isinstance(attributes, dict) else None
+    carried = None  # back from the DLQ (worker_tier.failure): a fresh start
+    if isinstance(attributes, dict) and FAILURE_ATTRIBUTE not in attributes:
+        carried = attributes.get(FIRST_RECEIVED_ATTRIBUTE)
     first = carried.get("stringValue") if isinstance(carried, dict) else None
     if not first:
         system = record.get("attributes")

@@ -59,13 +59,16 @@ class Task:
 
         SQS's ApproximateReceiveCount, plus the receives of the earlier copies it
         replaces (``worker_tier.attempts``: a retry longer than SQS's visibility
-        limit is re-sent as a delayed copy), so ``max_retries`` bounds the chain;
+        limit is re-sent as a delayed copy), so ``max_retries`` bounds the chain,
+        unless it carries ``worker_tier.failure``: then it came back from the DLQ
+        by a move that keeps attributes (StartMessageMoveTask) and starts afresh;
         less the receive a delayed message was held back on, not being due yet
         (SQS first handed it out before its ``worker_tier.due_at``).
         """
         count = _whole_number(self._system.get("ApproximateReceiveCount"), 1)
         attributes = self.record.get("messageAttributes")
-        if isinstance(attributes, dict) and (contract.ATTEMPTS_ATTRIBUTE in attributes or contract.DUE_AT_ATTRIBUTE in attributes):
+        if (isinstance(attributes, dict) and contract.FAILURE_ATTRIBUTE not in attributes
+                and (contract.ATTEMPTS_ATTRIBUTE in attributes or contract.DUE_AT_ATTRIBUTE in attributes)):
             count += max(0, _whole_number(self.attributes.get(contract.ATTEMPTS_ATTRIBUTE), 0)) - self._held_back_receives()
         return max(1, count)
 

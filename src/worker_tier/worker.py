@@ -299,6 +299,8 @@ class Worker(Fates):
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         if task.lease is not None and task.lease.is_set():
             raise self._lease_lost(task, invocation)
+        if contract.FAILURE_ATTRIBUTE in attributes and _is_reason_record(task):
+            return
         if contract.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
@@ -577,3 +579,17 @@ def _fifo_stopped(named: list[Any], unreadable: list[Any]) -> list[Any]:
         elif every_group or group in stopped_groups:
             stopped.append(record)
     return stopped
+
+
+def _is_reason_record(task: Task) -> bool:
+    """Whether a message is a DLQ reason record moved into the work queue by a redrive that moves everything
+    (StartMessageMoveTask): logged and dropped (reported done, so deleted), never run nor dead-lettered again.
+    Its message was moved with it and runs; the record only described why that message died."""
+    from worker_tier.dead_letter import reason_record  # only a message from the DLQ gets here
+
+    record = reason_record(task.body, task.record.get("messageAttributes") or {})
+    if record is None:
+        return False
+    logger.warning("a DLQ reason record arrived as work (a redrive moved it from the DLQ); dropped, not run",
+                   extra={"reason_record_for": record.get("source_message_id")})
+    return True

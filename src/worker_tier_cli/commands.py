@@ -25,6 +25,8 @@ EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cann
 # an AWS error code), moto in-process NotImplementedError. Falling back is safe: the batch move loses nothing.
 MOVE_TASK_UNAVAILABLE_CODES = frozenset({"UnsupportedOperation", "InvalidAction", "NotImplemented", "500"})
 MOVE_TASK_FALLBACK_NOTE = "StartMessageMoveTask is not available at this endpoint; moving one batch at a time instead"
+INTERRUPT_NOTE = "stopping after the batch in hand (Ctrl-C again stops at once)"
+EXIT_CODE_INTERRUPTED = 130  # a shell's code for a run ended by SIGINT
 
 
 class UsageFailure(click.ClickException):
@@ -162,15 +164,21 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
     total = min(limit, status.queue_counts(sqs, dlq_url)["visible"]) if shown else None
     with progress_bar(shown, "reading the DLQ", total) as advance, \
             dead_letters.peek(sqs, dlq_url, limit, session.runtime.wait_seconds, advance) as letters:
-        groups = dead_letters.group([m for m in letters if which.matches(m)])
+        dead, unjoined = dead_letters.join(letters)
+        groups = dead_letters.group([m for m in dead if which.matches(m)])
     if as_json:
-        emit_json({"dlq_url": dlq_url, "read": len(letters), "limit": limit,
+        emit_json({"dlq_url": dlq_url, "read": len(dead), "limit": limit,
+                   "reason_records_joined": sum(len(m.records) for m in dead),
+                   "reason_records_unjoined": [m.message_id for m in unjoined],
                    "groups": [{k: v for k, v in vars(g).items() if k != "message_ids"} for g in groups]})
         return
     rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.sample_reason) for g in groups]
     click.echo(table(("path", "error", "count", "first failed", "last failed", "sample reason"), rows))
     more = " (the limit: there may be more)" if len(letters) >= limit else ""
-    click.echo(f"{sum(g.count for g in groups)} matching of {len(letters)} read{more} from {dlq_url}; all released")
+    click.echo(f"{sum(g.count for g in groups)} matching of {len(dead)} read{more} from {dlq_url}; all released")
+    if unjoined:
+        click.echo(f"{len(unjoined)} reason record(s) whose message was not among those read (not counted): "
+                   f"{', '.join(m.message_id for m in unjoined)}")
 
 
 @dlq_group.command("show", help=f"One dead letter: its body, attributes and reason.\n\n{PEEK_NOTE}")
@@ -182,7 +190,8 @@ def dlq_show(message_id: str, limit: int, as_json: bool) -> None:
     session = _session()
     dlq_url = session.target.required("dlq_url")
     with dead_letters.peek(session.client("sqs"), dlq_url, limit, session.runtime.wait_seconds) as letters:
-        found = next((m for m in letters if m.message_id == message_id), None)
+        dead, unjoined = dead_letters.join(letters)  # a message too large for its reason shows its record's
+        found = next((m for m in [*dead, *unjoined] if m.message_id == message_id), None)
     if found is None:
         raise click.ClickException(f"message {message_id} is not among the {len(letters)} messages read from {dlq_url}")
     shown = {"message_id": found.message_id, "path": found.path, "error_type": found.error_type,
@@ -208,15 +217,18 @@ def dlq_show(message_id: str, limit: int, as_json: bool) -> None:
 @filter_options
 @click.option("--rate", type=click.IntRange(1), help="Messages per second (StartMessageMoveTask's limit; no filter only).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--resend-possibly-sent", is_flag=True,
+              help="Move again the messages an earlier run named possibly sent (check the work queue first).")
 @json_option
 def redrive_command(path: str | None, error_type: str | None, since: str | None, rate: int | None, yes: bool,
-                    as_json: bool) -> None:
+                    resend_possibly_sent: bool, as_json: bool) -> None:
     """Move dead letters back to the work queue, without their reason (the receive count starts again).
 
     With a filter: one batch at a time, receive, send, and delete from the DLQ only what was sent, so no
     message is lost; it reports moved, skipped and failed. Without one: SQS's StartMessageMoveTask,
     followed to the end (where it is unavailable, as on the local environment, the batch move).
-    Asks first on a terminal; --yes skips the question.
+    Asks first on a terminal; --yes skips the question. Ctrl-C stops after the batch in hand; a journal on this
+    machine names what a stopped run sent, so a rerun sends nothing twice.
     """
     session = _session()
     which = _filter(path, error_type, since)
@@ -232,13 +244,20 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
         if task is not None:
             _print_move_task(task, as_json)
             return
+    try:
+        journal = redrive.Journal.for_queue(session.runtime.state_dir, dlq_url, session.runtime.clock)
+    except redrive.JournalError as error:
+        raise click.ClickException(str(error)) from error
     with progress_bar(shown, "redriving", total) as advance:
         moved = redrive.move_batches(sqs, dlq_url, queue_url, which, session.runtime.wait_seconds,
                                      lambda so_far: advance(so_far.moved + so_far.skipped + so_far.failed, None,
                                                             _counts(so_far)), session.runtime.clock,
-                                     session.runtime.sleep)
+                                     session.runtime.sleep, journal, resend_possibly_sent,
+                                     lambda: click.echo(INTERRUPT_NOTE, err=True))
     _print_report(moved, "batches", as_json)
-    if moved.failed or moved.not_deleted or moved.possibly_sent:
+    if moved.stopped == redrive.INTERRUPTED:
+        raise SystemExit(EXIT_CODE_INTERRUPTED)
+    if moved.failed or moved.not_deleted or moved.possibly_sent or moved.stopped:
         raise SystemExit(1)
 
 
@@ -275,13 +294,23 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
         emit_json({"method": method, **vars(report)})
         return
     click.echo(_counts(report))
+    if report.stopped:
+        click.echo(f"stopped before the end: {report.stopped}; what it had received is released, and a rerun "
+                   "moves the rest (nothing it sent is sent again)", err=True)
     for error in report.errors[:10]:
         click.echo(f"  {error}", err=True)
     if report.not_deleted:
-        click.echo(f"sent but still in the DLQ (delete by hand): {', '.join(report.not_deleted)}", err=True)
+        click.echo("sent but still in the DLQ (a rerun on this machine deletes them without sending them again): "
+                   f"{', '.join(report.not_deleted)}", err=True)
+    if report.already_sent:
+        click.echo(f"sent by an earlier run that stopped, deleted now: {', '.join(report.already_sent)}", err=True)
     if report.possibly_sent:
-        click.echo("possibly sent (SQS's answer was lost; still in the DLQ, check the work queue before moving "
-                   f"them again): {', '.join(report.possibly_sent)}", err=True)
+        click.echo("possibly sent (SQS's answer was lost; still in the DLQ, and a rerun leaves them there): check the "
+                   "work queue, then delete them or rerun with --resend-possibly-sent: "
+                   f"{', '.join(report.possibly_sent)}", err=True)
+    if report.reason_records_kept:
+        click.echo(f"reason records left in the DLQ with their message (or without one read): "
+                   f"{', '.join(report.reason_records_kept)}", err=True)
     for message_id, names in report.attributes_lost.items():
         click.echo(f"{message_id}: moved without {', '.join(names)}: dropped when it was dead-lettered (SQS's "
                    "10-attribute quota); the reason kept only their names, so they cannot be restored", err=True)

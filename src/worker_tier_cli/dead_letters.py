@@ -4,6 +4,12 @@ Reading a queue means receiving its messages, which hides them for the receive's
 peek receives with ``PEEK_VISIBILITY_SECONDS`` and releases every message it read (visibility 0, in
 batches) before it returns, so the DLQ is as it was: only a receive count has grown. A message that
 reappears during a long peek is counted once (by message id).
+
+A message too large to carry its reason is preceded in the DLQ by a reason record (``worker_tier.dead_letter``):
+a DLQ message of its own that is not a dead message. ``join`` attaches each record's reason to its message (by
+the MD5 of the message's body, which the record names) and sets the records aside, so a reader sees one entry
+per dead message; a standard DLQ can hold several records for one message (one per attempt), and the latest
+attempt's reason is the one shown.
 """
 
 from __future__ import annotations
@@ -11,17 +17,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Callable
 
 from worker_tier import contract, limits
+from worker_tier.dead_letter import body_md5, reason_record
 from worker_tier.retry import chunks
 
 PEEK_VISIBILITY_SECONDS = 60  # long enough to read --limit messages; released at once after
 DEFAULT_PEEK_LIMIT = 1000  # messages read by `dlq list` unless --limit says otherwise
 RECEIVE_WAIT_SECONDS = 1  # short polls of a small queue can come back empty while messages wait
 UNKNOWN = "-"  # the path or error type of a message without a readable reason
+# What a redrive leaves out of the copy it sends back: the reason, and the failure history that would make the
+# message's fresh start its last (worker_tier.attempts adds earlier receives to max_retries' count;
+# worker_tier.first_received_at counts an app's retention_period from the first death).
+REDRIVE_DROPPED_ATTRIBUTES = (contract.FAILURE_ATTRIBUTE, contract.ATTEMPTS_ATTRIBUTE, contract.FIRST_RECEIVED_ATTRIBUTE)
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,10 @@ class DeadLetter:
     attributes: dict[str, dict[str, Any]]
     system: dict[str, str]
     reason: dict[str, Any]
+    # A reason record: the MD5 of the body of the message it describes and the source message id; else None.
+    describes: tuple[str, str] | None = None
+    # The reason record(s) joined to this message (``join``): a redrive deletes them with it.
+    records: tuple[DeadLetter, ...] = ()
 
     @classmethod
     def from_sqs(cls, received: dict[str, Any]) -> DeadLetter:
@@ -44,8 +59,29 @@ class DeadLetter:
             reason = json.loads(raw) if raw else {}
         except ValueError:
             reason = {"error_message": raw}
-        return cls(received["MessageId"], received["ReceiptHandle"], received.get("Body", ""), attributes,
-                   dict(received.get("Attributes") or {}), reason if isinstance(reason, dict) else {"error_message": raw})
+        body = received.get("Body", "")
+        record = reason_record(body, attributes)
+        describes = (str(record.get("body_md5") or ""), str(record["source_message_id"])) if record else None
+        if record is not None and isinstance(record.get("reason"), dict):
+            reason = record["reason"]
+        return cls(received["MessageId"], received["ReceiptHandle"], body, attributes,
+                   dict(received.get("Attributes") or {}), reason if isinstance(reason, dict) else {"error_message": raw},
+                   describes)
+
+    @property
+    def body_md5(self) -> str:
+        """The MD5 of the body's UTF-8 (SQS's ``MD5OfBody``): what a reason record names its message by."""
+        return body_md5(self.body)
+
+    @property
+    def carries_reason(self) -> bool:
+        """Whether it came with ``worker_tier.failure`` (a reason record does too); one without may have a record."""
+        return contract.FAILURE_ATTRIBUTE in self.attributes
+
+    def joined(self, records: list[DeadLetter]) -> DeadLetter:
+        """This message with its reason records: the latest attempt's reason becomes its own."""
+        latest = max(records, key=lambda r: (int(r.reason.get("attempts") or 0), str(r.reason.get("failed_at") or "")))
+        return replace(self, reason=dict(latest.reason), records=tuple(records))
 
     @property
     def path(self) -> str:
@@ -69,8 +105,57 @@ class DeadLetter:
         return [str(name) for name in names] if isinstance(names, list) else []
 
     def original_attributes(self) -> dict[str, dict[str, Any]]:
-        """The attributes it came with, without the reason: what a redrive sends back."""
+        """The attributes it came with, without the reason: what ``dlq show`` prints."""
         return {name: value for name, value in self.attributes.items() if name != contract.FAILURE_ATTRIBUTE}
+
+    def redriven_attributes(self) -> dict[str, dict[str, Any]]:
+        """What a redrive sends back: its attributes without the reason and the failure history
+        (``REDRIVE_DROPPED_ATTRIBUTES``), so it starts afresh as the docs promise."""
+        return {name: value for name, value in self.attributes.items() if name not in REDRIVE_DROPPED_ATTRIBUTES}
+
+
+class RecordShelf:
+    """Reason records read and not yet joined, by the MD5 they name and then by source message id (a standard
+    DLQ can hold several records of one message: one per attempt)."""
+
+    def __init__(self) -> None:
+        self.by_md5: dict[str, dict[str, list[DeadLetter]]] = {}
+
+    def add(self, record: DeadLetter) -> None:
+        md5, source = record.describes or ("", "")
+        self.by_md5.setdefault(md5, {}).setdefault(source, []).append(record)
+
+    def has(self, md5: str) -> bool:
+        return bool(self.by_md5.get(md5))
+
+    def take(self, md5: str) -> list[DeadLetter]:
+        """One message's records (all those of one source message id) naming ``md5``; [] when none."""
+        sources = self.by_md5.get(md5)
+        if not sources:
+            return []
+        records = sources.pop(next(iter(sources)))
+        if not sources:
+            del self.by_md5[md5]
+        return records
+
+    def left(self) -> list[DeadLetter]:
+        return [r for sources in self.by_md5.values() for records in sources.values() for r in records]
+
+
+def join(letters: list[DeadLetter]) -> tuple[list[DeadLetter], list[DeadLetter]]:
+    """The dead messages among ``letters``, each with its reason records joined, and the records whose message
+    was not among them (still in flight, past a read's limit, or a record whose message's send failed)."""
+    shelf = RecordShelf()
+    for letter in letters:
+        if letter.describes is not None:
+            shelf.add(letter)
+    joined = []
+    for letter in letters:
+        if letter.describes is not None:
+            continue
+        records = [] if letter.carries_reason else shelf.take(letter.body_md5)
+        joined.append(letter.joined(records) if records else letter)
+    return joined, shelf.left()
 
 
 def _api_value(value: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Moving dead letters back to the work queue: one batch at a time, or by SQS's own move task.
 
 The batch move never loses a message. For each batch it receives from the DLQ, it sends the matching
-messages to the work queue (body and attributes, without ``worker_tier.failure``, so the receive count
-starts again), and deletes from the DLQ only those whose send succeeded. A message that does not match
+messages to the work queue (body and attributes, without ``dead_letters.REDRIVE_DROPPED_ATTRIBUTES``, so the
+receive count starts again), and deletes from the DLQ only those whose send succeeded. A message that does not match
 is skipped; one whose send failed is counted failed and stays in the DLQ. Both are held (not received
 again) until the move ends, then released. A delete that fails after its send leaves that message in
 both queues: it is counted in ``not_deleted`` and named, so it can be removed by hand.
@@ -17,6 +17,15 @@ work queue before moving them again. An attribute the worker dropped when it dea
 10-attribute quota, named in the reason's ``dropped_attributes``) cannot be restored, as the reason keeps only
 its name: each such message is named in ``attributes_lost`` with the names.
 
+A reason record (``worker_tier.dead_letter``: the reason of a message too large to carry it) is never sent: it
+joins its message (``dead_letters.RecordShelf``; read before or after it), whose match it decides, and is deleted
+with it when it moves.
+
+A Ctrl-C waits for the batch in hand; an error ends the run. Either way what it held is released and the report
+returned with ``stopped``. The ``Journal`` keeps, on this machine, the ids of each batch sent before its delete is
+asked for, and those whose send's answer was lost: a rerun deletes the first without sending them again, and
+leaves the second in the DLQ, named, unless told to resend them.
+
 Without a filter, ``start_move_task`` asks SQS to move everything (StartMessageMoveTask) and
 ``follow_move_task`` polls it to the end; the local environment (moto) has no move task, so the command
 falls back to the batch move.
@@ -27,23 +36,32 @@ message of a group with one in flight), so one run moves what it can reach; run 
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import signal
 import time
-from email.utils import parsedate_to_datetime
-from dataclasses import dataclass, field
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any, Callable
 
 from botocore.exceptions import ClientError
 
 from worker_tier import limits, message
-from worker_tier.retry import batches
-from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, receive, release
+from worker_tier.retry import batches, chunks
+from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, RecordShelf, receive, release
 
 MOVE_VISIBILITY_SECONDS = 300  # a batch is sent and deleted well within this; held ones are released at the end
 MOVE_TASK_POLL_SECONDS = 2.0
 MOVE_TASK_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 TICK_POLL_SECONDS = 0.05  # how often the start reads SQS's Date header, waiting for its second to change
 MAX_TICK_POLLS = 30  # 1.5 s of polls: a second must have ended by then
+INTERRUPTED = "interrupted (Ctrl-C)"
+JOURNAL_KEEP_SECONDS = 14 * 24 * 3600  # SQS's longest retention: a journaled message is gone from the DLQ by then
 
 
 @dataclass
@@ -58,40 +76,257 @@ class MoveReport:
     not_deleted: list[str] = field(default_factory=list)
     # Held in the DLQ, but their SendMessageBatch's answer was lost: they may also be in the work queue.
     possibly_sent: list[str] = field(default_factory=list)
+    # Sent by an earlier run that stopped before deleting them (the journal): deleted now, not sent again.
+    already_sent: list[str] = field(default_factory=list)
     # Message id -> the attributes its dead-lettering dropped (by name only): moved without them.
     attributes_lost: dict[str, list[str]] = field(default_factory=dict)
+    # Reason records deleted with their moved message, and those left in the DLQ (their message stayed, or was
+    # not seen). A reason record is never sent to the work queue.
+    reason_records_deleted: int = 0
+    reason_records_kept: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Why the run ended before the DLQ was done ("interrupted (Ctrl-C)", or the error); "" when it went to the end.
+    stopped: str = ""
+
+
+class Journal:
+    """The DLQ message ids this machine's redrives sent whose delete is not confirmed (``SENT``), and those whose
+    SendMessageBatch answer was lost (``UNSURE``), so a rerun after any stop sends none of them twice.
+
+    One JSON file per DLQ under ``directory``, written (to a temporary file, then renamed) after each send and
+    each delete: a batch's sent ids are on disk before its delete is asked for. An entry is forgotten once its
+    message is deleted, or after SQS's longest retention (14 days). Without a directory (the benchmark) it
+    lives in memory only. Another machine has its own journal: a rerun there cannot know.
+    """
+
+    SENT = "sent"
+    UNSURE = "unsure"
+
+    def __init__(self, path: Path | None, clock: Callable[[], float] = time.time) -> None:
+        self.path, self.clock = path, clock
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.problems: list[str] = []
+        if path is not None and path.exists():
+            try:
+                loaded = json.loads(path.read_text(encoding="utf-8"))
+            except ValueError as error:
+                raise JournalError(f"redrive journal {path} is unreadable ({error}): it names messages an earlier "
+                                   "redrive sent; repair it, or move it away once you have checked the work queue") from None
+            oldest = clock() - JOURNAL_KEEP_SECONDS
+            self.entries = {k: v for k, v in loaded.items() if isinstance(v, dict) and v.get("at", 0) >= oldest}
+
+    @classmethod
+    def for_queue(cls, directory: Path | None, dlq_url: str, clock: Callable[[], float] = time.time) -> Journal:
+        name = hashlib.sha256(dlq_url.encode("utf-8")).hexdigest()[:16]
+        return cls(directory / f"redrive-{name}.json" if directory is not None else None, clock)
+
+    def kind(self, message_id: str) -> str | None:
+        entry = self.entries.get(message_id)
+        return str(entry["kind"]) if entry else None
+
+    def mark(self, kind: str, message_ids: list[str]) -> None:
+        if message_ids:
+            self.entries.update((i, {"kind": kind, "at": self.clock()}) for i in message_ids)
+            self._save()
+
+    def forget(self, message_ids: list[str]) -> None:
+        if any(i in self.entries for i in message_ids):
+            for i in message_ids:
+                self.entries.pop(i, None)
+            self._save()
+
+    def _save(self) -> None:
+        """Write the journal; a write that fails (a full disk) is kept in ``problems`` and never stops a delete."""
+        if self.path is None:
+            return
+        try:
+            self._write(self.path)
+        except OSError as error:
+            self.problems.append(f"redrive journal {self.path} not written ({error}): a rerun on this machine may "
+                                 "send again what this run could not delete")
+
+    def _write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            json.dump(self.entries, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+
+
+class JournalError(Exception):
+    """The redrive journal cannot be read: running without it could send its messages twice."""
+
+
+@contextmanager
+def interrupts_deferred(notice: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) until the block ends, then raise KeyboardInterrupt: a batch received is sent,
+    deleted and journaled whole. A second Ctrl-C stops at once. Outside the main thread (no signals) a no-op."""
+    caught: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+        notice()
+
+    try:
+        previous = signal.signal(signal.SIGINT, hold)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
                  wait_seconds: int = RECEIVE_WAIT_SECONDS,
                  progress: Callable[[MoveReport], None] = lambda report: None,
                  clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> MoveReport:
+                 sleep: Callable[[float], None] = time.sleep,
+                 journal: Journal | None = None, resend_possibly_sent: bool = False,
+                 on_interrupt: Callable[[], None] = lambda: None) -> MoveReport:
     """Move the dead letters ``which`` matches, one received batch at a time; see the module docstring.
 
     Only those in the DLQ when it began: one dead-lettered since (``arrived_since``) is held and counted in
     ``arrived``, so a redrive beside a worker that dead-letters the moved messages again moves each once and ends.
+    A Ctrl-C or an error ends the run after the batch in hand (``stopped``); the report is returned either way.
     """
-    report = MoveReport()
-    held: dict[str, DeadLetter] = {}
-    fifo = queue_url.endswith(".fifo")
+    move = _Move(sqs, dlq_url, queue_url, which, journal or Journal(None, clock), resend_possibly_sent)
     started_ms = server_start_ms(sqs, dlq_url, clock, sleep)
     try:
         while True:
-            fresh = [m for m in receive(sqs, dlq_url, MOVE_VISIBILITY_SECONDS, wait_seconds) if m.message_id not in held]
-            if not fresh:
-                return report
-            arrived = [m for m in fresh if arrived_since(m, started_ms)]
-            matching = [m for m in fresh if m not in arrived and which.matches(m)]
-            skipped = [m for m in fresh if m not in matching and m not in arrived]
-            report.skipped, report.arrived = report.skipped + len(skipped), report.arrived + len(arrived)
-            held.update((m.message_id, m) for m in [*skipped, *arrived])
-            for failed in _move(sqs, dlq_url, queue_url, matching, fifo, report):
-                held[failed.message_id] = failed
-            progress(report)
+            with interrupts_deferred(on_interrupt):
+                if not move.batch(receive(sqs, dlq_url, MOVE_VISIBILITY_SECONDS, wait_seconds), started_ms):
+                    return move.report
+            progress(move.report)
+    except KeyboardInterrupt:
+        move.report.stopped = INTERRUPTED
+    except Exception as error:  # an AWS or network error: stop, release, and say what may have been sent
+        move.report.stopped = f"{type(error).__name__}: {error}"
     finally:
-        release(sqs, dlq_url, list(held.values()))
+        move.report.reason_records_kept = [m.message_id for m in move.held.values() if m.describes is not None]
+        move.report.errors.extend(dict.fromkeys(move.journal.problems))
+        release(sqs, dlq_url, list(move.held.values()))
+    return move.report
+
+
+class _Move:
+    """One redrive's state between batches: what it holds, the reason records not yet joined, the journal."""
+
+    def __init__(self, sqs: Any, dlq_url: str, queue_url: str, which: Filter, journal: Journal,
+                 resend_possibly_sent: bool) -> None:
+        self.sqs, self.dlq_url, self.queue_url, self.which, self.journal = sqs, dlq_url, queue_url, which, journal
+        self.resend_possibly_sent, self.fifo = resend_possibly_sent, queue_url.endswith(".fifo")
+        self.report = MoveReport()
+        self.held: dict[str, DeadLetter] = {}  # received and not deleted: released at the end
+        self.shelf = RecordShelf()  # reason records not yet joined to a message
+        self.unjoined: dict[str, list[DeadLetter]] = {}  # skipped without a reason: a later record may join them
+        self.moved_unjoined: Counter[str] = Counter()  # moved without a record: a later record of theirs is deleted
+
+    def batch(self, received: list[DeadLetter], started_ms: int) -> bool:
+        """Handle one receive; False when it brought nothing new (the DLQ is done)."""
+        fresh = [m for m in received if m.message_id not in self.held]
+        if not fresh:
+            return False
+        self.held.update((m.message_id, m) for m in fresh)
+        arrived = {m.message_id for m in fresh if arrived_since(m, started_ms)}
+        self.report.arrived += sum(1 for m in fresh if m.message_id in arrived and m.describes is None)
+        present = [m for m in fresh if m.message_id not in arrived]
+        records = [m for m in present if m.describes is not None]
+        letters = [m for m in present if m.describes is None]
+        for record in records:
+            self.shelf.add(record)
+        deletable = self._records_of_moved({r.describes[0] for r in records if r.describes})
+        revived = self._revived({r.describes[0] for r in records if r.describes})
+        sent_before = [m for m in letters if self.journal.kind(m.message_id) == Journal.SENT]
+        unsure = [m for m in letters if self.journal.kind(m.message_id) == Journal.UNSURE and not self.resend_possibly_sent]
+        self.report.possibly_sent.extend(m.message_id for m in unsure)
+        rest = [self._joined(m) for m in letters if m not in sent_before and m not in unsure]
+        matching = [m for m in [*revived, *rest] if self.which.matches(m)]
+        skipped = [m for m in rest if m not in matching]
+        self.report.skipped += len(skipped) - sum(1 for m in revived if m in matching)
+        for letter in skipped:
+            if not letter.carries_reason and not letter.records:
+                self.unjoined.setdefault(letter.body_md5, []).append(letter)
+        sent_before = [self._joined(m) for m in sent_before]
+        self.report.already_sent.extend(m.message_id for m in sent_before)
+        self._delete([*sent_before, *(r for m in sent_before for r in m.records), *deletable])
+        self._move(matching)
+        return True
+
+    def _joined(self, letter: DeadLetter) -> DeadLetter:
+        records = [] if letter.carries_reason else self.shelf.take(letter.body_md5)
+        return letter.joined(records) if records else letter
+
+    def _records_of_moved(self, md5s: set[str]) -> list[DeadLetter]:
+        """Records just read whose message this run moved before they were read: deleted, not kept."""
+        found: list[DeadLetter] = []
+        for md5 in md5s:
+            while self.moved_unjoined[md5] > 0 and self.shelf.has(md5):
+                found += self.shelf.take(md5)
+                self.moved_unjoined[md5] -= 1
+        return found
+
+    def _revived(self, md5s: set[str]) -> list[DeadLetter]:
+        """Messages skipped for want of their reason whose record has now been read: joined, judged again."""
+        revived: list[DeadLetter] = []
+        for md5 in md5s:
+            waiting = self.unjoined.get(md5) or []
+            while waiting and self.shelf.has(md5):
+                revived.append(waiting.pop(0).joined(self.shelf.take(md5)))
+        return revived
+
+    def _move(self, letters: list[DeadLetter]) -> None:
+        """Send ``letters`` to the work queue; delete those sent, with their reason records, from the DLQ."""
+        for batch in _send_batches(letters):
+            by_id = {str(i): letter for i, letter in enumerate(batch)}
+            try:
+                response = self.sqs.send_message_batch(QueueUrl=self.queue_url,
+                                                       Entries=[_entry(i, m, self.fifo) for i, m in by_id.items()])
+            except ClientError as error:  # SQS answered: the whole call was refused, nothing of this batch was sent
+                self.report.errors.append(f"SendMessageBatch: {error}")
+                self.report.failed += len(batch)
+                continue
+            except Exception as error:  # no answer: SQS may have sent them; held, and named as possibly sent
+                self.report.errors.append(f"SendMessageBatch: {error}")
+                self.report.possibly_sent.extend(m.message_id for m in batch)
+                self.journal.mark(Journal.UNSURE, [m.message_id for m in batch])
+                continue
+            for entry in response.get("Failed") or []:
+                self.report.errors.append(f"{by_id[entry['Id']].message_id}: {entry.get('Code')}: {entry.get('Message')}")
+                self.report.failed += 1
+            sent = [by_id[s["Id"]] for s in response.get("Successful") or []]
+            self.journal.mark(Journal.SENT, [m.message_id for m in sent])
+            self.report.moved += len(sent)
+            self.report.attributes_lost.update((m.message_id, m.dropped_attributes) for m in sent if m.dropped_attributes)
+            for letter in sent:
+                if not letter.carries_reason and not letter.records:
+                    self.moved_unjoined[letter.body_md5] += 1
+            self._delete([*sent, *(r for m in sent for r in m.records)])
+
+    def _delete(self, letters: list[DeadLetter]) -> None:
+        """Delete ``letters`` from the DLQ; a message SQS does not delete is named in ``not_deleted`` (and stays
+        in the journal, so a rerun deletes it rather than send it again)."""
+        for batch in chunks(letters, limits.SQS_MAX_BATCH_ENTRIES):
+            entries = [{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(batch)]
+            try:
+                response = self.sqs.delete_message_batch(QueueUrl=self.dlq_url, Entries=entries)
+                refused = {int(f["Id"]) for f in response.get("Failed") or []}
+            except Exception as error:
+                self.report.errors.append(f"DeleteMessageBatch: {error}")
+                refused = set(range(len(batch)))
+            deleted = [m for i, m in enumerate(batch) if i not in refused]
+            for letter in deleted:
+                self.held.pop(letter.message_id, None)
+            self.journal.forget([m.message_id for m in deleted])
+            self.report.reason_records_deleted += sum(1 for m in deleted if m.describes is not None)
+            self.report.not_deleted.extend(m.message_id for i, m in enumerate(batch) if i in refused and m.describes is None)
 
 
 def arrived_since(letter: DeadLetter, started_ms: int) -> bool:
@@ -138,60 +373,19 @@ def _server_second(sqs: Any, queue_url: str) -> int | None:
         return None
 
 
-def _move(sqs: Any, dlq_url: str, queue_url: str, letters: list[DeadLetter], fifo: bool,
-          report: MoveReport) -> list[DeadLetter]:
-    """Send ``letters`` to the work queue, delete those sent; return those whose send failed."""
-    failed: list[DeadLetter] = []
-    unsure: list[DeadLetter] = []
-    for batch in _send_batches(letters):
-        by_id = {str(i): letter for i, letter in enumerate(batch)}
-        try:
-            response = sqs.send_message_batch(QueueUrl=queue_url, Entries=[_entry(i, m, fifo) for i, m in by_id.items()])
-        except ClientError as error:  # SQS answered: the whole call was refused, nothing of this batch was sent
-            report.errors.append(f"SendMessageBatch: {error}")
-            failed.extend(batch)
-            continue
-        except Exception as error:  # no answer: SQS may have sent them; held, and named as possibly sent
-            report.errors.append(f"SendMessageBatch: {error}")
-            report.possibly_sent.extend(m.message_id for m in batch)
-            unsure.extend(batch)
-            continue
-        for entry in response.get("Failed") or []:
-            report.errors.append(f"{by_id[entry['Id']].message_id}: {entry.get('Code')}: {entry.get('Message')}")
-            failed.append(by_id[entry["Id"]])
-        _delete(sqs, dlq_url, [by_id[s["Id"]] for s in response.get("Successful") or []], report)
-    report.failed += len(failed)
-    return failed + unsure
-
-
 def _send_batches(letters: list[DeadLetter]) -> Iterator[list[DeadLetter]]:
     """``letters`` in SendMessageBatch calls: at most 10 entries and SQS's 1 MiB in all (each fits alone)."""
-    return batches(letters, lambda letter: message.message_bytes(letter.body, letter.original_attributes()),
+    return batches(letters, lambda letter: message.message_bytes(letter.body, letter.redriven_attributes()),
                    max_count=limits.SQS_MAX_BATCH_ENTRIES, max_bytes=limits.SQS_MAX_MESSAGE_BYTES)
 
 
 def _entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:
-    """A SendMessageBatch entry: the body and the original attributes; on FIFO, its group and a stable dedupe id."""
-    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": letter.body, "MessageAttributes": letter.original_attributes()}
+    """A SendMessageBatch entry: the body and the attributes a redrive keeps; on FIFO, its group and a stable dedupe id."""
+    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": letter.body, "MessageAttributes": letter.redriven_attributes()}
     if fifo:
         entry["MessageGroupId"] = letter.system.get("MessageGroupId", letter.message_id)
         entry["MessageDeduplicationId"] = letter.message_id
     return entry
-
-
-def _delete(sqs: Any, dlq_url: str, sent: list[DeadLetter], report: MoveReport) -> None:
-    """Delete what was sent from the DLQ; what SQS does not delete is named in ``not_deleted``."""
-    report.moved += len(sent)
-    report.attributes_lost.update((m.message_id, m.dropped_attributes) for m in sent if m.dropped_attributes)
-    if not sent:
-        return
-    entries = [{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(sent)]
-    try:
-        failed = [sent[int(f["Id"])] for f in sqs.delete_message_batch(QueueUrl=dlq_url, Entries=entries).get("Failed") or []]
-    except Exception as error:
-        report.errors.append(f"DeleteMessageBatch: {error}")
-        failed = sent
-    report.not_deleted.extend(m.message_id for m in failed)
 
 
 def queue_arn(sqs: Any, queue_url: str) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, Callable
 
 import boto3
@@ -18,6 +20,12 @@ _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/worker-tier``, else ``~/.local/state/worker-tier`` (the XDG base directory default)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "worker-tier"
+
+
 @dataclass
 class Runtime:
     """The process's edges, injected by tests: a boto3-like ``client(service, **kwargs)``, the clock, sleep, the terminal."""
@@ -27,6 +35,8 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     interactive: Callable[[], bool] = lambda: sys.stdin.isatty() and sys.stdout.isatty()
     wait_seconds: int = RECEIVE_WAIT_SECONDS
+    # Where redrive keeps its journal (what a stopped run sent): $XDG_STATE_HOME/worker-tier, else ~/.local/state/...
+    state_dir: Path | None = field(default_factory=default_state_dir)
 
 
 @dataclass

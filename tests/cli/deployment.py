@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from moto import mock_aws
 
 from tests.strict_dynamodb import StrictDynamoDB
-from worker_tier import contract, message
+from worker_tier import contract, dead_letter, message
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
 
@@ -49,6 +49,27 @@ class Deployment:
                                      MessageAttributes=message.dead_letter_attributes(original, reason))
         return str(sent["MessageId"])
 
+    def too_large_dead_letter(self, path: str, error: BaseException, body: str, source_message_id: str,
+                              attempts: int = 3, reversed_order: bool = False) -> list[dict[str, Any]]:
+        """A message too large to carry its reason, dead-lettered by the worker's own code
+        (``worker_tier.dead_letter``, with a DLQ limit just over the body): its reason record, then the message.
+        ``reversed_order`` sends the message first, as a standard DLQ may hand them out. Returns the two sends."""
+        record = {"messageId": source_message_id, "body": body, "attributes": {},
+                  "messageAttributes": {contract.PATH_ATTRIBUTE: {"dataType": "String", "stringValue": path}}}
+        sends: list[dict[str, Any]] = []
+
+        class Capture:
+            def send_message(self, **request: Any) -> dict[str, str]:
+                sends.append(request)
+                return {"MessageId": "captured"}
+
+        dead_letter.send_to_dead_letter_queue(Capture(), self.dlq_url, record, error, attempts=attempts, path=path,
+                                              now=NOW, max_message_bytes=len(body) + 100)
+        assert len(sends) == 2, "the body must be too large for its reason"
+        for request in reversed(sends) if reversed_order else sends:
+            self.sqs.send_message(**request)
+        return sends
+
     def drain(self, queue_url: str) -> list[dict[str, Any]]:
         """Every message of a queue (consumed), with its attributes."""
         got: list[dict[str, Any]] = []
@@ -65,7 +86,7 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment():
+def deployment(tmp_path):
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-east-1")
         dynamodb = StrictDynamoDB(boto3.client("dynamodb", region_name="us-east-1"))
@@ -74,7 +95,7 @@ def deployment():
                               AttributeDefinitions=[{"AttributeName": contract.STATE_PARTITION_KEY, "AttributeType": "S"}])
         yield Deployment(
             sqs, dynamodb, sqs.create_queue(QueueName="work")["QueueUrl"], sqs.create_queue(QueueName="dlq")["QueueUrl"],
-            "state", Runtime(clock=NOW.timestamp, interactive=lambda: False, wait_seconds=0),
+            "state", Runtime(clock=NOW.timestamp, interactive=lambda: False, wait_seconds=0, state_dir=tmp_path / "state"),
         )
 
 

@@ -96,3 +96,19 @@ def test_dlq_show_of_an_unknown_id_names_it(deployment):
     result = deployment.run("dlq", "show", "no-such-id")
     assert result.exit_code == 1
     assert f"message no-such-id is not among the 1 messages read from {deployment.dlq_url}" in result.stderr
+
+
+def test_dlq_list_shows_a_message_too_large_for_its_reason_once_with_its_records_reason(deployment):
+    # GIVEN a message too large to carry its reason, dead-lettered twice over (two reason records, one message),
+    # and an ordinary dead letter
+    sends = deployment.too_large_dead_letter("/big", NonRetryableError("too big to print"), "B" * 2_000, "src-1")
+    deployment.sqs.send_message(**sends[0])
+    deployment.dead_letter("/flaky", ConnectionError("upstream not ready"), "{}", failed_at=hours_ago(3))
+    # WHEN dlq list runs, as JSON and as text
+    listed = parsed(deployment.run("dlq", "list", "--json"))
+    text = deployment.run("dlq", "list")
+    # THEN the big message is one entry, with its record's reason; the records are not messages of their own
+    assert [(g["path"], g["error_type"], g["count"], g["sample_reason"]) for g in listed["groups"]] == [
+        ("/big", "NonRetryableError", 1, "too big to print"), ("/flaky", "ConnectionError", 1, "upstream not ready")]
+    assert (listed["read"], listed["reason_records_joined"], listed["reason_records_unjoined"]) == (2, 2, [])
+    assert "2 matching of 2 read" in text.stdout

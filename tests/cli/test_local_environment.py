@@ -16,7 +16,7 @@ from worker_tier_local import LocalEnvironment
 from worker_tier_local.environment import LOCAL_REGION
 
 
-def test_each_command_shows_its_facts_against_the_local_environment():
+def test_each_command_shows_its_facts_against_the_local_environment(tmp_path):
     # GIVEN the local environment, where the worker dead-lettered /poison with its reason, and a message
     # waits in the delay table for tomorrow
     with LocalEnvironment(Settings()) as env:
@@ -26,7 +26,7 @@ def test_each_command_shows_its_facts_against_the_local_environment():
         given = ["--endpoint-url", env.endpoint_url, "--region", LOCAL_REGION, "--queue-url", env.queue_url,
                  "--dlq-url", env.dead_letter_queue_url, "--state-table", env.state_table,
                  "--delay-table", env.delay_table, "--log-group", "/aws/lambda/worker"]
-        runtime = Runtime(interactive=lambda: False, wait_seconds=0)
+        runtime = Runtime(interactive=lambda: False, wait_seconds=0, state_dir=tmp_path)
 
         def run(*command: str, exit_code: int = 0):
             result = CliRunner().invoke(cli, [*given, *command], obj=runtime)

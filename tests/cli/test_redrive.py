@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections import Counter
 
 import boto3
-from botocore.exceptions import ClientError
+import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from tests.cli.deployment import parsed
 from tests.strict_sqs import StrictSQS
@@ -14,7 +17,7 @@ from worker_tier import contract
 from worker_tier.errors import NonRetryableError
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.dead_letters import DeadLetter
-from worker_tier_cli.redrive import arrived_since
+from worker_tier_cli.redrive import Journal, arrived_since
 
 
 class FailingSQS(StrictSQS):
@@ -41,6 +44,10 @@ class FailingSQS(StrictSQS):
 
 def _bodies(messages):
     return Counter(m["Body"] for m in messages)
+
+
+def _use(deployment, sqs):
+    deployment.runtime.client = lambda service, **kwargs: sqs if service == "sqs" else boto3.client(service, **kwargs)
 
 
 def test_redrive_by_path_moves_only_that_path_without_the_reason(deployment):
@@ -196,3 +203,211 @@ def test_arrived_since_judges_by_sqs_timestamps_and_a_moved_message_by_its_first
                                  ApproximateFirstReceiveTimestamp=start + 5), start)
     assert not arrived_since(_letter({}, SentTimestamp=start - 60_000, ApproximateReceiveCount=3,
                                      ApproximateFirstReceiveTimestamp=start - 5), start)
+
+
+# -- a message too large for its reason: its reason record belongs to it, and is never work ------------------------
+
+
+def test_redrive_moves_a_message_too_large_for_its_reason_and_deletes_its_reason_records(deployment):
+    # GIVEN a message too large to carry its reason, dead-lettered twice over (two reason records, one message: the
+    # worker's first send of the message failed after its record went out), and an ordinary dead letter
+    big = "B" * 2_000
+    first = deployment.too_large_dead_letter("/big", NonRetryableError("too big"), big, "src-1", attempts=3)
+    deployment.sqs.send_message(**first[0])  # the repeated attempt's record
+    deployment.dead_letter("/small", RuntimeError("flaky"), "s1")
+    # WHEN the NonRetryableErrors are redriven (the record carries the big message's error type)
+    report = parsed(deployment.run("redrive", "--error", "NonRetryableError", "--json"))
+    # THEN the big message, and only it, is back as work: no reason record reached the work queue
+    assert [m["Body"] for m in deployment.drain(deployment.queue_url)] == [big]
+    assert (report["moved"], report["skipped"], report["reason_records_deleted"]) == (1, 1, 2)
+    # AND its records left the DLQ with it; the other dead letter stayed
+    assert _bodies(deployment.drain(deployment.dlq_url)) == Counter({"s1": 1})
+
+
+def test_redrive_joins_a_reason_record_read_after_its_message(deployment):
+    # GIVEN a message too large for its reason whose record the DLQ hands out after it, 15 dead letters later
+    big = "B" * 2_000
+    sends = deployment.too_large_dead_letter("/big", NonRetryableError("too big"), big, "src-1")
+    deployment.sqs.purge_queue(QueueUrl=deployment.dlq_url)
+    deployment.sqs.send_message(**sends[1])
+    for n in range(15):
+        deployment.dead_letter("/other", RuntimeError("x"), f"o{n}")
+    deployment.sqs.send_message(**sends[0])
+    # WHEN the NonRetryableErrors are redriven
+    report = parsed(deployment.run("redrive", "--error", "NonRetryableError", "--json"))
+    # THEN the message is moved once its record is read, and the record deleted; nothing else moved
+    assert [m["Body"] for m in deployment.drain(deployment.queue_url)] == [big]
+    assert (report["moved"], report["skipped"], report["reason_records_deleted"]) == (1, 15, 1)
+    assert deployment.depth(deployment.dlq_url) == 15
+
+
+def test_redrive_keeps_the_reason_record_of_a_message_it_does_not_move(deployment):
+    # GIVEN a message too large for its reason, on /big
+    deployment.too_large_dead_letter("/big", NonRetryableError("too big"), "B" * 2_000, "src-1")
+    # WHEN another path is redriven
+    report = parsed(deployment.run("redrive", "--path", "/other", "--json"))
+    # THEN both stay in the DLQ, the record named as kept, and nothing became work
+    assert (report["moved"], report["skipped"], len(report["reason_records_kept"])) == (0, 1, 1)
+    assert deployment.depth(deployment.queue_url) == 0 and deployment.depth(deployment.dlq_url) == 2
+
+
+# -- a fresh start: no failure history travels back --------------------------------------------------------------
+
+
+def test_redrive_sends_a_message_back_without_its_failure_history(deployment):
+    # GIVEN a dead letter that carried a rescheduled retry's history: earlier receives and its first receive
+    deployment.dead_letter("/a", RuntimeError("x"), "a1", attributes={
+        contract.ATTEMPTS_ATTRIBUTE: "4", contract.FIRST_RECEIVED_ATTRIBUTE: "1763800000000", "tenant": "acme"})
+    # WHEN it is redriven
+    parsed(deployment.run("redrive", "--path", "/a", "--json"))
+    # THEN it is back with its own attributes only: no reason, no attempts, no first receive
+    [moved] = deployment.drain(deployment.queue_url)
+    assert set(moved["MessageAttributes"]) == {contract.PATH_ATTRIBUTE, "tenant"}
+
+
+# -- every stop: nothing sent twice, and what may have been sent is named ------------------------------------------
+
+
+class InterruptedSQS(StrictSQS):
+    """StrictSQS where a Ctrl-C (a real SIGINT to this process) arrives during DeleteMessageBatch call ``at``,
+    and ``fail_at`` makes that call fail as SQS's error instead. It keeps every delete's receipt handles, so a test
+    can make the messages visible again as their visibility timeout ending would (moto's clock is the real one)."""
+
+    def __init__(self, inner, interrupt_at: int | None = None, fail_at: int | None = None) -> None:
+        super().__init__(inner)
+        self.deletes, self.interrupt_at, self.fail_at = 0, interrupt_at, fail_at
+        self.handles: list[str] = []
+
+    def delete_message_batch(self, QueueUrl, Entries, **rest):
+        self.deletes += 1
+        self.handles += [e["ReceiptHandle"] for e in Entries]
+        if self.deletes == self.interrupt_at:
+            os.kill(os.getpid(), signal.SIGINT)
+        if self.deletes == self.fail_at:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, "DeleteMessageBatch")
+        return self.inner.delete_message_batch(QueueUrl=QueueUrl, Entries=Entries, **rest)
+
+
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C as in a terminal (KeyboardInterrupt), whatever the test runner set; restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _visible_again(deployment, handles):
+    """The visibility timeout of every message handled so far ends now (the rerun comes later)."""
+    for n in range(0, len(handles), 10):
+        deployment.sqs.change_message_visibility_batch(QueueUrl=deployment.dlq_url, Entries=[
+            {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(handles[n:n + 10])])
+
+
+def test_redrive_interrupted_during_a_delete_then_run_again_moves_each_message_once(deployment, sigint_raises):
+    # GIVEN 30 dead letters, and a Ctrl-C during the second DeleteMessageBatch
+    for n in range(30):
+        deployment.dead_letter("/a", NonRetryableError("bad"), f"a{n}")
+    interrupted = InterruptedSQS(boto3.client("sqs", region_name="us-east-1"), interrupt_at=2)
+    _use(deployment, interrupted)
+    # WHEN redrive runs, is interrupted, and runs again once the DLQ's visibility timeouts have passed
+    first = deployment.run("redrive", "--path", "/a", "--json")
+    _visible_again(deployment, interrupted.handles)
+    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
+    second = parsed(deployment.run("redrive", "--path", "/a", "--json"))
+    # THEN between the two runs every message went to the work queue exactly once, and the DLQ is empty
+    assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"a{n}": 1 for n in range(30)})
+    assert deployment.depth(deployment.dlq_url) == 0 and second["already_sent"] == []
+    # AND the first run finished the batch in hand, said it was interrupted, and exited 130
+    assert first.exit_code == 130, first.output
+    assert json.loads(first.stdout)["stopped"] == "interrupted (Ctrl-C)"
+
+
+def test_redrive_run_again_after_a_failed_delete_deletes_what_was_sent_without_sending_it_again(deployment):
+    # GIVEN 30 dead letters, and SQS failing the second DeleteMessageBatch
+    for n in range(30):
+        deployment.dead_letter("/a", NonRetryableError("bad"), f"a{n}")
+    failing = InterruptedSQS(boto3.client("sqs", region_name="us-east-1"), fail_at=2)
+    _use(deployment, failing)
+    # WHEN redrive runs, and again once the DLQ's visibility timeouts have passed
+    first = deployment.run("redrive", "--path", "/a", "--json")
+    _visible_again(deployment, failing.handles)
+    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
+    second = parsed(deployment.run("redrive", "--path", "/a", "--json"))
+    # THEN every message is in the work queue once, none left in the DLQ
+    assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"a{n}": 1 for n in range(30)})
+    assert deployment.depth(deployment.dlq_url) == 0
+    # AND the first named the 10 it sent and could not delete; the second deleted exactly those, unsent
+    not_deleted = json.loads(first.stdout)["not_deleted"]
+    assert first.exit_code == 1 and len(not_deleted) == 10
+    assert sorted(second["already_sent"]) == sorted(not_deleted) and second["moved"] == 0
+
+
+class LostThenRefusedSQS(StrictSQS):
+    """StrictSQS whose first SendMessageBatch is accepted but its answer lost (a read timeout), and whose second
+    ReceiveMessage of the DLQ is refused (AccessDenied): a run that stops on an error after a lost answer."""
+
+    def __init__(self, inner, deployment) -> None:
+        super().__init__(inner)
+        self.deployment, self.sends, self.receives = deployment, 0, 0
+
+    def send_message_batch(self, QueueUrl, Entries, **rest):
+        response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries, **rest)
+        self.sends += 1
+        if self.sends == 1:
+            raise ReadTimeoutError(endpoint_url=QueueUrl)
+        return response
+
+    def receive_message(self, **request):
+        if request["QueueUrl"] == self.deployment.dlq_url:
+            self.receives += 1
+            if self.receives == 2:
+                raise ClientError({"Error": {"Code": "AccessDenied", "Message": "injected"}}, "ReceiveMessage")
+        return self.inner.receive_message(**request)
+
+
+def test_redrive_that_stops_on_an_error_names_what_may_have_been_sent_and_a_rerun_leaves_them(deployment):
+    # GIVEN 15 dead letters: the first batch's send answer is lost, then the DLQ refuses a receive
+    for n in range(15):
+        deployment.dead_letter("/a", NonRetryableError("bad"), f"a{n}")
+    _use(deployment, LostThenRefusedSQS(boto3.client("sqs", region_name="us-east-1"), deployment))
+    # WHEN redrive runs (as text)
+    text = deployment.run("redrive", "--path", "/a")
+    # THEN it printed its counts, why it stopped, and the ids of the 10 possibly sent
+    assert text.exit_code == 1, text.output
+    assert text.stdout == "moved 0, skipped 0, failed 0\n"
+    assert "stopped before the end: ClientError: An error occurred (AccessDenied)" in text.stderr
+    possibly = text.stderr.split("--resend-possibly-sent: ")[1].split("\n")[0].split(", ")
+    assert len(possibly) == 10
+    # AND a rerun (JSON) leaves those 10 in the DLQ, names them again, and moves only the other 5
+    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
+    rerun = deployment.run("redrive", "--path", "/a", "--json")
+    report = json.loads(rerun.stdout)
+    assert rerun.exit_code == 1 and sorted(report["possibly_sent"]) == sorted(possibly) and report["moved"] == 5
+    assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"a{n}": 1 for n in range(15)})
+    assert deployment.depth(deployment.dlq_url) == 10
+
+
+def test_redrive_whose_journal_cannot_be_written_still_moves_everything_and_says_so(deployment, tmp_path):
+    # GIVEN dead letters, and a state directory that is a file (the journal cannot be written)
+    for n in range(3):
+        deployment.dead_letter("/a", NonRetryableError("bad"), f"a{n}")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    deployment.runtime.state_dir = blocker
+    # WHEN redrive runs
+    report = parsed(deployment.run("redrive", "--path", "/a", "--json"))
+    # THEN every message moved once, and the report says the journal was not written
+    assert report["moved"] == 3 and deployment.depth(deployment.dlq_url) == 0
+    assert any(e.startswith(f"redrive journal {blocker}/redrive-") and "not written" in e for e in report["errors"])
+
+
+def test_redrive_with_an_unreadable_journal_refuses_to_run_and_names_it(deployment, tmp_path):
+    # GIVEN a dead letter, and a journal file that is not JSON
+    deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    deployment.runtime.state_dir = tmp_path
+    Journal.for_queue(tmp_path, deployment.dlq_url).path.write_text("{half")
+    # WHEN redrive runs  THEN it stops before moving anything, naming the file and what to do
+    result = deployment.run("redrive", "--path", "/a")
+    assert result.exit_code == 1 and deployment.depth(deployment.dlq_url) == 1
+    assert f"redrive journal {tmp_path}/redrive-" in result.stderr
+    assert "it names messages an earlier redrive sent; repair it, or move it away once you have checked the work queue" in result.stderr

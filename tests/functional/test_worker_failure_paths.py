@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timezone
 
 import pytest
@@ -11,7 +12,7 @@ from botocore.exceptions import ClientError
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
 from worker_tier import NonRetryableError, RetryLater, Task, observability
-from worker_tier.dead_letter import REASON_RECORD_NOTE
+from worker_tier.dead_letter import REASON_RECORD_NOTE, send_to_dead_letter_queue
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MalformedEventError
 from worker_tier.limits import SQS_MAX_MESSAGE_BYTES, SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
@@ -181,6 +182,47 @@ def test_a_copy_counts_the_receives_of_the_message_it_replaced(aws):
     # THEN max_retries bounds the chain: it is the third attempt, so it is dead-lettered
     assert response["batchItemFailures"] == []
     assert reason_of(aws.dead_letters()[0])["attempts"] == 3
+
+
+def test_a_message_moved_back_from_the_dlq_with_its_reason_starts_its_attempts_afresh(aws):
+    # GIVEN a message a redrive of everything (StartMessageMoveTask, which keeps attributes) moved back from the
+    # DLQ: it still carries its reason, and the attempts of a copy that had used two receives; max_retries 3
+    reason = json.dumps({"error_type": "RuntimeError", "attempts": 3})
+    send(aws, "/boom", "x", **{ATTEMPTS_ATTRIBUTE: {"DataType": "String", "StringValue": "2"},
+                               FAILURE_ATTRIBUTE: {"DataType": "String", "StringValue": reason}})
+    event = aws.receive_event()
+    # WHEN its task fails, on its first receive since the move
+    response = worker_for(aws, one_task("/boom", raise_(RuntimeError("boom"))), settings_values={"max_retries": 3}).handle(event, None)
+    # THEN it is retried, as any message on its first attempt: the redrive was a fresh start
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][0]["messageId"]]
+    assert aws.dead_letters() == []
+
+
+def test_a_reason_record_moved_into_the_work_queue_is_dropped_unrun_and_logged(aws, caplog):
+    # GIVEN the reason record of a message too large for its reason (the worker's own), moved into the work queue
+    # by a redrive of everything; it has no path, so it would go to the default path's task
+    caplog.set_level(logging.WARNING, logger=observability.logger.name)
+    sent: list[dict] = []
+
+    class Capture:
+        def send_message(self, **request):
+            sent.append(request)
+            return {"MessageId": "m"}
+
+    record = {"messageId": "src-1", "body": "b" * 500, "attributes": {},
+              "messageAttributes": {"beanstalk.sqsd.path": {"dataType": "String", "stringValue": "/big"}}}
+    send_to_dead_letter_queue(Capture(), aws.dead_letter_queue_url, record, NonRetryableError("too big"), attempts=1,
+                              path="/big", now=datetime(2026, 11, 22, tzinfo=timezone.utc), max_message_bytes=600)
+    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=sent[0]["MessageBody"],
+                         MessageAttributes=sent[0]["MessageAttributes"])
+    ran: list[str] = []
+    event = aws.receive_event()
+    # WHEN the worker receives it
+    response = worker_for(aws, one_task("/", lambda task: ran.append(task.body))).handle(event, None)
+    # THEN it is reported done (so deleted), never run, never dead-lettered again, and the log says so
+    assert response["batchItemFailures"] == [] and ran == [] and aws.dead_letters() == []
+    [logged] = [r for r in caplog.records if "reason record arrived as work" in r.getMessage()]
+    assert logged.getMessage() == "a DLQ reason record arrived as work (a redrive moved it from the DLQ); dropped, not run"
 
 
 def test_refused_visibility_change_is_counted(aws, published):

@@ -298,6 +298,19 @@ def test_a_message_first_received_longer_ago_than_retention_period_is_refused_wi
     )
 
 
+def test_a_message_back_from_the_dlq_counts_retention_and_receives_from_its_new_start():
+    # GIVEN a message a redrive of everything moved back from the DLQ (it keeps worker_tier.failure), carrying a
+    # rescheduled retry's first receive of a day before and its 3 earlier receives; now its 1st receive, 58.5 s ago
+    day_before = str(FIRST_RECEIVED_MS - 86_400_000)
+    task = task_for("{}", {contract.FAILURE_ATTRIBUTE: string("{}"), contract.FIRST_RECEIVED_ATTRIBUTE: string(day_before),
+                           contract.ATTEMPTS_ATTRIBUTE: string("3")}, receive_count=1)
+    # WHEN its retention is checked and sqsd's request made  THEN both start from the move, not the first death
+    check_retention(task, Settings(retention_period=60), NOW)
+    headers = dict(request_for(task, Settings()).headers)
+    assert headers["X-Aws-Sqsd-Receive-Count"] == "1"
+    assert headers["X-Aws-Sqsd-First-Received-At"] == "2019-11-14T00:47:01Z"
+
+
 def test_a_message_within_retention_period_is_delivered():
     # GIVEN a message first received 58.5 s before now, and a retention period of 60 s
     # WHEN its retention is checked  THEN nothing is raised
