@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import signal
@@ -303,17 +305,23 @@ def _visible_again(deployment, handles):
             {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(handles[n:n + 10])])
 
 
+def _stopped_then_rerun(deployment, **stop) -> tuple[Any, dict]:
+    """``redrive --path /a`` stopped as ``stop`` says (InterruptedSQS), then run again on a plain client once the
+    DLQ's visibility timeouts have passed: the first run's result and the second's JSON."""
+    stopping = InterruptedSQS(boto3.client("sqs", region_name="us-east-1"), **stop)
+    _use(deployment, stopping)
+    first = deployment.run("redrive", "--path", "/a", "--json")
+    _visible_again(deployment, stopping.handles)
+    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
+    return first, parsed(deployment.run("redrive", "--path", "/a", "--json"))
+
+
 def test_redrive_interrupted_during_a_delete_then_run_again_moves_each_message_once(deployment, sigint_raises):
     # GIVEN 30 dead letters, and a Ctrl-C during the second DeleteMessageBatch
     for n in range(30):
         deployment.dead_letter("/a", NonRetryableError("bad"), f"a{n}")
-    interrupted = InterruptedSQS(boto3.client("sqs", region_name="us-east-1"), interrupt_at=2)
-    _use(deployment, interrupted)
     # WHEN redrive runs, is interrupted, and runs again once the DLQ's visibility timeouts have passed
-    first = deployment.run("redrive", "--path", "/a", "--json")
-    _visible_again(deployment, interrupted.handles)
-    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
-    second = parsed(deployment.run("redrive", "--path", "/a", "--json"))
+    first, second = _stopped_then_rerun(deployment, interrupt_at=2)
     # THEN between the two runs every message went to the work queue exactly once, and the DLQ is empty
     assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"a{n}": 1 for n in range(30)})
     assert deployment.depth(deployment.dlq_url) == 0 and second["already_sent"] == []
@@ -326,13 +334,8 @@ def test_redrive_run_again_after_a_failed_delete_deletes_what_was_sent_without_s
     # GIVEN 30 dead letters, and SQS failing the second DeleteMessageBatch
     for n in range(30):
         deployment.dead_letter("/a", NonRetryableError("bad"), f"a{n}")
-    failing = InterruptedSQS(boto3.client("sqs", region_name="us-east-1"), fail_at=2)
-    _use(deployment, failing)
     # WHEN redrive runs, and again once the DLQ's visibility timeouts have passed
-    first = deployment.run("redrive", "--path", "/a", "--json")
-    _visible_again(deployment, failing.handles)
-    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
-    second = parsed(deployment.run("redrive", "--path", "/a", "--json"))
+    first, second = _stopped_then_rerun(deployment, fail_at=2)
     # THEN every message is in the work queue once, none left in the DLQ
     assert _bodies(deployment.drain(deployment.queue_url)) == Counter({f"a{n}": 1 for n in range(30)})
     assert deployment.depth(deployment.dlq_url) == 0

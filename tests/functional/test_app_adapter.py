@@ -416,6 +416,11 @@ def _fastapi_with_background_work(work: Any) -> Any:
     return api
 
 
+def _app_worker(aws, app) -> Worker:
+    return Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url, registry=Registry(),
+                  sqs=aws.sqs, random=lambda: 0.5, app_target=InProcessTarget(app))
+
+
 def test_background_work_cut_by_the_delivery_deadline_fails_the_message_with_why(aws, outcomes):
     # GIVEN a FastAPI app that answers 200 at once, then runs a background task longer than the delivery may take
     started: list[str] = []
@@ -426,8 +431,7 @@ def test_background_work_cut_by_the_delivery_deadline_fails_the_message_with_why
         started.append("report finished")
 
     api = _fastapi_with_background_work(report)
-    w = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url, registry=Registry(),
-               sqs=aws.sqs, random=lambda: 0.5, app_target=InProcessTarget(api))
+    w = _app_worker(aws, api)
     send_job(aws, "report")
     # WHEN the worker delivers it with 1 s left for the app (the invocation's remaining time less timeout_margin)
     response = w.handle(aws.receive_event(), _LambdaContext(w.settings.timeout_margin * 1000 + 1000))
@@ -449,8 +453,7 @@ def test_background_work_that_finishes_in_time_is_done_before_the_message_succee
         done.append("report")
 
     api = _fastapi_with_background_work(report)
-    w = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url, registry=Registry(),
-               sqs=aws.sqs, random=lambda: 0.5, app_target=InProcessTarget(api))
+    w = _app_worker(aws, api)
     send_job(aws, "report")
     # WHEN the worker delivers it
     response = w.handle(aws.receive_event(), None)
