@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import signal
 from collections import Counter
+from typing import Any
 
 import boto3
 import pytest
