@@ -44,6 +44,7 @@ import uuid
 from collections import Counter
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
@@ -469,6 +470,10 @@ class DelayMachine(RuleBasedStateMachine):
         assert self.poison - self.late <= self.dead, sorted(self.poison - self.late - self.dead)[:5]
 
 
+# ~80 s alone, but 310-345 s measured with two copies on a loaded 2-core machine: past pytest.ini's 300 s, pytest-timeout
+# raised inside an example, which Hypothesis took for a failure it then could not replay (FlakyFailure). Every call here
+# is simulated (no sleep, no socket), so only CPU time bounds it; the hung-test guard stays, with room for a loaded machine.
+@pytest.mark.timeout(1200)
 def test_delay_path_invariants_hold_over_random_interleavings():
     steps_taken[0] = examples_run[0] = 0
     run_state_machine_as_test(
