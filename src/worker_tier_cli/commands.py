@@ -253,7 +253,8 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
                                      lambda so_far: advance(so_far.moved + so_far.skipped + so_far.failed, None,
                                                             _counts(so_far)), session.runtime.clock,
                                      session.runtime.sleep, journal, resend_possibly_sent,
-                                     lambda: click.echo(INTERRUPT_NOTE, err=True))
+                                     lambda: click.echo(INTERRUPT_NOTE, err=True),
+                                     session.client("sqs", redrive.NO_RETRIES))
     _print_report(moved, "batches", as_json)
     if moved.stopped == redrive.INTERRUPTED:
         raise SystemExit(EXIT_CODE_INTERRUPTED)

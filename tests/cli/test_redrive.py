@@ -22,7 +22,8 @@ from worker_tier_cli.redrive import Journal, arrived_since
 
 
 class FailingSQS(StrictSQS):
-    """StrictSQS that fails SendMessageBatch call ``fail_call`` whole, and one entry of call ``fail_entry_call``."""
+    """StrictSQS that refuses SendMessageBatch call ``fail_call`` whole (400 ThrottlingException: SQS processed
+    nothing), and fails one entry of call ``fail_entry_call``."""
 
     def __init__(self, inner, fail_call: int, fail_entry_call: int) -> None:
         super().__init__(inner)
@@ -34,7 +35,8 @@ class FailingSQS(StrictSQS):
         self.send_calls += 1
         if self.send_calls == self.fail_call:
             self.failed_bodies += [e["MessageBody"] for e in Entries]
-            raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, "SendMessageBatch")
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "injected"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "SendMessageBatch")
         if self.send_calls == self.fail_entry_call:
             self.failed_bodies.append(Entries[0]["MessageBody"])
             response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries[1:], **rest)
@@ -70,7 +72,8 @@ def test_redrive_by_path_moves_only_that_path_without_the_reason(deployment):
 
 
 def test_redrive_of_500_with_send_failures_in_the_middle_loses_and_duplicates_nothing(deployment):
-    # GIVEN 400 /resize and 100 /email dead letters, and an SQS whose 20th send fails whole and 30th fails one entry
+    # GIVEN 400 /resize and 100 /email dead letters, and an SQS that refuses the 20th send whole and fails one
+    # entry of the 30th
     for n in range(500):
         path = "/resize" if n % 5 else "/email"
         deployment.dead_letter(path, NonRetryableError("bad"), f"{path}-{n}")
@@ -413,3 +416,63 @@ def test_redrive_with_an_unreadable_journal_refuses_to_run_and_names_it(deployme
     assert result.exit_code == 1 and deployment.depth(deployment.dlq_url) == 1
     assert f"redrive journal {tmp_path}/redrive-" in result.stderr
     assert "it names messages an earlier redrive sent; repair it, or move it away once you have checked the work queue" in result.stderr
+
+
+def test_redrive_whose_send_answer_is_lost_sends_it_once_names_it_and_a_rerun_leaves_it(lossy):
+    # GIVEN a dead letter, and a connection that loses the answer of the first SendMessageBatch (SQS has sent it)
+    message_id = lossy.dead_letter("/a", "a1")
+    lossy.proxy.lose["SendMessageBatch"] = 1
+    # WHEN redrive runs with boto3's own client (and its default retries)
+    first = lossy.run("redrive", "--path", "/a", "--json")
+    # THEN the batch was sent once, never retried, and the run names the message possibly sent and exits 1
+    assert lossy.proxy.calls.count("SendMessageBatch") == 1, lossy.proxy.events
+    report = json.loads(first.stdout)
+    assert first.exit_code == 1 and report["possibly_sent"] == [message_id] and report["moved"] == 0
+    # AND a rerun leaves it in the DLQ and names it again: the work queue holds one copy
+    rerun = json.loads(lossy.run("redrive", "--path", "/a", "--json").stdout)
+    assert rerun["possibly_sent"] == [message_id] and rerun["moved"] == 0
+    assert lossy.bodies(lossy.queue_url) == ["a1"] and lossy.bodies(lossy.dlq_url) == ["a1"]
+
+
+def test_redrive_whose_send_fails_with_a_server_error_names_it_possibly_sent_not_failed(lossy):
+    # GIVEN a dead letter, and SQS answering the first SendMessageBatch 500 InternalError
+    message_id = lossy.dead_letter("/a", "a1")
+    lossy.proxy.fail["SendMessageBatch"] = 1
+    # WHEN redrive runs
+    first = lossy.run("redrive", "--path", "/a")
+    # THEN it is named possibly sent (a 5xx may come after SQS acted), with the error, and not retried
+    assert first.exit_code == 1 and first.stdout == "moved 0, skipped 0, failed 0\n"
+    assert f"--resend-possibly-sent: {message_id}" in first.stderr and "InternalError" in first.stderr
+    assert lossy.proxy.events == ["500 for SendMessageBatch"]
+    # AND a rerun leaves it; one told to resend it moves it
+    assert json.loads(lossy.run("redrive", "--path", "/a", "--json").stdout)["possibly_sent"] == [message_id]
+    resent = lossy.run("redrive", "--path", "/a", "--resend-possibly-sent", "--json")
+    assert parsed(resent)["moved"] == 1 and lossy.bodies(lossy.queue_url) == ["a1"]
+
+
+class DoubleInterruptSQS(StrictSQS):
+    """StrictSQS where two Ctrl-C (real SIGINTs to this process) arrive once SendMessageBatch has reached SQS,
+    before its answer is read: the second stops the run at once, inside the send."""
+
+    def send_message_batch(self, QueueUrl, Entries, **rest):
+        response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries, **rest)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        return response
+
+
+def test_redrive_stopped_by_a_second_ctrl_c_during_a_send_names_it_and_a_rerun_does_not_send_it_again(
+        deployment, sigint_raises):
+    # GIVEN a dead letter, and two Ctrl-C while its SendMessageBatch is in flight
+    message_id = deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    _use(deployment, DoubleInterruptSQS(boto3.client("sqs", region_name="us-east-1")))
+    # WHEN redrive runs, and runs again
+    first = deployment.run("redrive", "--path", "/a", "--json")
+    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
+    rerun = deployment.run("redrive", "--path", "/a", "--json")
+    # THEN the first stopped at once, naming it possibly sent; the rerun left it in the DLQ and named it again
+    assert first.exit_code == 130, first.output
+    assert json.loads(first.stdout)["possibly_sent"] == [message_id]
+    assert json.loads(rerun.stdout)["possibly_sent"] == [message_id] and json.loads(rerun.stdout)["moved"] == 0
+    assert _bodies(deployment.drain(deployment.queue_url)) == Counter({"a1": 1})
+    assert deployment.depth(deployment.dlq_url) == 1
