@@ -26,6 +26,8 @@ EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cann
 MOVE_TASK_UNAVAILABLE_CODES = frozenset({"UnsupportedOperation", "InvalidAction", "NotImplemented", "500"})
 MOVE_TASK_FALLBACK_NOTE = "StartMessageMoveTask is not available at this endpoint; moving one batch at a time instead"
 INTERRUPT_NOTE = "stopping after the batch in hand (Ctrl-C again stops at once)"
+POINTER_NOTE = ("a pointer to a delayed message, not a task body: the message is in delay table {delay_table} "
+                "(pk {pk}, sk {sk}) until its TTL; send it from there, then delete the pointer")
 EXIT_CODE_INTERRUPTED = 130  # a shell's code for a run ended by SIGINT
 
 
@@ -165,17 +167,21 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
     with progress_bar(shown, "reading the DLQ", total) as advance, \
             dead_letters.peek(sqs, dlq_url, limit, session.runtime.wait_seconds, advance) as letters:
         dead, unjoined = dead_letters.join(letters)
-        groups = dead_letters.group([m for m in dead if which.matches(m)])
+        pointers = [m for m in dead if m.points_to is not None and which.matches(m)]
+        groups = dead_letters.group([m for m in dead if which.matches(m) and m.points_to is None])
     if as_json:
         emit_json({"dlq_url": dlq_url, "read": len(dead), "limit": limit,
                    "reason_records_joined": sum(len(m.records) for m in dead),
                    "reason_records_unjoined": [m.message_id for m in unjoined],
+                   "delay_pointers": [{"message_id": m.message_id, **(m.points_to or {})} for m in pointers],
                    "groups": [{k: v for k, v in vars(g).items() if k != "message_ids"} for g in groups]})
         return
     rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.sample_reason) for g in groups]
     click.echo(table(("path", "error", "count", "first failed", "last failed", "sample reason"), rows))
     more = " (the limit: there may be more)" if len(letters) >= limit else ""
     click.echo(f"{sum(g.count for g in groups)} matching of {len(dead)} read{more} from {dlq_url}; all released")
+    for pointer in pointers:
+        click.echo(f"{pointer.message_id}: {POINTER_NOTE.format(**(pointer.points_to or {}))} (not counted)")
     if unjoined:
         click.echo(f"{len(unjoined)} reason record(s) whose message was not among those read (not counted): "
                    f"{', '.join(m.message_id for m in unjoined)}")
@@ -258,7 +264,7 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
     _print_report(moved, "batches", as_json)
     if moved.stopped == redrive.INTERRUPTED:
         raise SystemExit(EXIT_CODE_INTERRUPTED)
-    if moved.failed or moved.not_deleted or moved.possibly_sent or moved.stopped:
+    if moved.failed or moved.not_deleted or moved.possibly_sent or moved.stopped or moved.delay_pointers_kept:
         raise SystemExit(1)
 
 
@@ -309,6 +315,8 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
         click.echo("possibly sent (SQS's answer was lost; still in the DLQ, and a rerun leaves them there): check the "
                    "work queue, then delete them or rerun with --resend-possibly-sent: "
                    f"{', '.join(report.possibly_sent)}", err=True)
+    for pointer in report.delay_pointers_kept:
+        click.echo(f"{pointer['message_id']}: {POINTER_NOTE.format(**pointer)}; left in the DLQ, not sent", err=True)
     if report.reason_records_kept:
         click.echo(f"reason records left in the DLQ with their message (or without one read): "
                    f"{', '.join(report.reason_records_kept)}", err=True)

@@ -17,6 +17,9 @@ work queue before moving them again. An attribute the worker dropped when it dea
 10-attribute quota, named in the reason's ``dropped_attributes``) cannot be restored, as the reason keeps only
 its name: each such message is named in ``attributes_lost`` with the names.
 
+A delay pointer (``DeadLetter.points_to``: the delay path's DLQ entry naming a delay-table item whose message
+the DLQ refused) is not a task body: it is never sent, stays in the DLQ, and is named in ``delay_pointers_kept``.
+
 A reason record (``worker_tier.dead_letter``: the reason of a message too large to carry it) is never sent: it
 joins its message (``dead_letters.RecordShelf``; read before or after it), whose match it decides, and is deleted
 with it when it moves.
@@ -89,6 +92,8 @@ class MoveReport:
     # not seen). A reason record is never sent to the work queue.
     reason_records_deleted: int = 0
     reason_records_kept: list[str] = field(default_factory=list)
+    # Delay pointers that matched (``DeadLetter.points_to``): not task bodies, never sent; left in the DLQ.
+    delay_pointers_kept: list[dict[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     # Why the run ended before the DLQ was done ("interrupted (Ctrl-C)", or the error); "" when it went to the end.
     stopped: str = ""
@@ -268,7 +273,9 @@ class _Move:
         sent_before = [self._joined(m) for m in sent_before]
         self.report.already_sent.extend(m.message_id for m in sent_before)
         self._delete([*sent_before, *(r for m in sent_before for r in m.records), *deletable])
-        self._move(matching)
+        pointers = [m for m in matching if m.points_to is not None]
+        self.report.delay_pointers_kept.extend({"message_id": m.message_id, **(m.points_to or {})} for m in pointers)
+        self._move([m for m in matching if m.points_to is None])
         return True
 
     def _joined(self, letter: DeadLetter) -> DeadLetter:

@@ -12,9 +12,11 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from tests.cli.deployment import parsed
+from tests.cli.deployment import NOW, parsed
 from tests.strict_sqs import StrictSQS
 from worker_tier import contract
+from worker_tier.delay import DelayedMessage
+from worker_tier.delivery import Delivery
 from worker_tier.errors import NonRetryableError
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.dead_letters import DeadLetter
@@ -476,3 +478,29 @@ def test_redrive_stopped_by_a_second_ctrl_c_during_a_send_names_it_and_a_rerun_d
     assert json.loads(rerun.stdout)["possibly_sent"] == [message_id] and json.loads(rerun.stdout)["moved"] == 0
     assert _bodies(deployment.drain(deployment.queue_url)) == Counter({"a1": 1})
     assert deployment.depth(deployment.dlq_url) == 1
+
+
+def _delay_pointer(deployment, path: str) -> str:
+    """The DLQ entry the delay path writes when the DLQ refuses a delayed message's full copy
+    (``worker_tier.delivery.Delivery._pointer``, the writer itself), sent to the DLQ; its message id."""
+    delayed = DelayedMessage(message_id="m-1", due_ms=1_800_000_000_000, body='{"video": 1}',
+                             attributes={contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}})
+    delivery = Delivery(None, deployment.dlq_url, "delays", clock=NOW.timestamp)
+    entry = delivery._pointer(delayed, delivery._reason(RuntimeError("too large"), path), "MessageTooLong")
+    sent = deployment.sqs.send_message(QueueUrl=deployment.dlq_url, MessageBody=entry["MessageBody"],
+                                       MessageAttributes=entry["MessageAttributes"])
+    return str(sent["MessageId"])
+
+
+def test_redrive_never_sends_a_delay_pointer_as_work_and_says_where_its_message_is(deployment):
+    # GIVEN a /transcode dead letter, and the delay path's pointer to a /transcode message kept in its delay table
+    deployment.dead_letter("/transcode", NonRetryableError("bad"), "t1")
+    pointer_id = _delay_pointer(deployment, "/transcode")
+    # WHEN redrive --path /transcode runs
+    result = deployment.run("redrive", "--path", "/transcode")
+    # THEN the dead letter moved, the pointer stayed in the DLQ, and the run said why and exits 1
+    assert result.exit_code == 1 and result.stdout == "moved 1, skipped 0, failed 0\n"
+    assert (f"{pointer_id}: a pointer to a delayed message, not a task body: the message is in delay table delays "
+            "(pk ") in result.stderr and "; left in the DLQ, not sent" in result.stderr
+    assert [m["Body"] for m in deployment.drain(deployment.queue_url)] == ["t1"]
+    assert [m["MessageId"] for m in deployment.drain(deployment.dlq_url)] == [pointer_id]
