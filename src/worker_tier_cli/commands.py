@@ -28,6 +28,9 @@ MOVE_TASK_FALLBACK_NOTE = "StartMessageMoveTask is not available at this endpoin
 INTERRUPT_NOTE = "stopping after the batch in hand (Ctrl-C again stops at once)"
 POINTER_NOTE = ("a pointer to a delayed message, not a task body: the message is in delay table {delay_table} "
                 "(pk {pk}, sk {sk}) until its TTL; send it from there, then delete the pointer")
+MOVE_TASK_LEFT_RUNNING = ("stopped following the move task; it keeps running on the SQS side (task handle {handle}): "
+                          "aws sqs list-message-move-tasks to follow it, aws sqs cancel-message-move-task "
+                          "--task-handle {handle} to stop it")
 EXIT_CODE_INTERRUPTED = 130  # a shell's code for a run ended by SIGINT
 
 
@@ -278,9 +281,13 @@ def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None, shown: 
             raise
         click.echo(MOVE_TASK_FALLBACK_NOTE, err=True)
         return None
-    with progress_bar(shown, "move task") as advance:
-        return redrive.follow_move_task(sqs, dlq_url, handle, sleep, lambda task: advance(
-            int(task.get("ApproximateNumberOfMessagesMoved", 0)), task.get("ApproximateNumberOfMessagesToMove")))
+    try:
+        with progress_bar(shown, "move task") as advance:
+            return redrive.follow_move_task(sqs, dlq_url, handle, sleep, lambda task: advance(
+                int(task.get("ApproximateNumberOfMessagesMoved", 0)), task.get("ApproximateNumberOfMessagesToMove")))
+    except KeyboardInterrupt:
+        click.echo(MOVE_TASK_LEFT_RUNNING.format(handle=handle), err=True)
+        raise SystemExit(EXIT_CODE_INTERRUPTED) from None
 
 
 def _print_move_task(task: dict[str, Any], as_json: bool) -> None:

@@ -213,8 +213,8 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
     A Ctrl-C or an error ends the run after the batch in hand (``stopped``); the report is returned either way.
     """
     move = _Move(sqs, dlq_url, queue_url, which, journal or Journal(None, clock), resend_possibly_sent, send_sqs)
-    started_ms = server_start_ms(sqs, dlq_url, clock, sleep)
     try:
+        started_ms = server_start_ms(sqs, dlq_url, clock, sleep)  # a Ctrl-C here stops before anything is received
         while True:
             with interrupts_deferred(on_interrupt):
                 if not move.batch(receive(sqs, dlq_url, MOVE_VISIBILITY_SECONDS, wait_seconds), started_ms):

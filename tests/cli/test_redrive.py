@@ -504,3 +504,58 @@ def test_redrive_never_sends_a_delay_pointer_as_work_and_says_where_its_message_
             "(pk ") in result.stderr and "; left in the DLQ, not sent" in result.stderr
     assert [m["Body"] for m in deployment.drain(deployment.queue_url)] == ["t1"]
     assert [m["MessageId"] for m in deployment.drain(deployment.dlq_url)] == [pointer_id]
+
+
+class InterruptedAtStartSQS(StrictSQS):
+    """StrictSQS where a Ctrl-C (a real SIGINT) arrives during the first GetQueueAttributes: the start's wait for
+    SQS's clock to tick, before anything is received."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.interrupted = False
+
+    def get_queue_attributes(self, **request):
+        if not self.interrupted:
+            self.interrupted = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.inner.get_queue_attributes(**request)
+
+
+def test_redrive_interrupted_while_it_waits_to_start_prints_its_report_and_moves_nothing(deployment, sigint_raises):
+    # GIVEN a dead letter, and a Ctrl-C while the start waits for SQS's clock
+    deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    _use(deployment, InterruptedAtStartSQS(boto3.client("sqs", region_name="us-east-1")))
+    # WHEN redrive runs
+    result = deployment.run("redrive", "--path", "/a", "--json")
+    # THEN it printed its report, stopped by the interrupt, moved nothing, and exited 130 (not "Aborted!")
+    assert result.exit_code == 130 and "Aborted" not in result.output
+    report = json.loads(result.stdout)
+    assert (report["stopped"], report["moved"]) == ("interrupted (Ctrl-C)", 0)
+    assert deployment.depth(deployment.dlq_url) == 1 and deployment.depth(deployment.queue_url) == 0
+
+
+class MoveTaskSQS(StrictSQS):
+    """StrictSQS with SQS's move task as its API reference describes it (StartMessageMoveTask answers a TaskHandle;
+    ListMessageMoveTasks answers Results with Status RUNNING), which moto lacks; a Ctrl-C (a real SIGINT) arrives
+    during the first ListMessageMoveTasks."""
+
+    def start_message_move_task(self, SourceArn, DestinationArn, **rest):
+        return {"TaskHandle": "task-handle-1"}
+
+    def list_message_move_tasks(self, SourceArn, MaxResults=1):
+        os.kill(os.getpid(), signal.SIGINT)
+        return {"Results": [{"TaskHandle": "task-handle-1", "Status": "RUNNING", "SourceArn": SourceArn,
+                             "ApproximateNumberOfMessagesMoved": 0, "ApproximateNumberOfMessagesToMove": 1}]}
+
+
+def test_redrive_move_task_interrupted_says_it_keeps_running_on_sqs_and_names_its_handle(deployment, sigint_raises):
+    # GIVEN a dead letter, and an SQS with a move task, interrupted while it is followed
+    deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    _use(deployment, MoveTaskSQS(boto3.client("sqs", region_name="us-east-1")))
+    # WHEN redrive runs without a filter
+    result = deployment.run("redrive", "--json")
+    # THEN it says the task keeps running on the SQS side, names its handle and how to stop it, and exits 130
+    assert result.exit_code == 130 and "Aborted" not in result.output
+    assert ("stopped following the move task; it keeps running on the SQS side (task handle task-handle-1): "
+            "aws sqs list-message-move-tasks to follow it, aws sqs cancel-message-move-task --task-handle "
+            "task-handle-1 to stop it") in result.stderr
