@@ -31,6 +31,10 @@ POINTER_NOTE = ("a pointer to a delayed message, not a task body: the message is
 MOVE_TASK_LEFT_RUNNING = ("stopped following the move task; it keeps running on the SQS side (task handle {handle}): "
                           "aws sqs list-message-move-tasks to follow it, aws sqs cancel-message-move-task "
                           "--task-handle {handle} to stop it")
+FIFO_BLOCKED_NOTE = ("FIFO message groups held by messages this run left in the DLQ (skipped by the filter, failed "
+                     "or kept): {groups}; SQS hands out no later message of a group while one is in flight, so "
+                     "matching messages behind them were not reached: move or delete those first (a redrive "
+                     "without a filter moves them all), then run again")
 EXIT_CODE_INTERRUPTED = 130  # a shell's code for a run ended by SIGINT
 
 
@@ -324,6 +328,8 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
                    f"{', '.join(report.possibly_sent)}", err=True)
     for pointer in report.delay_pointers_kept:
         click.echo(f"{pointer['message_id']}: {POINTER_NOTE.format(**pointer)}; left in the DLQ, not sent", err=True)
+    if report.fifo_groups_blocked:
+        click.echo(FIFO_BLOCKED_NOTE.format(groups=", ".join(report.fifo_groups_blocked)), err=True)
     if report.reason_records_kept:
         click.echo(f"reason records left in the DLQ with their message (or without one read): "
                    f"{', '.join(report.reason_records_kept)}", err=True)

@@ -94,6 +94,9 @@ class MoveReport:
     reason_records_kept: list[str] = field(default_factory=list)
     # Delay pointers that matched (``DeadLetter.points_to``): not task bodies, never sent; left in the DLQ.
     delay_pointers_kept: list[dict[str, str]] = field(default_factory=list)
+    # On a FIFO DLQ, the message groups of the messages it held to the end (skipped, failed, kept): SQS hands out
+    # no later message of a group while one is in flight, so matching messages behind them were not reached.
+    fifo_groups_blocked: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     # Why the run ended before the DLQ was done ("interrupted (Ctrl-C)", or the error); "" when it went to the end.
     stopped: str = ""
@@ -226,6 +229,9 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
         move.report.stopped = f"{type(error).__name__}: {error}"
     finally:
         move.report.reason_records_kept = [m.message_id for m in move.held.values() if m.describes is not None]
+        if dlq_url.endswith(".fifo"):
+            move.report.fifo_groups_blocked = sorted({m.system["MessageGroupId"] for m in move.held.values()
+                                                      if m.system.get("MessageGroupId")})
         move.report.errors.extend(dict.fromkeys(move.journal.problems))
         release(sqs, dlq_url, list(move.held.values()))
     return move.report

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from tests.cli.deployment import NOW, parsed
 from tests.strict_sqs import StrictSQS
-from worker_tier import contract
+from worker_tier import contract, message
 from worker_tier.delay import DelayedMessage
 from worker_tier.delivery import Delivery
 from worker_tier.errors import NonRetryableError
@@ -559,3 +559,23 @@ def test_redrive_move_task_interrupted_says_it_keeps_running_on_sqs_and_names_it
     assert ("stopped following the move task; it keeps running on the SQS side (task handle task-handle-1): "
             "aws sqs list-message-move-tasks to follow it, aws sqs cancel-message-move-task --task-handle "
             "task-handle-1 to stop it") in result.stderr
+
+
+def test_redrive_on_a_fifo_dlq_names_the_groups_its_skipped_messages_block(deployment):
+    # GIVEN FIFO queues, and in one message group 10 /b dead letters ahead of a /a one
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    work = deployment.sqs.create_queue(QueueName="work.fifo", Attributes=fifo)["QueueUrl"]
+    dlq = deployment.sqs.create_queue(QueueName="dlq.fifo", Attributes=fifo)["QueueUrl"]
+    reason = message.failure_reason(NonRetryableError("bad"), attempts=3, path="/b", failed_at=NOW)
+    for n, path in enumerate(["/b"] * 10 + ["/a"]):
+        deployment.sqs.send_message(QueueUrl=dlq, MessageBody=f"{path}-{n}", MessageGroupId="tenant-1",
+                                    MessageAttributes=message.dead_letter_attributes(
+                                        {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}},
+                                        {**reason, "path": path}))
+    deployment.queue_url, deployment.dlq_url = work, dlq
+    # WHEN redrive --path /a runs
+    result = deployment.run("redrive", "--path", "/a")
+    # THEN it says the group is blocked by what it skipped, and what to do
+    assert "moved 0, skipped 10, failed 0" in result.stdout
+    assert ("FIFO message groups held by messages this run left in the DLQ (skipped by the filter, failed or kept): "
+            "tenant-1; SQS hands out no later message of a group while one is in flight") in result.stderr
