@@ -34,7 +34,8 @@ Without a filter, ``start_move_task`` asks SQS to move everything (StartMessageM
 falls back to the batch move.
 
 On a FIFO DLQ the held messages block their message groups until the move ends (SQS returns no later
-message of a group with one in flight), so one run moves what it can reach; run it again for the rest.
+message of a group with one in flight), so one run moves what it can reach: the report names those groups
+(``fifo_groups_blocked``), as a rerun with the same filter reads the same messages again.
 """
 
 from __future__ import annotations
