@@ -26,6 +26,15 @@ EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cann
 MOVE_TASK_UNAVAILABLE_CODES = frozenset({"UnsupportedOperation", "InvalidAction", "NotImplemented", "500"})
 MOVE_TASK_FALLBACK_NOTE = "StartMessageMoveTask is not available at this endpoint; moving one batch at a time instead"
 INTERRUPT_NOTE = "stopping after the batch in hand (Ctrl-C again stops at once)"
+POINTER_NOTE = ("a pointer to a delayed message, not a task body: the message is in delay table {delay_table} "
+                "(pk {pk}, sk {sk}) until its TTL; send it from there, then delete the pointer")
+MOVE_TASK_LEFT_RUNNING = ("stopped following the move task; it keeps running on the SQS side (task handle {handle}): "
+                          "aws sqs list-message-move-tasks to follow it, aws sqs cancel-message-move-task "
+                          "--task-handle {handle} to stop it")
+FIFO_BLOCKED_NOTE = ("FIFO message groups held by messages this run left in the DLQ (skipped by the filter, failed "
+                     "or kept): {groups}; SQS hands out no later message of a group while one is in flight, so "
+                     "matching messages behind them were not reached: move or delete those first (a redrive "
+                     "without a filter moves them all), then run again")
 EXIT_CODE_INTERRUPTED = 130  # a shell's code for a run ended by SIGINT
 
 
@@ -165,17 +174,21 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
     with progress_bar(shown, "reading the DLQ", total) as advance, \
             dead_letters.peek(sqs, dlq_url, limit, session.runtime.wait_seconds, advance) as letters:
         dead, unjoined = dead_letters.join(letters)
-        groups = dead_letters.group([m for m in dead if which.matches(m)])
+        pointers = [m for m in dead if m.points_to is not None and which.matches(m)]
+        groups = dead_letters.group([m for m in dead if which.matches(m) and m.points_to is None])
     if as_json:
         emit_json({"dlq_url": dlq_url, "read": len(dead), "limit": limit,
                    "reason_records_joined": sum(len(m.records) for m in dead),
                    "reason_records_unjoined": [m.message_id for m in unjoined],
+                   "delay_pointers": [{"message_id": m.message_id, **(m.points_to or {})} for m in pointers],
                    "groups": [{k: v for k, v in vars(g).items() if k != "message_ids"} for g in groups]})
         return
     rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.sample_reason) for g in groups]
     click.echo(table(("path", "error", "count", "first failed", "last failed", "sample reason"), rows))
     more = " (the limit: there may be more)" if len(letters) >= limit else ""
     click.echo(f"{sum(g.count for g in groups)} matching of {len(dead)} read{more} from {dlq_url}; all released")
+    for pointer in pointers:
+        click.echo(f"{pointer.message_id}: {POINTER_NOTE.format(**(pointer.points_to or {}))} (not counted)")
     if unjoined:
         click.echo(f"{len(unjoined)} reason record(s) whose message was not among those read (not counted): "
                    f"{', '.join(m.message_id for m in unjoined)}")
@@ -253,11 +266,12 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
                                      lambda so_far: advance(so_far.moved + so_far.skipped + so_far.failed, None,
                                                             _counts(so_far)), session.runtime.clock,
                                      session.runtime.sleep, journal, resend_possibly_sent,
-                                     lambda: click.echo(INTERRUPT_NOTE, err=True))
+                                     lambda: click.echo(INTERRUPT_NOTE, err=True),
+                                     session.client("sqs", redrive.NO_RETRIES))
     _print_report(moved, "batches", as_json)
     if moved.stopped == redrive.INTERRUPTED:
         raise SystemExit(EXIT_CODE_INTERRUPTED)
-    if moved.failed or moved.not_deleted or moved.possibly_sent or moved.stopped:
+    if moved.failed or moved.not_deleted or moved.possibly_sent or moved.stopped or moved.delay_pointers_kept:
         raise SystemExit(1)
 
 
@@ -271,9 +285,13 @@ def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None, shown: 
             raise
         click.echo(MOVE_TASK_FALLBACK_NOTE, err=True)
         return None
-    with progress_bar(shown, "move task") as advance:
-        return redrive.follow_move_task(sqs, dlq_url, handle, sleep, lambda task: advance(
-            int(task.get("ApproximateNumberOfMessagesMoved", 0)), task.get("ApproximateNumberOfMessagesToMove")))
+    try:
+        with progress_bar(shown, "move task") as advance:
+            return redrive.follow_move_task(sqs, dlq_url, handle, sleep, lambda task: advance(
+                int(task.get("ApproximateNumberOfMessagesMoved", 0)), task.get("ApproximateNumberOfMessagesToMove")))
+    except KeyboardInterrupt:
+        click.echo(MOVE_TASK_LEFT_RUNNING.format(handle=handle), err=True)
+        raise SystemExit(EXIT_CODE_INTERRUPTED) from None
 
 
 def _print_move_task(task: dict[str, Any], as_json: bool) -> None:
@@ -308,6 +326,10 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
         click.echo("possibly sent (SQS's answer was lost; still in the DLQ, and a rerun leaves them there): check the "
                    "work queue, then delete them or rerun with --resend-possibly-sent: "
                    f"{', '.join(report.possibly_sent)}", err=True)
+    for pointer in report.delay_pointers_kept:
+        click.echo(f"{pointer['message_id']}: {POINTER_NOTE.format(**pointer)}; left in the DLQ, not sent", err=True)
+    if report.fifo_groups_blocked:
+        click.echo(FIFO_BLOCKED_NOTE.format(groups=", ".join(report.fifo_groups_blocked)), err=True)
     if report.reason_records_kept:
         click.echo(f"reason records left in the DLQ with their message (or without one read): "
                    f"{', '.join(report.reason_records_kept)}", err=True)

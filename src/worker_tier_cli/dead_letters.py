@@ -69,6 +69,25 @@ class DeadLetter:
                    describes)
 
     @property
+    def points_to(self) -> dict[str, str] | None:
+        """For a delay pointer, its ``delay_table``, ``pk`` and ``sk``; else None.
+
+        A delay pointer is what the delay path (``worker_tier.delivery``) dead-letters when the DLQ refuses a
+        delayed message's full copy, or when a delay-table item is unreadable: a body naming the item
+        (``{"delay_table", "pk", "sk", "reason", ...}``) with ``worker_tier.failure``. It is not a task body:
+        the message itself stays in the delay table until its TTL, so it is never redriven as work."""
+        if not self.carries_reason or not self.body.startswith("{"):
+            return None
+        try:
+            body = json.loads(self.body)
+        except ValueError:
+            return None
+        keys = ("delay_table", contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY)
+        if not isinstance(body, dict) or "reason" not in body or not all(isinstance(body.get(k), str) for k in keys):
+            return None
+        return {k: str(body[k]) for k in keys}
+
+    @property
     def body_md5(self) -> str:
         """The MD5 of the body's UTF-8 (SQS's ``MD5OfBody``): what a reason record names its message by."""
         return body_md5(self.body)

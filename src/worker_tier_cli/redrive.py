@@ -11,11 +11,14 @@ A run moves only what was in the DLQ when it began (see ``arrived_since``): besi
 dead-letters the moved messages again, it ends rather than moving them round and round, and it moves every
 message that was there, however many share a body.
 
-A SendMessageBatch whose answer is lost (a timeout, a dropped connection) may or may not have sent its
-messages: they stay in the DLQ and are named in ``possibly_sent``, never counted as merely failed; check the
+A SendMessageBatch is never retried (botocore's retries would send again a batch whose answer was lost). One whose
+answer is lost (a timeout, a dropped connection, a 5xx, a second Ctrl-C) may or may not have sent its messages: they stay in the DLQ and are named in ``possibly_sent``, never counted as merely failed; check the
 work queue before moving them again. An attribute the worker dropped when it dead-lettered a message (SQS's
 10-attribute quota, named in the reason's ``dropped_attributes``) cannot be restored, as the reason keeps only
 its name: each such message is named in ``attributes_lost`` with the names.
+
+A delay pointer (``DeadLetter.points_to``: the delay path's DLQ entry naming a delay-table item whose message
+the DLQ refused) is not a task body: it is never sent, stays in the DLQ, and is named in ``delay_pointers_kept``.
 
 A reason record (``worker_tier.dead_letter``: the reason of a message too large to carry it) is never sent: it
 joins its message (``dead_letters.RecordShelf``; read before or after it), whose match it decides, and is deleted
@@ -31,7 +34,8 @@ Without a filter, ``start_move_task`` asks SQS to move everything (StartMessageM
 falls back to the batch move.
 
 On a FIFO DLQ the held messages block their message groups until the move ends (SQS returns no later
-message of a group with one in flight), so one run moves what it can reach; run it again for the rest.
+message of a group with one in flight), so one run moves what it can reach: the report names those groups
+(``fifo_groups_blocked``), as a rerun with the same filter reads the same messages again.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from worker_tier import limits, message
@@ -61,6 +66,10 @@ MOVE_TASK_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 TICK_POLL_SECONDS = 0.05  # how often the start reads SQS's Date header, waiting for its second to change
 MAX_TICK_POLLS = 30  # 1.5 s of polls: a second must have ended by then
 INTERRUPTED = "interrupted (Ctrl-C)"
+DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+# The client config of redrive's SendMessageBatch: one attempt. botocore's retries would send again a batch whose
+# answer was lost (or failed 5xx after SQS acted): a silent duplicate, and no ``possibly_sent``.
+NO_RETRIES = Config(retries={"total_max_attempts": 1})
 JOURNAL_KEEP_SECONDS = 14 * 24 * 3600  # SQS's longest retention: a journaled message is gone from the DLQ by then
 
 
@@ -84,6 +93,11 @@ class MoveReport:
     # not seen). A reason record is never sent to the work queue.
     reason_records_deleted: int = 0
     reason_records_kept: list[str] = field(default_factory=list)
+    # Delay pointers that matched (``DeadLetter.points_to``): not task bodies, never sent; left in the DLQ.
+    delay_pointers_kept: list[dict[str, str]] = field(default_factory=list)
+    # On a FIFO DLQ, the message groups of the messages it held to the end (skipped, failed, kept): SQS hands out
+    # no later message of a group while one is in flight, so matching messages behind them were not reached.
+    fifo_groups_blocked: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     # Why the run ended before the DLQ was done ("interrupted (Ctrl-C)", or the error); "" when it went to the end.
     stopped: str = ""
@@ -93,8 +107,8 @@ class Journal:
     """The DLQ message ids this machine's redrives sent whose delete is not confirmed (``SENT``), and those whose
     SendMessageBatch answer was lost (``UNSURE``), so a rerun after any stop sends none of them twice.
 
-    One JSON file per DLQ under ``directory``, written (to a temporary file, then renamed) after each send and
-    each delete: a batch's sent ids are on disk before its delete is asked for. An entry is forgotten once its
+    One JSON file per DLQ under ``directory``, written (to a temporary file, then renamed) before each send (its ids
+    ``UNSURE``), after it (``SENT``) and after each delete: whenever the run stops, what it may have sent is on disk. An entry is forgotten once its
     message is deleted, or after SQS's longest retention (14 days). Without a directory (the benchmark) it
     lives in memory only. Another machine has its own journal: a rerun there cannot know.
     """
@@ -161,8 +175,9 @@ class JournalError(Exception):
 
 @contextmanager
 def interrupts_deferred(notice: Callable[[], None] = lambda: None) -> Iterator[None]:
-    """Hold a Ctrl-C (SIGINT) until the block ends, then raise KeyboardInterrupt: a batch received is sent,
-    deleted and journaled whole. A second Ctrl-C stops at once. Outside the main thread (no signals) a no-op."""
+    """Hold a Ctrl-C (SIGINT), SIGTERM or SIGHUP until the block ends, then raise KeyboardInterrupt: a batch received
+    is sent, deleted and journaled whole. A second one stops at once (the journal already names what may have been
+    sent). Outside the main thread (no signals) a no-op."""
     caught: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
@@ -172,14 +187,15 @@ def interrupts_deferred(notice: Callable[[], None] = lambda: None) -> Iterator[N
         notice()
 
     try:
-        previous = signal.signal(signal.SIGINT, hold)
+        previous = {signum: signal.signal(signum, hold) for signum in DEFERRED_SIGNALS}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if caught:
         raise KeyboardInterrupt
 
@@ -190,16 +206,19 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  journal: Journal | None = None, resend_possibly_sent: bool = False,
-                 on_interrupt: Callable[[], None] = lambda: None) -> MoveReport:
+                 on_interrupt: Callable[[], None] = lambda: None, send_sqs: Any = None) -> MoveReport:
     """Move the dead letters ``which`` matches, one received batch at a time; see the module docstring.
+
+    ``send_sqs``, when given, makes the SendMessageBatch calls: it must not retry (``NO_RETRIES``), as a retry
+    after a lost answer sends the batch twice and hides that the first may have been sent.
 
     Only those in the DLQ when it began: one dead-lettered since (``arrived_since``) is held and counted in
     ``arrived``, so a redrive beside a worker that dead-letters the moved messages again moves each once and ends.
     A Ctrl-C or an error ends the run after the batch in hand (``stopped``); the report is returned either way.
     """
-    move = _Move(sqs, dlq_url, queue_url, which, journal or Journal(None, clock), resend_possibly_sent)
-    started_ms = server_start_ms(sqs, dlq_url, clock, sleep)
+    move = _Move(sqs, dlq_url, queue_url, which, journal or Journal(None, clock), resend_possibly_sent, send_sqs)
     try:
+        started_ms = server_start_ms(sqs, dlq_url, clock, sleep)  # a Ctrl-C here stops before anything is received
         while True:
             with interrupts_deferred(on_interrupt):
                 if not move.batch(receive(sqs, dlq_url, MOVE_VISIBILITY_SECONDS, wait_seconds), started_ms):
@@ -211,6 +230,9 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
         move.report.stopped = f"{type(error).__name__}: {error}"
     finally:
         move.report.reason_records_kept = [m.message_id for m in move.held.values() if m.describes is not None]
+        if dlq_url.endswith(".fifo"):
+            move.report.fifo_groups_blocked = sorted({m.system["MessageGroupId"] for m in move.held.values()
+                                                      if m.system.get("MessageGroupId")})
         move.report.errors.extend(dict.fromkeys(move.journal.problems))
         release(sqs, dlq_url, list(move.held.values()))
     return move.report
@@ -220,7 +242,8 @@ class _Move:
     """One redrive's state between batches: what it holds, the reason records not yet joined, the journal."""
 
     def __init__(self, sqs: Any, dlq_url: str, queue_url: str, which: Filter, journal: Journal,
-                 resend_possibly_sent: bool) -> None:
+                 resend_possibly_sent: bool, send_sqs: Any = None) -> None:
+        self.send_sqs = send_sqs or sqs  # SendMessageBatch only: a client that never retries (see move_batches)
         self.sqs, self.dlq_url, self.queue_url, self.which, self.journal = sqs, dlq_url, queue_url, which, journal
         self.resend_possibly_sent, self.fifo = resend_possibly_sent, queue_url.endswith(".fifo")
         self.report = MoveReport()
@@ -257,7 +280,9 @@ class _Move:
         sent_before = [self._joined(m) for m in sent_before]
         self.report.already_sent.extend(m.message_id for m in sent_before)
         self._delete([*sent_before, *(r for m in sent_before for r in m.records), *deletable])
-        self._move(matching)
+        pointers = [m for m in matching if m.points_to is not None]
+        self.report.delay_pointers_kept.extend({"message_id": m.message_id, **(m.points_to or {})} for m in pointers)
+        self._move([m for m in matching if m.points_to is None])
         return True
 
     def _joined(self, letter: DeadLetter) -> DeadLetter:
@@ -283,26 +308,42 @@ class _Move:
         return revived
 
     def _move(self, letters: list[DeadLetter]) -> None:
-        """Send ``letters`` to the work queue; delete those sent, with their reason records, from the DLQ."""
+        """Send ``letters`` to the work queue; delete those sent, with their reason records, from the DLQ.
+
+        Each batch's ids are journaled ``UNSURE`` before it is sent and ``SENT`` once SQS says so, so a stop at any
+        point (a second Ctrl-C, a kill) leaves on disk what may have been sent. Only a clear refusal (SQS answered
+        4xx: nothing was processed) or an entry SQS names as failed is counted failed and forgotten; any other end
+        of the call (no answer, a 5xx, an interrupt) names the batch in ``possibly_sent``.
+        """
         for batch in _send_batches(letters):
             by_id = {str(i): letter for i, letter in enumerate(batch)}
+            ids = [m.message_id for m in batch]
+            self.journal.mark(Journal.UNSURE, ids)
             try:
-                response = self.sqs.send_message_batch(QueueUrl=self.queue_url,
-                                                       Entries=[_entry(i, m, self.fifo) for i, m in by_id.items()])
-            except ClientError as error:  # SQS answered: the whole call was refused, nothing of this batch was sent
+                response = self.send_sqs.send_message_batch(QueueUrl=self.queue_url,
+                                                            Entries=[_entry(i, m, self.fifo) for i, m in by_id.items()])
+            except ClientError as error:
                 self.report.errors.append(f"SendMessageBatch: {error}")
-                self.report.failed += len(batch)
+                if refused(error):  # SQS answered that it refused the call: nothing of this batch was sent
+                    self.journal.forget(ids)
+                    self.report.failed += len(batch)
+                else:  # a server error: SQS may have sent them before it failed; held, and named as possibly sent
+                    self.report.possibly_sent.extend(ids)
                 continue
             except Exception as error:  # no answer: SQS may have sent them; held, and named as possibly sent
                 self.report.errors.append(f"SendMessageBatch: {error}")
-                self.report.possibly_sent.extend(m.message_id for m in batch)
-                self.journal.mark(Journal.UNSURE, [m.message_id for m in batch])
+                self.report.possibly_sent.extend(ids)
                 continue
+            except BaseException:  # a second Ctrl-C during the send: the journal already names them
+                self.report.possibly_sent.extend(ids)
+                raise
+            failed = [by_id[entry["Id"]] for entry in response.get("Failed") or []]
             for entry in response.get("Failed") or []:
                 self.report.errors.append(f"{by_id[entry['Id']].message_id}: {entry.get('Code')}: {entry.get('Message')}")
                 self.report.failed += 1
             sent = [by_id[s["Id"]] for s in response.get("Successful") or []]
             self.journal.mark(Journal.SENT, [m.message_id for m in sent])
+            self.journal.forget([m.message_id for m in failed])
             self.report.moved += len(sent)
             self.report.attributes_lost.update((m.message_id, m.dropped_attributes) for m in sent if m.dropped_attributes)
             for letter in sent:
@@ -327,6 +368,14 @@ class _Move:
             self.journal.forget([m.message_id for m in deleted])
             self.report.reason_records_deleted += sum(1 for m in deleted if m.describes is not None)
             self.report.not_deleted.extend(m.message_id for i, m in enumerate(batch) if i in refused and m.describes is None)
+
+
+def refused(error: ClientError) -> bool:
+    """Whether SQS answered a call with a client error (4xx: throttled, too long, invalid): it processed nothing.
+    A 5xx, or an error without a status, may come after SQS acted."""
+    metadata: dict[str, Any] = dict(error.response.get("ResponseMetadata") or {})
+    status = metadata.get("HTTPStatusCode")
+    return isinstance(status, int) and 400 <= status < 500
 
 
 def arrived_since(letter: DeadLetter, started_ms: int) -> bool:

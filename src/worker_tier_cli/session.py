@@ -49,11 +49,15 @@ class Session:
     target: Target = field(init=False)
     _clients: dict[str, Any] = field(default_factory=dict)
 
-    def client(self, service: str) -> Any:
-        if service not in self._clients:
-            kwargs = {k: v for k, v in (("endpoint_url", self.endpoint_url), ("region_name", self.region)) if v}
-            self._clients[service] = self.runtime.client(service, **kwargs)
-        return self._clients[service]
+    def client(self, service: str, config: Any = None) -> Any:
+        """The client of ``service``; with ``config`` (a botocore Config, e.g. no retries) a second one kept apart."""
+        key = service if config is None else f"{service}:{id(config)}"
+        if key not in self._clients:
+            kwargs: dict[str, Any] = {k: v for k, v in (("endpoint_url", self.endpoint_url), ("region_name", self.region)) if v}
+            if config is not None:
+                kwargs["config"] = config
+            self._clients[key] = self.runtime.client(service, **kwargs)
+        return self._clients[key]
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.runtime.clock(), timezone.utc)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.cli.deployment import hours_ago, parsed
+from tests.cli.deployment import NOW, hours_ago, parsed
+from worker_tier import contract
+from worker_tier.delay import DelayedMessage
+from worker_tier.delivery import Delivery
 from worker_tier.errors import NonRetryableError
 
 
@@ -112,3 +115,20 @@ def test_dlq_list_shows_a_message_too_large_for_its_reason_once_with_its_records
         ("/big", "NonRetryableError", 1, "too big to print"), ("/flaky", "ConnectionError", 1, "upstream not ready")]
     assert (listed["read"], listed["reason_records_joined"], listed["reason_records_unjoined"]) == (2, 2, [])
     assert "2 matching of 2 read" in text.stdout
+
+
+def test_dlq_list_shows_a_delay_pointer_apart_as_a_pointer_not_a_dead_task(deployment):
+    # GIVEN a dead letter and the delay path's pointer to a delayed message kept in its delay table
+    deployment.dead_letter("/transcode", NonRetryableError("bad"), "t1")
+    delayed = DelayedMessage(message_id="m-1", due_ms=1_800_000_000_000, body='{"video": 1}',
+                             attributes={contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/transcode"}})
+    delivery = Delivery(None, deployment.dlq_url, "delays", clock=NOW.timestamp)
+    entry = delivery._pointer(delayed, delivery._reason(RuntimeError("too large"), "/transcode"), "MessageTooLong")
+    pointer_id = deployment.sqs.send_message(QueueUrl=deployment.dlq_url, MessageBody=entry["MessageBody"],
+                                             MessageAttributes=entry["MessageAttributes"])["MessageId"]
+    # WHEN dlq list runs, as text and as JSON
+    text, report = deployment.run("dlq", "list"), parsed(deployment.run("dlq", "list", "--json"))
+    # THEN the pointer is named apart with its delay table item, and not counted as a dead task
+    assert f"{pointer_id}: a pointer to a delayed message, not a task body: the message is in delay table delays" in text.stdout
+    assert [g["count"] for g in report["groups"]] == [1]
+    assert [(p["message_id"], p["delay_table"], p["sk"]) for p in report["delay_pointers"]] == [(pointer_id, "delays", "1800000000000#m-1")]

@@ -12,9 +12,11 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from tests.cli.deployment import parsed
+from tests.cli.deployment import NOW, parsed
 from tests.strict_sqs import StrictSQS
-from worker_tier import contract
+from worker_tier import contract, message
+from worker_tier.delay import DelayedMessage
+from worker_tier.delivery import Delivery
 from worker_tier.errors import NonRetryableError
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.dead_letters import DeadLetter
@@ -22,7 +24,8 @@ from worker_tier_cli.redrive import Journal, arrived_since
 
 
 class FailingSQS(StrictSQS):
-    """StrictSQS that fails SendMessageBatch call ``fail_call`` whole, and one entry of call ``fail_entry_call``."""
+    """StrictSQS that refuses SendMessageBatch call ``fail_call`` whole (400 ThrottlingException: SQS processed
+    nothing), and fails one entry of call ``fail_entry_call``."""
 
     def __init__(self, inner, fail_call: int, fail_entry_call: int) -> None:
         super().__init__(inner)
@@ -34,7 +37,8 @@ class FailingSQS(StrictSQS):
         self.send_calls += 1
         if self.send_calls == self.fail_call:
             self.failed_bodies += [e["MessageBody"] for e in Entries]
-            raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, "SendMessageBatch")
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "injected"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "SendMessageBatch")
         if self.send_calls == self.fail_entry_call:
             self.failed_bodies.append(Entries[0]["MessageBody"])
             response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries[1:], **rest)
@@ -70,7 +74,8 @@ def test_redrive_by_path_moves_only_that_path_without_the_reason(deployment):
 
 
 def test_redrive_of_500_with_send_failures_in_the_middle_loses_and_duplicates_nothing(deployment):
-    # GIVEN 400 /resize and 100 /email dead letters, and an SQS whose 20th send fails whole and 30th fails one entry
+    # GIVEN 400 /resize and 100 /email dead letters, and an SQS that refuses the 20th send whole and fails one
+    # entry of the 30th
     for n in range(500):
         path = "/resize" if n % 5 else "/email"
         deployment.dead_letter(path, NonRetryableError("bad"), f"{path}-{n}")
@@ -413,3 +418,164 @@ def test_redrive_with_an_unreadable_journal_refuses_to_run_and_names_it(deployme
     assert result.exit_code == 1 and deployment.depth(deployment.dlq_url) == 1
     assert f"redrive journal {tmp_path}/redrive-" in result.stderr
     assert "it names messages an earlier redrive sent; repair it, or move it away once you have checked the work queue" in result.stderr
+
+
+def test_redrive_whose_send_answer_is_lost_sends_it_once_names_it_and_a_rerun_leaves_it(lossy):
+    # GIVEN a dead letter, and a connection that loses the answer of the first SendMessageBatch (SQS has sent it)
+    message_id = lossy.dead_letter("/a", "a1")
+    lossy.proxy.lose["SendMessageBatch"] = 1
+    # WHEN redrive runs with boto3's own client (and its default retries)
+    first = lossy.run("redrive", "--path", "/a", "--json")
+    # THEN the batch was sent once, never retried, and the run names the message possibly sent and exits 1
+    assert lossy.proxy.calls.count("SendMessageBatch") == 1, lossy.proxy.events
+    report = json.loads(first.stdout)
+    assert first.exit_code == 1 and report["possibly_sent"] == [message_id] and report["moved"] == 0
+    # AND a rerun leaves it in the DLQ and names it again: the work queue holds one copy
+    rerun = json.loads(lossy.run("redrive", "--path", "/a", "--json").stdout)
+    assert rerun["possibly_sent"] == [message_id] and rerun["moved"] == 0
+    assert lossy.bodies(lossy.queue_url) == ["a1"] and lossy.bodies(lossy.dlq_url) == ["a1"]
+
+
+def test_redrive_whose_send_fails_with_a_server_error_names_it_possibly_sent_not_failed(lossy):
+    # GIVEN a dead letter, and SQS answering the first SendMessageBatch 500 InternalError
+    message_id = lossy.dead_letter("/a", "a1")
+    lossy.proxy.fail["SendMessageBatch"] = 1
+    # WHEN redrive runs
+    first = lossy.run("redrive", "--path", "/a")
+    # THEN it is named possibly sent (a 5xx may come after SQS acted), with the error, and not retried
+    assert first.exit_code == 1 and first.stdout == "moved 0, skipped 0, failed 0\n"
+    assert f"--resend-possibly-sent: {message_id}" in first.stderr and "InternalError" in first.stderr
+    assert lossy.proxy.events == ["500 for SendMessageBatch"]
+    # AND a rerun leaves it; one told to resend it moves it
+    assert json.loads(lossy.run("redrive", "--path", "/a", "--json").stdout)["possibly_sent"] == [message_id]
+    resent = lossy.run("redrive", "--path", "/a", "--resend-possibly-sent", "--json")
+    assert parsed(resent)["moved"] == 1 and lossy.bodies(lossy.queue_url) == ["a1"]
+
+
+class DoubleInterruptSQS(StrictSQS):
+    """StrictSQS where two Ctrl-C (real SIGINTs to this process) arrive once SendMessageBatch has reached SQS,
+    before its answer is read: the second stops the run at once, inside the send."""
+
+    def send_message_batch(self, QueueUrl, Entries, **rest):
+        response = super().send_message_batch(QueueUrl=QueueUrl, Entries=Entries, **rest)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        return response
+
+
+def test_redrive_stopped_by_a_second_ctrl_c_during_a_send_names_it_and_a_rerun_does_not_send_it_again(
+        deployment, sigint_raises):
+    # GIVEN a dead letter, and two Ctrl-C while its SendMessageBatch is in flight
+    message_id = deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    _use(deployment, DoubleInterruptSQS(boto3.client("sqs", region_name="us-east-1")))
+    # WHEN redrive runs, and runs again
+    first = deployment.run("redrive", "--path", "/a", "--json")
+    _use(deployment, StrictSQS(boto3.client("sqs", region_name="us-east-1")))
+    rerun = deployment.run("redrive", "--path", "/a", "--json")
+    # THEN the first stopped at once, naming it possibly sent; the rerun left it in the DLQ and named it again
+    assert first.exit_code == 130, first.output
+    assert json.loads(first.stdout)["possibly_sent"] == [message_id]
+    assert json.loads(rerun.stdout)["possibly_sent"] == [message_id] and json.loads(rerun.stdout)["moved"] == 0
+    assert _bodies(deployment.drain(deployment.queue_url)) == Counter({"a1": 1})
+    assert deployment.depth(deployment.dlq_url) == 1
+
+
+def _delay_pointer(deployment, path: str) -> str:
+    """The DLQ entry the delay path writes when the DLQ refuses a delayed message's full copy
+    (``worker_tier.delivery.Delivery._pointer``, the writer itself), sent to the DLQ; its message id."""
+    delayed = DelayedMessage(message_id="m-1", due_ms=1_800_000_000_000, body='{"video": 1}',
+                             attributes={contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}})
+    delivery = Delivery(None, deployment.dlq_url, "delays", clock=NOW.timestamp)
+    entry = delivery._pointer(delayed, delivery._reason(RuntimeError("too large"), path), "MessageTooLong")
+    sent = deployment.sqs.send_message(QueueUrl=deployment.dlq_url, MessageBody=entry["MessageBody"],
+                                       MessageAttributes=entry["MessageAttributes"])
+    return str(sent["MessageId"])
+
+
+def test_redrive_never_sends_a_delay_pointer_as_work_and_says_where_its_message_is(deployment):
+    # GIVEN a /transcode dead letter, and the delay path's pointer to a /transcode message kept in its delay table
+    deployment.dead_letter("/transcode", NonRetryableError("bad"), "t1")
+    pointer_id = _delay_pointer(deployment, "/transcode")
+    # WHEN redrive --path /transcode runs
+    result = deployment.run("redrive", "--path", "/transcode")
+    # THEN the dead letter moved, the pointer stayed in the DLQ, and the run said why and exits 1
+    assert result.exit_code == 1 and result.stdout == "moved 1, skipped 0, failed 0\n"
+    assert (f"{pointer_id}: a pointer to a delayed message, not a task body: the message is in delay table delays "
+            "(pk ") in result.stderr and "; left in the DLQ, not sent" in result.stderr
+    assert [m["Body"] for m in deployment.drain(deployment.queue_url)] == ["t1"]
+    assert [m["MessageId"] for m in deployment.drain(deployment.dlq_url)] == [pointer_id]
+
+
+class InterruptedAtStartSQS(StrictSQS):
+    """StrictSQS where a Ctrl-C (a real SIGINT) arrives during the first GetQueueAttributes: the start's wait for
+    SQS's clock to tick, before anything is received."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.interrupted = False
+
+    def get_queue_attributes(self, **request):
+        if not self.interrupted:
+            self.interrupted = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.inner.get_queue_attributes(**request)
+
+
+def test_redrive_interrupted_while_it_waits_to_start_prints_its_report_and_moves_nothing(deployment, sigint_raises):
+    # GIVEN a dead letter, and a Ctrl-C while the start waits for SQS's clock
+    deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    _use(deployment, InterruptedAtStartSQS(boto3.client("sqs", region_name="us-east-1")))
+    # WHEN redrive runs
+    result = deployment.run("redrive", "--path", "/a", "--json")
+    # THEN it printed its report, stopped by the interrupt, moved nothing, and exited 130 (not "Aborted!")
+    assert result.exit_code == 130 and "Aborted" not in result.output
+    report = json.loads(result.stdout)
+    assert (report["stopped"], report["moved"]) == ("interrupted (Ctrl-C)", 0)
+    assert deployment.depth(deployment.dlq_url) == 1 and deployment.depth(deployment.queue_url) == 0
+
+
+class MoveTaskSQS(StrictSQS):
+    """StrictSQS with SQS's move task as its API reference describes it (StartMessageMoveTask answers a TaskHandle;
+    ListMessageMoveTasks answers Results with Status RUNNING), which moto lacks; a Ctrl-C (a real SIGINT) arrives
+    during the first ListMessageMoveTasks."""
+
+    def start_message_move_task(self, SourceArn, DestinationArn, **rest):
+        return {"TaskHandle": "task-handle-1"}
+
+    def list_message_move_tasks(self, SourceArn, MaxResults=1):
+        os.kill(os.getpid(), signal.SIGINT)
+        return {"Results": [{"TaskHandle": "task-handle-1", "Status": "RUNNING", "SourceArn": SourceArn,
+                             "ApproximateNumberOfMessagesMoved": 0, "ApproximateNumberOfMessagesToMove": 1}]}
+
+
+def test_redrive_move_task_interrupted_says_it_keeps_running_on_sqs_and_names_its_handle(deployment, sigint_raises):
+    # GIVEN a dead letter, and an SQS with a move task, interrupted while it is followed
+    deployment.dead_letter("/a", NonRetryableError("bad"), "a1")
+    _use(deployment, MoveTaskSQS(boto3.client("sqs", region_name="us-east-1")))
+    # WHEN redrive runs without a filter
+    result = deployment.run("redrive", "--json")
+    # THEN it says the task keeps running on the SQS side, names its handle and how to stop it, and exits 130
+    assert result.exit_code == 130 and "Aborted" not in result.output
+    assert ("stopped following the move task; it keeps running on the SQS side (task handle task-handle-1): "
+            "aws sqs list-message-move-tasks to follow it, aws sqs cancel-message-move-task --task-handle "
+            "task-handle-1 to stop it") in result.stderr
+
+
+def test_redrive_on_a_fifo_dlq_names_the_groups_its_skipped_messages_block(deployment):
+    # GIVEN FIFO queues, and in one message group 10 /b dead letters ahead of a /a one
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    work = deployment.sqs.create_queue(QueueName="work.fifo", Attributes=fifo)["QueueUrl"]
+    dlq = deployment.sqs.create_queue(QueueName="dlq.fifo", Attributes=fifo)["QueueUrl"]
+    reason = message.failure_reason(NonRetryableError("bad"), attempts=3, path="/b", failed_at=NOW)
+    for n, path in enumerate(["/b"] * 10 + ["/a"]):
+        deployment.sqs.send_message(QueueUrl=dlq, MessageBody=f"{path}-{n}", MessageGroupId="tenant-1",
+                                    MessageAttributes=message.dead_letter_attributes(
+                                        {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}},
+                                        {**reason, "path": path}))
+    deployment.queue_url, deployment.dlq_url = work, dlq
+    # WHEN redrive --path /a runs
+    result = deployment.run("redrive", "--path", "/a")
+    # THEN it says the group is blocked by what it skipped, and what to do
+    assert "moved 0, skipped 10, failed 0" in result.stdout
+    assert ("FIFO message groups held by messages this run left in the DLQ (skipped by the filter, failed or kept): "
+            "tenant-1; SQS hands out no later message of a group while one is in flight") in result.stderr
