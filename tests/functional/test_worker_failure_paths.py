@@ -455,6 +455,26 @@ def test_a_body_over_the_dlqs_size_stays_for_the_redrive_and_its_reason_record_i
     assert aws.sqs.refused == []
 
 
+def test_a_copy_too_large_for_its_reason_is_moved_back_as_work_without_its_failure_history(aws):
+    # GIVEN a 1 MiB - 50 byte body already retried through the delay table (two earlier attempts carried)
+    clock = Clock()
+    strict(aws, clock)
+    body = "b" * (SQS_MAX_MESSAGE_BYTES - 50 - 40)
+    send(aws, "/refuse", body, **{ATTEMPTS_ATTRIBUTE: {"DataType": "String", "StringValue": "2"}})
+    event = aws.receive_event()
+    assert worker_for(aws, one_task("/refuse", raise_(NonRetryableError("no"))), clock).handle(event, None) == {
+        "batchItemFailures": []}
+    # WHEN its DLQ copy (no room for its reason: a record of its own holds it) is moved back unfiltered, as
+    # StartMessageMoveTask moves it, and received again
+    _record, copy = dead_letter_sends(aws)
+    assert ATTEMPTS_ATTRIBUTE not in copy["MessageAttributes"]
+    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=copy["MessageBody"], MessageAttributes=copy["MessageAttributes"])
+    seen: list[int] = []
+    worker_for(aws, one_task("/refuse", lambda task: seen.append(task.receive_count)), clock).handle(aws.receive_event(), None)
+    # THEN it starts fresh: its first receive is its first attempt
+    assert seen == [1]
+
+
 # -- item 14: FIFO forwarding to the container worker --------------------------------------------------------------
 
 
