@@ -21,7 +21,10 @@ and Django do for an unhandled one, and Starlette after answering) rides along i
 
 An ASGI delivery is bounded by ``SqsdRequest.timeout_seconds`` (the worker's ``inactivity_timeout``, within
 the invocation's time): an app still running then is cancelled and the message fails, also when it had
-answered and was running its work after the answer (FastAPI's and Starlette's ``BackgroundTasks``). A BaseException of
+answered and was running its work after the answer (FastAPI's and Starlette's ``BackgroundTasks``); that work raising
+after a 200 fails the message too, naming the exception. The cancellation is awaited for ``CANCEL_GRACE_SECONDS``; a
+background task Starlette runs in a thread (a plain ``def``) cannot be cancelled and may finish after the message
+failed, so its retry may run that work twice. A BaseException of
 the app (SystemExit, KeyboardInterrupt, CancelledError) is its request's failure, never the bridge loop's;
 should the loop stop anyway, the next delivery builds a new bridge. Known gaps: a WSGI app, and an ASGI
 app blocking its loop with synchronous code, are not bounded (Lambda's own timeout is their bound). An
@@ -50,6 +53,8 @@ from worker_tier.observability import logger
 
 # How long an ASGI app's lifespan startup may take before loading fails.
 LIFESPAN_STARTUP_TIMEOUT_SECONDS = 60
+# How long a cancelled ASGI request is awaited after its deadline, for its cancellation to land.
+CANCEL_GRACE_SECONDS = 1.0
 # The server an environ describes: sqsd POSTs to localhost:80 (EB's proxy, then the app).
 SERVER_NAME = "localhost"
 SERVER_PORT = "80"
@@ -428,6 +433,10 @@ class _Lifespan:
         finally:
             if not request.done():
                 request.cancel()
+                # Let the cancellation land (an app's cleanup runs now, not beside the next message), for a
+                # bounded while: an app may swallow it, and a thread's work (a plain-def background task) cannot
+                # be cancelled at all; it may finish after the message failed.
+                await asyncio.wait({request}, timeout=CANCEL_GRACE_SECONDS)
         if not done:
             if progress.finished:  # answered, but its work after the answer (BackgroundTasks) was cut: not a success
                 environ[APP_ERROR_KEY] = _BridgeFailureError(
@@ -439,7 +448,14 @@ class _Lifespan:
         raised = request.result()
         if raised is not None:
             environ[APP_ERROR_KEY] = raised
-            if progress.finished:  # the whole answer came: it stands
+            if progress.finished and progress.status == 200:  # its work after a 200 (a background task) failed
+                logger.error("the app's work after its 200 answer raised", exc_info=raised)
+                environ[APP_ERROR_KEY] = _BridgeFailureError(
+                    f"the app answered 200, but its work after the answer (a background task) raised "
+                    f"{type(raised).__name__}: {message.error_text(raised, 300)}"
+                )
+                return
+            if progress.finished:  # the whole answer came (Starlette's 500, re-raising after it): it stands
                 return
             if progress.started and isinstance(raised, Exception):
                 raise raised

@@ -8,8 +8,18 @@ the reason's ``dropped_attributes``), then the length of the reason's
 ``error_message``. If even a minimal reason cannot fit, the reason goes to the
 DLQ as a small message of its own (a JSON body with the source message id, the
 MD5 of the original's body, the reason and ``REASON_RECORD_NOTE``, plus the usual
-``worker_tier.failure``) and the original follows as it came, without a reason
-attribute: the reason always goes first, so the original never arrives alone. The
+``worker_tier.failure``) and the original follows with its routing attributes only
+(the others named in the record's ``dropped_attributes``), without a reason
+attribute: the reason always goes first, so the original never arrives alone.
+
+A body too large for the DLQ even alone (a work queue's MaximumMessageSize above
+the DLQ's) cannot be copied: each receive that would dead-letter it fails with a
+one-line error naming both sizes (logged, ``DeadLetterFailed`` counted) and the
+message backs off in the work queue until SQS's redrive policy moves it to the DLQ
+as it came. Its reason record is written once, on its last receive before that
+move (receive count ``Settings.redrive_max_receive_count``): no orphan record per
+receive. Give the DLQ the work queue's MaximumMessageSize to avoid this. (When the
+DLQ's size could not be read, the copy is tried anyway: the DLQ may be larger.) The
 original's DLQ copy has a new message id and no room for anything more, so a reader
 joins the two by ``body_md5`` (``reason_record``): the MD5 SQS reports as
 ``MD5OfBody``, computed here from the body's UTF-8.
@@ -83,6 +93,10 @@ class DeadLetterQueueSize:
         self._known[queue_url] = size
         return size
 
+    def known(self, queue_url: str) -> bool:
+        """Whether the queue's MaximumMessageSize was read (``of`` gave it, not the fallback)."""
+        return queue_url in self._known
+
 
 def send_to_dead_letter_queue(
     sqs: Any,
@@ -94,10 +108,15 @@ def send_to_dead_letter_queue(
     path: str,
     now: datetime,
     max_message_bytes: int = limits.SQS_MAX_MESSAGE_BYTES,
+    last_receive: bool = False,
+    size_known: bool = True,
 ) -> str:
     """Send a Lambda SQS record to the DLQ with ``worker_tier.failure``; return the new message id.
 
-    Raises DeadLetterError when SQS refuses it, so the caller keeps the source copy.
+    Raises DeadLetterError when SQS refuses it, or when the body cannot fit the DLQ at all, so the caller keeps
+    the source copy. ``last_receive``: the message's last receive before SQS's redrive policy moves it, the one
+    receive on which the reason record of a body too large for the DLQ is written. ``size_known``: False when
+    ``max_message_bytes`` is the fallback for a DLQ whose size could not be read, so a larger copy is still tried.
     """
     body = record.get("body") or ""
     original, invalid = message.sqs_attributes(record.get("messageAttributes") or {})
@@ -106,12 +125,27 @@ def send_to_dead_letter_queue(
         reason["dropped_attributes"] = invalid
     attributes = fit_reason(body, original, reason, max_message_bytes)
     source = record.get("messageId")
-    if attributes is None:
-        reason_attributes = message.dead_letter_attributes({}, reason)
-        reason_request = _request(queue_url, record, _reason_record(record, reason), reason_attributes, REASON_DEDUPLICATION_SUFFIX)
-        _send(sqs, reason_request, f"{source} (its reason record)")
-        return _send(sqs, _request(queue_url, record, body, original), source)
-    return _send(sqs, _request(queue_url, record, body, attributes), source)
+    if attributes is not None:
+        return _send(sqs, _request(queue_url, record, body, attributes), source)
+    # No reason fits beside the body: the copy keeps only its routing attributes (named in the record's reason).
+    routing_only = {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES}
+    shed = [k for k in original if k not in routing_only]
+    if shed:
+        reason["dropped_attributes"] = [*reason.get("dropped_attributes", []), *shed]
+    reason_request = _request(
+        queue_url, record, _reason_record(record, reason), message.dead_letter_attributes({}, reason), REASON_DEDUPLICATION_SUFFIX
+    )
+    size = message.message_bytes(body, routing_only)
+    if size > max_message_bytes and size_known:
+        if last_receive:  # once: the receive after which SQS's redrive policy moves the message here as it came
+            _send(sqs, reason_request, f"{source} (its reason record)")
+        raise DeadLetterError(
+            f"message {source} is {size} bytes, over the dead-letter queue's MaximumMessageSize of {max_message_bytes}: "
+            "it stays in the work queue until SQS's redrive policy moves it; raise the dead-letter queue's "
+            "MaximumMessageSize to the work queue's"
+        )
+    _send(sqs, reason_request, f"{source} (its reason record)")
+    return _send(sqs, _request(queue_url, record, body, routing_only), source)
 
 
 def fit_reason(

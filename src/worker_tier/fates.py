@@ -252,6 +252,8 @@ class Fates:
                 path=task.path,
                 now=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
                 max_message_bytes=self._dead_letter_queue_size.of(sqs, dead_letter_queue_url),
+                last_receive=task.receive_count >= self.settings.redrive_max_receive_count,
+                size_known=self._dead_letter_queue_size.known(dead_letter_queue_url),
             )
         except Exception as failure:  # the DLQ refused it, or building the copy raised: never let it escape
             logger.error(

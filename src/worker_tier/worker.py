@@ -387,16 +387,20 @@ class Worker(Fates):
         """Run the handler, through the idempotency layer when the task asks for it."""
         started = time.perf_counter()
         try:
+            handler = _ending_forked_child(definition.handler, invocation.pid)
             if definition.idempotent:
-                self._run_idempotent(definition, task, invocation)
+                self._run_idempotent(definition, handler, task, invocation)
             else:
-                definition.handler(task)
+                handler(task)
         finally:
             invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
 
-    def _run_idempotent(self, definition: TaskDefinition, task: Task, invocation: _Invocation) -> None:
-        """Run through the idempotency layer; with the caller's heartbeat, the record's expiry follows the lease."""
+    def _run_idempotent(
+        self, definition: TaskDefinition, handler: Callable[[Task], object], task: Task, invocation: _Invocation
+    ) -> None:
+        """Run ``handler`` through the idempotency layer; with the caller's heartbeat, the record's expiry follows the lease."""
         runner = self._idempotent_runner()
+        definition = dataclasses.replace(definition, handler=handler)
         if invocation.context is not None or invocation.heartbeat is None:
             runner.run(definition, task, invocation.context)
             return
@@ -485,6 +489,24 @@ class Worker(Fates):
             self._queue_url = self._sqs.get().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
         return self._queue_url
 
+
+
+def _ending_forked_child(handler: Callable[[Task], object], pid: int) -> Callable[[Task], object]:
+    """``handler``, ending a forked child of it right where the child comes back from it: before any wrapper (the
+    idempotency layer, which would delete the parent's INPROGRESS record with the inherited client) sees its end."""
+
+    def run(task: Task) -> object:
+        try:
+            result = handler(task)
+        except BaseException as error:
+            if os.getpid() != pid:
+                _end_forked_child(error)
+            raise
+        if os.getpid() != pid:
+            _end_forked_child(None)
+        return result
+
+    return run
 
 
 def _end_forked_child(error: BaseException | None) -> NoReturn:

@@ -444,6 +444,48 @@ def test_background_work_cut_by_the_delivery_deadline_fails_the_message_with_why
             "(inactivity_timeout) and was cancelled handling POST /") in outcome.detail
 
 
+def test_background_work_cut_by_the_deadline_has_its_cancellation_awaited_before_the_message_fails(aws, outcomes):
+    # GIVEN a FastAPI app whose background task, cancelled, cleans up for a moment before it ends
+    cleaned: list[str] = []
+
+    async def report() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.3)
+            cleaned.append("cleaned up")
+            raise
+
+    w = _app_worker(aws, _fastapi_with_background_work(report))
+    send_job(aws, "report")
+    # WHEN the worker delivers it with 1 s left for the app
+    response = w.handle(aws.receive_event(), _LambdaContext(w.settings.timeout_margin * 1000 + 1000))
+    # THEN the message failed only once the cancelled work had ended
+    assert len(failed(response)) == 1
+    assert cleaned == ["cleaned up"]
+
+
+@pytest.mark.parametrize("kind", ["async def", "def"])
+def test_background_work_that_raises_after_a_200_fails_the_message_naming_the_exception(aws, outcomes, kind):
+    # GIVEN a FastAPI app that answers 200 at once, then runs a background task (on its loop, or in a thread) that raises
+    async def report_async() -> None:
+        raise RuntimeError("the report's disk is full")
+
+    def report_sync() -> None:
+        raise RuntimeError("the report's disk is full")
+
+    w = _app_worker(aws, _fastapi_with_background_work(report_async if kind == "async def" else report_sync))
+    send_job(aws, "report")
+    # WHEN the worker delivers it
+    response = w.handle(aws.receive_event(), None)
+    # THEN the message is not a success: it retries, its reason naming the background task's exception
+    assert len(failed(response)) == 1
+    [outcome] = outcomes
+    assert outcome.status == OUTCOME_RETRYING
+    assert ("the app answered 200, but its work after the answer (a background task) raised RuntimeError: "
+            "the report's disk is full handling POST /") in outcome.detail
+
+
 def test_background_work_that_finishes_in_time_is_done_before_the_message_succeeds(aws, outcomes):
     # GIVEN a FastAPI app whose background task, run after its 200, takes a moment
     done: list[str] = []

@@ -355,3 +355,20 @@ def test_a_tasks_forked_child_ends_where_it_comes_back_and_never_runs_the_rest_o
     worker = str(answer["pid"])
     assert child[0] == "child" and child[1] != worker
     assert rest == [["child-status", str(status), worker], ["record-1", worker], ["record-2", worker]]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX's")
+def test_an_idempotent_tasks_forked_child_leaves_the_parents_idempotency_record_alone(tmp_path):
+    # GIVEN a batch whose first task is idempotent and forks, its child ending by sys.exit(0)
+    log = tmp_path / "log"
+    repo = Path(__file__).resolve().parents[2]
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    # WHEN a worker process handles it, the state table in a moto server (tests.functional.forking_batch)
+    done = subprocess.run([sys.executable, "-m", "tests.functional.forking_batch", "exit-0", str(log), "idempotent"],
+                          env=environ, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    [answer] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["response"] == {"batchItemFailures": []}
+    # THEN the child ended before the idempotency layer saw it: the parent's record is still INPROGRESS after it
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert ["record-status", "INPROGRESS", str(answer["pid"])] in lines, lines

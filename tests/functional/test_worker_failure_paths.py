@@ -397,6 +397,84 @@ def test_a_dead_letter_copy_is_sized_for_256_kib_when_the_dlqs_size_cannot_be_re
     assert (second["MessageBody"], FAILURE_ATTRIBUTE in second["MessageAttributes"]) == (body, False)
 
 
+def dlq_of_256_kib_behind_a_1_mib_queue(aws: AwsWorld, clock: Clock) -> StrictSQS:
+    """A 1 MiB work queue whose DLQ takes 256 KiB; the strict stand-in enforces 256 KiB on the worker's sends."""
+    aws.sqs.set_queue_attributes(QueueUrl=aws.queue_url, Attributes={"MaximumMessageSize": str(SQS_MAX_MESSAGE_BYTES)})
+    aws.sqs.set_queue_attributes(QueueUrl=aws.dead_letter_queue_url, Attributes={"MaximumMessageSize": str(EB_QUEUE_BYTES)})
+    return StrictSQS(aws.sqs, clock=clock, maximum_message_size=EB_QUEUE_BYTES)
+
+
+def test_a_body_that_fits_the_dlq_only_without_its_other_attributes_is_dead_lettered_with_routing_ones(aws):
+    # GIVEN a 262,000-byte body (it fits a 256 KiB DLQ alone) with a 2,000-character attribute of its own
+    clock = Clock()
+    dlq_sized = dlq_of_256_kib_behind_a_1_mib_queue(aws, clock)
+    body = "v" * 262_000
+    send(aws, "/video", body, tenant={"DataType": "String", "StringValue": "t" * 2000})
+    event = aws.receive_event()
+    aws.sqs = dlq_sized
+    # WHEN its task refuses it
+    response = worker_for(aws, one_task("/video", raise_(NonRetryableError("unsupported codec"))), clock).handle(event, None)
+    # THEN it is dead-lettered at once: its reason record (naming the shed attribute), then the body with its path only
+    assert response["batchItemFailures"] == []
+    first, second = dead_letter_sends(aws)
+    record = json.loads(first["MessageBody"])
+    assert (record["reason"]["error_message"], record["reason"]["dropped_attributes"]) == ("unsupported codec", ["tenant"])
+    assert second["MessageBody"] == body
+    assert set(second["MessageAttributes"]) == {"beanstalk.sqsd.path"}
+    assert aws.sqs.refused == []
+
+
+def test_a_body_over_the_dlqs_size_stays_for_the_redrive_and_its_reason_record_is_written_once(aws, caplog):
+    # GIVEN a 300 KB body in a 1 MiB work queue whose DLQ takes 256 KiB, and a task that refuses it
+    clock = Clock()
+    dlq_sized = dlq_of_256_kib_behind_a_1_mib_queue(aws, clock)
+    body = "v" * 300_000
+    send(aws, "/video", body)
+    event = aws.receive_event()
+    aws.sqs = dlq_sized
+    settings = Settings()
+    worker = worker_for(aws, one_task("/video", raise_(NonRetryableError("unsupported codec"))), clock, settings=settings)
+    caplog.set_level(logging.ERROR, logger=observability.logger.name)
+    # WHEN it is received once, and then on the last receive before SQS's redrive policy moves it
+    first = worker.handle(event, None)
+    sends_after_first = len(dead_letter_sends(aws))
+    event["Records"][0]["attributes"]["ApproximateReceiveCount"] = str(settings.redrive_max_receive_count)
+    last = worker.handle(event, None)
+    # THEN each receive keeps it for retry (nothing sent to the DLQ, which would refuse it) with a one-line reason
+    message_id = event["Records"][0]["messageId"]
+    assert failure_ids(first) == failure_ids(last) == {message_id}
+    assert sends_after_first == 0
+    assert any(
+        f"message {message_id} is 300" in str(getattr(r, "error", "")) and "over the dead-letter queue's MaximumMessageSize of "
+        f"{EB_QUEUE_BYTES}" in str(getattr(r, "error", "")) for r in caplog.records
+    ), [getattr(r, "error", r.getMessage()) for r in caplog.records]
+    # AND the last receive wrote its reason record, once, for the message the redrive will move
+    [sent] = dead_letter_sends(aws)
+    record = json.loads(sent["MessageBody"])
+    assert (record["source_message_id"], record["reason"]["error_message"]) == (message_id, "unsupported codec")
+    assert aws.sqs.refused == []
+
+
+def test_a_copy_too_large_for_its_reason_is_moved_back_as_work_without_its_failure_history(aws):
+    # GIVEN a 1 MiB - 50 byte body already retried through the delay table (two earlier attempts carried)
+    clock = Clock()
+    strict(aws, clock)
+    body = "b" * (SQS_MAX_MESSAGE_BYTES - 50 - 40)
+    send(aws, "/refuse", body, **{ATTEMPTS_ATTRIBUTE: {"DataType": "String", "StringValue": "2"}})
+    event = aws.receive_event()
+    assert worker_for(aws, one_task("/refuse", raise_(NonRetryableError("no"))), clock).handle(event, None) == {
+        "batchItemFailures": []}
+    # WHEN its DLQ copy (no room for its reason: a record of its own holds it) is moved back unfiltered, as
+    # StartMessageMoveTask moves it, and received again
+    _record, copy = dead_letter_sends(aws)
+    assert ATTEMPTS_ATTRIBUTE not in copy["MessageAttributes"]
+    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=copy["MessageBody"], MessageAttributes=copy["MessageAttributes"])
+    seen: list[int] = []
+    worker_for(aws, one_task("/refuse", lambda task: seen.append(task.receive_count)), clock).handle(aws.receive_event(), None)
+    # THEN it starts fresh: its first receive is its first attempt
+    assert seen == [1]
+
+
 # -- item 14: FIFO forwarding to the container worker --------------------------------------------------------------
 
 
