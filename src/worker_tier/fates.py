@@ -41,6 +41,20 @@ OUTCOME_RELEASED = "released"
 VISIBILITY_SAFETY_MARGIN_SECONDS = 60
 
 
+class ThisProcess:
+    """This process's id, kept current across ``os.fork`` by an at-fork hook: ``Worker._run`` compares it with its
+    invocation's for every message, and ``os.getpid()`` is a system call each time (glibc stopped caching it)."""
+
+    pid = os.getpid()
+
+    @classmethod
+    def forked(cls) -> None:
+        cls.pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=ThisProcess.forked)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What became of one message; passed to outcome listeners (the local environment prints them)."""
@@ -85,7 +99,7 @@ class _Invocation:
     lease_context: LeaseContext | None = None
     dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
     left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
-    pid: int = field(default_factory=os.getpid)  # the worker's process: a task's forked child differs (Worker._run)
+    pid: int = field(default_factory=lambda: ThisProcess.pid)  # the worker's process: a task's forked child differs
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.

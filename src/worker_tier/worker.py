@@ -49,7 +49,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
-from worker_tier import contract, limits, message, sqsd
+from worker_tier import contract, fates, limits, message, sqsd
 from worker_tier.app_target import AppTarget, target_from_settings
 from worker_tier.aws import LazyClient, new_heartbeat_client
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
@@ -317,12 +317,12 @@ class Worker(Fates):
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
                 error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
-            if os.getpid() != invocation.pid:
+            if fates.ThisProcess.pid != invocation.pid:
                 _end_forked_child(error)
             if self._fail_safely(record, task, invocation, error):
                 raise TaskFailedError(_describe(error)) from error
         else:
-            if os.getpid() != invocation.pid:
+            if fates.ThisProcess.pid != invocation.pid:
                 _end_forked_child(None)
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
@@ -499,10 +499,10 @@ def _ending_forked_child(handler: Callable[[Task], object], pid: int) -> Callabl
         try:
             result = handler(task)
         except BaseException as error:
-            if os.getpid() != pid:
+            if fates.ThisProcess.pid != pid:
                 _end_forked_child(error)
             raise
-        if os.getpid() != pid:
+        if fates.ThisProcess.pid != pid:
             _end_forked_child(None)
         return result
 
