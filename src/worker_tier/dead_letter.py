@@ -38,7 +38,6 @@ window, as the reason record's deduplication id is stable (``<message id>-reason
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime
 from typing import Any, Mapping
@@ -189,15 +188,12 @@ def _longest_prefix(text: str, spare_bytes: int) -> str:
 def _reason_record(record: Mapping[str, Any], reason: Mapping[str, Any]) -> str:
     """The body of the small DLQ message that carries a reason its message had no room for."""
     return json.dumps(
-        {"source_message_id": record.get("messageId"), "body_md5": body_md5(record.get("body") or ""),
+        {"source_message_id": record.get("messageId"), "body_md5": message.body_md5(record.get("body") or ""),
          "reason": reason, "note": REASON_RECORD_NOTE},
         separators=(",", ":"),
     )
 
 
-def body_md5(body: str) -> str:
-    """The hex MD5 of a body's UTF-8, as SQS reports it (``MD5OfBody``): how a reason record names its message."""
-    return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def reason_record(body: str, attributes: Mapping[str, Any]) -> dict[str, Any] | None:

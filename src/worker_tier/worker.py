@@ -387,11 +387,11 @@ class Worker(Fates):
         """Run the handler, through the idempotency layer when the task asks for it."""
         started = time.perf_counter()
         try:
-            handler = _ending_forked_child(definition.handler, invocation.pid)
             if definition.idempotent:
+                handler = _ending_forked_child(definition.handler, invocation.pid)
                 self._run_idempotent(definition, handler, task, invocation)
             else:
-                handler(task)
+                definition.handler(task)  # a forked child coming back ends in _run, as nothing wraps it here
         finally:
             invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
 

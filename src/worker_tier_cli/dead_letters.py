@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Any, Callable
 
 from worker_tier import contract, limits
-from worker_tier.dead_letter import body_md5, reason_record
+from worker_tier.dead_letter import reason_record
+from worker_tier.message import body_md5
 from worker_tier.retry import chunks
 
 PEEK_VISIBILITY_SECONDS = 60  # long enough to read --limit messages; released at once after
