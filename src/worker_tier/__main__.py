@@ -17,8 +17,8 @@ import sys
 
 from worker_tier import contract
 from worker_tier.aws import new_heartbeat_client
-from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, QueueConfigurationError, concurrency, exit_now, threads_left
-from worker_tier.errors import SettingsError
+from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, concurrency, exit_now, threads_left
+from worker_tier.errors import QueueConfigurationError, SettingsError
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.observability import logger
 from worker_tier.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings

@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 from worker_tier import contract, limits, observability
 from worker_tier.aws import error_code
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import QueueConfigurationError, WorkerTierError
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.message import lambda_record, safe_repr
 from worker_tier.observability import logger
@@ -80,11 +80,6 @@ RECEIVE_BACKOFF_MAX_SECONDS = 30.0
 CONFIGURATION_ERROR_CODES = frozenset(
     {"AccessDenied", "AccessDeniedException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 )
-
-
-class QueueConfigurationError(WorkerTierError):
-    """A queue call (GetQueueAttributes at start, ReceiveMessage) was refused in a way no retry fixes (access denied, no
-    such queue): at start before any message is taken, else raised after the drain."""
 
 
 def exit_now(code: int) -> None:

@@ -44,7 +44,7 @@ from typing import Any, Mapping
 
 from worker_tier import contract, limits, message
 from worker_tier.aws import error_code
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import DeadLetterError
 from worker_tier.observability import logger
 
 # The reason record's "note": what a reader of the DLQ finds next to it.
@@ -57,10 +57,6 @@ REASON_DEDUPLICATION_SUFFIX = "-reason"
 # queue has and below any new queue's 1 MiB. A larger DLQ then only gets a reason record more often; a smaller one
 # refuses the copy, the message backs off, and the next dead-letter reads the limit again.
 FALLBACK_DEAD_LETTER_QUEUE_BYTES = limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES
-
-
-class DeadLetterError(WorkerTierError):
-    """The dead-letter queue did not accept a message; it must not be deleted from the source queue."""
 
 
 class DeadLetterQueueSize:
@@ -192,8 +188,6 @@ def _reason_record(record: Mapping[str, Any], reason: Mapping[str, Any]) -> str:
          "reason": reason, "note": REASON_RECORD_NOTE},
         separators=(",", ":"),
     )
-
-
 
 
 def reason_record(body: str, attributes: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -56,7 +56,7 @@ from worker_tier.contract import (
     DELAY_TTL_ATTRIBUTE,
     DUE_AT_ATTRIBUTE,
 )
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import UnreadableItemError, WorkerTierError
 from worker_tier.message import format_due_at
 from worker_tier.retry import BATCH_ENTRIES, chunks
 from worker_tier.settings import DEFAULT_DELAY_SHARDS, MAX_DELAY_SHARDS
@@ -96,10 +96,6 @@ _BUCKET_KEY = re.compile(r"b#(-?[0-9]+)#(-?[0-9]+)")
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html#API_BatchWriteItem_Errors
 VALIDATION_ERROR_CODE = "ValidationException"
 _ATTRIBUTE_VALUE_KEYS = (frozenset({"DataType", "StringValue"}), frozenset({"DataType", "BinaryValue"}))
-
-
-class UnreadableItemError(WorkerTierError, ValueError):
-    """A delay-table item is not a delayed message as the producer writes one; the text says what is wrong."""
 
 
 class DelayStoreError(WorkerTierError):

@@ -80,9 +80,9 @@ from worker_tier import contract, delay, delivery, limits, message, sqs_rules
 from worker_tier.aws import LazyClient
 from worker_tier.delay import DelayedMessage
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import LayoutLostError, StateError, UnreadableItemError, WorkerTierError
 from worker_tier.retry import BATCH_ENTRIES, chunks
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, LayoutLostError, StateError, group_of, minute_keys
+from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, group_of, minute_keys
 from worker_tier.dispatcher import FINISHED_MS_ATTRIBUTE, STARTED_MS_ATTRIBUTE
 
 INSERT, REMOVE = "INSERT", "REMOVE"
@@ -268,7 +268,7 @@ def read_record(record: Mapping[str, Any]) -> StreamEvent | None:
 
 def _what(error: Exception) -> str:
     """An error's text, with its type unless it already says what was wrong with the item."""
-    return str(error) if isinstance(error, delay.UnreadableItemError) else f"{type(error).__name__}: {error}"
+    return str(error) if isinstance(error, UnreadableItemError) else f"{type(error).__name__}: {error}"
 
 
 def _table_of(arn: Any) -> str:

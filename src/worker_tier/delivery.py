@@ -25,9 +25,9 @@ from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from worker_tier import contract, delay, limits, send_moment, sqs_rules
 from worker_tier.aws import error_code
-from worker_tier.delay import DelayedMessage, UnreadableItemError
+from worker_tier.delay import DelayedMessage
 from worker_tier.contract import PATH_ATTRIBUTE
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import DispatchIncompleteError, DispatchRefusedError, UnreadableItemError
 from worker_tier.message import dead_letter_attributes, failure_reason
 from worker_tier.retry import BATCH_ENTRIES
 
@@ -44,14 +44,6 @@ _SQS_CODE_PREFIX = "AWS.SimpleQueueService."
 # or the socket's own error. Anything else (a TypeError, a KeyError) is a fault of this code: never retried, it propagates.
 AWS_CALL_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError, OSError)
 POINTER_BODY_HEAD_BYTES = 1024
-
-
-class DispatchIncompleteError(WorkerTierError):
-    """Some messages were neither accepted by SQS nor dead-lettered, after retries; the run stops there."""
-
-
-class DispatchRefusedError(WorkerTierError):
-    """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
 
 
 @dataclass

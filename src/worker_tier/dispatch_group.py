@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 from worker_tier import delay
 from worker_tier.contract import DISPATCHER_KEY_PREFIX, STATE_PARTITION_KEY
-from worker_tier.errors import WorkerTierError
+from worker_tier.errors import LayoutLostError, StateError
 
 LAYOUT_KEY = f"{DISPATCHER_KEY_PREFIX}layout"
 GROUPS_ATTRIBUTE = "groups"
@@ -45,14 +45,6 @@ UNKNOWN_ATTRIBUTE = "unknown_shards"  # shards whose old group had no position a
 CHANGED_MS_ATTRIBUTE = "changed_ms"  # when the layout was written: a group without a position is late since then
 BUCKET_ATTRIBUTE = "bucket"
 CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
-
-
-class StateError(WorkerTierError, ValueError):
-    """A dispatcher state item (the watermark) is not as the dispatcher writes it."""
-
-
-class LayoutLostError(StateError):
-    """The layout item is missing, yet a layout was written (the G = 1 watermark carries its epoch): never fall back to epoch 0."""
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ from typing import Any, Callable, Iterator
 
 from worker_tier import contract, delay, delivery, limits, send_moment
 from worker_tier.aws import AwsService, LazyClient, error_code, is_condition_failure, new_client
-from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, UnreadableItemError
+from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY, STATE_TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.dispatch_group import (
     BUCKET_ATTRIBUTE,
@@ -93,17 +93,11 @@ from worker_tier.dispatch_group import (
     LAYOUT_KEY,
     DispatchGroup,
     Layout,
-    LayoutLostError,
-    StateError,
     parse_watermark,
     watermark_epoch,
 )
-from worker_tier.delivery import (  # noqa: F401 (the errors: part of this module's API)
-    DispatchIncompleteError,
-    DispatchRefusedError,
-    Delivery,
-)
-from worker_tier.errors import SettingsError, WorkerTierError
+from worker_tier.delivery import Delivery
+from worker_tier.errors import DispatchIncompleteError, LayoutLostError, SettingsError, StateError, UnreadableItemError, WorkerTierError
 from worker_tier.message import message_bytes
 from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, batches
 from worker_tier.state import Lease

@@ -116,3 +116,45 @@ class AppExceptionError(WorkerTierError):
 
 class RetentionExpiredError(NonRetryableError):
     """The message was first received longer ago than ``retention_period``: dead-lettered, not delivered to the app."""
+
+
+class ConfigurationError(WorkerTierError, ValueError):
+    """A deployment's configuration is invalid: a construct's props, task code, a requirements file, ``cron.yaml``.
+
+    Raised at synth (the CDK constructs' own errors derive from it) and by the tools that read the same files; it
+    is a ``ValueError`` too, as these errors always were.
+    """
+
+
+class QueueConfigurationError(WorkerTierError):
+    """A queue call (GetQueueAttributes at start, ReceiveMessage) was refused in a way no retry fixes (access denied, no
+    such queue): at start before any message is taken, else raised after the drain."""
+
+
+class UnsendableRequestError(NonRetryableError):
+    """A message attribute cannot become the POST's header or path (a control character, or a path that is no
+    request target): dead-lettered at once, the reason naming the attribute, as no retry can change it."""
+
+
+class DeadLetterError(WorkerTierError):
+    """The dead-letter queue did not accept a message; it must not be deleted from the source queue."""
+
+
+class UnreadableItemError(WorkerTierError, ValueError):
+    """A delay-table item is not a delayed message as the producer writes one; the text says what is wrong."""
+
+
+class DispatchIncompleteError(WorkerTierError):
+    """Some messages were neither accepted by SQS nor dead-lettered, after retries; the run stops there."""
+
+
+class DispatchRefusedError(WorkerTierError):
+    """The work queue refused a delayed message for a sender fault: the reason it was dead-lettered."""
+
+
+class StateError(WorkerTierError, ValueError):
+    """A dispatcher state item (the watermark) is not as the dispatcher writes it."""
+
+
+class LayoutLostError(StateError):
+    """The layout item is missing, yet a layout was written (the G = 1 watermark carries its epoch): never fall back to epoch 0."""

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from worker_tier import backoff, contract, limits, message, observability
-from worker_tier.dead_letter import DeadLetterError, DeadLetterQueueSize, send_to_dead_letter_queue
-from worker_tier.errors import NonRetryableError, RetryLater, WorkerTierError
+from worker_tier.dead_letter import DeadLetterQueueSize, send_to_dead_letter_queue
+from worker_tier.errors import DeadLetterError, NonRetryableError, RetryLater, WorkerTierError
 from worker_tier.message import safe_repr
 from worker_tier.observability import logger
 from worker_tier.settings import Settings

@@ -30,7 +30,7 @@ from typing import Any
 
 from worker_tier import contract, message
 from worker_tier.app_target import AppResponse, SqsdRequest
-from worker_tier.errors import AppExceptionError, AppStatusError, NonRetryableError, RetentionExpiredError, RetryLater
+from worker_tier.errors import AppExceptionError, AppStatusError, RetentionExpiredError, RetryLater, UnsendableRequestError
 from worker_tier.settings import Settings
 from worker_tier.task import Task
 
@@ -60,11 +60,6 @@ _HEADER_SOURCES = {
     "X-Aws-Sqsd-Scheduled-At": contract.SCHEDULED_TIME_ATTRIBUTE,
     "X-Aws-Sqsd-Taskname": contract.TASK_NAME_ATTRIBUTE,
 }
-
-
-class UnsendableRequestError(NonRetryableError):
-    """A message attribute cannot become the POST's header or path (a control character, or a path that is no
-    request target): dead-lettered at once, the reason naming the attribute, as no retry can change it."""
 
 
 def request_for(task: Task, settings: Settings) -> SqsdRequest:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import worker_tier
+from worker_tier.errors import ConfigurationError
 from worker_tier_cdk import requirements as app_requirements
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ RUNTIME_IMPORT_NAMES = frozenset({
 })
 
 
-class TaskCodeError(ValueError):
+class TaskCodeError(ConfigurationError):
     """A task code directory that cannot be deployed; the message names it and the rule."""
 
 

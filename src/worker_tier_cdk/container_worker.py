@@ -47,6 +47,7 @@ from worker_tier_cdk.settings import Settings
 from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
 from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
 from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC
+from worker_tier.errors import ConfigurationError
 
 SCALE_OUT_COOLDOWN_SECONDS = 60
 SCALE_IN_COOLDOWN_SECONDS = 600
@@ -67,7 +68,7 @@ ECR_IMAGE = re.compile(r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.
 APP_CONTAINER = "App"
 
 
-class ContainerWorkerPropsError(ValueError):
+class ContainerWorkerPropsError(ConfigurationError):
     """ContainerWorkerProps that cannot run the settings' container worker."""
 
 

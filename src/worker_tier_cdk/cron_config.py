@@ -53,6 +53,7 @@ from worker_tier.sqsd import HEADER_VALUE_FORBIDDEN, REQUEST_PATH
 from worker_tier.contract import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE
 from worker_tier.message import message_bytes
 from worker_tier.periodic import Tick
+from worker_tier.errors import ConfigurationError
 
 CRON_VERSION = 1
 UTC = "UTC"
@@ -79,7 +80,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _SAMPLE_TICK_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 
-class CronConfigError(ValueError):
+class CronConfigError(ConfigurationError):
     """cron.yaml is malformed; the message names the file, the line, the entry and the rule."""
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from worker_tier.errors import ConfigurationError
 
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -48,7 +49,7 @@ MAX_NUMBER_DIGITS = 4
 MONTH_MAX_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
-class CronExpressionError(ValueError):
+class CronExpressionError(ConfigurationError):
     """A cron expression is malformed or cannot be expressed in EventBridge."""
 
 

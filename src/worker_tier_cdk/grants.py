@@ -35,6 +35,7 @@ from worker_tier.contract import (
     IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX,
     TICK_KEY_PREFIX as TICK_KEY_PREFIX,
 )
+from worker_tier.errors import ConfigurationError
 
 # The contract's prefixes under the names this module exports.
 DELAYED_MESSAGE_KEY_PREFIX = DELAY_BUCKET_KEY_PREFIX
@@ -83,7 +84,7 @@ CLEARLY_COMPLETE_SECRET_ARN = re.compile(r"-(?=[^-]*[a-z])(?=[^-]*[A-Z])(?=[^-]*
 PARTIAL_SECRET_ARN_WILDCARD = "-??????"
 
 
-class GrantError(ValueError):
+class GrantError(ConfigurationError):
     """A grant asked for something that would not limit the grantee."""
 
 

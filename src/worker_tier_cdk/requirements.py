@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from worker_tier.errors import ConfigurationError
 
 # What the runtime ships itself, by canonical distribution name.
 RUNTIME_DISTRIBUTIONS = frozenset({"boto3", "botocore", "s3transfer", "aws-lambda-powertools"})
@@ -44,7 +45,7 @@ PIP_ERROR_LINES = 20
 _EXACT_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)(?=\s|;|$)")
 
 
-class RequirementsError(ValueError):
+class RequirementsError(ConfigurationError):
     """A requirements file that cannot be installed beside the runtime; the message names the line and the rule."""
 
 

@@ -17,13 +17,14 @@ from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
 from worker_tier import contract
 from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.errors import ConfigurationError
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 # The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).
 SETTINGS_ADVICE_WARNING_ID = "worker-tier:settings-advice"
 
 
-class WorkerQueuePropsError(ValueError):
+class WorkerQueuePropsError(ConfigurationError):
     """WorkerQueueProps combine options that cannot go together."""
 
 

@@ -15,8 +15,8 @@ from typing import Any, Iterator
 import click
 
 from worker_tier import cancellation, contract, delay
-from worker_tier.dispatch_group import StateError, shard_positions, state_reader
-from worker_tier.errors import MessageError
+from worker_tier.dispatch_group import shard_positions, state_reader
+from worker_tier.errors import MessageError, StateError, UnreadableItemError
 from worker_tier.message import format_due_at
 from worker_tier_cli.output import emit_json, table
 from worker_tier_cli.session import Session
@@ -147,7 +147,7 @@ def _shard(dynamodb: Any, table_name: str, bucket: int, shard: int, after: str |
         for item in page.get("Items") or []:
             try:
                 messages.append(delay.read_item(item))
-            except delay.UnreadableItemError:
+            except UnreadableItemError:
                 continue  # the delay dispatcher dead-letters it with its reason; not a message to list
         if "LastEvaluatedKey" not in page:
             return messages

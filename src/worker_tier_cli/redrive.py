@@ -57,6 +57,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from worker_tier import limits, message
+from worker_tier.errors import WorkerTierError
 from worker_tier.retry import batches, chunks
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, RecordShelf, receive, release
 
@@ -169,7 +170,7 @@ class Journal:
         os.replace(temporary, path)
 
 
-class JournalError(Exception):
+class JournalError(WorkerTierError):
     """The redrive journal cannot be read: running without it could send its messages twice."""
 
 

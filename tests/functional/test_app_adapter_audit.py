@@ -23,10 +23,10 @@ from tests.functional.conftest import AwsWorld
 from worker_tier import contract
 from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
 from worker_tier.app_target import AppResponse, SqsdRequest
-from worker_tier.errors import AppExceptionError, AppLoadError, AppStatusError, RetryLater
+from worker_tier.errors import AppExceptionError, AppLoadError, AppStatusError, RetryLater, UnsendableRequestError
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
-from worker_tier.sqsd import UnsendableRequestError, check_response, request_for
+from worker_tier.sqsd import check_response, request_for
 from worker_tier.task import Task
 from worker_tier.worker import Worker
 

@@ -335,7 +335,7 @@ def test_a_control_character_dead_letters_at_once_naming_the_attribute_for_both_
     """Added with the fix: request_for is the one rule for the in-process and the HTTP target, so neither
     ever sees such a request; the error is a NonRetryableError (dead-lettered at once, no retries)."""
     from worker_tier.errors import NonRetryableError
-    from worker_tier.sqsd import UnsendableRequestError
+    from worker_tier.errors import UnsendableRequestError
 
     # GIVEN a message whose attribute 'note' holds a control character
     task = sqs_task({"note": {"dataType": "String", "stringValue": value}})
