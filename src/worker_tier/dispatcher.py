@@ -175,7 +175,10 @@ def minute_key(bucket: int) -> str:
 
 
 class LeaseLostError(WorkerTierError):
-    """Another run moved the watermark: this run no longer holds the lease."""
+    """Another run moved the watermark: this run no longer holds its lease on the state table.
+
+    Not ``worker_tier.fates.HeartbeatLeaseLostError``, a message whose visibility the heartbeat lost.
+    """
 
 
 @dataclass

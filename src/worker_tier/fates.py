@@ -81,8 +81,11 @@ def remove_outcome_listener(listener: OutcomeListener) -> None:
     _listeners.remove(listener)
 
 
-class LeaseLostError(WorkerTierError):
-    """The heartbeat lost the message's lease before its task started: another consumer may run it now."""
+class HeartbeatLeaseLostError(WorkerTierError):
+    """The heartbeat lost the message's lease (its visibility) before its task started: another consumer may run it now.
+
+    Not the delay dispatcher's ``worker_tier.dispatcher.LeaseLostError``, which is its run's lease on the state table.
+    """
 
 
 @dataclass
@@ -131,12 +134,12 @@ class Fates:
     _producer: Client | None
     _resolve_queue_url: Callable[[list[Any]], str]
 
-    def _lease_lost(self, task: Task, invocation: _Invocation) -> LeaseLostError:
+    def _lease_lost(self, task: Task, invocation: _Invocation) -> HeartbeatLeaseLostError:
         """A task whose message the heartbeat lost is not started: the error to report it failed with, its visibility left alone."""
         invocation.left_alone.add(task.message_id)
         invocation.metrics.count(contract.METRIC_LEASE_LOST_BEFORE_START)
         logger.warning("message's lease was lost before its task started: not run, left to its new holder")
-        return LeaseLostError(f"message {task.message_id} lost its lease before its task started")
+        return HeartbeatLeaseLostError(f"message {task.message_id} lost its lease before its task started")
 
     def _fail_safely(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
         """``_fail``, with a net: if deciding raises, the message backs off (never visibility 0) unless dead-lettered."""

@@ -63,7 +63,6 @@ from worker_tier.fates import (  # noqa: F401 - the outcome API is imported from
     OUTCOME_SUCCEEDED,
     VISIBILITY_SAFETY_MARGIN_SECONDS,
     Fates,
-    LeaseLostError,
     Outcome,
     OutcomeListener,
     _describe,
