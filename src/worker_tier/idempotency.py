@@ -36,7 +36,7 @@ from worker_tier import contract
 from worker_tier.aws import is_condition_failure
 from worker_tier.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
 from worker_tier.registry import TaskDefinition
-from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.task import Task
 
 # The state table's key layout is worker_tier.contract's; these names stay importable from here.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from worker_tier import limits
-from worker_tier.contract import ENVIRONMENT_PREFIX, setting_variable  # noqa: F401 - ENVIRONMENT_PREFIX: importable here too
+from worker_tier.contract import setting_variable
 from worker_tier.errors import SettingsError
 
 # Elastic Beanstalk worker defaults:

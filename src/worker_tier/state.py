@@ -23,14 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from worker_tier.aws import is_condition_failure
-from worker_tier.contract import (  # the key layout is the contract's, re-exported: its users import it from here
-    DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX,
-    IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX,
-    STATE_KEY_PREFIXES,
-    STATE_PARTITION_KEY,
-    STATE_TTL_ATTRIBUTE,
-    TICK_KEY_PREFIX as TICK_KEY_PREFIX,
-)
+from worker_tier.contract import STATE_KEY_PREFIXES, STATE_PARTITION_KEY, STATE_TTL_ATTRIBUTE
 
 # The contract's names for the state table, under the names this module exports.
 KEY_PREFIXES = STATE_KEY_PREFIXES

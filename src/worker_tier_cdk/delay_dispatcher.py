@@ -20,7 +20,7 @@ from worker_tier_cdk.grants import (
 from worker_tier_cdk.settings import Settings
 from worker_tier import contract
 from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
-from worker_tier.contract import DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX
+from worker_tier.contract import DISPATCHER_KEY_PREFIX
 from worker_tier.contract import (
     DELAY_SHARDS_VARIABLE,
     DISPATCH_GROUP_FIELD,

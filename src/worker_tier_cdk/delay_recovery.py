@@ -29,7 +29,7 @@ from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import CANCELLABLE_MESSAGE_KEY_PATTERN, REFILE_ACTIONS, grant_items, grant_keys
 from worker_tier import delay_recovery, limits
 from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
-from worker_tier.contract import DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX
+from worker_tier.contract import DISPATCHER_KEY_PREFIX
 from worker_tier.contract import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_RECOVERY_WATERMARK_AHEAD, Resources
 from worker_tier.settings import Settings
 

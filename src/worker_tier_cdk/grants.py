@@ -31,9 +31,7 @@ from worker_tier import delay
 from worker_tier.contract import (
     DELAY_BUCKET_KEY_PREFIX,
     DELAY_DEDUPE_KEY_PREFIX,
-    DISPATCHER_KEY_PREFIX as DISPATCHER_KEY_PREFIX,
-    IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX,
-    TICK_KEY_PREFIX as TICK_KEY_PREFIX,
+    DISPATCHER_KEY_PREFIX,
 )
 from worker_tier.errors import ConfigurationError
 

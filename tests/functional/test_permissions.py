@@ -26,7 +26,7 @@ from worker_tier.dispatch_group import DispatchGroup
 from worker_tier.container import Consumer, TaskProtection
 from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
 from worker_tier.forwarding import parameter_name, read_signing_secret
-from worker_tier.message import PATH_ATTRIBUTE
+from worker_tier.contract import PATH_ATTRIBUTE
 from worker_tier.periodic import Tick, TickEnqueuer
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings

@@ -16,7 +16,7 @@ from worker_tier.dead_letter import REASON_RECORD_NOTE, send_to_dead_letter_queu
 from worker_tier.delay import DelayedMessage
 from worker_tier.errors import MalformedEventError
 from worker_tier.limits import SQS_MAX_MESSAGE_BYTES, SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
-from worker_tier.message import ATTEMPTS_ATTRIBUTE, DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE
+from worker_tier.contract import ATTEMPTS_ATTRIBUTE, DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.worker import (

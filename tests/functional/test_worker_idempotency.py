@@ -11,7 +11,7 @@ import pytest
 from tests.functional.conftest import AwsWorld
 from worker_tier import Client, Task
 from worker_tier.heartbeat import Heartbeat
-from worker_tier.idempotency import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.registry import MAX_IDEMPOTENT_PATH_BYTES
 from worker_tier_local.context import LocalContext
 from worker_tier.registry import Registry

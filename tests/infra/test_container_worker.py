@@ -14,7 +14,8 @@ from aws_cdk.assertions import Annotations, Match, Template
 from tests.infra.conftest import TASK_CODE
 from worker_tier import contract
 from worker_tier_cdk.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
-from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, IDEMPOTENCY_KEY_PREFIX
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
 from tests.infra.conftest import dynamodb_statements, on_table, synth
 from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 

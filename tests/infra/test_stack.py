@@ -30,12 +30,11 @@ from worker_tier_cdk.grants import (
     CANCELLABLE_MESSAGE_KEY_PATTERN,
     DELAYED_MESSAGE_KEY_PREFIX,
     IDEMPOTENCY_ACTIONS,
-    IDEMPOTENCY_KEY_PREFIX,
-    DISPATCHER_KEY_PREFIX,
     GrantError,
     grant_delay_produce,
     grant_items,
 )
+from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX
 from worker_tier_cdk.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
 from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
 from tests.infra.conftest import actions_of, dynamodb_statements, on_table, synth

@@ -18,7 +18,8 @@ from worker_tier import Client, MessageError, OutgoingMessage, SendError
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
 from worker_tier.delay import DelayedMessage, new_message_id
 from worker_tier.limits import SQS_MAX_MESSAGE_BYTES
-from worker_tier.message import DUE_AT_ATTRIBUTE, copy_attributes
+from worker_tier.message import copy_attributes
+from worker_tier.contract import DUE_AT_ATTRIBUTE
 from worker_tier.retry import SEND_ENTRIES
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"

@@ -24,7 +24,7 @@ from worker_tier.delay_recovery import (
     StreamRecordError,
     read_record,
 )
-from worker_tier.message import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.contract import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.dispatcher import (
     FINISHED_MS_ATTRIBUTE,
     MINUTE_RECORD_RETENTION_SECONDS,

@@ -13,7 +13,7 @@ from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
-from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.errors import SettingsError
 from worker_tier.retry import BATCH_ENTRIES
 from worker_tier.dispatcher import (

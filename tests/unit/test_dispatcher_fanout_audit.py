@@ -17,7 +17,7 @@ from worker_tier.delay_recovery import DelayRecovery
 from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, shard_positions
 from worker_tier.errors import StateError
 from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
-from worker_tier.message import PATH_ATTRIBUTE
+from worker_tier.contract import PATH_ATTRIBUTE
 
 
 @pytest.fixture

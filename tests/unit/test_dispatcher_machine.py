@@ -54,7 +54,7 @@ from tests.fakes import FakeSQS
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
-from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, group_of, watermark_epoch
 from worker_tier.dispatcher import LEASE_SECONDS, START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, DelayDispatcher
 

@@ -8,7 +8,8 @@ import pytest
 
 from worker_tier import MalformedBodyError, Task
 from worker_tier.errors import TaskRegistrationError
-from worker_tier.message import FAILURE_ATTRIBUTE, dead_letter_attributes, failure_reason
+from worker_tier.message import dead_letter_attributes, failure_reason
+from worker_tier.contract import FAILURE_ATTRIBUTE
 from worker_tier.idempotency import record_key
 from worker_tier.registry import MAX_IDEMPOTENT_PATH_BYTES, Registry
 

@@ -12,7 +12,8 @@ from tests.fakes import FakeSQS
 from worker_tier import RetryLater
 from worker_tier.dead_letter import fit_reason
 from worker_tier.heartbeat import Heartbeat
-from worker_tier.message import FAILURE_ATTRIBUTE, message_bytes, sqs_attributes
+from worker_tier.message import message_bytes, sqs_attributes
+from worker_tier.contract import FAILURE_ATTRIBUTE
 from worker_tier.visibility import VisibilityChange, VisibilityRefusal, change_visibility
 
 # -- item 24: RetryLater refuses what it cannot mean, where it is raised -----------------------------------------

@@ -12,7 +12,7 @@ from tests.unit.moment_audit.test_duplicates import _dead_then_ready_round
 from tests.unit.test_dispatcher import DLQ, CountingDynamoDB
 from worker_tier.delay import bucket_key, sort_key
 from worker_tier.dispatcher import ROUND_ITEMS, WATERMARK_KEY
-from worker_tier.message import FAILURE_ATTRIBUTE
+from worker_tier.contract import FAILURE_ATTRIBUTE
 
 
 def _check_cursors(world: AuditWorld) -> None:
