@@ -11,34 +11,50 @@ the task code you name (``worker_tier_cdk.code``). See docs/design.md.
 
 from worker_tier_cdk.code import TaskCode, TaskCodeError
 
-__all__ = ["TaskCode", "TaskCodeError"]
-
 # What the cdk extra adds to a runtime-only install that the constructs import.
 CDK_EXTRA_MODULES = frozenset({"aws_cdk", "constructs", "cdk_nag", "yaml"})
 CDK_EXTRA_INSTALL = "pip install 'worker-tier[cdk]'"
+
+# Each construct's home, imported on first use (``__getattr__``).
+_LAZY_HOMES = {
+    "WorkerTierStack": "worker_tier_cdk.stack",
+    "WorkerQueue": "worker_tier_cdk.worker_queue",
+    "WorkerQueueProps": "worker_tier_cdk.worker_queue",
+    "DelayDispatcher": "worker_tier_cdk.delay_dispatcher",
+    "DelayDispatcherProps": "worker_tier_cdk.delay_dispatcher",
+    "ContainerWorker": "worker_tier_cdk.container_worker",
+    "ContainerWorkerProps": "worker_tier_cdk.container_worker",
+    "PeriodicTasks": "worker_tier_cdk.periodic_tasks",
+    "PeriodicTasksProps": "worker_tier_cdk.periodic_tasks",
+    "Settings": "worker_tier.settings",
+    "add_checks": "worker_tier_cdk.nag",
+}
+
+__all__ = [
+    "ContainerWorker",
+    "ContainerWorkerProps",
+    "DelayDispatcher",
+    "DelayDispatcherProps",
+    "PeriodicTasks",
+    "PeriodicTasksProps",
+    "Settings",
+    "TaskCode",
+    "TaskCodeError",
+    "WorkerQueue",
+    "WorkerQueueProps",
+    "WorkerTierStack",
+    "add_checks",
+]
 
 
 def __getattr__(name: str) -> object:
     """The constructs, imported on first use so that ``import worker_tier_cdk`` stays light."""
     import importlib
 
-    homes = {
-        "WorkerTierStack": "worker_tier_cdk.stack",
-        "WorkerQueue": "worker_tier_cdk.worker_queue",
-        "WorkerQueueProps": "worker_tier_cdk.worker_queue",
-        "DelayDispatcher": "worker_tier_cdk.delay_dispatcher",
-        "DelayDispatcherProps": "worker_tier_cdk.delay_dispatcher",
-        "ContainerWorker": "worker_tier_cdk.container_worker",
-        "ContainerWorkerProps": "worker_tier_cdk.container_worker",
-        "PeriodicTasks": "worker_tier_cdk.periodic_tasks",
-        "PeriodicTasksProps": "worker_tier_cdk.periodic_tasks",
-        "Settings": "worker_tier.settings",
-        "add_checks": "worker_tier_cdk.nag",
-    }
-    if name not in homes:
+    if name not in _LAZY_HOMES:
         raise AttributeError(f"module 'worker_tier_cdk' has no attribute {name!r}")
     try:
-        module = importlib.import_module(homes[name])
+        module = importlib.import_module(_LAZY_HOMES[name])
     except ModuleNotFoundError as error:
         if error.name is None or error.name.split(".")[0] not in CDK_EXTRA_MODULES:
             raise
