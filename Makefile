@@ -47,7 +47,7 @@ dist: $(STAMP)
 
 ## make cron-next: each cron.yaml entry's next 5 run times, UTC and local
 cron-next: $(STAMP)
-	$(PY) -m worker_tier_cdk.cron_preview $(ARGS)
+	$(PY) -m worker_tier.cron_preview $(ARGS)
 
 ## make bench: benchmarks; JSON in bench/results/
 bench: $(STAMP)

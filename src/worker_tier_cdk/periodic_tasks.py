@@ -32,8 +32,8 @@ from constructs import Construct
 
 from worker_tier_cdk import defaults
 from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
-from worker_tier_cdk.cron_config import CronEntry, check_sendable
-from worker_tier_cdk.cron_expression import parse
+from worker_tier.cron_config import CronEntry, check_sendable
+from worker_tier.cron_expression import parse
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import TICK_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings

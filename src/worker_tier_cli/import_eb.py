@@ -25,7 +25,7 @@ import yaml
 
 from worker_tier.errors import SettingsError, WorkerTierError
 from worker_tier.settings import Settings
-from worker_tier_cdk import cron_config
+from worker_tier import cron_config
 from worker_tier_cdk.settings import CONTEXT_KEY
 from worker_tier_cdk.settings_doc import _eb_option
 

@@ -245,7 +245,7 @@ def _cron_entries(path: Path | None, fifo: bool, missing_ok: bool | None = None)
 
     ``missing_ok`` defaults to whether ``path`` is None (./cron.yaml).
     """
-    from worker_tier_cdk.cron_config import load
+    from worker_tier.cron_config import load
 
     return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=path is None if missing_ok is None else missing_ok)
 

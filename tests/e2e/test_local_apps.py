@@ -112,7 +112,7 @@ def test_cron_yaml_ticks_reach_pattern_and_trailing_slash_routes(app, outcomes, 
     # "/purge-sessions" for "/purge-sessions/"), and a clock 30 s before a minute boundary
     import dataclasses
 
-    from worker_tier_cdk.cron_config import load
+    from worker_tier.cron_config import load
 
     entries = load(EXAMPLES / "cron.yaml", fifo=False, missing_ok=False)
     now = [1_800_000_030.0]  # 2027-01-15 08:00:30 UTC

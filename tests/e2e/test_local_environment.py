@@ -77,7 +77,7 @@ def test_make_run_prints_each_outcome(tmp_path):
 
 def test_cron_entry_tick_reaches_its_task(outcomes):
     # GIVEN an every-minute cron.yaml entry and a clock 30 s before a minute boundary
-    from worker_tier_cdk.cron_config import parse
+    from worker_tier.cron_config import parse
 
     entries = parse('version: 1\ncron:\n - name: "minutely-report"\n   url: "/report"\n   schedule: "* * * * *"\n')
     now = [1_800_000_030.0]  # 2027-01-15 08:00:30 UTC

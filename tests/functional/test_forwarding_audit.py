@@ -20,7 +20,7 @@ from worker_tier.forwarding import AppTimeoutError, AppUnreachableError, HttpTar
 from worker_tier.settings import Settings
 from worker_tier.sqsd import request_for
 from worker_tier.task import Task
-from worker_tier_cdk import cron_config
+from worker_tier import cron_config
 from worker_tier_cli import import_eb
 
 

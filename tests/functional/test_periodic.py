@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 from botocore.exceptions import ClientError
 
-from worker_tier_cdk.cron_config import CronConfigError, parse
+from worker_tier.cron_config import CronConfigError, parse
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
 from worker_tier import observability

@@ -8,7 +8,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from worker_tier_cdk import TaskCode, cron_config
+from worker_tier import cron_config
+from worker_tier_cdk import TaskCode
 from worker_tier_cdk.nag import add_checks
 from worker_tier_cdk.stack import WorkerTierStack
 from worker_tier.settings import Settings

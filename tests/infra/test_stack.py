@@ -24,7 +24,7 @@ from aws_cdk.assertions import Annotations
 from tests.infra.conftest import TASK_CODE
 from worker_tier import contract
 from worker_tier_cdk.code import TaskCode, TaskCodeError
-from worker_tier_cdk.cron_config import CronConfigError
+from worker_tier.cron_config import CronConfigError
 from worker_tier_cdk.stack import WorkerTierStack
 from worker_tier_cdk.grants import (
     CANCELLABLE_MESSAGE_KEY_PATTERN,

@@ -54,7 +54,8 @@ def _synth_all() -> dict[str, dict[str, Any]]:
     import aws_cdk as cdk
     from aws_cdk.assertions import Template
 
-    from worker_tier_cdk import TaskCode, cron_config
+    from worker_tier import cron_config
+    from worker_tier_cdk import TaskCode
     from worker_tier_cdk.stack import WorkerTierStack
 
     app = cdk.App(outdir=tempfile.mkdtemp(prefix="worker-tier-cdk-"))
