@@ -525,6 +525,21 @@ class Settings:
 REDRIVE_MARGIN_RECEIVES = 3
 
 
+def eb_option(name: str) -> str:
+    """The Elastic Beanstalk option the setting ``name`` takes the place of, or ``""`` when it has none.
+
+    Examples
+    --------
+    >>> eb_option("http_path"), eb_option("delay_shards")
+    ('HttpPath', '')
+    """
+    rule = _RANGES.get(name)
+    if rule is not None:
+        return rule.eb_option or ""
+    field = next((f for f in dataclasses.fields(Settings) if f.name == name), None)
+    return (field.metadata.get("eb_option") if field is not None else None) or ""
+
+
 def _describe_sizes(sizes: tuple[int, ...]) -> str:
     """``512, 1024, 2048`` or, for an even run, ``1024..4096 in steps of 1024``."""
     steps = {b - a for a, b in pairwise(sizes)}

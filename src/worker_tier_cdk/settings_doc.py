@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from worker_tier import settings as settings_module
-from worker_tier.settings import Settings
+from worker_tier.settings import Settings, eb_option
 
 # From a checkout (src/worker_tier_cdk/ under a directory with pyproject.toml and docs/), the checkout's page
 # wherever it is run from; from an installed package, docs/settings.md under the current directory.
@@ -68,7 +68,7 @@ def _row(field: dataclasses.Field[Any], variable: str) -> str:
     doc = field.metadata.get("doc")
     if not doc:
         raise RuntimeError(f"setting {field.name!r} has no description: give it one with _setting(..., doc) in settings.py")
-    cells = [f"`{field.name}`", f"`{json.dumps(field.default)}`", _allowed(field), _eb_option(field), f"`{variable}`", doc]
+    cells = [f"`{field.name}`", f"`{json.dumps(field.default)}`", _allowed(field), eb_option(field.name), f"`{variable}`", doc]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
@@ -80,12 +80,6 @@ def _allowed(field: dataclasses.Field[Any]) -> str:
     if field.type in (bool, "bool"):
         return "`true` or `false`"
     return str(field.metadata.get("allowed", ""))
-
-
-def _eb_option(field: dataclasses.Field[Any]) -> str:
-    rule = settings_module._RANGES.get(field.name)
-    option = rule.eb_option if rule is not None else field.metadata.get("eb_option")
-    return option or ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,10 +24,9 @@ import click
 import yaml
 
 from worker_tier.errors import SettingsError, WorkerTierError
-from worker_tier.settings import Settings
+from worker_tier.settings import Settings, eb_option
 from worker_tier import cron_config
 from worker_tier_cdk.settings import CONTEXT_KEY
-from worker_tier_cdk.settings_doc import _eb_option
 
 SQSD_NAMESPACE = "aws:elasticbeanstalk:sqsd"
 # A list-form option_settings item without a namespace is an environment property (EB's rule).
@@ -91,7 +90,7 @@ class Plan:
 
 def eb_option_settings() -> dict[str, dataclasses.Field[Any]]:
     """EB sqsd option name -> the Settings field that carries it (``eb_option`` in settings.py)."""
-    return {option: f for f in dataclasses.fields(Settings) if (option := _eb_option(f))}
+    return {option: f for f in dataclasses.fields(Settings) if (option := eb_option(f.name))}
 
 
 def sources(path: Path) -> list[Path]:
