@@ -13,7 +13,8 @@ import pytest
 from tests.functional.conftest import AwsWorld
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, NonRetryableError, Task
-from worker_tier.container import EXIT_CODE_TASKS_ABANDONED, Consumer, TaskProtection
+from worker_tier.container import EXIT_CODE_TASKS_ABANDONED, Consumer
+from worker_tier.protection import TaskProtection
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings

@@ -17,7 +17,8 @@ from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import depth, run_until
 from tests.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage, Task, contract, observability
-from worker_tier.container import Consumer, TaskProtection
+from worker_tier.container import Consumer
+from worker_tier.protection import TaskProtection
 from worker_tier.errors import QueueConfigurationError
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry

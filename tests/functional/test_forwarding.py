@@ -24,7 +24,8 @@ from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import depth
 from worker_tier import Client, contract, observability
 from worker_tier.app_target import SqsdRequest
-from worker_tier.container import Consumer, TaskProtection, concurrency
+from worker_tier.container import Consumer, concurrency
+from worker_tier.protection import TaskProtection
 from worker_tier.forwarding import (
     RESPONSE_KEPT_BYTES,
     AppTimeoutError,

@@ -23,7 +23,8 @@ from worker_tier import Client, delay
 from worker_tier.delay import DelayedMessage
 from worker_tier.delay_recovery import DelayRecovery
 from worker_tier.dispatch_group import DispatchGroup
-from worker_tier.container import Consumer, TaskProtection
+from worker_tier.container import Consumer
+from worker_tier.protection import TaskProtection
 from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
 from worker_tier.forwarding import parameter_name, read_signing_secret
 from worker_tier.contract import PATH_ATTRIBUTE
