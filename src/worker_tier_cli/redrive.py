@@ -57,6 +57,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from worker_tier import limits, message
+from worker_tier.aws import outcome_unknown
 from worker_tier.errors import WorkerTierError
 from worker_tier.retry import batches, chunks
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, RecordShelf, receive, release
@@ -325,7 +326,7 @@ class _Move:
                                                             Entries=[_entry(i, m, self.fifo) for i, m in by_id.items()])
             except ClientError as error:
                 self.report.errors.append(f"SendMessageBatch: {error}")
-                if refused(error):  # SQS answered that it refused the call: nothing of this batch was sent
+                if not outcome_unknown(error):  # SQS answered 4xx, refusing the call: nothing of this batch was sent
                     self.journal.forget(ids)
                     self.report.failed += len(batch)
                 else:  # a server error: SQS may have sent them before it failed; held, and named as possibly sent
@@ -338,13 +339,12 @@ class _Move:
             except BaseException:  # a second Ctrl-C during the send: the journal already names them
                 self.report.possibly_sent.extend(ids)
                 raise
-            failed = [by_id[entry["Id"]] for entry in response.get("Failed") or []]
-            for entry in response.get("Failed") or []:
-                self.report.errors.append(f"{by_id[entry['Id']].message_id}: {entry.get('Code')}: {entry.get('Message')}")
-                self.report.failed += 1
+            failed = response.get("Failed") or []
+            self.report.errors.extend(f"{by_id[e['Id']].message_id}: {e.get('Code')}: {e.get('Message')}" for e in failed)
+            self.report.failed += len(failed)
             sent = [by_id[s["Id"]] for s in response.get("Successful") or []]
             self.journal.mark(Journal.SENT, [m.message_id for m in sent])
-            self.journal.forget([m.message_id for m in failed])
+            self.journal.forget([by_id[e["Id"]].message_id for e in failed])
             self.report.moved += len(sent)
             self.report.attributes_lost.update((m.message_id, m.dropped_attributes) for m in sent if m.dropped_attributes)
             for letter in sent:
@@ -369,14 +369,6 @@ class _Move:
             self.journal.forget([m.message_id for m in deleted])
             self.report.reason_records_deleted += sum(1 for m in deleted if m.describes is not None)
             self.report.not_deleted.extend(m.message_id for i, m in enumerate(batch) if i in refused and m.describes is None)
-
-
-def refused(error: ClientError) -> bool:
-    """Whether SQS answered a call with a client error (4xx: throttled, too long, invalid): it processed nothing.
-    A 5xx, or an error without a status, may come after SQS acted."""
-    metadata: dict[str, Any] = dict(error.response.get("ResponseMetadata") or {})
-    status = metadata.get("HTTPStatusCode")
-    return isinstance(status, int) and 400 <= status < 500
 
 
 def arrived_since(letter: DeadLetter, started_ms: int) -> bool:
