@@ -9,7 +9,7 @@ import boto3
 from botocore.exceptions import ReadTimeoutError
 
 from tests.cli.deployment import parsed
-from tests.strict_sqs import StrictSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import contract
 from worker_tier.errors import NonRetryableError
 

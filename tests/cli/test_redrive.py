@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from tests.cli.deployment import NOW, parsed
-from tests.strict_sqs import StrictSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import contract, message
 from worker_tier.delay import DelayedMessage
 from worker_tier.delivery import Delivery

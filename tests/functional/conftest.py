@@ -1,6 +1,6 @@
 """Handlers in-process against moto: a queue, its DLQ and the state table, as the stack makes them.
 
-The state table's client is moto's behind the strict DynamoDB stand-in (``tests.strict_dynamodb``), so what
+The state table's client is moto's behind the strict DynamoDB stand-in (``tests.support.strict_dynamodb``), so what
 DynamoDB would refuse (a key over 2,048 bytes, 26 writes in a batch) is refused here too.
 """
 
@@ -14,7 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tests.strict_dynamodb import StrictDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support import iam, stacks
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
 from worker_tier.message import lambda_record

@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 
 from tests.functional.conftest import AwsWorld
-from tests.strict_sqs import StrictSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, NonRetryableError, Task
 from worker_tier.container import EXIT_CODE_TASKS_ABANDONED, Consumer, TaskProtection
 from worker_tier.heartbeat import Heartbeat

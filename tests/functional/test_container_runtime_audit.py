@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import depth, run_until
-from tests.strict_sqs import StrictSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage, Task, contract, observability
 from worker_tier.container import Consumer, QueueConfigurationError, TaskProtection
 from worker_tier.heartbeat import Heartbeat

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from tests.functional.conftest import AwsWorld
 from worker_tier import Client, Task
 from worker_tier.heartbeat import Heartbeat

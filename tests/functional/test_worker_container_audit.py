@@ -9,7 +9,7 @@ import time
 from tests.functional.conftest import AwsWorld
 from tests.functional.test_container import consumer_for, depth, run_until
 from tests.functional.test_worker_failure_paths import Clock, entries, one_task, raise_, send
-from tests.strict_sqs import StrictSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import RetryLater, Task, observability
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.limits import SQS_MAX_VISIBILITY_TIMEOUT_SECONDS

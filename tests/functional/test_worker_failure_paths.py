@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.functional.conftest import AwsWorld
-from tests.strict_sqs import StrictSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import NonRetryableError, RetryLater, Task, observability
 from worker_tier.dead_letter import REASON_RECORD_NOTE, send_to_dead_letter_queue
 from worker_tier.delay import DelayedMessage

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
 from worker_tier import Client
 from worker_tier.cancellation import (
     CANCELLABLE_MIN_DELAY_SECONDS,

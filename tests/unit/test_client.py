@@ -9,10 +9,10 @@ from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import contract
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS

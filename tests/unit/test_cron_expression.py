@@ -5,7 +5,7 @@ compared as (days on which it fires) × (minutes of the day at which it fires): 
 standard cron and EventBridge cron choose the day from the day fields and the
 minute from the minute and hour fields independently, so two schedules with the
 same day set and the same minute set fire at the same instants. Croniter supplies
-one side; the independent evaluator in tests/eventbridge_cron.py the other. A
+one side; the independent evaluator in tests/support/eventbridge_cron.py the other. A
 sample of whole instants is compared directly as well.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from croniter import croniter
 
 from worker_tier_cdk.cron_expression import CronExpressionError, to_eventbridge
-from tests.eventbridge_cron import EventBridgeCron
+from tests.support.eventbridge_cron import EventBridgeCron
 
 YEAR = 2028
 YEAR_START = datetime(YEAR, 1, 1)

@@ -9,10 +9,10 @@ import pytest
 
 from botocore.exceptions import ClientError
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import contract
 from worker_tier import delay
 from worker_tier.delay import BUCKET_SECONDS, DelayedMessage

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
 from worker_tier.message import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier import RetryLater
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.message import MAX_LOGGED_ERROR_CHARS, safe_repr, truncate_utf8

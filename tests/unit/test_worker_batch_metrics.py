@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier.observability import (
     METRIC_MESSAGE_AGE,
     METRIC_TASK_DURATION,

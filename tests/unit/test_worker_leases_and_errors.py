@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier import RetryLater
 from worker_tier.dead_letter import fit_reason
 from worker_tier.heartbeat import Heartbeat

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Callable
 from fractions import Fraction
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from tests.unit.test_dispatcher import DLQ, QUEUE, START, World
 from worker_tier.delay import DelayedMessage, DelayStore
 from worker_tier.dispatcher import DelayDispatcher

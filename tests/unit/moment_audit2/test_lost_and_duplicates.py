@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tests.fake_dynamodb import client_error
+from tests.support.fake_dynamodb import client_error
 from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, TimedSQS, WatermarkWrites, finish, ready
 from tests.unit.moment_audit.test_cursors import _check_cursors
 from tests.unit.test_dispatcher import DLQ, QUEUE

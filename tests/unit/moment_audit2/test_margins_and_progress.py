@@ -84,7 +84,7 @@ def test_sleep_per_batch_is_bounded_for_adversarial_phases(name, phase):
     assert total <= 160 / 16 * 0.252 + 0.252 * 3, f"{name}: slept {total:.2f} s in {len(world.slept)} sleeps for 160 batches"
 
 
-from tests.fake_dynamodb import client_error  # noqa: E402
+from tests.support.fake_dynamodb import client_error  # noqa: E402
 from tests.unit.moment_audit.helpers import TimedSQS  # noqa: E402
 from tests.unit.test_dispatcher import DLQ, QUEUE  # noqa: E402
 from worker_tier.dispatcher import DelayDispatcher  # noqa: E402
