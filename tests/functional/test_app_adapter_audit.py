@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.functional.conftest import AwsWorld
+from tests.support.aws_world import AwsWorld
 from worker_tier import contract
 from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
 from worker_tier.app_target import AppResponse, SqsdRequest

@@ -13,8 +13,8 @@ from typing import ClassVar
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import depth, run_until
+from tests.support.aws_world import AwsWorld
+from tests.support.container import depth, run_until
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage, Task, contract, observability
 from worker_tier.container import Consumer, QueueConfigurationError, TaskProtection

@@ -20,8 +20,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from tests.functional.app_server import documented_verify
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import depth
+from tests.support.aws_world import AwsWorld
+from tests.support.container import depth
 from worker_tier import Client, contract, observability
 from worker_tier.app_target import SqsdRequest
 from worker_tier.container import Consumer, TaskProtection, concurrency

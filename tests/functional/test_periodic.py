@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from worker_tier_cdk.cron_config import CronConfigError, parse
-from tests.functional.conftest import AwsWorld
+from tests.support.aws_world import AwsWorld
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import observability
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY

@@ -6,9 +6,9 @@ import json
 import threading
 import time
 
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import consumer_for, depth, run_until
-from tests.functional.test_worker_failure_paths import Clock, entries, one_task, raise_, send
+from tests.support.aws_world import AwsWorld
+from tests.support.container import consumer_for, depth, run_until
+from tests.support.worker_world import Clock, entries, one_task, raise_, send
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import RetryLater, Task, observability
 from worker_tier.heartbeat import Heartbeat
