@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from worker_tier_cdk.container_worker import APP_CONTAINER, WORKER_CONTAINER
 from worker_tier_cdk.grants import PARAMETER_READ_ACTION, SECRET_READ_ACTION, grant_signing_secret
 from worker_tier_cdk.nag import add_checks
 from worker_tier_cdk.stack import WorkerTierStack
+
 
 WHEEL_NAME = "tinydep"
 WHEEL_VERSION = "0.1"
@@ -342,3 +344,24 @@ def test_the_forwarding_stack_is_nag_clean(forwarding):
     # GIVEN the forwarding stack, synthesized with cdk-nag (a finding fails synth)  THEN no error is annotated
     stack, _ = forwarding
     Annotations.from_stack(stack).has_no_error("*", Match.any_value())
+
+
+# -- the signing secret's grant
+
+
+def test_a_partial_secret_arn_whose_name_ends_like_a_suffix_is_granted_with_the_wildcard():
+    """PROMISE: exact secret grants that work. A partial ARN of a secret named 'worker-signer' ends in '-signer'
+    (a hyphen and six characters), is taken for a complete ARN, and the grant misses the real ARN
+    (...:secret:worker-signer-AbC123): the task gets AccessDenied at start (AWS's documented pitfall)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_iam as iam
+
+    from worker_tier_cdk.grants import grant_signing_secret
+
+    stack = cdk.Stack(cdk.App(), "S")
+    role = iam.Role(stack, "R", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
+    grant_signing_secret(role, "arn:aws:secretsmanager:us-east-1:123456789012:secret:worker-signer")
+    resources = json.dumps(stack.resolve(role.node.find_child("DefaultPolicy").document.to_json()))
+    assert "worker-signer-??????" in resources or "worker-signer*" in resources, resources
+    # AND (added) the ARN as written too: it might be complete
+    assert '"arn:aws:secretsmanager:us-east-1:123456789012:secret:worker-signer"' in resources, resources
