@@ -1,10 +1,12 @@
-"""Hostile audit of issue #9's in-process part: sqsd.py, app_adapter.py and the worker's app hook.
+"""The in-process app adapter (sqsd.py, app_adapter.py and the worker's app hook) at its edges: apps that break the
+ASGI or WSGI protocol, hang, exit or never answer; outcome rules; Retry-After values; headers; via_sns and retention;
+FIFO group stops; loading an app.
 
 The hang tests leave daemon threads behind (bounded by HANG_BUDGET_SECONDS each). After the swallowed
 KeyboardInterrupt case, Python 3.11 may print "SystemError: AST constructor recursion depth mismatch" at the
 end of the run (after the summary); the results above it stand. Use --tb=native.
 
-Each test states what the promise requires; a failing test is a finding. Nothing under src/ is patched.
+Each test states the behaviour it requires. Nothing under src/ is patched.
 """
 
 from __future__ import annotations
