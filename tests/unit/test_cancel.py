@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import pytest
 
+from tests.support.dispatcher import stream_record
 from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.fakes import FakeSQS
@@ -31,7 +31,6 @@ START = 1_800_000_000.0  # a minute boundary
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq"
 HOUR = 3600
-STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
 
 
 class World:
@@ -65,19 +64,6 @@ class World:
 
     def message_items(self) -> list[dict]:
         return [dict(v) for k, v in self.dynamodb.tables["delay"].items() if v["pk"]["S"].startswith("b#")]
-
-
-def stream_record(sequence: int, event_name: str, item: dict, at_s: float) -> dict:
-    change: dict[str, Any] = {
-        "ApproximateCreationDateTime": float(int(at_s)),
-        "Keys": {"pk": item["pk"], "sk": item["sk"]},
-        "SequenceNumber": f"{sequence:021d}",
-        "SizeBytes": 300,
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-        ("OldImage" if event_name == "REMOVE" else "NewImage"): item,
-    }
-    return {"eventID": f"event-{sequence}", "eventName": event_name, "eventVersion": "1.1",
-            "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
 
 
 @pytest.fixture

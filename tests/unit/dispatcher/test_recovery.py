@@ -9,6 +9,7 @@ import pytest
 
 from botocore.exceptions import ClientError
 
+from tests.support.dispatcher import TTL_IDENTITY, stream_record
 from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.fakes import FakeSQS
@@ -38,25 +39,6 @@ START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq"
-STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
-TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-
-
-def stream_record(sequence: int, event_name: str, item: dict, at_s: float, identity: dict | None = None) -> dict:
-    """A Lambda DynamoDB stream record, as Lambda delivers it (DynamoDB JSON images)."""
-    change: dict[str, Any] = {
-        "ApproximateCreationDateTime": float(int(at_s)),  # whole seconds, rounded down
-        "Keys": {"pk": item["pk"], "sk": item["sk"]},
-        "SequenceNumber": f"{sequence:021d}",
-        "SizeBytes": 300,
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-        ("OldImage" if event_name == "REMOVE" else "NewImage"): item,
-    }
-    record = {"eventID": f"event-{sequence}", "eventName": event_name, "eventVersion": "1.1",
-              "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
-    if identity is not None:
-        record["userIdentity"] = identity
-    return record
 
 
 class SingleSendSQS(FakeSQS):
