@@ -261,7 +261,7 @@ def import_plan(tmp_path: Path) -> import_eb.Plan:
 
 
 def test_a_later_file_overriding_with_a_function_does_not_leave_the_earlier_value(tmp_path):
-    """PROMISE: import-eb never writes a value EB would not use. EB applies 02 over 01; 02's value is a
+    """import-eb never writes a value EB would not use. EB applies 02 over 01; 02's value is a
     function the import cannot map, so the setting must be left out, not 01's overridden 600."""
     write(tmp_path / ".ebextensions/01-base.config",
           "option_settings:\n  aws:elasticbeanstalk:sqsd:\n    VisibilityTimeout: 600\n")
@@ -272,12 +272,12 @@ def test_a_later_file_overriding_with_a_function_does_not_leave_the_earlier_valu
 
 
 def test_a_config_file_with_a_stray_optionsettings_key_keeps_its_option_settings(tmp_path):
-    """PROMISE: import-eb names every option it cannot map. A .ebextensions file is read by EB through
+    """import-eb names every option it cannot map. A .ebextensions file is read by EB through
     option_settings only; a stray OptionSettings key makes the import drop the real option_settings,
     reported as 'not options'."""
     write(tmp_path / ".ebextensions/01.config",
           "OptionSettings: {}\noption_settings:\n  aws:elasticbeanstalk:sqsd:\n    VisibilityTimeout: 600\n    MaxRetries: 5\n")
-    # adjusted: 60 < the default inactivity_timeout 299 is refused by Settings whichever key is read; 600 is valid
+    # 60 < the default inactivity_timeout 299 is refused by Settings whichever key is read; 600 is valid
     result = import_plan(tmp_path)
     assert result.after.get("visibility_timeout") == 600, (result.after, result.notes)
 
@@ -308,7 +308,7 @@ def test_an_out_of_range_value_names_eb_option(tmp_path):
 
 
 def test_a_yaml_flow_mapping_config_is_read_as_yaml(tmp_path):
-    """PROMISE: JSON vs YAML. A .config in YAML flow style starts with '{' and is valid YAML (EB reads it); the
+    """JSON vs YAML. A .config in YAML flow style starts with '{' and is valid YAML (EB reads it); the
     import takes every '{' file for JSON and refuses it as 'not valid JSON'."""
     write(tmp_path / ".ebextensions/01.config",
           '{option_settings: {"aws:elasticbeanstalk:sqsd": {HttpPath: /work, MaxRetries: 5}}}\n')

@@ -669,5 +669,5 @@ def test_redrive_never_moves_a_message_dead_lettered_after_it_began(deployment):
     # WHEN redrive --path /a runs
     report = json.loads(deployment.run("redrive", "--path", "/a", "--json").stdout)
     dead = _bodies(deployment.drain(deployment.dlq_url))
-    # THEN (PROMISE) "late", dead-lettered after the redrive began, was not moved: it is still in the DLQ
+    # THEN "late", dead-lettered after the redrive began, was not moved: it is still in the DLQ
     assert dead.get("late") == 1, (report, dead)

@@ -591,10 +591,10 @@ def test_a_signing_key_shared_from_another_account_is_read_by_its_arn():
 
 
 def test_the_signature_covers_what_the_docs_claim_and_they_name_what_it_does_not():
-    """PROMISE: signing covers what it claims. v1 signs the timestamp and the body only, so two empty-body ticks
-    to different paths in the same second share a signature (finding 10: v2, signature_v2, binds them; its replay
+    """signing covers what it claims. v1 signs the timestamp and the body only, so two empty-body ticks
+    to different paths in the same second share a signature (v2, signature_v2, binds them; its replay
     tests are in test_forwarding.py)
-    Adjusted: the audit's version compared two identical calls and could never pass; this one checks that
+    It checks that
     v1 binds what it claims and that docs/container-worker.md states the gap and what an app should do."""
     # GIVEN v1 signatures  THEN the timestamp and the body are bound, the path is not
     assert signature(b"key", "1700000000", b"") != signature(b"key", "1700000001", b"")

@@ -110,7 +110,7 @@ def drip(conn, data: bytes, pause: float) -> None:
 
 
 def test_a_header_drip_is_cut_off_at_inactivity_timeout(raw_app):
-    """PROMISE: 'the whole answer must come within inactivity_timeout of the POST'. An app that drips its
+    """'the whole answer must come within inactivity_timeout of the POST'. An app that drips its
     headers one byte at a time (each recv inside the per-recv socket timeout) holds the thread far longer."""
 
     def handler(conn, app):
@@ -127,7 +127,7 @@ def test_a_header_drip_is_cut_off_at_inactivity_timeout(raw_app):
 
 
 def test_a_body_drip_is_cut_off_at_inactivity_timeout(raw_app):
-    """PROMISE: timeouts bound every call. read(64 KiB) on a Content-Length body blocks until all of it came."""
+    """timeouts bound every call. read(64 KiB) on a Content-Length body blocks until all of it came."""
 
     def handler(conn, app):
         app.read_request(conn)
@@ -142,7 +142,7 @@ def test_a_body_drip_is_cut_off_at_inactivity_timeout(raw_app):
 
 
 def test_a_stop_during_a_dripping_health_check_ends_the_gate_promptly(raw_app):
-    """PROMISE: a SIGTERM during the health gate exits cleanly (ECS kills after stopTimeout). The stop event is
+    """a SIGTERM during the health gate exits cleanly (ECS kills after stopTimeout). The stop event is
     only looked at between checks, and one check is bounded per recv, not in total."""
 
     def handler(conn, app):
@@ -169,7 +169,7 @@ def test_a_stop_during_a_dripping_health_check_ends_the_gate_promptly(raw_app):
 
 
 def test_a_200_whose_body_is_cut_short_is_not_a_success(raw_app):
-    """PROMISE: a half-written response ends in a failure with a reason, never a silent success.
+    """a half-written response ends in a failure with a reason, never a silent success.
     http.client's read(amt) returns short at EOF without IncompleteRead."""
 
     def handler(conn, app):
@@ -183,7 +183,7 @@ def test_a_200_whose_body_is_cut_short_is_not_a_success(raw_app):
 
 
 def test_a_huge_answer_is_not_buffered_whole(raw_app):
-    """PROMISE: a huge response ends in a failure or is capped; the reason keeps only 1 KiB, yet the
+    """a huge response ends in a failure or is capped; the reason keeps only 1 KiB, yet the
     whole body is read into memory (an app streaming GBs OOM-kills the container and every in-flight message)."""
     size = 48 * 1024 * 1024
 
@@ -289,7 +289,7 @@ def sqs_task(attributes: dict) -> Task:
 
 
 def test_crlf_in_an_attribute_value_does_not_reach_the_wire(raw_app):
-    """PROMISE: CR/LF in attribute values cannot inject headers. http.client lets CRLF followed by a space
+    """CR/LF in attribute values cannot inject headers. http.client lets CRLF followed by a space
     or tab through (obs-fold), so a producer-controlled attribute puts a raw CRLF and a header-shaped line
     on the wire; any app parser that does not unfold obs-fold sees a new header."""
 
@@ -299,7 +299,7 @@ def test_crlf_in_an_attribute_value_does_not_reach_the_wire(raw_app):
 
     app = raw_app(handler)
     value = "x\r\n X-Worker-Tier-Signature: v1=forged"
-    try:  # adjusted: request_for's refusal (before anything is sent) is inside the try
+    try:  # request_for's refusal (before anything is sent) is inside the try
         request = request_for(sqs_task({"note": {"dataType": "String", "stringValue": value}}), Settings(http_path="/"))
         target(app).deliver(request)
     except Exception as error:  # refused before sending is acceptable
@@ -310,7 +310,7 @@ def test_crlf_in_an_attribute_value_does_not_reach_the_wire(raw_app):
 
 @pytest.mark.parametrize("value", ["Zürich 日本", "a\nb"])
 def test_an_attribute_value_sqs_accepts_is_posted_or_refused_naming_the_attribute(raw_app, value):
-    """PROMISE: every failure has a reason; nothing silent. SQS String attributes are Unicode and may hold
+    """every failure has a reason; nothing silent. SQS String attributes are Unicode and may hold
     LF; sqsd sends such a message. Here the POST cannot be written: a bare UnicodeEncodeError/ValueError
     that names neither the header nor the attribute, on every retry, until the DLQ."""
 
@@ -319,7 +319,7 @@ def test_an_attribute_value_sqs_accepts_is_posted_or_refused_naming_the_attribut
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 
     app = raw_app(handler)
-    try:  # adjusted: request_for's refusal (before anything is sent) is inside the try
+    try:  # request_for's refusal (before anything is sent) is inside the try
         request = request_for(sqs_task({"city": {"dataType": "String", "stringValue": value}}), Settings(http_path="/"))
         answer = target(app).deliver(request)
     except Exception as error:
@@ -365,10 +365,10 @@ def test_a_unicode_attribute_reaches_both_targets_as_utf8(raw_app):
 
 @pytest.mark.parametrize(("name", "url"), [("rapport-日次", "/report"), ("report", "/my report"), ("report", "/räte")])
 def test_a_cron_entry_that_synth_accepts_can_be_delivered_by_forwarding(raw_app, name, url):
-    """PROMISE: a cron.yaml that deploys has ticks that can be delivered. A non-Latin-1 name or a url with a
+    """a cron.yaml that deploys has ticks that can be delivered. A non-Latin-1 name or a url with a
     space / non-ASCII passes synth (send_problem checks SQS rules only), then every tick fails under forwarding
     (UnicodeEncodeError / InvalidURL in http.client) and dead-letters."""
-    try:  # adjusted: a refusal at synth, naming the entry and its line, keeps the promise too
+    try:  # a refusal at synth, naming the entry and its line keeps the behaviour too
         entries = cron_config.parse(f'version: 1\ncron:\n - name: "{name}"\n   url: "{url}"\n   schedule: "0 9 * * *"\n')
     except cron_config.CronConfigError as error:
         assert "line 3, entry 'report'" in str(error) and repr(url) in str(error), str(error)
@@ -392,7 +392,7 @@ def test_a_cron_entry_that_synth_accepts_can_be_delivered_by_forwarding(raw_app,
 
 
 def test_a_request_the_app_worked_on_before_closing_is_not_posted_again(raw_app):
-    """PROMISE: no re-post of a request the app may have processed, except the keep-alive race. A reused
+    """no re-post of a request the app may have processed, except the keep-alive race. A reused
     connection that the app closes after 0.5 s of work (gunicorn worker timeout, OOM kill) is re-posted at once."""
     seen: list[bytes] = []
 

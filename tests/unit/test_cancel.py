@@ -353,7 +353,7 @@ def test_safety_net_resurrects_a_cancelled_message_stored_within_tolerance_of_it
     # AND the delay table's stream (the safety net) then processes the item's INSERT
     world.now = START + 65
     world.recovery.process([insert])
-    # THEN the cancelled message is never delivered (PROMISE: a cancel that returns True is never delivered)
+    # THEN the cancelled message is never delivered (a cancel that returns True is never delivered)
     assert [e["MessageBody"] for e in world.delivered()] == []
 
 
@@ -372,7 +372,7 @@ def test_safety_net_delivers_the_old_copy_of_a_rescheduled_message(world):
     world.dispatcher.run()
     world.recovery.process([insert, stream_record(2, "INSERT", moved, START + 31)])
     world.run_for(2 * HOUR)
-    # THEN exactly one copy is delivered, at the new time (PROMISE: reschedule never leaves two copies)
+    # THEN exactly one copy is delivered, at the new time (reschedule never leaves two copies)
     assert [(e["MessageBody"], e["visible_at"]) for e in world.delivered()] == [("r1", START + 31 + HOUR)]
 
 
@@ -416,7 +416,7 @@ def test_a_cancel_after_the_dispatcher_read_the_cancellable_shard_returns_false(
     # WHEN the (G = 1) dispatcher runs M, and the cancel lands after its Query of shard 15 read the message
     world.now = START + 2 * HOUR - 780
     world.dispatcher.run()
-    # THEN (PROMISE) either the cancel returned False and the message is delivered, or True and it is not
+    # THEN either the cancel returned False and the message is delivered, or True and it is not
     delivered = [e["MessageBody"] for e in world.delivered()]
     assert answers, "the dispatcher never queried the cancellable shard"
     assert (answers[0], delivered) in ((False, ["r1"]), (True, [])), (answers, delivered)

@@ -232,7 +232,7 @@ def test_client_needs_a_queue():
         Client.from_env({})
 
 
-# -- item 1: attributes are checked as SQS checks them, direct or delayed ---------------------
+# -- attributes are checked as SQS checks them, direct or delayed ---------------------
 
 ATTRIBUTES_SQS_REFUSES = [
     ({"note": "a\x00b"}, "attribute 'note' value has character '\\x00' (U+0000) at offset 1, which SQS does not allow"),
@@ -384,7 +384,7 @@ def test_maximum_message_size_out_of_range_is_refused():
     assert str(error.value) == "maximum_message_size must be 1024..1048576 bytes (SQS MaximumMessageSize), got 10"
 
 
-# -- item 9: FIFO messages without a dedupe_key are never deduplicated ---------------------------
+# -- FIFO messages without a dedupe_key are never deduplicated ---------------------------
 
 
 def test_fifo_messages_without_dedupe_key_get_distinct_deduplication_ids():
@@ -425,7 +425,7 @@ def test_fifo_ids_sqs_refuses_are_refused_at_send(kwargs, rule):
     assert sqs.calls == []
 
 
-# -- item 20: dedupe_key on a standard queue is one rule, at any delay ----------------------------
+# -- dedupe_key on a standard queue is one rule, at any delay ----------------------------
 
 DUE = NOW + 3600
 
@@ -658,7 +658,7 @@ def test_an_expired_key_can_be_used_again():
     assert len(sqs.sent) == 2
 
 
-# -- item 21: reserved attribute names ------------------------------------------------------------
+# -- reserved attribute names ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["worker_tier.due_at", "worker_tier.attempts", "beanstalk.sqsd.task_name", "beanstalk.sqsd.scheduled_time"])

@@ -407,7 +407,7 @@ def test_a_keyed_message_without_a_keyed_write_is_refused_before_anything_is_sto
     assert dynamodb.tables["delay"] == {}
 
 
-# -- the item reader shared by the scheduler and the safety net (issue #8, delay-path audit) ----------
+# -- the item reader shared by the scheduler and the safety net ----------
 
 
 @pytest.mark.parametrize("pk, parsed, scheduled", [

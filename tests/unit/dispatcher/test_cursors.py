@@ -1,4 +1,4 @@
-"""Promises 2 and 5: cursors never pass an unsent message; refusals, refiles and unreadable items as before."""
+"""cursors never pass an unsent message; refusals, refiles and unreadable items as before."""
 
 from __future__ import annotations
 

@@ -460,7 +460,7 @@ def test_horizon_leaves_room_for_sqs_delay_and_clock_skew():
     assert DISPATCH_HORIZON_SECONDS == 840
 
 
-# -- issue #8, delay-path audit ----------------------------------------------------------------
+# -- the delay path's edge cases ------------------------------------------------------------
 
 
 def _store_item(world: World, message: DelayedMessage, **overrides) -> dict:

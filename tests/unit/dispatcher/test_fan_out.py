@@ -224,7 +224,7 @@ def test_deleting_a_garbled_layout_as_documented_resends_what_was_dispatched_sin
     world.dynamodb.put_item(TableName="state", Item={"pk": {"S": LAYOUT_KEY}, "groups": {"S": "two"}})
     assert "stops until it is rewritten" in world.group(0, 2).run().stopped
     world.dynamodb.tables["state"].pop((LAYOUT_KEY,))
-    # (adjusted after the audit: deleting is no longer the advice; a deleted layout stops the delay dispatcher, which
+    # (deleting is no longer the advice; a deleted layout stops the delay dispatcher, which
     # names the remedy: rewrite it with the deployed G and the epoch on the groups' watermarks)
     stopped = world.group(0, 2).run()
     assert "is missing" in stopped.stopped and "epoch 2" in stopped.stopped and world.state(LAYOUT_KEY) is None
@@ -593,7 +593,7 @@ def test_a_group_that_never_runs_shows_in_the_lag_the_running_groups_publish(wor
     assert max(r.lag_s for r in reports) > 10 * 60, [r.lag_s for r in reports]
 
 
-# -- after the audit: what the fixes promise besides the findings above ------------------------------------------------
+# -- what the fan-out guarantees besides the cases above ---------------------------------------------------------------------
 
 
 def test_status_names_an_unreadable_group_watermark_and_shows_the_others(world):

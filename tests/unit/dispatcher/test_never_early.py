@@ -1,4 +1,4 @@
-"""Audit 2: never early (promise 1) under float edges, retries that cross a second, partial failures and odd clocks."""
+"""never early under float edges, retries that cross a second, partial failures and odd clocks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Promise 2: nothing lost, duplicates only from a run stopped mid-round, at most its round (ROUND_ITEMS)."""
+"""nothing lost, duplicates only from a run stopped mid-round, at most its round (ROUND_ITEMS)."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def due_at(entry: dict) -> str:
     return entry["MessageAttributes"][DUE_AT_ATTRIBUTE]["StringValue"]
 
 
-# -- item 2: the TTL never loses an undispatched message ----------------------------------------
+# -- the TTL never loses an undispatched message ----------------------------------------
 
 
 def test_an_item_expired_before_dispatch_is_delivered_at_once_and_counted(world):
@@ -217,7 +217,7 @@ def test_a_users_delete_and_a_dedupe_marker_are_not_recoveries(world):
     assert world.sqs.sent == [] and report.skipped == 3
 
 
-# -- item 6: a late write is delivered late, never lost, and counted --------------------------------
+# -- a late write is delivered late, never lost, and counted --------------------------------
 
 
 def test_a_late_insert_behind_the_watermark_is_delivered_and_counted(world):
@@ -593,7 +593,7 @@ def test_each_minute_record_a_batch_needs_is_read_once(world):
     assert report.skipped == 5 and world.dynamodb.count("GetItem") == 4
 
 
-# -- issue #8, delay-path audit ----------------------------------------------------------------
+# -- the delay path's edge cases ------------------------------------------------------------
 
 
 def _with_delay_table(world: World, *items: dict) -> DelayRecovery:

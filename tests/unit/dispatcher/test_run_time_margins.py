@@ -1,4 +1,4 @@
-"""Promise 3: every run ends, no sleep over MAX_WAIT_MS, little waiting per round, margins kept, whatever the clock does."""
+"""every run ends, no sleep over MAX_WAIT_MS, little waiting per round, margins kept, whatever the clock does."""
 
 from __future__ import annotations
 
@@ -361,7 +361,7 @@ def test_every_wave_sends_and_nothing_is_lost_or_doubled(kind):
         run.clock_stuck = False
         batches = []
         for b in range(rng.randrange(1, 200)):
-            rng.choice([0, 250, 500, 750, rng.randrange(1000)])  # (draws kept: the trials' seeds stay as audited)
+            rng.choice([0, 250, 500, 750, rng.randrange(1000)])  # (draws kept: the trials' seeds stay as they were)
             batches.append([b])
         pending = deque(batches)
         moments = {id(batch): send_moment.moment([BASE_MS + rng.randrange(60) * 1000 + rng.choice([0, 250, 500, 750, rng.randrange(1000)])
