@@ -1,4 +1,5 @@
-"""cursors never pass an unsent message; refusals, refiles and unreadable items as before."""
+"""The dispatcher's per-shard cursors never pass an unsent message, whatever stops the run; refusals, refiles and
+unreadable items are handled as without send moments."""
 
 from __future__ import annotations
 

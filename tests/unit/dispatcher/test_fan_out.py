@@ -1,4 +1,8 @@
-"""The delay dispatcher fanned out over shard groups: each group its own shards and state; changes of G lose nothing."""
+"""The delay dispatcher fanned out over shard groups: each group its own shards and state; changes of G lose nothing.
+
+Also: stalled runs of an old layout, config drift while a deploy settles, garbled layouts, the safety net during a
+change, status with G > 1, and the cost of a steady-state run at G = 1.
+"""
 
 from __future__ import annotations
 
@@ -204,7 +208,7 @@ def _read(world: GroupWorld):
     return world.state
 
 
-# -- 1. the documented remedy for a garbled layout (delete it) resurrects the G = 1 watermark of before the first change --
+# -- the documented remedy for a garbled layout (delete it) resurrects the G = 1 watermark of before the first change --
 
 
 def test_deleting_a_garbled_layout_as_documented_resends_what_was_dispatched_since_the_first_change(world):
@@ -261,7 +265,7 @@ def test_one_old_group_without_a_watermark_at_a_change_makes_every_new_group_res
     assert resent == [], f"{len(resent)} already-dispatched messages of groups 0..2 sent again, e.g. {resent[:3]}"
 
 
-# -- 2. garbled-but-numeric layouts: a clear error naming the value and the rule, not a crash --------------------------
+# -- garbled-but-numeric layouts: a clear error naming the value and the rule, not a crash --------------------------
 
 
 @pytest.mark.parametrize("groups", ["0", "-2", "17"])
@@ -291,7 +295,7 @@ def test_the_safety_net_with_a_zero_group_layout_raises_a_state_error_not_a_zero
         recovery.process([stream_record(1, "REMOVE", item, world.now, TTL_IDENTITY)])
 
 
-# -- 3. config drift: an old G = 1 and a new G = 4 both invoked every minute while a deploy settles -------------------
+# -- config drift: an old G = 1 and a new G = 4 both invoked every minute while a deploy settles -------------------
 
 
 def test_groups_of_two_layouts_alternating_every_minute_lose_nothing_and_send_nothing_early(world):
@@ -309,7 +313,7 @@ def test_groups_of_two_layouts_alternating_every_minute_lose_nothing_and_send_no
     print(f"flip-flop: epoch {epoch}, {dups} of {len(ids)} sent more than once")
 
 
-# -- 4. an old layout's run stalled mid-minute past its lease, new layout runs meanwhile, then it goes on --------------
+# -- an old layout's run stalled mid-minute past its lease, new layout runs meanwhile, then it goes on --------------
 
 
 class StallingSQS:
@@ -360,7 +364,7 @@ def test_a_stalled_old_layout_run_that_goes_on_after_the_change_loses_nothing(wo
     assert [i for i in later if sent[i] > 1] == []
 
 
-# -- 5. a group far behind at the change: the seed is its watermark, the others' shards are resent, nothing lost --------
+# -- a group far behind at the change: the seed is its watermark, the others' shards are resent, nothing lost --------
 
 
 def test_sixteen_to_three_with_one_group_lagging_loses_nothing(world):
@@ -378,7 +382,7 @@ def test_sixteen_to_three_with_one_group_lagging_loses_nothing(world):
     assert set(sent) == ids and _never_early(world)
 
 
-# -- 6. a stale event after G shrank: handler refuses it with the rule; a group index >= G never constructs ------------
+# -- a stale event after G shrank: handler refuses it with the rule; a group index >= G never constructs ------------
 
 
 def test_a_group_index_at_or_beyond_the_count_is_refused():
@@ -389,7 +393,7 @@ def test_a_group_index_at_or_beyond_the_count_is_refused():
             group_index(event, 3)
 
 
-# -- 7. cost at G = 1: reads per steady-state run ----------------------------------------------------------------------
+# -- cost at G = 1: reads per steady-state run ----------------------------------------------------------------------
 
 
 def test_cost_of_a_steady_run_at_one_group(world):
@@ -418,7 +422,7 @@ def test_cost_of_the_safety_net_at_one_group(world):
     assert len(keys) <= 3, keys
 
 
-# -- 8. status / pending positions with G > 1 ---------------------------------------------------------------------------
+# -- status / pending positions with G > 1 ---------------------------------------------------------------------------
 
 
 def test_positions_with_four_groups_name_each_groups_minute_and_cursor(world):
@@ -447,7 +451,7 @@ def test_positions_with_one_garbled_group_watermark_still_show_the_others(world)
     assert set(positions) >= set(DispatchGroup(0, 4).shards)
 
 
-# -- 9. two new-layout groups racing to write the layout -------------------------------------------------------------
+# -- two new-layout groups racing to write the layout -------------------------------------------------------------
 
 
 def test_two_new_groups_racing_to_write_the_layout_agree_and_lose_nothing(world):
@@ -474,7 +478,7 @@ def test_two_new_groups_racing_to_write_the_layout_agree_and_lose_nothing(world)
     assert Layout.from_item(world.state(LAYOUT_KEY)).epoch == 1
 
 
-# -- 10. the safety net deciding TTL expiries during a change, before the new groups ran ---------------------------------
+# -- the safety net deciding TTL expiries during a change, before the new groups ran ---------------------------------
 
 
 def test_the_safety_net_during_a_change_sends_each_expired_undispatched_item_and_only_those(world):
@@ -505,7 +509,7 @@ def test_the_safety_net_during_a_change_sends_each_expired_undispatched_item_and
     assert all(sent[i] == 1 for i in shard1)
 
 
-# -- 11. a stalled run of an earlier epoch of the same G clobbers the new epoch's watermark ------------------------------
+# -- a stalled run of an earlier epoch of the same G clobbers the new epoch's watermark ------------------------------
 
 
 def test_a_stalled_run_of_an_earlier_epoch_of_the_same_count_does_not_make_the_new_epoch_resend_its_own_work(world):
@@ -536,7 +540,7 @@ def test_a_stalled_run_of_an_earlier_epoch_of_the_same_count_does_not_make_the_n
     assert thrice == [], f"{len(thrice)} messages sent 3+ times (old run, new epoch, new epoch again), e.g. {thrice[:3]}"
 
 
-# -- 12. after a change of G, the TTL expiry of every message the old layout dispatched is sent again ----------------------
+# -- after a change of G, the TTL expiry of every message the old layout dispatched is sent again ----------------------
 
 
 @pytest.mark.parametrize("old, new", [(1, 4), (4, 1)])
@@ -565,7 +569,7 @@ def test_after_a_change_the_safety_net_does_not_resend_what_the_old_layout_dispa
                                             f"6 h after they were due")
 
 
-# -- 13. status with G > 1 when one group has no position yet ---------------------------------------------------------------
+# -- status with G > 1 when one group has no position yet ---------------------------------------------------------------
 
 
 def test_status_with_three_of_four_groups_running_does_not_say_the_dispatcher_never_ran(world):

@@ -1,4 +1,5 @@
-"""never early under float edges, retries that cross a second, partial failures and odd clocks."""
+"""The dispatcher never sends a message early: float edges of due times, retries that cross a second, partial
+failures and odd clocks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""nothing lost, duplicates only from a run stopped mid-round, at most its round (ROUND_ITEMS)."""
+"""The dispatcher loses nothing, and sends twice only what a run stopped or died mid-round had in hand: at most its
+round (ROUND_ITEMS), whatever stops it (time, failing sends, a crash)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_a_failing_send_mid_round_resends_no_more_than_the_postponed_bound():
 
 
 def test_control_before_the_change_a_failing_send_resent_at_most_its_wave(monkeypatch):
-    # The control: with no moments (the behaviour before d0015c1) the same failure resends at most one wave's worth
+    # The control: with no moments (the dispatcher without send moments) the same failure resends at most one wave's worth
     monkeypatch.setattr("worker_tier.send_moment.MAX_SPREAD_MS", -1)
     state = {"failing": True}
     world = MomentWorld(fail=lambda call, entry: ("ServiceUnavailable", False)
@@ -164,7 +165,7 @@ def test_a_busy_minute_stopping_for_time_resends_no_more_than_the_bound(seed, st
 
 
 def test_control_before_the_change_a_stop_for_time_resent_nothing(monkeypatch):
-    # The control: with no moments (the behaviour before d0015c1) the same stop for time resends nothing
+    # The control: with no moments (the dispatcher without send moments) the same stop for time resends nothing
     monkeypatch.setattr("worker_tier.send_moment.MAX_SPREAD_MS", -1)
     world = MomentWorld()
     scheduler = ready(world)

@@ -1,4 +1,5 @@
-"""The dispatcher sends each batch at its moment in the second (worker_tier.send_moment): less lateness, nothing early, lost or doubled."""
+"""The dispatcher sends each batch at its moment in the second (worker_tier.send_moment): punctual as docs/delays.md
+claims, less lateness, nothing early, lost or doubled, retries included."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""every run ends, no sleep over MAX_WAIT_MS, little waiting per round, margins kept, whatever the clock does."""
+"""Every dispatcher run ends within its time: no sleep over MAX_WAIT_MS, little waiting per round, the run's margins
+kept, and every wave sends at least one batch, whatever the clock or the due pattern does."""
 
 from __future__ import annotations
 
