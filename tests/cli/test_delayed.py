@@ -11,7 +11,6 @@ from worker_tier import Client, contract
 from worker_tier.delay import BUCKET_SECONDS
 from worker_tier.dispatcher import DelayDispatcher, minute_key
 
-
 HOUR = 3600
 
 

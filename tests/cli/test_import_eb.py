@@ -15,7 +15,6 @@ from click.testing import CliRunner, Result
 from worker_tier_cli import cli, import_eb
 from worker_tier_cli.import_eb import UNMAPPED_SQSD_REASONS, eb_option_settings
 
-
 SAMPLES = Path(__file__).parent / "eb_samples"
 REPO = Path(__file__).resolve().parents[2]
 CDK_JSON = {"app": "python app.py", "context": {"worker_tier": {"fifo": False, "max_retries": 10}, "other": {"keep": 1}}}

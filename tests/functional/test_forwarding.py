@@ -40,7 +40,6 @@ from worker_tier.registry import Registry
 from worker_tier.settings import Settings
 from worker_tier.worker import Worker
 
-
 APP_SERVER = Path(__file__).with_name("app_server.py")
 REGION = "us-east-1"
 SECRET = "s3cr3t-signing-key"

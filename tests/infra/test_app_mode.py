@@ -30,7 +30,6 @@ from worker_tier_cdk.grants import PARAMETER_READ_ACTION, SECRET_READ_ACTION, gr
 from worker_tier_cdk.nag import add_checks
 from worker_tier_cdk.stack import WorkerTierStack
 
-
 WHEEL_NAME = "tinydep"
 WHEEL_VERSION = "0.1"
 APP_SETTINGS = Settings(app="webapp.web:app", task_modules="webapp", container_worker=True)

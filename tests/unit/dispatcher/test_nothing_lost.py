@@ -24,7 +24,6 @@ from worker_tier.delay import CANCELLABLE_SHARD, DelayedMessage, bucket_key, sor
 from worker_tier.dispatch_group import DispatchGroup
 from worker_tier.dispatcher import DelayDispatcher, ROUND_ITEMS, TIME_RUNNING_OUT
 
-
 BOUND = ROUND_ITEMS  # what went past the waiting batches is within their round, as for a run that dies
 
 

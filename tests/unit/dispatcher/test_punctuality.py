@@ -22,7 +22,6 @@ from worker_tier.dispatcher import (
 )
 from worker_tier.send_moment import ALIGNED_ROUNDING_MS, MAX_SPREAD_MS, MAX_WAIT_MS
 
-
 SEND_SECONDS = 0.003  # each SendMessageBatch: the world's clock moves this much before SQS takes it
 DUE_FROM = START + 960  # a minute in the horizon once the clock is at START + 200
 

@@ -30,7 +30,6 @@ from worker_tier.dispatcher import (
 )
 from worker_tier.send_moment import MAX_SPREAD_MS, MAX_WAIT_MS, moment, wait_ms
 
-
 MAX_WAIT_S = MAX_WAIT_MS / 1000
 EPS = 1e-9
 
