@@ -86,7 +86,7 @@ def _event(count: int) -> dict[str, Any]:
 
 def overhead_ratio(rounds: int, records: int) -> dict[str, float]:
     """One run: CPU per message of the app through Worker.handle ÷ through Flask's test client."""
-    from tests.fakes import FakeSQS
+    from tests.support.fakes import FakeSQS
     from worker_tier.app_adapter import InProcessTarget
     from worker_tier.registry import Registry
     from worker_tier.settings import Settings

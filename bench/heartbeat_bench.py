@@ -7,7 +7,7 @@ simulated ten minutes; calls are counted on an in-memory SQS.
 from __future__ import annotations
 
 from bench import results
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier.heartbeat import Heartbeat
 
 IN_FLIGHT = (1, 10, 100)  # a single task, a Lambda batch of 10, a container running 100

@@ -34,8 +34,8 @@ from typing import Any
 
 from bench import results
 from worker_tier_cdk.delay_recovery import RECOVERY_MEMORY_MB, STREAM_BATCH_SIZE, STREAM_MAX_BATCHING_WINDOW_SECONDS
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.fakes import FakeSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
 from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery

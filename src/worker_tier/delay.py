@@ -81,7 +81,7 @@ MAX_DELAY_SECONDS = 366 * 24 * 60 * 60
 # (DEFAULT_SHARDS = 8) writes nothing else there, so ordinary messages keep their eventually consistent reads.
 CANCELLABLE_SHARD = MAX_SHARDS - 1
 # TTL margin after due. Kept below the dispatcher's minute-record retention less the stream's 24 h, so the
-# safety net still finds the minute record when it decides an expired item (tests/unit/test_delay_recovery.py).
+# safety net still finds the minute record when it decides an expired item (tests/unit/dispatcher/test_recovery.py).
 DISPATCHED_RETENTION_SECONDS = 6 * 60 * 60
 # The sort key holds due_ms in 13 zero-padded digits, so text order is time order up to 10**13 - 1 ms
 # (2286-11-20); time.gmtime converts all of it. A due_ms outside 0..MAX_DUE_MS is not a message.

@@ -216,8 +216,8 @@ class DelayDispatcher:
 
     Examples
     --------
-    >>> from tests.fake_dynamodb import FakeDynamoDB
-    >>> from tests.fakes import FakeSQS
+    >>> from tests.support.fake_dynamodb import FakeDynamoDB
+    >>> from tests.support.fakes import FakeSQS
     >>> dynamodb = FakeDynamoDB()
     >>> dynamodb.create_table("delay", "pk", "sk"); dynamodb.create_table("state", "pk")
     >>> dispatcher = DelayDispatcher("delay", "state", "https://q/work", dead_letter_queue_url="https://q/dlq",

@@ -2,7 +2,7 @@
 
 moto accepts much of what SQS refuses, so these rules are written from AWS's
 documentation, and tests hold them against an independent strict stand-in
-(``tests/strict_sqs.py``). Each ``*_problem`` function returns None when SQS
+(``tests/support/strict_sqs.py``). Each ``*_problem`` function returns None when SQS
 would accept the value, else one sentence naming the value and the rule, so the
 caller decides what a refusal means: ``MessageError`` at send, a synth error for
 ``cron.yaml``, or an attribute named as dropped in a dead-letter reason.

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from moto import mock_aws
 
-from tests.strict_dynamodb import StrictDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
 from worker_tier import contract, dead_letter, message
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime

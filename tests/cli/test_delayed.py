@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.cli.deployment import NOW, parsed
@@ -111,3 +113,13 @@ def test_cancel_of_an_unknown_or_plain_key_exits_non_zero_with_the_reason(delaye
 def test_cancel_without_the_state_table_is_a_usage_error(delayed):
     result = delayed.run("--delay-table", "delay", "delayed", "cancel", "k", state=False)
     assert result.exit_code == 2 and "no state_table: pass --state-table" in result.stderr
+
+
+def test_delayed_cancel_json_is_valid_and_exit_code_names_the_outcome(deployment):
+    deployment.dynamodb.create_table(TableName="delay", BillingMode="PAY_PER_REQUEST",
+                                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                                           {"AttributeName": "sk", "AttributeType": "S"}])
+    result = deployment.run("delayed", "cancel", "nobody", "--json", options=("--delay-table", "delay"))
+    assert result.exit_code == 4, result.output
+    assert json.loads(result.stdout)["status"] == "not found"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from worker_tier_cli import cli
+from worker_tier_cli import cli, import_eb
 from worker_tier_cli.import_eb import UNMAPPED_SQSD_REASONS, eb_option_settings
 
 SAMPLES = Path(__file__).parent / "eb_samples"
@@ -243,3 +243,73 @@ def test_without_the_cdk_extra_import_eb_says_to_install_it():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2
     assert result.stderr.endswith("Error: import-eb needs the cdk extra (yaml is missing): pip install 'worker-tier[cdk,cli]'\n")
+
+
+# -- .ebextensions and cdk.json edge cases -----------------------------------------------------------------------
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def import_plan(tmp_path: Path) -> import_eb.Plan:
+    options, notes = import_eb.read_options(import_eb.sources(tmp_path), tmp_path)
+    return import_eb.plan(options, {}, notes)
+
+
+def test_a_later_file_overriding_with_a_function_does_not_leave_the_earlier_value(tmp_path):
+    """import-eb never writes a value EB would not use. EB applies 02 over 01; 02's value is a
+    function the import cannot map, so the setting must be left out, not 01's overridden 600."""
+    write(tmp_path / ".ebextensions/01-base.config",
+          "option_settings:\n  aws:elasticbeanstalk:sqsd:\n    VisibilityTimeout: 600\n")
+    write(tmp_path / ".ebextensions/02-env.config",
+          'option_settings:\n  aws:elasticbeanstalk:sqsd:\n    VisibilityTimeout: {"Fn::GetOptionSetting": {"OptionName": "VT", "DefaultValue": "900"}}\n')
+    result = import_plan(tmp_path)
+    assert "visibility_timeout" not in result.after, f"wrote {result.after.get('visibility_timeout')} from 01-base.config, which 02-env.config overrides"
+
+
+def test_a_config_file_with_a_stray_optionsettings_key_keeps_its_option_settings(tmp_path):
+    """import-eb names every option it cannot map. A .ebextensions file is read by EB through
+    option_settings only; a stray OptionSettings key makes the import drop the real option_settings,
+    reported as 'not options'."""
+    write(tmp_path / ".ebextensions/01.config",
+          "OptionSettings: {}\noption_settings:\n  aws:elasticbeanstalk:sqsd:\n    VisibilityTimeout: 600\n    MaxRetries: 5\n")
+    # 60 < the default inactivity_timeout 299 is refused by Settings whichever key is read; 600 is valid
+    result = import_plan(tmp_path)
+    assert result.after.get("visibility_timeout") == 600, (result.after, result.notes)
+
+
+def test_a_cdk_json_that_is_not_an_object_is_refused_naming_the_file(tmp_path):
+    cdk = write(tmp_path / "cdk.json", "[1, 2]")
+    with pytest.raises(import_eb.EbImportError, match=r"cdk\.json"):
+        import_eb.read_cdk_json(cdk)
+
+
+def test_other_cdk_json_keys_survive_an_import(tmp_path):
+    write(tmp_path / ".ebextensions/01.config", '{"option_settings": [{"namespace": "aws:elasticbeanstalk:sqsd", '
+          '"option_name": "HttpPath", "value": "/work"}, {"option_name": "HttpPath", "value": "/x"}]}')
+    cdk = write(tmp_path / "cdk.json", json.dumps({"app": "python app.py", "watch": {"include": ["**"]},
+                                                   "context": {"other": 1, "worker_tier": {"memory_size": 512}}}))
+    assert import_eb.run(tmp_path, cdk, dry_run=False) == 0
+    document = json.loads(cdk.read_text())
+    assert document["app"] == "python app.py" and document["watch"] == {"include": ["**"]}
+    assert document["context"]["other"] == 1
+    assert document["context"]["worker_tier"] == {"memory_size": 512, "http_path": "/work"}
+
+
+def test_an_out_of_range_value_names_eb_option(tmp_path):
+    write(tmp_path / ".ebextensions/01.config",
+          "option_settings:\n  - namespace: aws:elasticbeanstalk:sqsd\n    option_name: HttpConnections\n    value: 1\n")
+    with pytest.raises(import_eb.EbImportError, match="HttpConnections"):
+        import_plan(tmp_path)
+
+
+def test_a_yaml_flow_mapping_config_is_read_as_yaml(tmp_path):
+    """JSON vs YAML. A .config in YAML flow style starts with '{' and is valid YAML (EB reads it); the
+    import takes every '{' file for JSON and refuses it as 'not valid JSON'."""
+    write(tmp_path / ".ebextensions/01.config",
+          '{option_settings: {"aws:elasticbeanstalk:sqsd": {HttpPath: /work, MaxRetries: 5}}}\n')
+    result = import_plan(tmp_path)
+    assert result.after.get("http_path") == "/work"

@@ -1,4 +1,4 @@
-"""The local environment makes what the stack makes, and names it to the functions as the stack does (issue #12)."""
+"""The local environment makes what the stack makes, and names it to the functions as the stack does."""
 
 from __future__ import annotations
 

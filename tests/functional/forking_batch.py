@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier import Task
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier.message import lambda_record

@@ -15,8 +15,8 @@ import pytest
 from fastapi import BackgroundTasks, FastAPI
 
 from tests.apps import CRASH_MESSAGE, FLAKY_BODY, RETRY_AFTER_SECONDS
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import depth, run_until
+from tests.support.aws_world import AwsWorld
+from tests.support.container import depth, run_until
 from worker_tier import contract
 from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
 from worker_tier.app_target import SqsdRequest, target_from_settings

@@ -8,8 +8,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.strict_sqs import StrictSQS
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError, SendError
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
 from worker_tier.delay import new_message_id

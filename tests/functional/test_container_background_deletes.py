@@ -1,4 +1,4 @@
-"""Audit of the standard queue's background deletes (``_BackgroundDeletions``): reproductions against moto.
+"""The standard queue's background deletes (``_BackgroundDeletions``): reproductions against moto.
 
 Faults come from wrappers around moto's client and fakes passed in; the code under test is not patched.
 """
@@ -11,8 +11,8 @@ import threading
 import time
 from typing import Callable
 
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import consumer_for, depth, run_until
+from tests.support.aws_world import AwsWorld
+from tests.support.container import consumer_for, depth, run_until
 from worker_tier import Client, OutgoingMessage, Task, observability
 from worker_tier.container import EXIT_CODE_TASKS_ABANDONED
 from worker_tier.heartbeat import Heartbeat
@@ -105,7 +105,7 @@ def test_at_the_stop_waiting_deletes_go_out_at_once_even_while_a_task_outlives_t
     consumer.stopping.set()
     thread.join(10)
     release.set()
-    # THEN (promise: "at the stop, waiting deletes go out at once, within the grace period") S's delete was sent
+    # THEN (the behaviour: "at the stop, waiting deletes go out at once, within the grace period") S's delete was sent
     # during the grace period, and the exit names only L as abandoned
     [(code, deletes_sent_at_exit)] = exits
     assert code == EXIT_CODE_TASKS_ABANDONED

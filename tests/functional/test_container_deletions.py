@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import consumer_for, depth, run_until
+from tests.support.aws_world import AwsWorld
+from tests.support.container import consumer_for, depth, run_until
 from worker_tier import Client, OutgoingMessage, Task, observability
 from worker_tier.container import EXIT_CODE_TASKS_ABANDONED
 from worker_tier.heartbeat import Heartbeat

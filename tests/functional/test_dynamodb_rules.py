@@ -24,8 +24,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import (
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import (
     ITEM_TOO_LARGE,
     MAX_ITEM_BYTES,
     MAX_PARTITION_KEY_BYTES,

@@ -20,20 +20,21 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from tests.functional.app_server import documented_verify
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import depth
+from tests.support.aws_world import AwsWorld
+from tests.support.container import depth
 from worker_tier import Client, contract, observability
 from worker_tier.app_target import SqsdRequest
 from worker_tier.container import Consumer, concurrency
 from worker_tier.protection import TaskProtection
 from worker_tier.forwarding import (
-    RESPONSE_KEPT_BYTES,
     AppTimeoutError,
     AppUnreachableError,
     HttpTarget,
+    RESPONSE_KEPT_BYTES,
     SigningSecretError,
     parameter_name,
     read_signing_secret,
+    signature,
     signature_v2,
 )
 from worker_tier.registry import Registry
@@ -584,3 +585,20 @@ def test_a_signing_key_shared_from_another_account_is_read_by_its_arn():
         # THEN it asked for the parameter by ARN, and got the shared key
         stub.assert_no_pending_responses()
     assert key == b"k3y"
+
+
+# --------------------------------------------------------------------------- signing
+
+
+def test_the_signature_covers_what_the_docs_claim_and_they_name_what_it_does_not():
+    """signing covers what it claims. v1 signs the timestamp and the body only, so two empty-body ticks
+    to different paths in the same second share a signature (v2, signature_v2, binds them; its replay
+    tests are in test_forwarding.py)
+    It checks that
+    v1 binds what it claims and that docs/container-worker.md states the gap and what an app should do."""
+    # GIVEN v1 signatures  THEN the timestamp and the body are bound, the path is not
+    assert signature(b"key", "1700000000", b"") != signature(b"key", "1700000001", b"")
+    assert signature(b"key", "1700000000", b"a") != signature(b"key", "1700000000", b"b")
+    docs = (Path(__file__).parents[2] / "docs" / "container-worker.md").read_text(encoding="utf-8")
+    assert "not the method, the path or the sqsd headers" in docs
+    assert "also verifies for a POST of another path in the same second" in docs

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.fakes import FakeSQS
-from tests.functional.conftest import AwsWorld
+from tests.support.fakes import FakeSQS
+from tests.support.aws_world import AwsWorld
 from worker_tier import Client, Task
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.registry import Registry

@@ -12,8 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from worker_tier.cron_config import CronConfigError, parse
-from tests.functional.conftest import AwsWorld
-from tests.strict_sqs import StrictSQS
+from tests.support.aws_world import AwsWorld
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import observability
 from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier_local.cron import CronEmulator
@@ -156,7 +156,7 @@ def claim(aws: AwsWorld, tick: Tick) -> dict | None:
 
 
 def test_a_throttled_mark_after_the_send_is_retried_and_the_tick_is_sent_once(aws, published):
-    # GIVEN a state table that throttles the first UpdateItem, the one marking the claim sent (#8 audit item 1)
+    # GIVEN a state table that throttles the first UpdateItem, the one marking the claim sent
     now, sleeps = [1_800_000_000.0], []
     first = marking_enqueuer(aws, StrictSQS(aws.sqs), FlakyDynamoDB(aws.dynamodb, failures=1), now, sleeps)
     # WHEN the tick is enqueued  THEN it reports the tick sent (it was: raising would make Lambda send it again)
@@ -199,7 +199,7 @@ def test_a_mark_never_recreates_a_claim_that_is_gone(aws, published):
     sqs.on_send = lambda: aws.dynamodb.delete_item(TableName=aws.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": TICK.key}})
     # WHEN it sends and marks  THEN it reports the tick sent
     assert flaky_enqueuer(aws, sqs, now).enqueue(TICK) is True
-    # AND no record without a holder or TTL was upserted (#8 audit (a)), and the lost mark is counted
+    # AND no record without a holder or TTL was upserted, and the lost mark is counted
     assert claim(aws, TICK) is None
     assert published()[METRIC_TICK_MARK_FAILED] == 1
 
@@ -268,7 +268,7 @@ def test_fifo_group_is_the_task_and_dedupe_id_is_stable(aws_fifo):
     assert record["Attributes"]["MessageGroupId"] == "backup-job"
     assert record["Attributes"]["MessageDeduplicationId"] == TICK.deduplication_id()
     assert Tick("backup-job", "/other", TICK.scheduled_at).deduplication_id() == TICK.deduplication_id()
-    assert Tick("audit", "/backup", TICK.scheduled_at).deduplication_id() != TICK.deduplication_id()
+    assert Tick("nightly", "/backup", TICK.scheduled_at).deduplication_id() != TICK.deduplication_id()
 
 
 def test_worker_runs_the_url_task_with_name_and_time(aws):
@@ -321,7 +321,7 @@ def test_handler_event_from_scheduler_input():
     ],
 )
 def test_an_event_sqs_would_refuse_or_out_of_range_is_refused_clearly(event, message):
-    # GIVEN an event synth would never produce (#8 audit (c)): an empty name, a NUL in the url, a time past year 9999 in UTC
+    # GIVEN an event synth would never produce: an empty name, a NUL in the url, a time past year 9999 in UTC
     # WHEN read  THEN a ValueError with the rule synth applies, not a tick SQS refuses or a bare OverflowError
     with pytest.raises(ValueError) as error:
         tick_from_event(event)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import consumer_for, depth, run_until
+from tests.support.aws_world import AwsWorld
+from tests.support.container import consumer_for, depth, run_until
 from worker_tier import Client, NonRetryableError, Task
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.functional.conftest import AwsWorld
+from tests.support.aws_world import AwsWorld
 from worker_tier import Client, NonRetryableError, RetryLater, Task
 from worker_tier_local.context import LocalContext
 from worker_tier.registry import Registry

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.functional.conftest import AwsWorld
+from tests.support.aws_world import AwsWorld
 from worker_tier import Client, Task
 from worker_tier.heartbeat import Heartbeat
 from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX

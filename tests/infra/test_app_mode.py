@@ -1,4 +1,4 @@
-"""An Elastic Beanstalk worker app in the stack (issue #9): in-process (``app``) and HTTP forwarding (``app_port``).
+"""An Elastic Beanstalk worker app in the stack: in-process (``app``) and HTTP forwarding (``app_port``).
 
 In-process: synth checks that the app's module is deployed, and the app's requirements reach the
 worker function's asset (installed for Lambda's platform from a local wheel directory, so no network)
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 
@@ -19,8 +20,8 @@ import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Annotations, Match, Template
 
-from tests.infra.conftest import TASK_CODE, actions_of
-from tests.infra.test_environment import CONTAINER_ENTRY_MODULE, LAMBDA_WORKER_MODULE, resources, variables_read
+from tests.support.synth import TASK_CODE, actions_of
+from tests.support.entry_modules import CONTAINER_ENTRY_MODULE, LAMBDA_WORKER_MODULE, resources, variables_read
 from worker_tier import contract
 from worker_tier.settings import Settings
 from worker_tier_cdk.code import APP_REQUIREMENTS, TaskCode, TaskCodeError
@@ -342,3 +343,24 @@ def test_the_forwarding_stack_is_nag_clean(forwarding):
     # GIVEN the forwarding stack, synthesized with cdk-nag (a finding fails synth)  THEN no error is annotated
     stack, _ = forwarding
     Annotations.from_stack(stack).has_no_error("*", Match.any_value())
+
+
+# -- the signing secret's grant
+
+
+def test_a_partial_secret_arn_whose_name_ends_like_a_suffix_is_granted_with_the_wildcard():
+    """exact secret grants that work. A partial ARN of a secret named 'worker-signer' ends in '-signer'
+    (a hyphen and six characters), is taken for a complete ARN, and the grant misses the real ARN
+    (...:secret:worker-signer-AbC123): the task gets AccessDenied at start (AWS's documented pitfall)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_iam as iam
+
+    from worker_tier_cdk.grants import grant_signing_secret
+
+    stack = cdk.Stack(cdk.App(), "S")
+    role = iam.Role(stack, "R", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
+    grant_signing_secret(role, "arn:aws:secretsmanager:us-east-1:123456789012:secret:worker-signer")
+    resources = json.dumps(stack.resolve(role.node.find_child("DefaultPolicy").document.to_json()))
+    assert "worker-signer-??????" in resources or "worker-signer*" in resources, resources
+    # AND the ARN as written too: it might be complete
+    assert '"arn:aws:secretsmanager:us-east-1:123456789012:secret:worker-signer"' in resources, resources

@@ -11,12 +11,12 @@ import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match, Template
 
-from tests.infra.conftest import TASK_CODE
+from tests.support.synth import TASK_CODE
 from worker_tier import contract
 from worker_tier_cdk.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS
 from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
-from tests.infra.conftest import dynamodb_statements, on_table, synth
+from tests.support.synth import dynamodb_statements, on_table, synth
 from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 
 REPO = Path(__file__).resolve().parents[2]

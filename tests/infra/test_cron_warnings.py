@@ -6,7 +6,7 @@ from aws_cdk.assertions import Annotations
 
 from worker_tier.cron_config import parse
 from worker_tier_cdk.periodic_tasks import CRON_ENTRY_WARNING_ID
-from tests.infra.conftest import synth
+from tests.support.synth import synth
 from worker_tier.settings import Settings
 
 EB_CRON = """\

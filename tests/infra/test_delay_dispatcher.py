@@ -141,7 +141,7 @@ def test_one_group_keeps_one_rule_without_input_at_256_mb(template):
 def fanned_out_template():
     from aws_cdk.assertions import Template
 
-    from tests.infra.conftest import synth
+    from tests.support.synth import synth
     from worker_tier.settings import Settings
 
     stack, _ = synth(Settings(dispatch_groups=4, delay_shards=16))

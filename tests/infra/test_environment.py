@@ -1,4 +1,4 @@
-"""Every function and container gets every variable its code reads (issue #8, item 13; issue #12).
+"""Every function and container gets every variable its code reads.
 
 "What its code reads" is declared where it is read, never listed here: each entry
 module's ``NEEDS`` (``worker_tier.contract.Needs``), through which it reads its
@@ -11,22 +11,24 @@ module a container's ``EntryPoint`` runs with ``python -m``.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.conftest import synth
+from tests.support.entry_modules import (
+    CONTAINER_ENTRY_MODULE,
+    LAMBDA_WORKER_MODULE,
+    SETTINGS_VARIABLES,
+    needs_of,
+    resources,
+    variables_read,
+)
+from tests.support.synth import synth
 from worker_tier import contract
-from worker_tier.contract import Needs, Resources, setting_variable
+from worker_tier.contract import Resources
 from worker_tier.settings import Settings
-from worker_tier_cdk.worker_queue import WORKER_HANDLER
 
-SETTINGS_VARIABLES = frozenset(setting_variable(f.name) for f in dataclasses.fields(Settings))
 RESOURCE_VARIABLES = frozenset(Resources.variable(name) for name in contract.RESOURCE_FIELDS)
-CONTAINER_ENTRY_MODULE = "worker_tier.__main__"
-LAMBDA_WORKER_MODULE = WORKER_HANDLER.rpartition(".")[0]
 # A FIFO queue has no per-message delay, so a FIFO stack has no delay table to produce into.
 DELAY_TABLE_VARIABLES = frozenset({contract.DELAY_TABLE_VARIABLE, contract.DELAY_SHARDS_VARIABLE})
 
@@ -35,28 +37,6 @@ STACKS = {
     "container": Settings(container_worker=True),
     "fifo-container": Settings(fifo=True, container_worker=True),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Resource:
-    """One function or container definition: where it is, what it runs, and the variables it is given."""
-
-    path: str
-    entry_module: str
-    environment: dict[str, object]
-
-
-def needs_of(entry_module: str) -> Needs:
-    """What the entry module declares it reads."""
-    needs = getattr(importlib.import_module(entry_module), "NEEDS", None)
-    assert isinstance(needs, Needs), f"entry module {entry_module} must declare what it reads as NEEDS (a contract.Needs)"
-    return needs
-
-
-def variables_read(entry_module: str) -> set[str]:
-    """Every variable the entry module reads: its resources, and every setting if it reads settings."""
-    needs = needs_of(entry_module)
-    return set(needs.variables()) | (set(SETTINGS_VARIABLES) if needs.settings else set())
 
 
 def absent_by_design(settings: Settings, entry_module: str) -> set[str]:
@@ -69,27 +49,6 @@ def absent_by_design(settings: Settings, entry_module: str) -> set[str]:
     if entry_module != CONTAINER_ENTRY_MODULE:
         absent.add(contract.SEND_QUEUE_URL_VARIABLE)  # the queue it consumes is already the work queue
     return absent
-
-
-def resources(template: Template) -> list[Resource]:
-    """Every Lambda function and every ECS container definition in the template."""
-    found = []
-    for logical_id, function in template.find_resources("AWS::Lambda::Function").items():
-        properties = function["Properties"]
-        module = properties["Handler"].rpartition(".")[0]
-        found.append(Resource(logical_id, module, properties.get("Environment", {}).get("Variables", {})))
-    for logical_id, definition in template.find_resources("AWS::ECS::TaskDefinition").items():
-        for container in definition["Properties"]["ContainerDefinitions"]:
-            found.append(Resource(f"{logical_id}/{container['Name']}", _python_m_module(container),
-                                  {v["Name"]: v["Value"] for v in container.get("Environment", [])}))
-    return found
-
-
-def _python_m_module(container: dict) -> str:
-    """The module ``python -m <package>`` runs: the package's ``__main__``."""
-    entry_point = container.get("EntryPoint", [])
-    assert entry_point[:2] == ["python", "-m"], f"{container['Name']} must name its module: EntryPoint {entry_point}"
-    return f"{entry_point[2]}.__main__"
 
 
 @pytest.fixture(scope="module", params=sorted(STACKS))

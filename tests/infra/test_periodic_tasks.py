@@ -19,7 +19,7 @@ from worker_tier_cdk.periodic_tasks import (
     max_event_age_seconds,
 )
 from worker_tier import limits
-from tests.infra.conftest import synth
+from tests.support.synth import synth
 from worker_tier.periodic import TICK_LEASE_SECONDS, TICK_PENDING_POLL_SECONDS, TICK_PENDING_POLLS
 from worker_tier.limits import LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS, LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
 from worker_tier.settings import Settings
@@ -229,7 +229,7 @@ def imported_queue(stack: Stack) -> sqs.IQueue:
 
 
 def test_a_tick_larger_than_the_queues_maximum_message_size_fails_synth():
-    # GIVEN a queue created in the app with SQS's former default size, 256 KiB, and a 300,000-byte body (#8 audit item 3)
+    # GIVEN a queue created in the app with SQS's former default size, 256 KiB, and a 300,000-byte body
     # WHEN PeriodicTasks is built  THEN synth stops, naming the entry and the queue's size
     with pytest.raises(CronConfigError) as error:
         periodic_tasks(lambda stack: sqs.Queue(stack, "Queue", max_message_size_bytes=256 * 1024))
@@ -271,7 +271,7 @@ def test_a_maximum_message_size_prop_that_cannot_apply_is_refused(queue_factory,
 
 
 def test_alarm_actions_go_on_every_alarm():
-    # GIVEN an SNS topic as the alarm action (#8 audit (f): PeriodicTasks had no alarm_actions, unlike WorkerQueue)
+    # GIVEN an SNS topic as the alarm action (formerly: PeriodicTasks had no alarm_actions, unlike WorkerQueue)
     stack = Stack(App(), "Periodic")
     topic = sns.Topic(stack, "Alarms")
     # WHEN PeriodicTasks is built with it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.conftest import synth
+from tests.support.synth import synth
 from worker_tier import contract
 from worker_tier.settings import Settings
 

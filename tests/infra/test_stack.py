@@ -21,7 +21,7 @@ from packaging.version import Version
 
 from aws_cdk.assertions import Annotations
 
-from tests.infra.conftest import TASK_CODE
+from tests.support.synth import TASK_CODE
 from worker_tier import contract
 from worker_tier_cdk.code import TaskCode, TaskCodeError
 from worker_tier.cron_config import CronConfigError
@@ -37,7 +37,7 @@ from worker_tier_cdk.grants import (
 from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX
 from worker_tier_cdk.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
 from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
-from tests.infra.conftest import actions_of, dynamodb_statements, on_table, synth
+from tests.support.synth import actions_of, dynamodb_statements, on_table, synth
 from worker_tier import delay, dispatcher
 from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, Settings, SettingsError
 
@@ -310,7 +310,7 @@ def test_eb_default_visibility_synthesizes_without_the_advice(stack):
 
 
 def test_visibility_shorter_than_batching_window_plus_timeout_fails_synth():
-    # GIVEN the audit's 300 / 299 / max_batching_window 300  WHEN synthesized  THEN refused with all three values
+    # GIVEN the edge case's 300 / 299 / max_batching_window 300  WHEN synthesized  THEN refused with all three values
     context = {"worker_tier": {"visibility_timeout": 300, "inactivity_timeout": 299, "max_batching_window": 300}}
     with pytest.raises(SettingsError) as error:
         synth(context=context)
@@ -464,7 +464,7 @@ def test_a_task_directory_without_init_is_no_task_module(tmp_path):
 
 
 def test_a_cron_file_that_does_not_exist_fails_synth_naming_the_resolved_path(tmp_path):
-    # GIVEN a cron_file with a typo (issue #12: the stack deployed no periodic task, silently)
+    # GIVEN a cron_file with a typo (formerly: the stack deployed no periodic task, silently)
     # WHEN the stack is built  THEN a CronConfigError names the path as given and as resolved
     with pytest.raises(CronConfigError) as error:
         WorkerTierStack(cdk.App(), "Typo", task_code=TASK_CODE, cron_file=tmp_path / "cron.yml")
@@ -473,7 +473,7 @@ def test_a_cron_file_that_does_not_exist_fails_synth_naming_the_resolved_path(tm
 
 
 def test_task_code_given_as_one_path_is_one_directory():
-    # GIVEN task_code as a plain string, not TaskCode (issue #12: it was read as one directory per character)
+    # GIVEN task_code as a plain string, not TaskCode (formerly: it was read as one directory per character)
     # WHEN the stack is built  THEN it deploys that one directory
     stack = WorkerTierStack(cdk.App(), "OnePath", task_code=str(REPO / "tasks"))
     assert stack.task_code == TaskCode.from_directories(REPO / "tasks")

@@ -1,4 +1,4 @@
-"""A runtime-only install (no extra) says which extra to install, instead of a bare ModuleNotFoundError (issue #12)."""
+"""A runtime-only install (no extra) says which extra to install, instead of a bare ModuleNotFoundError."""
 
 from __future__ import annotations
 

@@ -27,9 +27,9 @@ from collections import Counter
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
 from worker_tier import Client
 from worker_tier.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
 from worker_tier.contract import DUE_AT_ATTRIBUTE

@@ -9,10 +9,10 @@ from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import contract
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
@@ -233,7 +233,7 @@ def test_client_needs_a_queue():
         Client.from_env({})
 
 
-# -- item 1: attributes are checked as SQS checks them, direct or delayed ---------------------
+# -- attributes are checked as SQS checks them, direct or delayed ---------------------
 
 ATTRIBUTES_SQS_REFUSES = [
     ({"note": "a\x00b"}, "attribute 'note' value has character '\\x00' (U+0000) at offset 1, which SQS does not allow"),
@@ -385,7 +385,7 @@ def test_maximum_message_size_out_of_range_is_refused():
     assert str(error.value) == "maximum_message_size must be 1024..1048576 bytes (SQS MaximumMessageSize), got 10"
 
 
-# -- item 9: FIFO messages without a dedupe_key are never deduplicated ---------------------------
+# -- FIFO messages without a dedupe_key are never deduplicated ---------------------------
 
 
 def test_fifo_messages_without_dedupe_key_get_distinct_deduplication_ids():
@@ -426,7 +426,7 @@ def test_fifo_ids_sqs_refuses_are_refused_at_send(kwargs, rule):
     assert sqs.calls == []
 
 
-# -- item 20: dedupe_key on a standard queue is one rule, at any delay ----------------------------
+# -- dedupe_key on a standard queue is one rule, at any delay ----------------------------
 
 DUE = NOW + 3600
 
@@ -659,7 +659,7 @@ def test_an_expired_key_can_be_used_again():
     assert len(sqs.sent) == 2
 
 
-# -- item 21: reserved attribute names ------------------------------------------------------------
+# -- reserved attribute names ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["worker_tier.due_at", "worker_tier.attempts", "beanstalk.sqsd.task_name", "beanstalk.sqsd.scheduled_time"])

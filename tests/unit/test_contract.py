@@ -1,4 +1,4 @@
-"""The wire contract: one home for every name that crosses a process boundary (issue #12)."""
+"""The wire contract: one home for every name that crosses a process boundary."""
 
 from __future__ import annotations
 

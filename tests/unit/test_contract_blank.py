@@ -1,4 +1,4 @@
-"""A resource variable that is only whitespace is a missing one, not a queue named ' ' (issue #12)."""
+"""A resource variable that is only whitespace is a missing one, not a queue named ' '."""
 
 from __future__ import annotations
 

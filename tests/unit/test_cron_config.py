@@ -10,8 +10,8 @@ cron:
  - name: "backup-job"
    url: "/backup"
    schedule: "0 */12 * * *"
- - name: "audit"
-   url: "/audit"
+ - name: "nightly"
+   url: "/nightly"
    schedule: "0 23 * * *"
 """
 
@@ -22,7 +22,7 @@ def test_eb_example_parses_unchanged():
     # THEN both entries, UTC, EB's body, enabled, with their lines
     assert [(e.name, e.url, e.schedule, e.timezone, e.body, e.enabled, e.line) for e in entries] == [
         ("backup-job", "/backup", "0 */12 * * *", "UTC", "elasticbeanstalk scheduled job", True, 3),
-        ("audit", "/audit", "0 23 * * *", "UTC", "elasticbeanstalk scheduled job", True, 6),
+        ("nightly", "/nightly", "0 23 * * *", "UTC", "elasticbeanstalk scheduled job", True, 6),
     ]
     assert entries[0].expressions == ("cron(0 0,12 * * ? *)",)
 
@@ -117,7 +117,7 @@ cron:
 @pytest.mark.parametrize(
     "merges, message",
     [
-        (  # #8 audit item 2: the first '<<' was replaced silently
+        (  # formerly: the first '<<' was replaced silently
             "   <<: *nightly\n   <<: *often\n",
             "cron.yaml line 8, entry 'backup': a second '<<' merge key (first at line 7); YAML would let this one's keys "
             "replace the first's silently, so merge them in one: '<<: [*first, *second]'",
@@ -150,7 +150,7 @@ def test_merge_sources_with_different_keys_merge():
 
 
 def test_an_unknown_top_level_key_is_refused_with_its_line():
-    # GIVEN a cron.yaml with a key EB does not define (#8 audit (e): it was ignored silently)
+    # GIVEN a cron.yaml with a key EB does not define (formerly: it was ignored silently)
     text = "version: 1\ncron: []\nschedules: []\n"
     # WHEN parsed  THEN synth stops, naming the key and its line
     with pytest.raises(CronConfigError) as error:
@@ -171,7 +171,7 @@ def _alias_levels(levels: int) -> str:
 
 
 def test_an_alias_bomb_is_refused_before_it_expands():
-    # GIVEN a few hundred bytes whose aliases expand to millions of nodes (#8 audit item 7: 40 s, then MemoryError)
+    # GIVEN a few hundred bytes whose aliases expand to millions of nodes (formerly: 40 s, then MemoryError)
     text = _alias_levels(7)
     assert len(text) < 1000
     # WHEN parsed  THEN synth stops at the value that expands too far
@@ -232,7 +232,7 @@ def test_a_very_long_integer_is_refused_with_its_line():
     ],
 )
 def test_a_schedule_that_never_fires_or_croniter_reads_differently_fails_synth(schedule, message):
-    # GIVEN an entry whose schedule never fires, or which the preview would read differently (#8 audit items 5, 8)
+    # GIVEN an entry whose schedule never fires, or which the preview would read differently
     text = _one(f" - name: a\n   url: /a\n   schedule: '{schedule}'\n")
     # WHEN parsed  THEN synth stops, naming the entry and the rule, with a long schedule shortened
     with pytest.raises(CronConfigError) as error:
@@ -242,7 +242,7 @@ def test_a_schedule_that_never_fires_or_croniter_reads_differently_fails_synth(s
 
 
 def test_a_file_that_is_not_utf8_is_refused_naming_the_line_and_byte(tmp_path):
-    # GIVEN a cron.yaml saved as Latin-1 (#8 audit item 6: a bare UnicodeDecodeError)
+    # GIVEN a cron.yaml saved as Latin-1 (formerly: a bare UnicodeDecodeError)
     path = tmp_path / "cron.yaml"
     path.write_bytes("version: 1\ncron:\n - {name: caf\u00e9-report, url: /a, schedule: '@daily'}\n".encode("latin-1"))
     # WHEN loaded  THEN a CronConfigError names the file, the line and the byte
@@ -260,7 +260,7 @@ def test_a_utf8_file_with_a_byte_order_mark_loads(tmp_path):
 
 
 def test_the_size_check_uses_the_queues_maximum_message_size():
-    # GIVEN an entry with a 300,000-byte body, which fits SQS's 1 MiB but not a 256 KiB queue (#8 audit item 3)
+    # GIVEN an entry with a 300,000-byte body, which fits SQS's 1 MiB but not a 256 KiB queue
     [entry] = parse(_one(" - name: big\n   url: /big\n   schedule: '@daily'\n   body: " + "x" * 300_000 + "\n"))
     check_sendable([entry], fifo=False)
     # WHEN checked against a queue whose MaximumMessageSize is 262,144 bytes  THEN it is refused with both sizes
@@ -349,7 +349,7 @@ def test_a_url_or_name_sqs_refuses_as_an_attribute_value_fails_synth():
 
 
 def test_a_cron_file_that_does_not_exist_is_refused_naming_the_resolved_path(tmp_path):
-    # GIVEN a path with a typo, relative to a directory that has only cron.yaml (issue #12: it deployed no periodic task)
+    # GIVEN a path with a typo, relative to a directory that has only cron.yaml (formerly: it deployed no periodic task)
     (tmp_path / "cron.yaml").write_text("version: 1\ncron: []\n")
     path = tmp_path / "sub" / ".." / "cron.yml"
     # WHEN loaded  THEN a CronConfigError names the path as given and as resolved

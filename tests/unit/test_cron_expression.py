@@ -5,7 +5,7 @@ compared as (days on which it fires) × (minutes of the day at which it fires): 
 standard cron and EventBridge cron choose the day from the day fields and the
 minute from the minute and hour fields independently, so two schedules with the
 same day set and the same minute set fire at the same instants. Croniter supplies
-one side; the independent evaluator in tests/eventbridge_cron.py the other. A
+one side; the independent evaluator in tests/support/eventbridge_cron.py the other. A
 sample of whole instants is compared directly as well.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from croniter import croniter
 
 from worker_tier.cron_expression import CronExpressionError, to_eventbridge
-from tests.eventbridge_cron import EventBridgeCron
+from tests.support.eventbridge_cron import EventBridgeCron
 
 YEAR = 2028
 YEAR_START = datetime(YEAR, 1, 1)
@@ -43,11 +43,11 @@ HAND_PICKED = [
     # edges
     "0 0 29 2 *", "59 23 31 12 *", "0 0 31 * *", "0 0 30 * *", "59 23 * * *", "0 0 1 1 *", "0 12 29 2 1",
     "1-58/3 */7 * * *", "0,1,2,3,4,5,6,7,8,9 * * * *", "7 7 7 7 *", "0 0 1 */2 *", "*/59 */23 * * *",
-    # croniter's unrestricted day fields (#8 audit item 9): '*' as a list element, or the whole range when the
+    # croniter's unrestricted day fields: '*' as a list element, or the whole range when the
     # other day field's text has a '*'
     "0 0 *,5 * SUN", "0 0 1 * *,2", "0 7 */1 * 4-7,*/3", "0 0 1 * 0-6,1", "0 0 1-31 * */2", "0 0 */2 * 0-6",
     "0 0 */1 * 1", "0 0 1 * */1", "0 0 *,1 * *,2", "0 0 1-31 * 1", "0 0 15 * 0-7",
-    # day-of-week 7/n starts at Sunday as 0/n does (#8 audit item 4)
+    # day-of-week 7/n starts at Sunday as 0/n does
     "0 0 * * 7/2", "0 0 * * 7/1", "0 0 1 * 7/3", "0 0 * * 7/7",
     # both day fields restricted, the day-of-month half never fires
     "0 0 30 2 MON", "0 0 31 4,6,9,11 */2",
@@ -158,11 +158,11 @@ def test_conversion_output(expression, expected):
         ("5-1 * * * *", "minute field: range '5-1' runs backwards (5 > 1)"),
         ("1//2 * * * *", "minute field: '1//2' is not a value, range or step"),
         ("@reboot", "unknown macro '@reboot'; use one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"),
-        # #8 audit item 5: a number past int()'s 4,300 digits raised a bare ValueError
+        # formerly: a number past int()'s 4,300 digits raised a bare ValueError
         ("0" * 4400 + "5 * * * *", "minute field: number '00000000000000000000000000000000000...' has 4401 digits; cron numbers have at most 4"),
         ("*/" + "0" * 4400 + "5 * * * *", "minute field: number '00000000000000000000000000000000000...' has 4401 digits; cron numbers have at most 4"),
         ("0 0 * * " + "0" * 4400 + "1-3", "day-of-week field: number '00000000000000000000000000000000000...' has 4401 digits; cron numbers have at most 4"),
-        # #8 audit item 8: schedules that never fire
+        # formerly: schedules that never fire
         ("0 0 30 2 *", "never fires: its earliest day-of-month is 30, and none of its months (FEB) has that many days (February counts 29)"),
         ("0 0 31 4,6,9,11 *", "never fires: its earliest day-of-month is 31, and none of its months (APR, JUN, SEP, NOV) has that many days (February counts 29)"),
         ("0 0 31 2 *", "never fires: its earliest day-of-month is 31, and none of its months (FEB) has that many days (February counts 29)"),

@@ -34,7 +34,7 @@ def test_preview_of_a_bad_file_prints_the_error(tmp_path, capsys):
 
 
 def test_preview_of_a_schedule_that_never_fires_prints_the_error(tmp_path, capsys):
-    # GIVEN a healthy entry and one on 30 February (#8 audit item 8: croniter raised CroniterBadDateError)
+    # GIVEN a healthy entry and one on 30 February (formerly: croniter raised CroniterBadDateError)
     path = tmp_path / "cron.yaml"
     path.write_text(
         "version: 1\ncron:\n - {name: ok, url: /ok, schedule: '* * * * *'}\n"

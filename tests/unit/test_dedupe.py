@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
 from worker_tier.dedupe import (
     CLAIMED,
     DEDUPE_MARKER_LEASE_SECONDS,

@@ -6,10 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_dynamodb import ITEM_TOO_LARGE, StrictDynamoDB
-from tests.strict_sqs import StrictSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.fakes import FakeSQS
+from tests.support.strict_dynamodb import ITEM_TOO_LARGE, StrictDynamoDB
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError, OutgoingMessage, SendError, delay
 from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
 from worker_tier.delay import (
@@ -407,7 +407,7 @@ def test_a_keyed_message_without_a_keyed_write_is_refused_before_anything_is_sto
     assert dynamodb.tables["delay"] == {}
 
 
-# -- the item reader shared by the scheduler and the safety net (issue #8, delay-path audit) ----------
+# -- the item reader shared by the scheduler and the safety net ----------
 
 
 @pytest.mark.parametrize("pk, parsed, scheduled", [

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
-# The limit (#12): the README is the front door; design and reference go in docs/.
+# The limit: the README is the front door; design and reference go in docs/.
 README_MAX_BYTES = 10_000
 README_SECTIONS = (
     "Two commands",

@@ -1,4 +1,4 @@
-"""The docs name the CDK CLI so that npx runs it from a plain shell (issue #12)."""
+"""The docs name the CDK CLI so that npx runs it from a plain shell."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import worker_tier
 from worker_tier import errors
 from worker_tier.errors import WorkerTierError
 
-# Defined in the delay dispatcher's modules, which the `dispatch` branch moves onto WorkerTierError (issue #12):
+# Defined in the delay dispatcher's modules, which the `dispatch` branch moves onto WorkerTierError:
 # allowed outside until it is merged, then this set can go.
 PENDING = {
     "worker_tier.delay_recovery.SendRefusedError",

@@ -131,7 +131,7 @@ def test_backlog_target_is_latency_over_processing_time():
 
 
 def test_visibility_must_cover_the_batching_window_and_the_function_timeout():
-    # GIVEN the audit's case: the function may run 299 s after a batch gathered for up to 300 s
+    # GIVEN the edge case: the function may run 299 s after a batch gathered for up to 300 s
     values = {"visibility_timeout": 300, "inactivity_timeout": 299, "max_batching_window": 300}
     # WHEN settings are built  THEN they are refused, naming all three values and the reason
     with pytest.raises(SettingsError) as error:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from moto import mock_aws
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
 from worker_tier.state import HOLDER_ATTRIBUTE, LEASE_UNTIL_ATTRIBUTE, PARTITION_KEY, TTL_ATTRIBUTE, Lease
 
 NOW = 1_800_000_000

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import (
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import (
     DUPLICATE_WRITES,
     PARTITION_KEY_TOO_LONG,
     SORT_KEY_TOO_LONG,

@@ -5,8 +5,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 FIFO_QUEUE = QUEUE + ".fifo"

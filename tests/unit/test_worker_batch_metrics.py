@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier.contract import METRIC_MESSAGE_AGE, METRIC_TASK_DURATION, METRIC_TASK_DURATION_MAX
 from worker_tier.observability import BatchMetrics, metrics
 from worker_tier.registry import Registry

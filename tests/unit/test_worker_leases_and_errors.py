@@ -1,4 +1,5 @@
-"""Heartbeat leases that SQS takes away, visibility refusals, RetryLater's bounds and the dead-letter fit."""
+"""Heartbeat leases that SQS takes away, visibility refusals, RetryLater's bounds, the dead-letter fit, error text that
+cannot be had and heartbeat callbacks that raise."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ from datetime import timedelta
 
 import pytest
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier import RetryLater
 from worker_tier.dead_letter import fit_reason
 from worker_tier.heartbeat import Heartbeat
-from worker_tier.message import message_bytes, sqs_attributes
+from worker_tier.message import MAX_LOGGED_ERROR_CHARS, message_bytes, safe_repr, sqs_attributes, truncate_utf8
 from worker_tier.contract import FAILURE_ATTRIBUTE
 from worker_tier.visibility import VisibilityChange, VisibilityRefusal, change_visibility
 
-# -- item 24: RetryLater refuses what it cannot mean, where it is raised -----------------------------------------
+
+# -- RetryLater refuses what it cannot mean, where it is raised -----------------------------------------
 
 
 @pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf, -1, True, "60", None])
@@ -34,7 +36,7 @@ def test_retry_later_takes_seconds_or_a_timedelta_rounded_up():
     assert (RetryLater(1.2).delay_seconds, RetryLater(timedelta(minutes=2)).delay_seconds) == (2, 120)
 
 
-# -- item 18: a lease SQS takes away, or that lapses, is lost ------------------------------------------------------
+# -- a lease SQS takes away, or that lapses, is lost ------------------------------------------------------
 
 
 def test_heartbeat_refused_because_the_message_is_not_ours_loses_the_lease_at_once():
@@ -120,7 +122,7 @@ def test_a_failed_call_returns_every_change_as_a_transient_refusal():
     assert [(r.message_id, r.code, r.sender_fault, r.lost()) for r in refused] == [("a", "ConnectionError", False, False)]
 
 
-# -- items 12 and 15: what a dead-letter copy can carry -----------------------------------------------------------
+# -- what a dead-letter copy can carry -----------------------------------------------------------
 
 
 def test_attributes_sqs_would_refuse_are_named_not_raised():
@@ -157,3 +159,71 @@ def test_a_reason_is_shortened_to_fit_exactly_within_the_limit():
     # THEN it fits, with a shortened message
     assert message_bytes(body, attributes) <= 1024 * 1024
     assert json.loads(attributes[FAILURE_ATTRIBUTE]["StringValue"])["error_message"].endswith("...")
+
+
+# -- RetryLater past a float's range, error text that cannot be had, heartbeat callbacks that raise ---------------
+
+
+def test_retry_later_past_a_floats_range_gets_the_clear_error_not_an_overflow():
+    # GIVEN a delay too large for a float  WHEN RetryLater is raised with it
+    with pytest.raises(ValueError) as error:
+        RetryLater(10**400)
+    # THEN the error names the rule and the value, cut short
+    assert str(error.value) == (
+        "RetryLater delay must be a finite, non-negative number of seconds or a timedelta, got "
+         "1" + "0" * 76 + "..."
+    )
+
+
+@pytest.mark.parametrize(
+    "text, limit, expected",
+    [("caf\udce9.jpg", 100, "caf\\udce9.jpg"), ("caf\udce9.jpg", 8, "caf\\u..."), ("\udce9", 3, "...")],
+    ids=["fits", "cut", "only-the-mark"],
+)
+def test_truncate_utf8_spells_a_lone_surrogate_as_an_escape(text, limit, expected):
+    # GIVEN text with a lone surrogate  WHEN cut to a UTF-8 byte limit  THEN it does not raise; the surrogate is escaped
+    assert truncate_utf8(text, limit) == expected
+
+
+class ReprRaises(Exception):
+    def __repr__(self) -> str:
+        raise RuntimeError("repr exploded")
+
+
+class ReprNotStr(Exception):
+    def __repr__(self):
+        return 42
+
+
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (ReprRaises(), "<repr() of ReprRaises raised RuntimeError: repr exploded>"),
+        (ReprNotStr(), "<repr() of ReprNotStr raised TypeError: __repr__ returned non-string (type int)>"),
+        (ValueError("x" * 10_000), "ValueError('" + "x" * (MAX_LOGGED_ERROR_CHARS - 15) + "..."),
+    ],
+    ids=["raises", "not-a-str", "huge"],
+)
+def test_safe_repr_never_raises_and_is_capped(error, expected):
+    # GIVEN an error whose repr raises, is not a str, or is huge  WHEN shown in a log  THEN a capped, readable text
+    assert safe_repr(error) == expected
+
+
+def test_a_failing_on_extended_callback_does_not_stop_the_beat_or_the_others():
+    # GIVEN a held message with a callback that raises and one that records
+    sqs = FakeSQS()
+    heartbeat = Heartbeat(sqs, "https://sqs.example/q", interval_seconds=1, clock=lambda: 0.0)
+    heartbeat.hold("m1", "r1")
+    called: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("table down")
+
+    heartbeat.on_extended("m1", broken)
+    heartbeat.on_extended("m1", lambda: called.append("m1"))
+    # WHEN two beats extend it
+    heartbeat.beat()
+    heartbeat.beat()
+    # THEN both beats went out and the working callback ran after each
+    assert sqs.count("ChangeMessageVisibilityBatch") == 2
+    assert called == ["m1", "m1"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeSQS
+from tests.support.fakes import FakeSQS
 from worker_tier.observability import logger
 from worker_tier.registry import Registry
 from worker_tier.settings import Settings

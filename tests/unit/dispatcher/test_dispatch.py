@@ -7,11 +7,10 @@ import math
 
 import pytest
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
-from worker_tier import Client, OutgoingMessage
+from tests.support.dispatcher import DLQ, QUEUE, START, CountingDynamoDB, SlowSQS, World
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
+from worker_tier import OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
 from worker_tier.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.errors import SettingsError
@@ -38,43 +37,7 @@ from worker_tier.dispatcher import (
     minute_key,
 )
 
-START = 1_800_000_000.0  # a minute boundary
-QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
-DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq"
 RUN_TIMEOUT_SECONDS = 60
-
-
-class World:
-    def __init__(self) -> None:
-        self.now = START
-        self.dynamodb = StrictDynamoDB(FakeDynamoDB())
-        self.dynamodb.create_table("delay", "pk", "sk")
-        self.dynamodb.create_table("state", "pk")
-        self.sqs = FakeSQS(clock=lambda: self.now)
-        self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now, sleep=lambda s: None)
-
-    def scheduler(self, sqs=None) -> DelayDispatcher:
-        return DelayDispatcher(
-            "delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=sqs or self.sqs, dynamodb=self.dynamodb,
-            clock=lambda: self.now, sleep=lambda s: None, parallel=False,
-        )
-
-    def producer(self, shards: int) -> Client:
-        return Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now, sleep=lambda s: None,
-                      delay_shards=shards)
-
-    def store(self, message_id: str, body: str, delay: float, attributes: dict | None = None, shard: int = 0) -> DelayedMessage:
-        """Put an item in the delay table as any producer version may have stored it (no send-time checks)."""
-        message = DelayedMessage(message_id, math.ceil((self.now + delay) * 1000), body,
-                                 {PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/x"}, **(attributes or {})}, shard)
-        DelayStore("delay", self.dynamodb).put_many([message])
-        return message
-
-    def watermark(self) -> dict:
-        return self.dynamodb.tables["state"][(WATERMARK_KEY,)]
-
-    def due_of(self, entry: dict) -> str:
-        return entry["MessageAttributes"]["worker_tier.due_at"]["StringValue"]
 
 
 @pytest.fixture
@@ -270,37 +233,6 @@ def test_batches_stay_within_sqs_total_size(world):
     report = world.scheduler(StrictSQS(world.sqs)).run()
     assert (report.sent, report.dead_lettered, report.stopped) == (10, 0, "")
     assert world.sqs.count("SendMessageBatch") == 2
-
-
-class SlowSQS(FakeSQS):
-    """Each SendMessageBatch takes ``seconds`` of the world's clock."""
-
-    def __init__(self, world: World, seconds: float) -> None:
-        super().__init__(clock=lambda: world.now)
-        self.world, self.seconds = world, seconds
-
-    def send_message_batch(self, QueueUrl, Entries):
-        self.world.now += self.seconds
-        return super().send_message_batch(QueueUrl, Entries)
-
-
-class CountingDynamoDB(FakeDynamoDB):
-    """Counts delay-table items handed out by Query, to see how many a run holds at once."""
-
-    def __init__(self, sqs: FakeSQS) -> None:
-        super().__init__()
-        self.copy_items = False
-        self.sqs, self.read, self.sent_before, self.max_outstanding = sqs, 0, 0, 0
-
-    def new_run(self) -> None:
-        """What a run read and did not send dies with it: count from here."""
-        self.read, self.sent_before = 0, len(self.sqs.sent)
-
-    def query(self, **kwargs):
-        page = super().query(**kwargs)
-        self.read += len(page["Items"])
-        self.max_outstanding = max(self.max_outstanding, self.read - (len(self.sqs.sent) - self.sent_before))
-        return page
 
 
 def test_a_minute_larger_than_one_run_finishes_over_runs_with_bounded_memory(world):
@@ -528,7 +460,7 @@ def test_horizon_leaves_room_for_sqs_delay_and_clock_skew():
     assert DISPATCH_HORIZON_SECONDS == 840
 
 
-# -- issue #8, delay-path audit ----------------------------------------------------------------
+# -- the delay path's edge cases ------------------------------------------------------------
 
 
 def _store_item(world: World, message: DelayedMessage, **overrides) -> dict:

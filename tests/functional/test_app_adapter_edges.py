@@ -1,10 +1,12 @@
-"""Hostile audit of issue #9's in-process part: sqsd.py, app_adapter.py and the worker's app hook.
+"""The in-process app adapter (sqsd.py, app_adapter.py and the worker's app hook) at its edges: apps that break the
+ASGI or WSGI protocol, hang, exit or never answer; outcome rules; Retry-After values; headers; via_sns and retention;
+FIFO group stops; loading an app.
 
 The hang tests leave daemon threads behind (bounded by HANG_BUDGET_SECONDS each). After the swallowed
 KeyboardInterrupt case, Python 3.11 may print "SystemError: AST constructor recursion depth mismatch" at the
 end of the run (after the summary); the results above it stand. Use --tb=native.
 
-Each test states what the promise requires; a failing test is a finding. Nothing under src/ is patched.
+Each test states the behaviour it requires. Nothing under src/ is patched.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.functional.conftest import AwsWorld
+from tests.support.aws_world import AwsWorld
 from worker_tier import contract
 from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
 from worker_tier.app_target import AppResponse, SqsdRequest
@@ -130,7 +132,7 @@ def test_asgi_app_that_hangs_is_bounded_by_a_timeout():
             await asyncio.Event().wait()
 
     # WHEN delivered  THEN the delivery ends in bounded time (there is no timeout setting for the in-process target)
-    # (adjusted: the bound is the request's timeout_seconds, which the worker sets from inactivity_timeout)
+    # (the bound is the request's timeout_seconds, which the worker sets from inactivity_timeout)
     finished, outcome = deliver_within(InProcessTarget(app), SqsdRequest("/", REQUEST.headers, b"{}", timeout_seconds=1))
     assert isinstance(outcome, AppExceptionError) and "did not finish within 1 s" in str(outcome)
     assert finished, "no inactivity timeout applies to an in-process ASGI app: the worker's thread is held forever"
@@ -154,7 +156,7 @@ def test_503_with_retry_after_is_retry_later_even_when_the_app_logged_an_excepti
     send(aws, "{}")
     # WHEN the worker handles it
     response = worker(aws, throttling_after_logged_error).handle(aws.receive_event(), None)
-    # THEN it comes back in 120 s, as the app asked (promise: 429/503 + Retry-After = RetryLater)
+    # THEN it comes back in 120 s, as the app asked (the rule: 429/503 + Retry-After = RetryLater)
     assert len(failed(response)) == 1
     assert visibility_set(aws) == [120], "a logged exception turned 503+Retry-After into AppExceptionError and backoff"
 
@@ -163,7 +165,7 @@ def test_a_non_200_after_a_logged_exception_keeps_status_and_body_in_the_reason(
     # GIVEN the same app, on the message's last receive
     send(aws, "{}")
     worker(aws, throttling_after_logged_error, max_retries=1).handle(aws.receive_event(), None)
-    # THEN the reason holds app_status and app_response (promise: status + first KiB of the body)
+    # THEN the reason holds app_status and app_response (the rule: status + first KiB of the body)
     [dead] = aws.dead_letters()
     reason = reason_of(dead)
     assert reason.get("app_status") == 503 and reason.get("app_response") == "busy, come back later", reason
@@ -321,14 +323,14 @@ def _environ_for(attributes: dict[str, str]) -> dict[str, Any]:
 def test_attributes_differing_only_in_case_or_dash_vs_underscore_both_reach_the_app():
     # SQS attribute names are case-sensitive, and allow both '-' and '_': four distinct attributes here
     environ = _environ_for({"Tenant": "A", "tenant": "B", "trace-id": "C", "trace_id": "D"})
-    # (adjusted: a WSGI environ has one key for all four names; their values are joined, as HTTP joins repeats)
+    # (a WSGI environ has one key for all four names; their values are joined, as HTTP joins repeats)
     values = sorted(v for k, v in environ.items() if k.startswith("HTTP_X_AWS_SQSD_ATTR_"))
     assert values == ["A, B", "C, D"], f"attributes silently overwrote each other: {values}"
 
 
 def test_an_attribute_value_with_cr_lf_is_not_given_to_the_app_as_a_header_value():
     # sqsd (Ruby Net::HTTP) refuses a header value with CR/LF; no HTTP server hands one to an app
-    # (adjusted after the fix: the request is refused before any target sees it, naming the attribute)
+    # (the request is refused before any target sees it, naming the attribute)
     with pytest.raises(UnsendableRequestError, match="note"):
         _environ_for({"note": "line1\r\nX-Injected: yes"})
 
@@ -416,13 +418,13 @@ def test_the_fifo_group_stop_holds_with_app_messages(aws_fifo):
 
 def test_an_app_module_that_calls_sys_exit_on_import_fails_the_load_with_an_app_load_error(tmp_path, monkeypatch):
     # GIVEN an app module that exits on import (a settings check, argparse at module level)
-    (tmp_path / "audit_exit_app.py").write_text("import sys\nsys.exit('missing DJANGO_SETTINGS_MODULE')\n")
+    (tmp_path / "exiting_on_import_app.py").write_text("import sys\nsys.exit('missing DJANGO_SETTINGS_MODULE')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("audit_exit_app", None)
+    sys.modules.pop("exiting_on_import_app", None)
     # WHEN loaded  THEN AppLoadError naming WORKER_TIER_APP, as the docs promise, not a bare SystemExit
     try:
         with pytest.raises(AppLoadError):
-            load_app("audit_exit_app:app")
+            load_app("exiting_on_import_app:app")
     except SystemExit as escaped:
         pytest.fail(f"SystemExit escaped load_app (worker start dies without naming the setting): {escaped}")
 
@@ -512,7 +514,7 @@ def test_one_hung_asgi_message_does_not_hold_back_the_batch_or_lose_its_decision
     w = worker(aws, app)
     event = aws.receive_event()
     result: list[Any] = []
-    # (adjusted: on Lambda, a context; 1.5 s left past the timeout margin bounds the stuck delivery)
+    # (on Lambda, a context; 1.5 s left past the timeout margin bounds the stuck delivery)
     context = _Context(w.settings.timeout_margin * 1000 + 1500)
     thread = threading.Thread(target=lambda: result.append(w.handle(event, context)), daemon=True)
     thread.start()

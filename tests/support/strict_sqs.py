@@ -1,6 +1,6 @@
 """A strict SQS stand-in: refuses what real SQS refuses and moto (or FakeSQS) accepts.
 
-``StrictSQS(inner)`` wraps any SQS client (``tests.fakes.FakeSQS`` or a moto boto3
+``StrictSQS(inner)`` wraps any SQS client (``tests.support.fakes.FakeSQS`` or a moto boto3
 client), checks the arguments of SendMessage, SendMessageBatch,
 ChangeMessageVisibility and ChangeMessageVisibilityBatch against AWS's documented
 rules, and forwards what passes. It is the check on ``worker_tier.sqs_rules``, so
@@ -94,7 +94,7 @@ class StrictSQS:
 
     Examples
     --------
-    >>> from tests.fakes import FakeSQS
+    >>> from tests.support.fakes import FakeSQS
     >>> strict = StrictSQS(FakeSQS())
     >>> strict.send_message_batch(QueueUrl="q", Entries=[{"Id": "0", "MessageBody": "a\\x00"}])["Failed"][0]["Code"]
     'InvalidMessageContents'

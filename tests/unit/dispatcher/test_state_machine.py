@@ -48,10 +48,10 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
 from worker_tier.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE

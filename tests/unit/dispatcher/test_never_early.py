@@ -1,4 +1,5 @@
-"""Audit 2: never early (promise 1) under float edges, retries that cross a second, partial failures and odd clocks."""
+"""The dispatcher never sends a message early: float edges of due times, retries that cross a second, partial
+failures and odd clocks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, finish, ready
+from tests.support.dispatcher import DUE_FROM_MS, MomentWorld, finish, ready
 from worker_tier.delivery import delay_seconds
 
 
@@ -35,7 +36,7 @@ def test_partial_failures_retried_across_a_second_are_never_early(pause_moves_s)
             return ("InternalError", False)
         return None
 
-    world = AuditWorld(send_seconds=0.001, fail=fail, sleep_rule=lambda s: s if s <= 0.26 else pause_moves_s)
+    world = MomentWorld(send_seconds=0.001, fail=fail, sleep_rule=lambda s: s if s <= 0.26 else pause_moves_s)
     world.sleep_rule = lambda s: pause_moves_s if s in (0.05, 0.1) or s > 0.26 else s
     scheduler = ready(world)
     rng = random.Random(4)
@@ -55,7 +56,7 @@ def test_retry_pauses_with_jitter_move_the_clock_and_nothing_shows_early():
         count["n"] += 1
         return ("ThrottlingException", False) if count["n"] % 3 == 0 and rng.random() < 0.5 else None
 
-    world = AuditWorld(send_seconds=0.002, fail=fail, sleep_rule=lambda s: s + (rng.random() * 0.9 if s not in (0.0,) else 0))
+    world = MomentWorld(send_seconds=0.002, fail=fail, sleep_rule=lambda s: s + (rng.random() * 0.9 if s not in (0.0,) else 0))
     scheduler = ready(world)
     ids = world.put(sorted(DUE_FROM_MS + rng.randrange(5_000) for _ in range(3_000)))
     world.now += 200
@@ -68,7 +69,7 @@ def test_retry_pauses_with_jitter_move_the_clock_and_nothing_shows_early():
 @pytest.mark.parametrize("read_noise_s", [0.0005, 0.05])
 def test_a_dispatcher_clock_behind_by_a_jittering_amount_is_never_early(read_noise_s):
     # GIVEN a dispatcher clock that reads behind SQS's by a random 0..noise on each read (non-monotonic)
-    world = AuditWorld(send_seconds=0.001)
+    world = MomentWorld(send_seconds=0.001)
     rng = random.Random(2)
     world.clock_rule = lambda now: now - rng.random() * read_noise_s
     scheduler = ready(world)

@@ -9,10 +9,11 @@ import pytest
 
 from botocore.exceptions import ClientError
 
-from tests.fake_dynamodb import FakeDynamoDB
-from tests.strict_dynamodb import StrictDynamoDB
-from tests.fakes import FakeSQS
-from tests.strict_sqs import StrictSQS
+from tests.support.dispatcher import TTL_IDENTITY, stream_record
+from tests.support.fake_dynamodb import FakeDynamoDB
+from tests.support.strict_dynamodb import StrictDynamoDB
+from tests.support.fakes import FakeSQS
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import contract
 from worker_tier import delay
 from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
@@ -38,25 +39,6 @@ START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq"
-STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
-TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-
-
-def stream_record(sequence: int, event_name: str, item: dict, at_s: float, identity: dict | None = None) -> dict:
-    """A Lambda DynamoDB stream record, as Lambda delivers it (DynamoDB JSON images)."""
-    change: dict[str, Any] = {
-        "ApproximateCreationDateTime": float(int(at_s)),  # whole seconds, rounded down
-        "Keys": {"pk": item["pk"], "sk": item["sk"]},
-        "SequenceNumber": f"{sequence:021d}",
-        "SizeBytes": 300,
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-        ("OldImage" if event_name == "REMOVE" else "NewImage"): item,
-    }
-    record = {"eventID": f"event-{sequence}", "eventName": event_name, "eventVersion": "1.1",
-              "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": change, "eventSourceARN": STREAM_ARN}
-    if identity is not None:
-        record["userIdentity"] = identity
-    return record
 
 
 class SingleSendSQS(FakeSQS):
@@ -129,7 +111,7 @@ def due_at(entry: dict) -> str:
     return entry["MessageAttributes"][DUE_AT_ATTRIBUTE]["StringValue"]
 
 
-# -- item 2: the TTL never loses an undispatched message ----------------------------------------
+# -- the TTL never loses an undispatched message ----------------------------------------
 
 
 def test_an_item_expired_before_dispatch_is_delivered_at_once_and_counted(world):
@@ -235,7 +217,7 @@ def test_a_users_delete_and_a_dedupe_marker_are_not_recoveries(world):
     assert world.sqs.sent == [] and report.skipped == 3
 
 
-# -- item 6: a late write is delivered late, never lost, and counted --------------------------------
+# -- a late write is delivered late, never lost, and counted --------------------------------
 
 
 def test_a_late_insert_behind_the_watermark_is_delivered_and_counted(world):
@@ -611,7 +593,7 @@ def test_each_minute_record_a_batch_needs_is_read_once(world):
     assert report.skipped == 5 and world.dynamodb.count("GetItem") == 4
 
 
-# -- issue #8, delay-path audit ----------------------------------------------------------------
+# -- the delay path's edge cases ------------------------------------------------------------
 
 
 def _with_delay_table(world: World, *items: dict) -> DelayRecovery:

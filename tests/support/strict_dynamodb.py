@@ -1,6 +1,6 @@
 """A strict DynamoDB stand-in: refuses what real DynamoDB refuses and moto (or FakeDynamoDB) accepts.
 
-``StrictDynamoDB(inner)`` wraps any DynamoDB client (``tests.fake_dynamodb.FakeDynamoDB``
+``StrictDynamoDB(inner)`` wraps any DynamoDB client (``tests.support.fake_dynamodb.FakeDynamoDB``
 or a moto boto3 client), checks the items and keys of PutItem, UpdateItem, DeleteItem,
 GetItem, BatchWriteItem and TransactWriteItems against DynamoDB's documented limits,
 and forwards what passes. moto counts an item its own way and refuses it from 405,000 bytes
@@ -122,7 +122,7 @@ class StrictDynamoDB:
 
     Examples
     --------
-    >>> from tests.fake_dynamodb import FakeDynamoDB
+    >>> from tests.support.fake_dynamodb import FakeDynamoDB
     >>> fake = FakeDynamoDB()
     >>> fake.create_table("t", "pk")
     >>> strict = StrictDynamoDB(fake)

@@ -1,4 +1,5 @@
-"""Promises 2 and 5: cursors never pass an unsent message; refusals, refiles and unreadable items as before."""
+"""The dispatcher's per-shard cursors never pass an unsent message, whatever stops the run; refusals, refiles and
+unreadable items are handled as without send moments."""
 
 from __future__ import annotations
 
@@ -7,29 +8,15 @@ import random
 
 import pytest
 
-from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, finish, ready
-from tests.unit.moment_audit.test_duplicates import _dead_then_ready_round
-from tests.unit.test_dispatcher import DLQ, CountingDynamoDB
+from tests.support.dispatcher import DUE_FROM_MS, MomentWorld, finish, ready, check_cursors
+from tests.support.dispatcher import dead_then_ready_round
+from tests.support.dispatcher import DLQ, CountingDynamoDB
 from worker_tier.delay import bucket_key, sort_key
-from worker_tier.dispatcher import ROUND_ITEMS, WATERMARK_KEY
+from worker_tier.dispatcher import ROUND_ITEMS
 from worker_tier.contract import FAILURE_ATTRIBUTE
 
 
-def _check_cursors(world: AuditWorld) -> None:
-    """Every item at or before its shard's cursor (in the watermark's minute) was taken by SQS or the DLQ."""
-    item = world.dynamodb.tables["state"].get((WATERMARK_KEY,))
-    if item is None or "cursors" not in item:
-        return
-    bucket = int(item["bucket"]["N"])
-    taken = set(world.bodies()) | set(world.bodies(DLQ))
-    for shard, cursor in item["cursors"]["M"].items():
-        pk = bucket_key(bucket, int(shard))
-        for (key_pk, key_sk), stored in world.dynamodb.tables["delay"].items():
-            if key_pk == pk and key_sk <= cursor["S"] and "body" in stored:
-                assert stored["body"]["S"] in taken, f"cursor of shard {shard} passed unsent {key_sk}"
-
-
-def _body_attribute(world: AuditWorld) -> str:
+def _body_attribute(world: MomentWorld) -> str:
     some = next(iter(world.dynamodb.tables["delay"].values()))
     return "body" if "body" in some else next(k for k, v in some.items() if v.get("S", "").startswith("m"))
 
@@ -41,7 +28,7 @@ def test_cursors_never_pass_an_unsent_message_whatever_stops_the_run(seed):
     dues[100:140] = [dues[100]] * 40  # identical due times across shards
     state = {"failing": True}
     victim = f"m{rng.randrange(6_000)}"
-    world = AuditWorld(send_seconds=0.001, fail=lambda call, entry: ("ServiceUnavailable", False)
+    world = MomentWorld(send_seconds=0.001, fail=lambda call, entry: ("ServiceUnavailable", False)
                        if state["failing"] and entry["MessageBody"] == victim else None)
     scheduler = ready(world)
     ids = world.put(dues)
@@ -49,9 +36,9 @@ def test_cursors_never_pass_an_unsent_message_whatever_stops_the_run(seed):
     stop_after = rng.randrange(500, 5_000)
     scheduler.run(lambda: 60_000 if len(world.sqs.sent) < stop_after else rng.choice([0, 9_500, 12_000]))
     assert _body_attribute(world) == "body"
-    _check_cursors(world)
+    check_cursors(world)
     scheduler.run()
-    _check_cursors(world)
+    check_cursors(world)
     state["failing"] = False
     finish(world, scheduler)
     assert set(world.bodies()) == ids
@@ -60,10 +47,10 @@ def test_cursors_never_pass_an_unsent_message_whatever_stops_the_run(seed):
 def test_a_refusal_in_a_waiting_batch_goes_to_the_dlq_with_its_reason():
     # GIVEN a message SQS refuses for its content, in one of the batches set aside for their moment
     # (the work queue's entries carry DelaySeconds; the DLQ's copies do not)
-    world = AuditWorld(fail=lambda call, entry: ("InvalidParameterValue", True)
+    world = MomentWorld(fail=lambda call, entry: ("InvalidParameterValue", True)
                        if entry["MessageBody"] == "m5" and "DelaySeconds" in entry else None)
     scheduler = ready(world)
-    ids = world.put(_dead_then_ready_round())
+    ids = world.put(dead_then_ready_round())
     world.now += 200
     report = scheduler.run()
     assert report.stopped == "" and report.dead_lettered == 1
@@ -74,9 +61,9 @@ def test_a_refusal_in_a_waiting_batch_goes_to_the_dlq_with_its_reason():
 
 
 def test_refiled_and_unreadable_items_in_a_round_with_waiting_batches():
-    world = AuditWorld()
+    world = MomentWorld()
     scheduler = ready(world)
-    ids = world.put(_dead_then_ready_round())
+    ids = world.put(dead_then_ready_round())
     bucket = DUE_FROM_MS // 60_000
     # an item due next minute stored in this minute (misplaced), and an item that is not a message
     from worker_tier.delay import DelayedMessage
@@ -93,7 +80,7 @@ def test_refiled_and_unreadable_items_in_a_round_with_waiting_batches():
 
 
 def test_a_run_holds_at_most_one_round():
-    world = AuditWorld(send_seconds=0.001)
+    world = MomentWorld(send_seconds=0.001)
     world.dynamodb = CountingDynamoDB(world.sqs)
     world.dynamodb.create_table("delay", "pk", "sk")
     world.dynamodb.create_table("state", "pk")
@@ -108,7 +95,7 @@ def test_a_run_holds_at_most_one_round():
 
 def test_the_cancellable_shard_is_still_read_consistently():
     from worker_tier.delay import CANCELLABLE_SHARD
-    world = AuditWorld()
+    world = MomentWorld()
     scheduler = ready(world)
     world.put([DUE_FROM_MS + 100 + n for n in range(40)], shards=CANCELLABLE_SHARD + 1)
     world.now += 200

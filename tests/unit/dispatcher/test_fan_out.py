@@ -1,6 +1,7 @@
-"""Hostile audit of the delay dispatcher's fan-out (issue #11 part 3): changes of G, stalls, drift, garbled layouts, cost.
+"""The delay dispatcher fanned out over shard groups: each group its own shards and state; changes of G lose nothing.
 
-Each test states the promise it checks. A failing test is a finding.
+Also: stalled runs of an old layout, config drift while a deploy settles, garbled layouts, the safety net during a
+change, status with G > 1, and the cost of a steady-state run at G = 1.
 """
 
 from __future__ import annotations
@@ -9,20 +10,189 @@ from collections import Counter
 
 import pytest
 
-from tests.unit.test_delay_recovery import TTL_IDENTITY, stream_record
-from tests.unit.test_dispatcher import DLQ, QUEUE
-from tests.unit.test_dispatcher_groups import GroupWorld, _due
-from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage
+from tests.support.dispatcher import DLQ, QUEUE, TTL_IDENTITY, World, stream_record
+from worker_tier.delay import BUCKET_SECONDS, DelayedMessage, MAX_SHARDS, bucket_key
 from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, shard_positions
+from worker_tier.dispatch_group import (
+    LAYOUT_KEY,
+    DispatchGroup,
+    Layout,
+    parse_watermark,
+    shard_positions,
+    watermark_epoch,
+)
 from worker_tier.errors import StateError
-from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatcher import TIME_RUNNING_OUT, WATERMARK_KEY, DelayDispatcher
+from worker_tier.handlers.dispatcher import DispatchEventError, group_index
 from worker_tier.contract import PATH_ATTRIBUTE
+
+
+class GroupWorld(World):
+    def group(self, index: int, count: int) -> DelayDispatcher:
+        return DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
+                               clock=lambda: self.now, sleep=lambda s: None, parallel=False, group=DispatchGroup(index, count))
+
+    def store_minute(self, prefix: str, per_shard: int, delay_s: float = 1000) -> set[str]:
+        """``per_shard`` messages on every shard, due within one minute ``delay_s`` from now."""
+        ids = set()
+        for shard in range(MAX_SHARDS):
+            for n in range(per_shard):
+                ids.add(self.store(f"{prefix}-{shard}-{n}", f"{prefix}-{shard}-{n}", delay_s + n * 0.1, shard=shard).message_id)
+        return ids
+
+    def sent_ids(self) -> Counter:
+        return Counter(entry["MessageBody"] for entry in self.sqs.sent)
+
+    def state(self, key: str) -> dict | None:
+        return self.dynamodb.tables["state"].get((key,))
 
 
 @pytest.fixture
 def world() -> GroupWorld:
     return GroupWorld()
+
+
+def test_each_group_reads_only_its_shards_under_its_own_keys(world):
+    # GIVEN messages on every shard, and group 1 of 4
+    ids = world.store_minute("m", 2)
+    world.group(1, 4).run()
+    world.now += 200
+    # WHEN only group 1 runs once the minute is in reach
+    world.group(1, 4).run()
+    # THEN it sent exactly the messages of shards 1, 5, 9, 13, under its own watermark, and wrote a layout of 4
+    assert set(world.sent_ids()) == {i for i in ids if int(i.split("-")[1]) % 4 == 1}
+    assert world.state(DispatchGroup(1, 4).watermark_key) is not None
+    assert world.state(WATERMARK_KEY) == {"pk": {"S": WATERMARK_KEY}, "epoch": {"N": "1"}}  # the first layout's marker only
+    assert Layout.from_item(world.state(LAYOUT_KEY)).groups == 4
+
+
+def test_all_groups_together_send_every_message_once_never_early(world):
+    # GIVEN messages over three minutes on every shard, and 3 groups (16 shards do not divide evenly)
+    ids = world.store_minute("a", 3) | world.store_minute("b", 3, 1060) | world.store_minute("c", 3, 1120)
+    # WHEN each group runs every minute, in a different order each minute
+    for minute in range(25):
+        for index in ([0, 1, 2], [2, 0, 1], [1, 2, 0])[minute % 3]:
+            world.group(index, 3).run()
+        world.now += BUCKET_SECONDS
+    # THEN each message went out once, none visible before its due time
+    assert world.sent_ids() == Counter(ids)
+    assert all(entry["visible_at"] >= _due(entry) for entry in world.sqs.sent)
+
+
+def test_one_group_writes_no_layout_and_the_keys_of_before(world):
+    # GIVEN the default dispatcher (one group)  WHEN it runs over a stored minute
+    ids = world.store_minute("m", 1)
+    for _ in range(20):
+        world.scheduler().run()
+        world.now += BUCKET_SECONDS
+    # THEN everything went out, with no layout item and only the keys it always wrote
+    assert world.sent_ids() == Counter(ids) and world.state(LAYOUT_KEY) is None
+    assert all(not key.startswith("scheduler#1.") for (key,) in world.dynamodb.tables["state"])
+
+
+def test_from_one_group_to_four_mid_minute_the_cursors_carry_over(world):
+    # GIVEN one group that stopped for time in the middle of a large minute (cursors saved)
+    ids = world.store_minute("m", 300)
+    world.scheduler().run()
+    world.now += 400
+    report = world.scheduler().run(lambda: 60_000 if len(world.sqs.sent) < 1000 else 9_500)  # below the margin
+    assert report.stopped == TIME_RUNNING_OUT and 0 < len(world.sqs.sent) < len(ids)
+    old = parse_watermark(world.watermark())
+    # WHEN G becomes 4 and each group runs
+    for index in range(4):
+        world.group(index, 4).run()
+    # THEN every message went out, and none twice: each group started at the old watermark with its shards' cursors
+    assert world.sent_ids() == Counter(ids)
+    assert Layout.from_item(world.state(LAYOUT_KEY)) == Layout(4, 1, *old, changed_ms=int(world.now * 1000))
+
+
+def test_from_two_groups_to_one_starts_at_the_slower_group_duplicates_but_loses_nothing(world):
+    # GIVEN two groups, group 0 a few minutes behind group 1 (it missed its runs)
+    first = world.store_minute("a", 2)
+    world.group(0, 2).run()
+    world.group(1, 2).run()
+    world.now += 200
+    world.group(0, 2).run()
+    later = world.store_minute("b", 2, 1000)
+    for _ in range(4):
+        world.now += BUCKET_SECONDS
+        world.group(1, 2).run()
+    # WHEN G becomes 1 and the one group runs every minute
+    for _ in range(20):
+        world.now += BUCKET_SECONDS
+        world.scheduler().run()
+    # THEN every message went out; only group 1's minutes after group 0's watermark went twice
+    sent = world.sent_ids()
+    assert set(sent) == first | later and all(sent[i] == 1 for i in first)
+    assert {i for i in later if sent[i] == 2} <= {i for i in later if int(i.split("-")[1]) % 2 == 1}
+    assert all(entry["visible_at"] >= _due(entry) for entry in world.sqs.sent)
+
+
+def test_back_to_a_group_count_used_before_ignores_that_epochs_watermark(world):
+    # GIVEN G = 2 ran ahead, then G = 1 ran for a while, with new messages
+    world.group(0, 2).run()
+    world.group(1, 2).run()
+    world.now += 30 * BUCKET_SECONDS
+    world.scheduler().run()
+    ids = world.store_minute("m", 1, 1000)
+    # WHEN G goes back to 2 before the messages' minute, and both groups run
+    for _ in range(20):
+        world.now += BUCKET_SECONDS
+        world.group(0, 2).run()
+        world.group(1, 2).run()
+    # THEN the stale watermarks of the first G = 2 epoch were replaced, and everything went out once
+    assert world.sent_ids() == Counter(ids)
+    assert Layout.from_item(world.state(LAYOUT_KEY)).epoch == 3  # 1 -> 2 -> 1 -> 2 groups (epochs 1, 2, 3)
+    assert all(watermark_epoch(world.state(DispatchGroup(g, 2).watermark_key)) == 3 for g in (0, 1))
+
+
+def test_an_unreadable_layout_stops_every_group_and_says_so(world):
+    # GIVEN a layout item that is not one
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": LAYOUT_KEY}, "groups": {"S": "two"}})
+    # WHEN a group runs  THEN it stops, naming the item, and sends nothing
+    report = world.group(0, 2).run()
+    assert report.state_unreadable.startswith("layout item") and "stops until it is rewritten" in report.stopped
+    assert world.sqs.sent == []
+
+
+def test_a_refile_goes_onto_a_shard_of_the_refiling_group(world):
+    # GIVEN an item due in a later minute than its pk's, moved onto shard 1, read by group 1 of 2
+    message = world.store("late", "late", 3000, shard=3)
+    item = dict(world.dynamodb.tables["delay"].pop((message.key["pk"]["S"], message.key["sk"]["S"])))
+    early_pk = bucket_key(int((world.now + 1000) // BUCKET_SECONDS), 1)
+    world.dynamodb.put_item(TableName="delay", Item={**item, "pk": {"S": early_pk}})
+    world.group(1, 2).run()
+    world.now += 200
+    # WHEN group 1 reads the earlier minute
+    report = world.group(1, 2).run()
+    # THEN the item moved into its due minute on shard 1 (group 1's, not the producer's 3 of group 0), not sent
+    assert report.refiled == 1 and world.sqs.sent == []
+    assert set(world.dynamodb.tables["delay"]) == {(bucket_key(message.bucket, 1), message.key["sk"]["S"])}
+
+
+@pytest.mark.parametrize("shard, group, count, moved", [(3, 1, 2, 3), (3, 0, 2, 2), (15, 1, 3, 1), (7, 0, 1, 7), (63, 0, 1, 15)])
+def test_shard_for_keeps_a_shard_near_and_in_the_group(shard, group, count, moved):
+    assert DispatchGroup(group, count).shard_for(shard) == moved and moved % count == group
+
+
+def test_a_group_outside_the_count_is_refused_with_the_rule():
+    with pytest.raises(ValueError) as error:
+        DispatchGroup(4, 4)
+    assert str(error.value) == "dispatch group 4 of 4 is not one: groups are 1..16 (one shard each at most), and the group 0..groups-1"
+
+
+def test_the_handler_reads_the_group_from_the_event():
+    # GIVEN events as the schedules send them  THEN the group, 0 without one, and a clear error outside the count
+    assert group_index({"group": 2}, 4) == 2 and group_index({}, 4) == 0 and group_index(None, 1) == 0
+    with pytest.raises(DispatchEventError) as error:
+        group_index({"group": 4}, 4)
+    assert str(error.value) == "event field 'group' must be a whole number 0..3 (WORKER_TIER_DISPATCH_GROUPS is 4), got 4"
+
+
+def _due(entry: dict) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(entry["MessageAttributes"]["worker_tier.due_at"]["StringValue"].replace("Z", "+00:00")).timestamp()
 
 
 def _run_all(world: GroupWorld, count: int) -> None:
@@ -38,7 +208,7 @@ def _read(world: GroupWorld):
     return world.state
 
 
-# -- 1. the documented remedy for a garbled layout (delete it) resurrects the G = 1 watermark of before the first change --
+# -- the documented remedy for a garbled layout (delete it) resurrects the G = 1 watermark of before the first change --
 
 
 def test_deleting_a_garbled_layout_as_documented_resends_what_was_dispatched_since_the_first_change(world):
@@ -58,7 +228,7 @@ def test_deleting_a_garbled_layout_as_documented_resends_what_was_dispatched_sin
     world.dynamodb.put_item(TableName="state", Item={"pk": {"S": LAYOUT_KEY}, "groups": {"S": "two"}})
     assert "stops until it is rewritten" in world.group(0, 2).run().stopped
     world.dynamodb.tables["state"].pop((LAYOUT_KEY,))
-    # (adjusted after the audit: deleting is no longer the advice; a deleted layout stops the delay dispatcher, which
+    # (deleting is no longer the advice; a deleted layout stops the delay dispatcher, which
     # names the remedy: rewrite it with the deployed G and the epoch on the groups' watermarks)
     stopped = world.group(0, 2).run()
     assert "is missing" in stopped.stopped and "epoch 2" in stopped.stopped and world.state(LAYOUT_KEY) is None
@@ -95,7 +265,7 @@ def test_one_old_group_without_a_watermark_at_a_change_makes_every_new_group_res
     assert resent == [], f"{len(resent)} already-dispatched messages of groups 0..2 sent again, e.g. {resent[:3]}"
 
 
-# -- 2. garbled-but-numeric layouts: a clear error naming the value and the rule, not a crash --------------------------
+# -- garbled-but-numeric layouts: a clear error naming the value and the rule, not a crash --------------------------
 
 
 @pytest.mark.parametrize("groups", ["0", "-2", "17"])
@@ -125,7 +295,7 @@ def test_the_safety_net_with_a_zero_group_layout_raises_a_state_error_not_a_zero
         recovery.process([stream_record(1, "REMOVE", item, world.now, TTL_IDENTITY)])
 
 
-# -- 3. config drift: an old G = 1 and a new G = 4 both invoked every minute while a deploy settles -------------------
+# -- config drift: an old G = 1 and a new G = 4 both invoked every minute while a deploy settles -------------------
 
 
 def test_groups_of_two_layouts_alternating_every_minute_lose_nothing_and_send_nothing_early(world):
@@ -143,7 +313,7 @@ def test_groups_of_two_layouts_alternating_every_minute_lose_nothing_and_send_no
     print(f"flip-flop: epoch {epoch}, {dups} of {len(ids)} sent more than once")
 
 
-# -- 4. an old layout's run stalled mid-minute past its lease, new layout runs meanwhile, then it goes on --------------
+# -- an old layout's run stalled mid-minute past its lease, new layout runs meanwhile, then it goes on --------------
 
 
 class StallingSQS:
@@ -194,7 +364,7 @@ def test_a_stalled_old_layout_run_that_goes_on_after_the_change_loses_nothing(wo
     assert [i for i in later if sent[i] > 1] == []
 
 
-# -- 5. a group far behind at the change: the seed is its watermark, the others' shards are resent, nothing lost --------
+# -- a group far behind at the change: the seed is its watermark, the others' shards are resent, nothing lost --------
 
 
 def test_sixteen_to_three_with_one_group_lagging_loses_nothing(world):
@@ -212,7 +382,7 @@ def test_sixteen_to_three_with_one_group_lagging_loses_nothing(world):
     assert set(sent) == ids and _never_early(world)
 
 
-# -- 6. a stale event after G shrank: handler refuses it with the rule; a group index >= G never constructs ------------
+# -- a stale event after G shrank: handler refuses it with the rule; a group index >= G never constructs ------------
 
 
 def test_a_group_index_at_or_beyond_the_count_is_refused():
@@ -223,7 +393,7 @@ def test_a_group_index_at_or_beyond_the_count_is_refused():
             group_index(event, 3)
 
 
-# -- 7. cost at G = 1: reads per steady-state run ----------------------------------------------------------------------
+# -- cost at G = 1: reads per steady-state run ----------------------------------------------------------------------
 
 
 def test_cost_of_a_steady_run_at_one_group(world):
@@ -252,7 +422,7 @@ def test_cost_of_the_safety_net_at_one_group(world):
     assert len(keys) <= 3, keys
 
 
-# -- 8. status / pending positions with G > 1 ---------------------------------------------------------------------------
+# -- status / pending positions with G > 1 ---------------------------------------------------------------------------
 
 
 def test_positions_with_four_groups_name_each_groups_minute_and_cursor(world):
@@ -281,7 +451,7 @@ def test_positions_with_one_garbled_group_watermark_still_show_the_others(world)
     assert set(positions) >= set(DispatchGroup(0, 4).shards)
 
 
-# -- 9. two new-layout groups racing to write the layout -------------------------------------------------------------
+# -- two new-layout groups racing to write the layout -------------------------------------------------------------
 
 
 def test_two_new_groups_racing_to_write_the_layout_agree_and_lose_nothing(world):
@@ -308,7 +478,7 @@ def test_two_new_groups_racing_to_write_the_layout_agree_and_lose_nothing(world)
     assert Layout.from_item(world.state(LAYOUT_KEY)).epoch == 1
 
 
-# -- 10. the safety net deciding TTL expiries during a change, before the new groups ran ---------------------------------
+# -- the safety net deciding TTL expiries during a change, before the new groups ran ---------------------------------
 
 
 def test_the_safety_net_during_a_change_sends_each_expired_undispatched_item_and_only_those(world):
@@ -339,7 +509,7 @@ def test_the_safety_net_during_a_change_sends_each_expired_undispatched_item_and
     assert all(sent[i] == 1 for i in shard1)
 
 
-# -- 11. a stalled run of an earlier epoch of the same G clobbers the new epoch's watermark ------------------------------
+# -- a stalled run of an earlier epoch of the same G clobbers the new epoch's watermark ------------------------------
 
 
 def test_a_stalled_run_of_an_earlier_epoch_of_the_same_count_does_not_make_the_new_epoch_resend_its_own_work(world):
@@ -370,7 +540,7 @@ def test_a_stalled_run_of_an_earlier_epoch_of_the_same_count_does_not_make_the_n
     assert thrice == [], f"{len(thrice)} messages sent 3+ times (old run, new epoch, new epoch again), e.g. {thrice[:3]}"
 
 
-# -- 12. after a change of G, the TTL expiry of every message the old layout dispatched is sent again ----------------------
+# -- after a change of G, the TTL expiry of every message the old layout dispatched is sent again ----------------------
 
 
 @pytest.mark.parametrize("old, new", [(1, 4), (4, 1)])
@@ -399,7 +569,7 @@ def test_after_a_change_the_safety_net_does_not_resend_what_the_old_layout_dispa
                                             f"6 h after they were due")
 
 
-# -- 13. status with G > 1 when one group has no position yet ---------------------------------------------------------------
+# -- status with G > 1 when one group has no position yet ---------------------------------------------------------------
 
 
 def test_status_with_three_of_four_groups_running_does_not_say_the_dispatcher_never_ran(world):
@@ -427,7 +597,7 @@ def test_a_group_that_never_runs_shows_in_the_lag_the_running_groups_publish(wor
     assert max(r.lag_s for r in reports) > 10 * 60, [r.lag_s for r in reports]
 
 
-# -- after the audit: what the fixes promise besides the findings above ------------------------------------------------
+# -- what the fan-out guarantees besides the cases above ---------------------------------------------------------------------
 
 
 def test_status_names_an_unreadable_group_watermark_and_shows_the_others(world):

@@ -1,5 +1,5 @@
-"""The container worker's runtime against the hostile audit of issue #8 (items 2-7, 11): forwards, protection,
-heartbeat retries, drain on SIGTERM, receive errors, FIFO order, the first lease."""
+"""The container worker's runtime: forwards, scale-in protection, heartbeat retries, drain on SIGTERM, receive errors,
+FIFO order within a group, and the first lease."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import ClassVar
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tests.functional.conftest import AwsWorld
-from tests.functional.test_container import depth, run_until
-from tests.strict_sqs import StrictSQS
+from tests.support.aws_world import AwsWorld
+from tests.support.container import depth, run_until
+from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage, Task, contract, observability
 from worker_tier.container import Consumer
 from worker_tier.protection import TaskProtection
@@ -41,7 +41,7 @@ def container_on(aws: AwsWorld, tasks: Registry, queue_url: str, sqs=None, **kwa
     return Consumer(worker_on(aws, tasks, queue_url, sqs), sqs, queue_url, **kwargs)
 
 
-# -- item 2: an idempotent container task runs once per source message ------------------------------------------------
+# -- an idempotent container task runs once per source message ------------------------------------------------
 
 
 def test_a_source_message_delivered_twice_runs_its_idempotent_container_task_once(aws):
@@ -86,7 +86,7 @@ def test_a_forward_with_no_room_for_the_source_id_still_goes_and_says_so(aws, ca
     ]
 
 
-# -- item 4: one failed heartbeat extension is retried within the window, not left to the next beat -------------------
+# -- one failed heartbeat extension is retried within the window, not left to the next beat -------------------
 
 
 class FailingExtensions:
@@ -193,7 +193,7 @@ def test_one_failed_extension_never_lets_a_second_consumer_take_a_live_message(a
     assert seen_by_second == [] and lease is not None and not lease.is_set()
 
 
-# -- item 3: scale-in protection is renewed by a timer while every slot is busy ---------------------------------------
+# -- scale-in protection is renewed by a timer while every slot is busy ---------------------------------------
 
 
 class AgentAnswers(BaseHTTPRequestHandler):
@@ -256,7 +256,7 @@ def test_a_200_answer_holding_a_failure_is_a_failed_protection_update(agent_answ
     assert "TASK_NOT_VALID" in failed.error
 
 
-# -- item 5: SIGTERM during the long poll ----------------------------------------------------------------------------
+# -- SIGTERM during the long poll ----------------------------------------------------------------------------
 
 
 def test_a_message_a_poll_returns_after_sigterm_is_released_not_started(aws):
@@ -309,7 +309,7 @@ def test_the_poll_wait_is_cut_to_fit_the_stop_timeout_with_a_warning(aws, caplog
     ]
 
 
-# -- item 6: a failed ReceiveMessage is retried; only a configuration error stops the worker --------------------------
+# -- a failed ReceiveMessage is retried; only a configuration error stops the worker --------------------------
 
 
 class FailingReceives:
@@ -376,7 +376,7 @@ def test_a_configuration_error_on_receive_drains_running_work_then_raises(aws, c
     assert (finished, exits, depth(aws)) == (["x"], [], 0)
 
 
-# -- item 7: FIFO order within a group -------------------------------------------------------------------------------
+# -- FIFO order within a group -------------------------------------------------------------------------------
 
 
 def test_fifo_messages_of_one_group_run_in_order_and_a_failure_holds_back_the_rest(aws_fifo):
@@ -409,7 +409,7 @@ def test_fifo_messages_of_one_group_run_in_order_and_a_failure_holds_back_the_re
     assert log == ["start 1", "start 1", "done 1", "start 2", "done 2", "start 3", "done 3", "start 4", "done 4"]
 
 
-# -- item 11: received hidden for the heartbeat's window, not the queue's visibility timeout -------------------------
+# -- received hidden for the heartbeat's window, not the queue's visibility timeout -------------------------
 
 
 def test_a_crash_before_the_first_beat_gives_the_message_back_within_the_heartbeat_window(aws):
