@@ -19,9 +19,10 @@ from worker_tier.cancellation import (
 )
 from worker_tier import cancellation
 from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, TTL_ATTRIBUTE, bucket_key, new_message_id, parse_bucket_key, read_item
-from worker_tier.dispatch_group import group_of
+from worker_tier.dispatch_state import group_of
 from worker_tier.dedupe import marker_key
-from worker_tier.dispatcher import DelayDispatcher, minute_key
+from worker_tier.dispatcher import DelayDispatcher
+from worker_tier.dispatch_state import minute_key
 from worker_tier.errors import MessageError, SendError
 
 START = 1_800_000_000.0  # a minute boundary

@@ -86,7 +86,7 @@ def test_safety_net_delivers_the_old_copy_of_a_rescheduled_message(world):
 
 
 from worker_tier.delay import CANCELLABLE_SHARD, bucket_key  # noqa: E402
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup  # noqa: E402
+from worker_tier.dispatch_state import LAYOUT_KEY, DispatchGroup  # noqa: E402
 
 
 def _cancel_during_the_query_of_the_cancellable_shard(world, bucket):

@@ -14,8 +14,9 @@ from tests.unit.test_dispatcher import DLQ, QUEUE
 from tests.unit.test_dispatcher_groups import GroupWorld, _due
 from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage
 from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, StateError, shard_positions
-from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatch_state import LAYOUT_KEY, DispatchGroup, Layout, StateError, shard_positions
+from worker_tier.dispatcher import DelayDispatcher
+from worker_tier.dispatch_state import WATERMARK_KEY
 from worker_tier.message import PATH_ATTRIBUTE
 
 
@@ -443,7 +444,7 @@ def test_status_names_an_unreadable_group_watermark_and_shows_the_others(world):
 
 
 def test_a_deleted_layout_makes_the_safety_net_retry_rather_than_decide_on_the_g1_watermark_of_before(world):
-    from worker_tier.dispatch_group import LayoutLostError
+    from worker_tier.dispatch_state import LayoutLostError
 
     # GIVEN G = 1 ran, then G = 2 (the first change stamps the G = 1 watermark with epoch 1), then the layout is deleted
     world.store_minute("m", 1)

@@ -8,8 +8,9 @@ import pytest
 
 from tests.unit.test_dispatcher import DLQ, QUEUE, World
 from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, bucket_key
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, parse_watermark, watermark_epoch
-from worker_tier.dispatcher import TIME_RUNNING_OUT, WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatch_state import LAYOUT_KEY, DispatchGroup, Layout, parse_watermark, watermark_epoch
+from worker_tier.dispatcher import TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.dispatch_state import WATERMARK_KEY
 from worker_tier.handlers.dispatcher import DispatchEventError, group_index
 
 

@@ -11,7 +11,8 @@ from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, finish, rea
 from tests.unit.moment_audit.test_duplicates import _dead_then_ready_round
 from tests.unit.test_dispatcher import DLQ, CountingDynamoDB
 from worker_tier.delay import bucket_key, sort_key
-from worker_tier.dispatcher import ROUND_ITEMS, WATERMARK_KEY
+from worker_tier.dispatcher import ROUND_ITEMS
+from worker_tier.dispatch_state import WATERMARK_KEY
 from worker_tier.message import FAILURE_ATTRIBUTE
 
 

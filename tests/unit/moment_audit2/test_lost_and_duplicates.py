@@ -11,7 +11,7 @@ from tests.unit.moment_audit.helpers import DUE_FROM_MS, AuditWorld, TimedSQS, W
 from tests.unit.moment_audit.test_cursors import _check_cursors
 from tests.unit.test_dispatcher import DLQ, QUEUE
 from worker_tier.delay import CANCELLABLE_SHARD, DelayedMessage, bucket_key, sort_key
-from worker_tier.dispatch_group import DispatchGroup
+from worker_tier.dispatch_state import DispatchGroup
 from worker_tier.dispatcher import ROUND_ITEMS, DelayDispatcher
 
 
