@@ -1,5 +1,10 @@
 """The delay dispatcher: each minute, move what falls due within the horizon from the delay table into SQS.
 
+One idea in one module, a run, whose steps are listed below: the loop over minutes
+(``DelayDispatcher``), one minute's rounds of reads and sends (``_MinuteDispatch``, given its
+collaborators: the group's records ``dispatch_state.GroupState``, the delay table's pages
+``_DelayTable``, ``delivery.Delivery``, and the run's ``_Budget`` of time and threads).
+
 One run, of one shard group (``worker_tier.dispatch_state``: with ``dispatch_groups`` = G,
 group g reads the shards s with s % G == g, and has its own lease, watermark, minute records
 and first-run Scan; G = 1 is one group over all shards under the keys of before), under
