@@ -43,7 +43,7 @@ from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, TIME_RUNNING
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, item_bytes
 from worker_tier.contract import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS, FANOUT_MEMORY_MB
-from worker_tier.dispatch_group import DispatchGroup
+from worker_tier.dispatch_state import DispatchGroup
 from bench.network_model import LAMBDA_MB_PER_VCPU, Network, SimulatedClock
 
 MESSAGES = 100_000

@@ -49,7 +49,7 @@ from worker_tier.contract import DELAY_PARTITION_KEY as PK
 from worker_tier.contract import DELAY_SORT_KEY as SK
 from worker_tier.contract import STATE_PARTITION_KEY
 from worker_tier.delay import DelayedMessage
-from worker_tier.dispatch_group import minute_keys
+from worker_tier.dispatch_state import minute_keys
 from worker_tier.errors import MessageError
 from worker_tier.message import format_due_at
 

@@ -55,7 +55,7 @@ SEND_QUEUE_URL_VARIABLE = "WORKER_TIER_SEND_QUEUE_URL"
 DELAY_HORIZON_VARIABLE = "WORKER_TIER_DELAY_HORIZON"
 # A setting, read alone by producers (Client.from_env) that read no other setting.
 DELAY_SHARDS_VARIABLE = setting_variable("delay_shards")
-# A setting, read alone by the delay dispatcher: how many shard groups run each minute (worker_tier.dispatch_group).
+# A setting, read alone by the delay dispatcher: how many shard groups run each minute (worker_tier.dispatch_state).
 DISPATCH_GROUPS_VARIABLE = setting_variable("dispatch_groups")
 # The field of the delay dispatcher's event naming its shard group ({"group": g}); an event without it is group 0.
 DISPATCH_GROUP_FIELD = "group"

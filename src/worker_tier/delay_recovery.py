@@ -14,7 +14,7 @@ The table's stream (NEW_AND_OLD_IMAGES) carries both: the INSERT holds the new i
 the TTL's REMOVE the old one. The event source mapping passes only those two events
 of message items (``b#...``; see ``infra/delay_recovery.py``), and ``DelayRecovery``
 decides each from the dispatcher's state, read once per batch, of the shard group
-that reads the record's shard (``worker_tier.dispatch_group``: the layout is read
+that reads the record's shard (``worker_tier.dispatch_state``: the layout is read
 before and after, and all is read again if G changed between; a group without a
 watermark of the layout's epoch stands at the layout's seed): the watermark ``W``
 (first minute not fully dispatched) with its per-shard cursors (how far each shard
@@ -40,7 +40,7 @@ dead-lettered.
 - REMOVE, ``m = W`` up to its shard's cursor: skip; dispatched.
 - REMOVE, ``m < W``, ``m`` finished before ``t - tolerance``: skip; the dispatcher read the item
   while it existed. The record may be the deciding group's, or (read only when that one would send)
-  one of any group count's that reads the shard (``dispatch_group.minute_keys``): after a change of G,
+  one of any group count's that reads the shard (``dispatch_state.minute_keys``): after a change of G,
   what the old layout dispatched is not sent again.
 - REMOVE, otherwise (no record of ``m``, no ``finished_ms``, or ``m`` finished after the deletion): **send now**.
 
@@ -82,8 +82,15 @@ from worker_tier.delay import DelayedMessage
 from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.errors import LayoutLostError, StateError, UnreadableItemError, WorkerTierError
 from worker_tier.retry import BATCH_ENTRIES, chunks
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, group_of, minute_keys
-from worker_tier.dispatcher import FINISHED_MS_ATTRIBUTE, STARTED_MS_ATTRIBUTE
+from worker_tier.dispatch_state import (
+    FINISHED_MS_ATTRIBUTE,
+    LAYOUT_KEY,
+    STARTED_MS_ATTRIBUTE,
+    DispatchGroup,
+    Layout,
+    group_of,
+    minute_keys,
+)
 
 INSERT, REMOVE = "INSERT", "REMOVE"
 SKIP, SEND, REFILE, AHEAD = "skip", "send", "refile", "ahead"  # an INSERT's fates

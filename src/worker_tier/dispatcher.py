@@ -1,12 +1,17 @@
 """The delay dispatcher: each minute, move what falls due within the horizon from the delay table into SQS.
 
-One run, of one shard group (``worker_tier.dispatch_group``: with ``dispatch_groups`` = G,
+One idea in one module, a run, whose steps are listed below: the loop over minutes
+(``DelayDispatcher``), one minute's rounds of reads and sends (``_MinuteDispatch``, given its
+collaborators: the group's records ``dispatch_state.GroupState``, the delay table's pages
+``_DelayTable``, ``delivery.Delivery``, and the run's ``_Budget`` of time and threads).
+
+One run, of one shard group (``worker_tier.dispatch_state``: with ``dispatch_groups`` = G,
 group g reads the shards s with s % G == g, and has its own lease, watermark, minute records
 and first-run Scan; G = 1 is one group over all shards under the keys of before), under
 the group's lease in the state table so its runs never overlap:
 
 0. read the layout of groups; if it has another G, change it first (seeded from the old
-   groups' earliest watermark, so a change loses nothing: see ``dispatch_group``);
+   groups' earliest watermark, so a change loses nothing: see ``dispatch_state``);
 1. read the watermark: the first minute not yet fully dispatched, and that
    minute's per-shard cursors (how far each shard has been dispatched). Without
    one of the layout's epoch, start at the layout's seed; without a seed either
@@ -71,8 +76,6 @@ or a cursor write lost): what it sent after the last saved cursor goes again.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 import time
 import uuid
@@ -84,42 +87,25 @@ from typing import Any, Callable, Iterator
 from worker_tier import contract, delay, delivery, limits, send_moment
 from worker_tier.aws import AwsService, LazyClient, error_code, is_condition_failure, new_client
 from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage
-from worker_tier.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY, STATE_TTL_ATTRIBUTE as STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.dispatch_group import (
-    BUCKET_ATTRIBUTE,
-    CURSORS_ATTRIBUTE,
+from worker_tier.dispatch_state import (
     EPOCH_ATTRIBUTE,
     GROUPS_ATTRIBUTE,
     LAYOUT_KEY,
     DispatchGroup,
+    GroupState,
     Layout,
-    parse_watermark,
     watermark_epoch,
 )
 from worker_tier.delivery import Delivery
 from worker_tier.errors import DispatchIncompleteError, LayoutLostError, SettingsError, StateError, UnreadableItemError, WorkerTierError
 from worker_tier.message import message_bytes
 from worker_tier.retry import BATCH_ENTRIES, STATE_CALLS, batches
-from worker_tier.state import Lease
 
-# State-table keys: every key the dispatcher writes starts with "scheduler#". These are group 0 of 1's, the keys
-# of a dispatcher that never fanned out; each DispatchGroup has its own (worker_tier.dispatch_group).
-LEASE_KEY = DispatchGroup().lease_key
-WATERMARK_KEY = DispatchGroup().watermark_key
-SCAN_KEY = DispatchGroup().scan_key  # the first run's Scan, resumable: where it stopped and the earliest minute so far
-SCAN_EARLIEST_ATTRIBUTE = "earliest"
-SCAN_NEXT_KEY_ATTRIBUTE = "next_key"  # the Scan's LastEvaluatedKey, as JSON
-MINUTE_KEY_PREFIX = DispatchGroup().minute_key(0).removesuffix("0")  # one record per minute, read by the safety net
-STARTED_MS_ATTRIBUTE = "started_ms"  # when the dispatcher first began to read the minute, epoch ms
-FINISHED_MS_ATTRIBUTE = "finished_ms"  # when it had read every shard of the minute, just before passing it
-MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60  # after the minute, set when the minute is finished
 # A first run (or one after the watermark was lost) starts no earlier than this before now: older minutes'
 # items are the safety net's (their TTL REMOVE recovers them), so a stray old key cannot cost days of catch-up.
 START_LOOKBACK_SECONDS = delay.DISPATCHED_RETENTION_SECONDS + 60 * 60
 # A watermark further ahead of the clock than the horizon plus this is not one this dispatcher wrote.
 WATERMARK_AHEAD_ALLOWANCE_SECONDS = 2 * 60
-LEASE_SECONDS = 120
-LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 # Every call of the dispatcher's own clients ends within DISPATCHER_CALL_SECONDS: one attempt (botocore retries
 # off; BATCH_ENTRIES and STATE_CALLS retry, between our time checks) of at most 1 s to connect and 2 s to read
 # (botocore's defaults: 60 s each, 5 attempts). https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
@@ -163,17 +149,6 @@ LAYOUT_CHANGING = "the layout of dispatch groups changed again while this run re
 SCAN_UNFINISHED = "initial scan of the delay table not finished: invocation time running out; the next run resumes it"
 
 
-def minute_key(bucket: int) -> str:
-    """The state-table key of minute ``bucket``'s start record, for a dispatcher of one group (``DispatchGroup.minute_key``).
-
-    Examples
-    --------
-    >>> minute_key(30_000_000)
-    'scheduler#minute#30000000'
-    """
-    return f"{MINUTE_KEY_PREFIX}{bucket}"
-
-
 class LeaseLostError(WorkerTierError):
     """Another run moved the watermark: this run no longer holds its lease on the state table.
 
@@ -186,7 +161,7 @@ class RunReport:
     """What one run did."""
 
     ran: bool = True
-    group: int = 0  # the shard group the run dispatched (worker_tier.dispatch_group)
+    group: int = 0  # the shard group the run dispatched (worker_tier.dispatch_state)
     buckets: int = 0
     sent: int = 0
     dead_lettered: int = 0
@@ -242,7 +217,7 @@ class DelayDispatcher:
         pool: Any = None,
         group: DispatchGroup | None = None,
     ) -> None:
-        self.group = group or DispatchGroup()  # the shards this dispatcher reads, and its state keys (worker_tier.dispatch_group)
+        self.group = group or DispatchGroup()  # the shards this dispatcher reads, and its state keys (worker_tier.dispatch_state)
         self.delay_table = delay_table
         self.state_table = state_table
         self.queue_url = queue_url
@@ -252,16 +227,13 @@ class DelayDispatcher:
         self._sqs = LazyClient("sqs", sqs, factory=_pooled_client("sqs"))
         self._clock = clock
         self._sleep = sleep
-        self._lease = Lease(state_table, self.group.lease_key, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
-        self._layout = Layout()  # the run's, read before anything else
-        self._watermark_found = False  # whether the run found its watermark (of this epoch): then it writes only over it
+        self._budget = _Budget(sleep)  # the run's time left and threads, for every call of the run
+        self.state = GroupState(self._dynamodb, state_table, self.group, clock=clock, call=self._budget.with_retries)
         self.delivery = Delivery(self._sqs, dead_letter_queue_url, delay_table, clock=clock, sleep=sleep)
+        self._table = _DelayTable(self._dynamodb, delay_table, self.group, self.delivery, self._budget)
         # Anything with Executor.map; the bench passes one that runs the calls on a simulated clock.
         self._given_pool, self._parallel = pool, parallel
-        self._pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
-        self._refiled_buckets: set[int] = set()  # minutes this dispatcher refiled into: Queried consistently
         self._siblings: dict[int, DelayDispatcher] = {self.group.index: self}
-        self._remaining_ms: Callable[[], int] | None = None  # the run's time left, for state-call retries
 
     def for_group(self, index: int) -> DelayDispatcher:
         """The dispatcher of group ``index`` of this one's group count, sharing its clients, clock and pool; made once."""
@@ -280,28 +252,32 @@ class DelayDispatcher:
         if not self._acquire(holder):
             return RunReport(ran=False, group=self.group.index, stopped="another run holds the lease")
         report = RunReport(group=self.group.index)
-        self._remaining_ms = remaining_ms
+        self._budget.remaining_ms = remaining_ms
         own_pool = ThreadPoolExecutor(max_workers=DISPATCH_THREADS) if self._given_pool is None and self._parallel else None
-        self._pool = self._given_pool or own_pool
+        self._budget.pool = self._given_pool or own_pool
         try:
-            self._dispatch(report, remaining_ms)
+            self._dispatch(report)
         except LeaseLostError as error:  # e.g. a lost response to our own watermark write: the next run resumes
             report.stopped = str(error)
         finally:
             if own_pool is not None:
                 own_pool.shutdown()
-            self._release(holder)
+            self.state.release(holder)
         return report
 
-    def _dispatch(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> None:
+    def _acquire(self, holder: str) -> bool:
+        """Claim the run's lease; False while another run holds it."""
+        return self.state.acquire(holder)
+
+    def _dispatch(self, report: RunReport) -> None:
         try:
             layout = self._read_layout(report)
             if layout is None:
                 return
-            self._layout = layout
-            start = self._read_watermark(report, remaining_ms)
+            self.state.layout = layout
+            start = self._read_watermark(report)
         except LayoutLostError as error:  # never fall back to epoch 0: that would revive the G = 1 watermark of before
-            own = self._get_state(self.group.watermark_key) if self.group.count > 1 else None
+            own = self.state.get(self.group.watermark_key) if self.group.count > 1 else None
             hint = f"; {self.group.watermark_key} carries epoch {watermark_epoch(own)}" if own is not None else ""
             report.state_unreadable = report.stopped = f"{error}{hint}"
             return
@@ -314,14 +290,15 @@ class DelayDispatcher:
             return
         while watermark <= last:
             try:
-                done = _MinuteDispatch(self, watermark, cursors, report, remaining_ms).run()
+                done = _MinuteDispatch(watermark, cursors, report, state=self.state, table=self._table, delivery=self.delivery,
+                                       queue_url=self.queue_url, budget=self._budget, clock=self._clock, sleep=self._sleep).run()
             except DispatchIncompleteError as error:
                 report.stopped = str(error)
                 break
             if not done:
                 break
-            self._record_finish(watermark)
-            self._write_watermark(watermark + 1, {}, expected=watermark)
+            self.state.record_finish(watermark)
+            _write_watermark(self.state, watermark + 1, {}, expected=watermark)
             watermark, cursors = watermark + 1, {}
             report.buckets += 1
         report.watermark = watermark
@@ -333,18 +310,19 @@ class DelayDispatcher:
         the layout was written (unknown for a layout written before ``changed_ms``); an unreadable one reports itself."""
         lags = [0.0]
         horizon_s = self._clock() + self.horizon_seconds
+        layout = self.state.layout
         for index in range(self.group.count):
             if index == self.group.index:
                 continue
             group = DispatchGroup(index, self.group.count)
             try:
-                position = self._layout.position(group, self._get_state(group.watermark_key, consistent=False))
+                position = layout.position(group, self.state.get(group.watermark_key, consistent=False))
             except StateError:
                 continue
             if position is not None:
                 lags.append(horizon_s - position[0] * BUCKET_SECONDS)
-            elif self._layout.changed_ms is not None:
-                lags.append(horizon_s - math.floor(self._layout.changed_ms / 1000 / BUCKET_SECONDS) * BUCKET_SECONDS)
+            elif layout.changed_ms is not None:
+                lags.append(horizon_s - math.floor(layout.changed_ms / 1000 / BUCKET_SECONDS) * BUCKET_SECONDS)
         return max(lags)
 
     def _is_ahead(self, watermark: int, last: int, report: RunReport) -> bool:
@@ -357,35 +335,142 @@ class DelayDispatcher:
                           f"{WATERMARK_AHEAD_ALLOWANCE_SECONDS} s is not a minute this dispatcher passed: left as it is")
         return True
 
-    def _time_low(self, remaining_ms: Callable[[], int] | None, floor_ms: int = RUN_MARGIN_MS) -> bool:
-        return remaining_ms is not None and remaining_ms() < floor_ms
+    def _read_layout(self, report: RunReport) -> Layout | None:
+        """The layout of dispatch groups, changed to this dispatcher's group count first if it differs; None: stop."""
+        for _ in range(2):
+            item = self.state.get(LAYOUT_KEY)
+            try:
+                layout = Layout.from_item(item)
+            except StateError as error:
+                report.state_unreadable = (f"{error}: the delay dispatcher stops until it is rewritten with the deployed "
+                                           f"{GROUPS_ATTRIBUTE} and the {EPOCH_ATTRIBUTE} on the groups' watermarks (never "
+                                           "deleted: docs/delays.md)")
+                report.stopped = report.state_unreadable
+                return None
+            if layout.groups == self.group.count:
+                return layout
+            changed = self.state.change_layout(item, layout)
+            if changed is not None:
+                return changed
+        report.stopped = LAYOUT_CHANGING
+        return None
 
-    # -- the delay table ------------------------------------------------------------------
+    def _read_watermark(self, report: RunReport) -> tuple[int, dict[int, str]] | None:
+        """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished.
 
-    def _map(self, call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        A watermark of an earlier layout's epoch is deleted, and the group starts at the layout's seed.
+        """
+        start, unreadable = self.state.read_watermark()
+        if unreadable:
+            report.state_unreadable = unreadable
+        if start is not None:
+            return start
+        minute = self._restart_minute()
+        return None if minute is None else (minute, {})
+
+    def _restart_minute(self) -> int | None:
+        """Without a watermark: after the latest finished minute, else the earliest minute a Scan finds.
+
+        Never earlier than ``START_LOOKBACK_SECONDS`` ago: the TTL's REMOVE of older items
+        reaches the safety net, which sends what was not dispatched.
+        """
+        floor = math.floor((self._clock() - START_LOOKBACK_SECONDS) / BUCKET_SECONDS)
+        scan = self.state.read_scan()
+        if scan is None:
+            finished = self._latest_finished_minute(floor)
+            if finished is not None:
+                return finished + 1
+        earliest = self._scan_earliest(scan)
+        return None if earliest is None else max(floor, earliest)
+
+    def _latest_finished_minute(self, floor: int) -> int | None:
+        """Probe minute records back from the horizon to ``floor``; the first with ``finished_ms``, or None."""
+        bucket = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
+        while bucket >= floor and not self._budget.time_low():
+            if self.state.finished(bucket):
+                return bucket
+            bucket -= 1
+        return None
+
+    def _scan_earliest(self, scan: tuple[int, dict[str, Any]] | None) -> int | None:
+        """The earliest minute among the dispatcher's keys (keys only), or now; None when time ran low first.
+
+        Messages stored before the dispatcher first ran may be due in minutes already past.
+        Resumable: between pages, the Scan's position and running minimum are saved
+        in the group's Scan record. Keys the dispatcher does not read are the safety net's.
+        """
+        earliest = math.floor(self._clock() / BUCKET_SECONDS)
+        request: dict[str, Any] = {"TableName": self.delay_table, "ProjectionExpression": "pk, sk"}
+        if scan is not None:
+            earliest = min(earliest, scan[0])
+            request["ExclusiveStartKey"] = scan[1]
+        while not self._budget.time_low():
+            page = self._budget.with_retries(lambda: self._dynamodb.get().scan(**request))
+            earliest = min([earliest, *(_scheduled_minute(item) for item in page.get("Items") or [])])
+            if "LastEvaluatedKey" not in page:
+                self.state.finish_scan()
+                return earliest
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            self.state.save_scan(earliest, page["LastEvaluatedKey"])
+        return None
+
+
+@dataclass
+class _Budget:
+    """One run's time left and threads: each call of the run checks them before it starts."""
+
+    sleep: Callable[[float], None]
+    remaining_ms: Callable[[], int] | None = None  # the run's time left; None: unbounded
+    pool: Any = None  # the run's: the one given, else threads started for the run and stopped after it
+
+    def time_low(self, floor_ms: int = RUN_MARGIN_MS) -> bool:
+        """True when less than ``floor_ms`` is left of the run's time."""
+        return self.remaining_ms is not None and self.remaining_ms() < floor_ms
+
+    def map(self, call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         """``call`` on each item, in flight together on the pool (one by one without one); results in order."""
-        if self._pool is None:
+        if self.pool is None:
             return [call(item) for item in items]
-        return list(self._pool.map(call, items))
+        return list(self.pool.map(call, items))
 
-    def _read_pages(self, bucket: int, open_shards: dict[int, str | None]) -> list[_Page]:
+    def with_retries(self, call: Callable[[], Any], give_up: Callable[[BaseException], bool] = lambda error: False) -> Any:
+        """A DynamoDB call under ``STATE_CALLS``; a condition failure, the last error, or one ``give_up`` names propagates.
+
+        No retry once less than a pause and a call (``STATE_RETRY_FLOOR_MS``) is left of the run's time.
+        """
+        return STATE_CALLS.call(call, sleep=self.sleep, give_up=lambda error: (
+            is_condition_failure(error) or give_up(error) or self.time_low(STATE_RETRY_FLOOR_MS)))
+
+
+class _DelayTable:
+    """The delay table as one group's runs read it: pages of its shards' minutes, and refiles of misplaced items."""
+
+    def __init__(self, dynamodb: LazyClient, table: str, group: DispatchGroup, delivery: Delivery, budget: _Budget) -> None:
+        self._dynamodb = dynamodb
+        self._table = table
+        self._group = group
+        self._delivery = delivery
+        self._budget = budget
+        self._refiled_buckets: set[int] = set()  # minutes this dispatcher refiled into: Queried consistently
+
+    def read_pages(self, bucket: int, open_shards: dict[int, str | None]) -> list[_Page]:
         """The next page of each open shard (shard -> the sort key to start after), in parallel."""
-        return self._map(lambda shard_after: self._read_page(bucket, *shard_after), list(open_shards.items()))
+        return self._budget.map(lambda shard_after: self._read_page(bucket, *shard_after), list(open_shards.items()))
 
     def _read_page(self, bucket: int, shard: int, after: str | None) -> _Page:
         """One Query page of one shard, after ``after``, retried on throttling."""
         pk = {"S": delay.bucket_key(bucket, shard)}
         request: dict[str, Any] = {
-            "TableName": self.delay_table,
+            "TableName": self._table,
             "KeyConditionExpression": "pk = :pk",
             "ExpressionAttributeValues": {":pk": pk},
-            "Limit": ROUND_ITEMS // len(self.group.shards),
+            "Limit": ROUND_ITEMS // len(self._group.shards),
         }
         if after is not None:
             request["ExclusiveStartKey"] = {contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: {"S": after}}
         if bucket in self._refiled_buckets or delay.read_consistently(shard):  # cancellable shard: worker_tier.cancellation
             request["ConsistentRead"] = True
-        page = self._with_retries(lambda: self._dynamodb.get().query(**request))
+        page = self._budget.with_retries(lambda: self._dynamodb.get().query(**request))
         next_key = page.get("LastEvaluatedKey")
         result = _Page(shard, [], [], next_key[contract.DELAY_SORT_KEY]["S"] if next_key else None)
         for item in page.get("Items") or []:
@@ -403,7 +488,7 @@ class DelayDispatcher:
             result.stored.append((item[contract.DELAY_SORT_KEY]["S"], message))
         return result
 
-    def _refile(self, item: dict[str, Any], message: DelayedMessage, time_low: Callable[[], bool] | None = None) -> bool:
+    def refile(self, item: dict[str, Any], message: DelayedMessage, time_low: Callable[[], bool] | None = None) -> bool:
         """Move an item due in a later minute than its pk's into that minute, where this dispatcher reads it in time.
 
         False when DynamoDB refuses the copy for what it is (too large, say): then it goes to the DLQ as a
@@ -411,243 +496,29 @@ class DelayDispatcher:
         Query right after the copy cannot miss it (the safety net leaves inserts ahead of the watermark to us).
         """
         try:
-            self._with_retries(
-                lambda: delivery.refile(self._dynamodb.get(), self.delay_table, item, message.bucket,
-                                        self.group.shard_for(message.shard)),
+            self._budget.with_retries(
+                lambda: delivery.refile(self._dynamodb.get(), self._table, item, message.bucket,
+                                        self._group.shard_for(message.shard)),
                 give_up=delivery.is_permanent_write_error,
             )
         except Exception as error:
             if not delivery.is_permanent_write_error(error):
                 raise
-            self.delivery.dead_letter_unreadable(item, f"it is due in minute {message.bucket}, and moving it there was "
-                                                       f"refused: {error_code(error)}: {error}", time_low)
+            self._delivery.dead_letter_unreadable(item, f"it is due in minute {message.bucket}, and moving it there was "
+                                                        f"refused: {error_code(error)}: {error}", time_low)
             return False
         self._refiled_buckets.add(message.bucket)
         return True
 
-    def _with_retries(self, call: Callable[[], Any], give_up: Callable[[BaseException], bool] = lambda error: False) -> Any:
-        """A DynamoDB call under ``STATE_CALLS``; a condition failure, the last error, or one ``give_up`` names propagates.
 
-        No retry once less than a pause and a call (``STATE_RETRY_FLOOR_MS``) is left of the run's time.
-        """
-        return STATE_CALLS.call(call, sleep=self._sleep, give_up=lambda error: (
-            is_condition_failure(error) or give_up(error) or self._time_low(self._remaining_ms, STATE_RETRY_FLOOR_MS)))
-
-    # -- SQS ------------------------------------------------------------------------------
-
-    # -- state table: lease, watermark with cursors, minute records --------------------------
-
-    def _acquire(self, holder: str) -> bool:
-        """Claim the run's lease; False while another run holds it."""
-        return self._lease.claim(self._dynamodb.get(), holder, int(self._clock())) is None
-
-    def _release(self, holder: str) -> None:
-        """Give the lease back, if this run still holds it (else it was taken over after running out)."""
-        self._lease.release(self._dynamodb.get(), holder)
-
-    def _read_layout(self, report: RunReport) -> Layout | None:
-        """The layout of dispatch groups, changed to this dispatcher's group count first if it differs; None: stop.
-
-        The change is a conditional put over the layout read, so of two groups changing it
-        at once one wins and the other takes the winner's (its seed was read as safely).
-        """
-        for _ in range(2):
-            item = self._get_state(LAYOUT_KEY)
-            try:
-                layout = Layout.from_item(item)
-            except StateError as error:
-                report.state_unreadable = (f"{error}: the delay dispatcher stops until it is rewritten with the deployed "
-                                           f"{GROUPS_ATTRIBUTE} and the {EPOCH_ATTRIBUTE} on the groups' watermarks (never "
-                                           "deleted: docs/delays.md)")
-                report.stopped = report.state_unreadable
-                return None
-            if layout.groups == self.group.count:
-                return layout
-            changed = layout.changed_to(self.group.count, self._get_state, int(self._clock() * 1000))
-            condition = "attribute_not_exists(pk)" if item is None else "#epoch = :epoch"
-            values = {} if item is None else {"ExpressionAttributeNames": {"#epoch": EPOCH_ATTRIBUTE},
-                                              "ExpressionAttributeValues": {":epoch": {"N": str(layout.epoch)}}}
-            try:
-                self._with_retries(functools.partial(
-                    self._dynamodb.get().put_item, TableName=self.state_table, Item=changed.item(), ConditionExpression=condition,
-                    **values))
-            except Exception as error:
-                if not is_condition_failure(error):
-                    raise
-                continue
-            if item is None:
-                self._mark_first_change(changed)
-            return changed
-        report.stopped = LAYOUT_CHANGING
-        return None
-
-    def _mark_first_change(self, changed: Layout) -> None:
-        """Stamp the G = 1 watermark with the first layout's epoch (``Layout.lost_marker_update``).
-
-        If the run dies between the layout's put and this stamp, a later deleted layout goes unrecognised
-        (the fall-back of before); the window is one call long.
-        """
-        self._with_retries(lambda: self._dynamodb.get().update_item(**changed.lost_marker_update(self.state_table)))
-
-    def _read_watermark(self, report: RunReport, remaining_ms: Callable[[], int] | None) -> tuple[int, dict[int, str]] | None:
-        """The first minute not fully dispatched, and its cursors; None while the first run's Scan is unfinished.
-
-        A watermark of an earlier layout's epoch is deleted, and the group starts at the layout's seed.
-        """
-        item = self._get_state(self.group.watermark_key)
-        self._layout.check_not_lost(item)
-        stale = item is not None and watermark_epoch(item) != self._layout.epoch
-        self._watermark_found = False
-        if item is not None and not stale:
-            try:
-                found = parse_watermark(item)
-                self._watermark_found = True
-                return found
-            except StateError as error:  # not ours: start again as if it were lost (the next write replaces it)
-                report.state_unreadable = str(error)
-        if item is not None:
-            self._with_retries(lambda: self._dynamodb.get().delete_item(
-                TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": self.group.watermark_key}}))
-        start = self._layout.start(self.group) if item is None or stale else None
-        if start is not None:
-            return start
-        minute = self._restart_minute(remaining_ms)
-        return None if minute is None else (minute, {})
-
-    def _get_state(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
-        """One state-table item, or None."""
-        item: dict[str, Any] | None = self._with_retries(lambda: self._dynamodb.get().get_item(
-            TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent
-        )).get("Item")
-        return item
-
-    def _restart_minute(self, remaining_ms: Callable[[], int] | None) -> int | None:
-        """Without a watermark: after the latest finished minute, else the earliest minute a Scan finds.
-
-        Never earlier than ``START_LOOKBACK_SECONDS`` ago: the TTL's REMOVE of older items
-        reaches the safety net, which sends what was not dispatched.
-        """
-        floor = math.floor((self._clock() - START_LOOKBACK_SECONDS) / BUCKET_SECONDS)
-        scan = self._get_state(self.group.scan_key)
-        if scan is None:
-            finished = self._latest_finished_minute(floor, remaining_ms)
-            if finished is not None:
-                return finished + 1
-        earliest = self._scan_earliest(scan, remaining_ms)
-        return None if earliest is None else max(floor, earliest)
-
-    def _latest_finished_minute(self, floor: int, remaining_ms: Callable[[], int] | None) -> int | None:
-        """Probe minute records back from the horizon to ``floor``; the first with ``finished_ms``, or None."""
-        bucket = math.floor((self._clock() + self.horizon_seconds) / BUCKET_SECONDS) - 1
-        while bucket >= floor and not self._time_low(remaining_ms):
-            record = self._get_state(self.group.minute_key(bucket), consistent=False)
-            if record is not None and FINISHED_MS_ATTRIBUTE in record and watermark_epoch(record) == self._layout.epoch:
-                return bucket
-            bucket -= 1
-        return None
-
-    def _scan_earliest(self, scan: dict[str, Any] | None, remaining_ms: Callable[[], int] | None) -> int | None:
-        """The earliest minute among the dispatcher's keys (keys only), or now; None when time ran low first.
-
-        Messages stored before the dispatcher first ran may be due in minutes already past.
-        Resumable: between pages, the Scan's position and running minimum are saved
-        under ``SCAN_KEY``. Keys the dispatcher does not read are the safety net's.
-        """
-        earliest = math.floor(self._clock() / BUCKET_SECONDS)
-        request: dict[str, Any] = {"TableName": self.delay_table, "ProjectionExpression": "pk, sk"}
-        if scan is not None:
-            earliest = min(earliest, int(scan[SCAN_EARLIEST_ATTRIBUTE]["N"]))
-            request["ExclusiveStartKey"] = json.loads(scan[SCAN_NEXT_KEY_ATTRIBUTE]["S"])
-        while not self._time_low(remaining_ms):
-            page = self._with_retries(lambda: self._dynamodb.get().scan(**request))
-            earliest = min([earliest, *(_scheduled_minute(item) for item in page.get("Items") or [])])
-            if "LastEvaluatedKey" not in page:
-                self._with_retries(lambda: self._dynamodb.get().delete_item(
-                    TableName=self.state_table, Key={STATE_TABLE_PARTITION_KEY: {"S": self.group.scan_key}}))
-                return earliest
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-            self._save_scan(earliest, page["LastEvaluatedKey"])
-        return None
-
-    def _save_scan(self, earliest: int, next_key: dict[str, Any]) -> None:
-        """Where the first run's Scan stopped, and the earliest minute it found so far."""
-        self._with_retries(lambda: self._dynamodb.get().put_item(TableName=self.state_table, Item={
-            STATE_TABLE_PARTITION_KEY: {"S": self.group.scan_key},
-            SCAN_EARLIEST_ATTRIBUTE: {"N": str(earliest)},
-            SCAN_NEXT_KEY_ATTRIBUTE: {"S": json.dumps(next_key, sort_keys=True)},
-        }))
-
-    def _write_watermark(self, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
-        """Put the watermark (minute and cursors), only over the minute and epoch this run found; else LeaseLostError.
-
-        Over no item only when the run found none: a stalled run of an earlier epoch (of the same G, or the
-        G = 1 run of before the first change, whose watermark that change stamped) can no longer write.
-        """
-        epoch = self._epoch_attribute()
-        epoch_condition = "#epoch = :epoch" if epoch else "attribute_not_exists(#epoch)"
-        condition = f"#bucket = :expected AND {epoch_condition}"
-        item = {
-            STATE_TABLE_PARTITION_KEY: {"S": self.group.watermark_key},
-            BUCKET_ATTRIBUTE: {"N": str(bucket)},
-            CURSORS_ATTRIBUTE: {"M": {str(shard): {"S": sk} for shard, sk in sorted(cursors.items())}},
-            **self._epoch_attribute(),
-        }
-        try:
-            self._with_retries(lambda: self._dynamodb.get().put_item(
-                TableName=self.state_table,
-                Item=item,
-                ConditionExpression=condition if self._watermark_found else f"attribute_not_exists(pk) OR ({condition})",
-                ExpressionAttributeNames={"#bucket": BUCKET_ATTRIBUTE, "#epoch": EPOCH_ATTRIBUTE},
-                ExpressionAttributeValues={":expected": {"N": str(expected)}, **({":epoch": epoch[EPOCH_ATTRIBUTE]} if epoch else {})},
-            ))
-            self._watermark_found = True
-        except Exception as error:
-            if is_condition_failure(error):
-                raise LeaseLostError(f"watermark moved by another run while dispatching minute {expected}") from error
-            raise
-
-    def _record_finish(self, bucket: int) -> None:
-        """Stamp minute ``bucket``'s record with the time every shard had been read (and the epoch, after a change of G)."""
-        epoch = self._epoch_attribute()
-        self._with_retries(lambda: self._dynamodb.get().update_item(
-            TableName=self.state_table,
-            Key={STATE_TABLE_PARTITION_KEY: {"S": self.group.minute_key(bucket)}},
-            UpdateExpression="SET #finished = :finished, #expiration = :expiration" + (", #epoch = :epoch" if epoch else ""),
-            ExpressionAttributeNames={"#finished": FINISHED_MS_ATTRIBUTE, "#expiration": STATE_TABLE_TTL_ATTRIBUTE,
-                                      **({"#epoch": EPOCH_ATTRIBUTE} if epoch else {})},
-            ExpressionAttributeValues={
-                ":finished": {"N": str(int(self._clock() * 1000))},
-                ":expiration": {"N": str(bucket * BUCKET_SECONDS + MINUTE_RECORD_RETENTION_SECONDS)},
-                **({":epoch": epoch[EPOCH_ATTRIBUTE]} if epoch else {}),
-            },
-        ))
-
-    def _epoch_attribute(self) -> dict[str, Any]:
-        """The layout's epoch as an item attribute; none in epoch 0, so a dispatcher that never changed G writes what it always did."""
-        return {EPOCH_ATTRIBUTE: {"N": str(self._layout.epoch)}} if self._layout.epoch else {}
-
-    def _record_start(self, bucket: int, *, continuing: bool = False) -> None:
-        """Write minute ``bucket``'s start record unless one exists: the first start time is kept.
-
-        Every run writes it before its first Query of the minute, so a cancel (``worker_tier.cancellation``
-        checks these records) never succeeds after a Query may have read its message. ``continuing``: the
-        minute has cursors already (an earlier run, or a layout's seed from other groups) and this group has
-        no record of when reading began, so the record says 0 ("unknown: any insert may have been missed"),
-        the safety net's conservative reading. No TTL yet: however long the minute stays the watermark's,
-        its record stays (the safety net needs it); ``_record_finish`` sets the TTL.
-        """
-        started_ms = 0 if continuing else int(self._clock() * 1000)
-        item = {
-            STATE_TABLE_PARTITION_KEY: {"S": self.group.minute_key(bucket)},
-            STARTED_MS_ATTRIBUTE: {"N": str(started_ms)},
-        }
-        try:
-            self._with_retries(lambda: self._dynamodb.get().put_item(
-                TableName=self.state_table, Item=item, ConditionExpression="attribute_not_exists(pk)"
-            ))
-        except Exception as error:
-            if not is_condition_failure(error):
-                raise
+def _write_watermark(state: GroupState, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
+    """``GroupState.write_watermark``; LeaseLostError when another run moved the watermark (its condition failed)."""
+    try:
+        state.write_watermark(bucket, cursors, expected=expected)
+    except Exception as error:
+        if is_condition_failure(error):
+            raise LeaseLostError(f"watermark moved by another run while dispatching minute {expected}") from error
+        raise
 
 
 class _MinuteDispatch:
@@ -655,17 +526,28 @@ class _MinuteDispatch:
 
     def __init__(
         self,
-        dispatcher: DelayDispatcher,
         bucket: int,
         cursors: dict[int, str],
         report: RunReport,
-        remaining_ms: Callable[[], int] | None,
+        *,
+        state: GroupState,
+        table: _DelayTable,
+        delivery: Delivery,
+        queue_url: str,
+        budget: _Budget,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
     ) -> None:
-        self.dispatcher = dispatcher
         self.bucket = bucket
         self.cursors = dict(cursors)
         self.report = report
-        self.remaining_ms = remaining_ms
+        self.state = state  # the group's records: the minute's start, the cursors
+        self.table = table  # the group's shards of the minute
+        self.delivery = delivery
+        self.queue_url = queue_url
+        self.budget = budget  # the run's time left and threads
+        self.clock = clock
+        self.sleep = sleep
         self.handled: set[int] = set()  # the round's messages (by send position) accepted or dead-lettered
         self.set_aside: set[tuple[int, str]] = set()  # the round's (shard, sort key) refiled or dead-lettered unread
         self.out_of_time = False  # a send was not started or retried for time: the run stops after the wave
@@ -675,13 +557,13 @@ class _MinuteDispatch:
         """True when every shard of the minute is dispatched; False when the run must stop."""
         # Always, before the first Query: the record's condition keeps the first (a minute seeded with another
         # layout's cursors has none of this group's yet).
-        self.dispatcher._record_start(self.bucket, continuing=bool(self.cursors))
-        open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in self.dispatcher.group.shards}
+        self.state.record_start(self.bucket, continuing=bool(self.cursors))
+        open_shards: dict[int, str | None] = {shard: self.cursors.get(shard) for shard in self.state.group.shards}
         while open_shards:
-            if self.dispatcher._time_low(self.remaining_ms):
+            if self.budget.time_low():
                 self.report.stopped = TIME_RUNNING_OUT
                 return False
-            pages = self.dispatcher._read_pages(self.bucket, open_shards)
+            pages = self.table.read_pages(self.bucket, open_shards)
             open_shards = {page.shard: page.next_after for page in pages if page.next_after is not None}
             if not self._set_aside(pages) or not self._round(pages, bool(open_shards)):
                 return False
@@ -696,21 +578,21 @@ class _MinuteDispatch:
         self.set_aside, self.handled = set(), set()
         for page in pages:
             for item, message in page.misplaced:
-                if self.dispatcher._time_low(self.remaining_ms):
+                if self.budget.time_low():
                     self.report.stopped = TIME_RUNNING_OUT
                     self._save_cursors(pages, [])
                     return False
-                if self.dispatcher._refile(item, message, self._sends_low):
+                if self.table.refile(item, message, self._sends_low):
                     self.report.refiled += 1
                 else:
                     self.report.dead_lettered += 1
                 self.set_aside.add((page.shard, item[contract.DELAY_SORT_KEY]["S"]))
         for page, (item, problem) in [(p, pair) for p in pages for pair in p.unreadable]:
-            if self.dispatcher._time_low(self.remaining_ms):
+            if self.budget.time_low():
                 self.report.stopped = TIME_RUNNING_OUT
                 self._save_cursors(pages, [])
                 return False
-            self.dispatcher.delivery.dead_letter_unreadable(item, problem, self._sends_low)
+            self.delivery.dead_letter_unreadable(item, problem, self._sends_low)
             self.set_aside.add((page.shard, item[contract.DELAY_SORT_KEY]["S"]))
             self.report.dead_lettered += 1
         return True
@@ -745,11 +627,11 @@ class _MinuteDispatch:
         moments = {id(batch): send_moment.moment([messages[i].due_ms for i in batch]) for batch in pending}
         postponed: list[list[int]] = []
         while pending or postponed:
-            if self.dispatcher._time_low(self.remaining_ms):
+            if self.budget.time_low():
                 self.report.stopped = TIME_RUNNING_OUT
                 self._send_waiting(messages, attributes, postponed)
                 return False
-            aligning = not self.clock_stuck and not self.dispatcher._time_low(self.remaining_ms, RUN_MARGIN_MS + ALIGNING_STOPS_MS)
+            aligning = not self.clock_stuck and not self.budget.time_low(RUN_MARGIN_MS + ALIGNING_STOPS_MS)
             self._send_wave(messages, attributes, self._next_wave(pending, postponed, moments if aligning else {}))
             if self.out_of_time:
                 self.report.stopped = TIME_RUNNING_OUT
@@ -763,7 +645,7 @@ class _MinuteDispatch:
         the rest stay unsent, and the next run sends again what this one sent after them (each
         shard's cursor passes only its handled prefix): at most the round, as when a run dies.
         """
-        while postponed and not self.dispatcher._time_low(self.remaining_ms, FLUSH_FLOOR_MS) and not self.out_of_time:
+        while postponed and not self.budget.time_low(FLUSH_FLOOR_MS) and not self.out_of_time:
             wave, postponed[:] = postponed[:DISPATCH_THREADS], postponed[DISPATCH_THREADS:]
             self._send_wave(messages, attributes, wave)
 
@@ -781,7 +663,7 @@ class _MinuteDispatch:
         def ready(now_ms: float) -> list[list[int]]:
             return [batch for batch in postponed if wait(batch, now_ms) == 0][:DISPATCH_THREADS]
 
-        now_ms = self.dispatcher._clock() * 1000
+        now_ms = self.clock() * 1000
         wave = ready(now_ms)
         while len(wave) < DISPATCH_THREADS and pending:
             if wait(pending[0], now_ms) == 0:
@@ -794,8 +676,8 @@ class _MinuteDispatch:
             if wave:
                 break
             sleep_ms = min(wait(batch, now_ms) for batch in postponed)
-            self.dispatcher._sleep(sleep_ms / 1000)
-            later_ms = self.dispatcher._clock() * 1000
+            self.sleep(sleep_ms / 1000)
+            later_ms = self.clock() * 1000
             if later_ms <= now_ms and sleep_ms >= STUCK_AFTER_SLEEP_MS:
                 self.clock_stuck = True
                 break
@@ -811,7 +693,7 @@ class _MinuteDispatch:
 
         So the cursors pass exactly what was handled, whichever batches failed.
         """
-        outcomes = self.dispatcher._map(lambda batch: self._send_batch(messages, attributes, batch), wave)
+        outcomes = self.budget.map(lambda batch: self._send_batch(messages, attributes, batch), wave)
         failures = [outcome if isinstance(outcome, Exception) else self._take_in(messages, batch, outcome)
                     for batch, outcome in zip(wave, outcomes, strict=True)]
         failure = next((error for error in failures if error is not None), None)
@@ -826,14 +708,14 @@ class _MinuteDispatch:
         """
         entries = [{**delivery.entry(str(i), messages[i], 0.0), "MessageAttributes": attributes[i]} for i in batch]
         try:
-            return self.dispatcher.delivery.deliver(self.dispatcher.queue_url, entries, {str(i): messages[i].due_ms for i in batch},
+            return self.delivery.deliver(self.queue_url, entries, {str(i): messages[i].due_ms for i in batch},
                                                     self._sends_low)
         except Exception as error:  # not transient (delivery.AWS_CALL_ERRORS are retried): the run stops on it
             return error
 
     def _sends_low(self) -> bool:
         """True when too little time is left to start a send (``SEND_FLOOR_MS``)."""
-        return self.dispatcher._time_low(self.remaining_ms, SEND_FLOOR_MS)
+        return self.budget.time_low(SEND_FLOOR_MS)
 
     def _take_in(self, messages: list[DelayedMessage], batch: list[int], sent: delivery.Sent) -> Exception | None:
         """Record one batch's answer, dead-letter each refusal; the first DispatchIncompleteError, when some were neither."""
@@ -847,7 +729,7 @@ class _MinuteDispatch:
                 self.out_of_time = True
                 continue
             try:
-                self.dispatcher.delivery.dead_letter(messages[int(entry_id)], refusal, self._sends_low)
+                self.delivery.dead_letter(messages[int(entry_id)], refusal, self._sends_low)
             except DispatchIncompleteError as error:
                 failure = failure or error
                 continue
@@ -876,7 +758,7 @@ class _MinuteDispatch:
                 self.cursors[page.shard] = sort_key
                 moved = True
         if moved:
-            self.dispatcher._write_watermark(self.bucket, self.cursors, expected=self.bucket)
+            _write_watermark(self.state, self.bucket, self.cursors, expected=self.bucket)
 
 
 def _checked_horizon(seconds: object) -> int:

@@ -34,7 +34,7 @@ from worker_tier.contract import (
 )
 
 DISPATCHER_HANDLER = "worker_tier.handlers.dispatcher.lambda_handler"
-# Below the dispatcher's lease (dispatcher.LEASE_SECONDS, 120 s), so a run that lives holds it throughout, and no
+# Below the dispatcher's lease (dispatch_state.LEASE_SECONDS, 120 s), so a run that lives holds it throughout, and no
 # more than one run period (DISPATCHER_PERIOD_SECONDS) below it: a killed run's lease blocks at most the one
 # scheduled run that starts before it expires (120 − 60 = 60 s after the killed run's end).
 DISPATCHER_TIMEOUT_SECONDS = 60

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import click
 
 from worker_tier import cancellation, contract, delay
-from worker_tier.dispatch_group import shard_positions, state_reader
+from worker_tier.dispatch_state import shard_positions, state_reader
 from worker_tier.errors import MessageError, StateError, UnreadableItemError
 from worker_tier.message import format_due_at
 from worker_tier_cli.output import emit_json, table

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from worker_tier import delay
-from worker_tier.dispatch_group import read_positions, state_reader
+from worker_tier.dispatch_state import read_positions, state_reader
 from worker_tier.errors import StateError
 
 QUEUE_COUNTS = {

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from worker_tier import contract, delay
-from worker_tier.dispatch_group import shard_positions, state_reader
+from worker_tier.dispatch_state import shard_positions, state_reader
 from worker_tier.errors import StateError
 
 QUEUE_COUNT_ATTRIBUTES = {  # SQS's approximate counts, by what a person calls them

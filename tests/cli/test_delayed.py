@@ -9,7 +9,8 @@ import pytest
 from tests.cli.deployment import NOW, parsed
 from worker_tier import Client, contract
 from worker_tier.delay import BUCKET_SECONDS
-from worker_tier.dispatcher import DelayDispatcher, minute_key
+from worker_tier.dispatcher import DelayDispatcher
+from worker_tier.dispatch_state import minute_key
 
 HOUR = 3600
 

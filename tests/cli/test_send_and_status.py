@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.cli.deployment import NOW, parsed
 from worker_tier import contract
-from worker_tier.dispatcher import WATERMARK_KEY
+from worker_tier.dispatch_state import WATERMARK_KEY
 from worker_tier.errors import NonRetryableError
 
 

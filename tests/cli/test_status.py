@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tests.cli.deployment import NOW, parsed
 from worker_tier import contract, delay
-from worker_tier.dispatcher import WATERMARK_KEY
+from worker_tier.dispatch_state import WATERMARK_KEY
 from worker_tier.periodic import STATUS_ATTRIBUTE, STATUS_SENT, Tick
 from worker_tier_cli import cli
 

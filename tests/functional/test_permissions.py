@@ -22,10 +22,10 @@ from tests.support import iam, stacks
 from worker_tier import Client, delay
 from worker_tier.delay import DelayedMessage
 from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatch_group import DispatchGroup
+from worker_tier.dispatch_state import WATERMARK_KEY, DispatchGroup
 from worker_tier.container import Consumer
 from worker_tier.protection import TaskProtection
-from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatcher import DelayDispatcher
 from worker_tier.forwarding import parameter_name, read_signing_secret
 from worker_tier.contract import PATH_ATTRIBUTE
 from worker_tier.periodic import Tick, TickEnqueuer

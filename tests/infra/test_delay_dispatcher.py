@@ -6,7 +6,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from worker_tier import contract
-from worker_tier.dispatcher import LEASE_SECONDS
+from worker_tier.dispatch_state import LEASE_SECONDS
 from worker_tier_cdk.delay_dispatcher import (
     DISPATCHER_MEMORY_MB,
     DISPATCHER_PERIOD_SECONDS,

@@ -38,7 +38,7 @@ from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX
 from worker_tier_cdk.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
 from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
 from tests.support.synth import actions_of, dynamodb_statements, on_table, synth
-from worker_tier import delay, dispatcher
+from worker_tier import delay, dispatch_state as dispatcher
 from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, Settings, SettingsError
 
 # What grant_read_write_data gives: every item of the table, to read and write.

@@ -17,7 +17,8 @@ from tests.support.fakes import FakeSQS
 from tests.support.strict_dynamodb import StrictDynamoDB
 from worker_tier import Client
 from worker_tier.delay import DelayedMessage, DelayStore, bucket_key
-from worker_tier.dispatcher import WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatcher import DelayDispatcher
+from worker_tier.dispatch_state import WATERMARK_KEY
 from worker_tier.message import PATH_ATTRIBUTE
 
 START = 1_800_000_000.0  # a minute boundary

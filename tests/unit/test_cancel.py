@@ -21,10 +21,10 @@ from worker_tier.cancellation import (
 )
 from worker_tier import cancellation
 from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, TTL_ATTRIBUTE, bucket_key, new_message_id, parse_bucket_key, read_item
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, group_of
+from worker_tier.dispatch_state import LAYOUT_KEY, DispatchGroup, group_of, minute_key
 from worker_tier.dedupe import marker_key
 from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatcher import DelayDispatcher, minute_key
+from worker_tier.dispatcher import DelayDispatcher
 from worker_tier.errors import MessageError, SendError
 
 START = 1_800_000_000.0  # a minute boundary

@@ -34,7 +34,8 @@ from worker_tier import Client
 from worker_tier.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
 from worker_tier.contract import DUE_AT_ATTRIBUTE
 from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD
-from worker_tier.dispatcher import MINUTE_KEY_PREFIX, DelayDispatcher
+from worker_tier.dispatcher import DelayDispatcher
+from worker_tier.dispatch_state import MINUTE_KEY_PREFIX
 from worker_tier.errors import MessageError, SendError
 from worker_tier.message import format_due_at
 

@@ -18,7 +18,7 @@ from worker_tier.contract import (
 )
 from worker_tier.handlers import PerProcess
 from worker_tier.observability import logger, metrics
-from worker_tier.dispatch_group import DispatchGroup
+from worker_tier.dispatch_state import DispatchGroup
 from worker_tier.dispatcher import DelayDispatcher, RunReport
 from worker_tier.errors import WorkerTierError
 from worker_tier.settings import Settings

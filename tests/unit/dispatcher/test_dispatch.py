@@ -22,18 +22,20 @@ from worker_tier.dispatcher import (
     DISPATCHER_READ_TIMEOUT_SECONDS,
     SEND_FLOOR_MS,
     MAX_HORIZON_SECONDS,
+    RUN_MARGIN_MS,
+    SCAN_UNFINISHED,
+    START_LOOKBACK_SECONDS,
+    TIME_RUNNING_OUT,
+    DelayDispatcher,
+)
+from worker_tier.dispatch_state import (
     FINISHED_MS_ATTRIBUTE,
     LEASE_SECONDS,
     MINUTE_KEY_PREFIX,
     MINUTE_RECORD_RETENTION_SECONDS,
-    RUN_MARGIN_MS,
     SCAN_KEY,
-    SCAN_UNFINISHED,
-    START_LOOKBACK_SECONDS,
     STARTED_MS_ATTRIBUTE,
-    TIME_RUNNING_OUT,
     WATERMARK_KEY,
-    DelayDispatcher,
     minute_key,
 )
 

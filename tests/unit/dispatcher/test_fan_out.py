@@ -13,7 +13,7 @@ import pytest
 from tests.support.dispatcher import DLQ, QUEUE, TTL_IDENTITY, World, stream_record
 from worker_tier.delay import BUCKET_SECONDS, DelayedMessage, MAX_SHARDS, bucket_key
 from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatch_group import (
+from worker_tier.dispatch_state import (
     LAYOUT_KEY,
     DispatchGroup,
     Layout,
@@ -22,7 +22,8 @@ from worker_tier.dispatch_group import (
     watermark_epoch,
 )
 from worker_tier.errors import StateError
-from worker_tier.dispatcher import TIME_RUNNING_OUT, WATERMARK_KEY, DelayDispatcher
+from worker_tier.dispatcher import TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.dispatch_state import WATERMARK_KEY
 from worker_tier.handlers.dispatcher import DispatchEventError, group_index
 from worker_tier.contract import PATH_ATTRIBUTE
 

@@ -26,14 +26,14 @@ from worker_tier.delay_recovery import (
     read_record,
 )
 from worker_tier.contract import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.dispatcher import (
+from worker_tier.dispatch_state import (
     FINISHED_MS_ATTRIBUTE,
     MINUTE_RECORD_RETENTION_SECONDS,
     STARTED_MS_ATTRIBUTE,
     WATERMARK_KEY,
     minute_key,
 )
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout
+from worker_tier.dispatch_state import LAYOUT_KEY, DispatchGroup, Layout
 
 START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -357,7 +356,7 @@ def test_every_wave_sends_and_nothing_is_lost_or_doubled(kind):
             t["now"] = clocks[kind](t["now"], seconds)
 
         run = object.__new__(_MinuteDispatch)
-        run.dispatcher = SimpleNamespace(_clock=lambda t=t: t["now"], _sleep=sleep)
+        run.clock, run.sleep = lambda t=t: t["now"], sleep
         run.clock_stuck = False
         batches = []
         for b in range(rng.randrange(1, 200)):

@@ -55,8 +55,8 @@ from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
 from worker_tier.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.dispatch_group import LAYOUT_KEY, DispatchGroup, Layout, group_of, watermark_epoch
-from worker_tier.dispatcher import LEASE_SECONDS, START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.dispatch_state import LAYOUT_KEY, LEASE_SECONDS, DispatchGroup, Layout, group_of, watermark_epoch
+from worker_tier.dispatcher import START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, DelayDispatcher
 
 START = 1_800_000_000.0
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"

@@ -1,4 +1,15 @@
-"""The delay dispatcher's fan-out: shard groups, their state-table keys, and the layout that says how many there are.
+"""The delay dispatcher's records in the state table, read and written: one idea, the dispatcher's state.
+
+Every item the delay dispatcher keeps under ``scheduler#`` has its key, its reading and its
+writing (with the conditions that keep two runs apart) here, for the dispatcher that writes
+them and for the safety net (``worker_tier.delay_recovery``), cancellation, the CLI's
+``status`` and ``delayed``, and the local environment that read them:
+
+- the shard groups (``DispatchGroup``) and the layout that says how many there are (below);
+- each group's lease (``state.Lease``), watermark with per-shard cursors, first-run Scan
+  position and minute records (``started_ms``, ``finished_ms``), written by one run of the
+  group at a time through ``GroupState``.
+
 
 With ``dispatch_groups`` = G, group ``g`` reads the shards ``s`` with ``s % G == g`` of
 every minute, in its own invocation each minute, with its own lease, watermark and
@@ -28,13 +39,17 @@ rewrite the layout with the deployed G and the epoch its groups' watermarks carr
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from worker_tier import delay
-from worker_tier.contract import DISPATCHER_KEY_PREFIX, STATE_PARTITION_KEY
+from worker_tier.aws import LazyClient, is_condition_failure
+from worker_tier.contract import DISPATCHER_KEY_PREFIX, STATE_PARTITION_KEY, STATE_TTL_ATTRIBUTE
+from worker_tier.delay import BUCKET_SECONDS
 from worker_tier.errors import LayoutLostError, StateError
+from worker_tier.state import Lease
 
 LAYOUT_KEY = f"{DISPATCHER_KEY_PREFIX}layout"
 GROUPS_ATTRIBUTE = "groups"
@@ -45,6 +60,13 @@ UNKNOWN_ATTRIBUTE = "unknown_shards"  # shards whose old group had no position a
 CHANGED_MS_ATTRIBUTE = "changed_ms"  # when the layout was written: a group without a position is late since then
 BUCKET_ATTRIBUTE = "bucket"
 CURSORS_ATTRIBUTE = "cursors"  # {shard: the last sort key dispatched} for the watermark's minute
+SCAN_EARLIEST_ATTRIBUTE = "earliest"
+SCAN_NEXT_KEY_ATTRIBUTE = "next_key"  # the Scan's LastEvaluatedKey, as JSON
+STARTED_MS_ATTRIBUTE = "started_ms"  # when the dispatcher first began to read the minute, epoch ms
+FINISHED_MS_ATTRIBUTE = "finished_ms"  # when it had read every shard of the minute, just before passing it
+MINUTE_RECORD_RETENTION_SECONDS = 3 * 24 * 60 * 60  # after the minute, set when the minute is finished
+LEASE_SECONDS = 120
+LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 
 
 @dataclass(frozen=True)
@@ -315,3 +337,217 @@ def state_reader(dynamodb: Any, state_table: str) -> Callable[[str], dict[str, A
         return item
 
     return read
+
+
+# The keys of group 0 of 1, a dispatcher that never fanned out; each DispatchGroup has its own.
+LEASE_KEY = DispatchGroup().lease_key
+WATERMARK_KEY = DispatchGroup().watermark_key
+SCAN_KEY = DispatchGroup().scan_key  # the first run's Scan, resumable: where it stopped and the earliest minute so far
+MINUTE_KEY_PREFIX = DispatchGroup().minute_key(0).removesuffix("0")  # one record per minute, read by the safety net
+
+
+def minute_key(bucket: int) -> str:
+    """The state-table key of minute ``bucket``'s start record, for a dispatcher of one group (``DispatchGroup.minute_key``).
+
+    Examples
+    --------
+    >>> minute_key(30_000_000)
+    'scheduler#minute#30000000'
+    """
+    return f"{MINUTE_KEY_PREFIX}{bucket}"
+
+
+class GroupState:
+    """One dispatch group's records, as its runs write them: lease, layout, watermark with cursors, Scan, minute records.
+
+    ``call`` runs each DynamoDB call (the run's retries and time checks); ``clock`` stamps the records.
+
+    Examples
+    --------
+    >>> from tests.fake_dynamodb import FakeDynamoDB
+    >>> dynamodb = FakeDynamoDB(); dynamodb.create_table("state", "pk")
+    >>> state = GroupState(LazyClient("dynamodb", dynamodb), "state", DispatchGroup(), clock=lambda: 1_800_000_000.0, call=lambda do: do())
+    >>> state.record_start(30_000_000); state.get(minute_key(30_000_000))[STARTED_MS_ATTRIBUTE]
+    {'N': '1800000000000'}
+    """
+
+    def __init__(self, dynamodb: LazyClient, table: str, group: DispatchGroup, *, clock: Callable[[], float],
+                 call: Callable[[Callable[[], Any]], Any]) -> None:
+        self.table = table
+        self.group = group
+        self.layout = Layout()  # the run's, read before anything else
+        self.watermark_found = False  # whether the run found its watermark (of this epoch): then it writes only over it
+        self._dynamodb = dynamodb
+        self._clock = clock
+        self._call = call
+        self._lease = Lease(table, group.lease_key, LEASE_SECONDS, LEASE_RECORD_RETENTION_SECONDS)
+
+    # -- the lease ------------------------------------------------------------------------
+
+    def acquire(self, holder: str) -> bool:
+        """Claim the run's lease; False while another run holds it."""
+        return self._lease.claim(self._dynamodb.get(), holder, int(self._clock())) is None
+
+    def release(self, holder: str) -> None:
+        """Give the lease back, if this run still holds it (else it was taken over after running out)."""
+        self._lease.release(self._dynamodb.get(), holder)
+
+    def get(self, key: str, consistent: bool = True) -> dict[str, Any] | None:
+        """One state-table item, or None."""
+        item: dict[str, Any] | None = self._call(lambda: self._dynamodb.get().get_item(
+            TableName=self.table, Key={STATE_PARTITION_KEY: {"S": key}}, ConsistentRead=consistent
+        )).get("Item")
+        return item
+
+    def _delete(self, key: str) -> None:
+        self._call(lambda: self._dynamodb.get().delete_item(TableName=self.table, Key={STATE_PARTITION_KEY: {"S": key}}))
+
+    # -- the layout -----------------------------------------------------------------------
+
+    def change_layout(self, item: Mapping[str, Any] | None, layout: Layout) -> Layout | None:
+        """Put the layout of this group's count that follows ``layout`` (read as ``item``); None when another run changed it first.
+
+        The change is a conditional put over the layout read, so of two groups changing it
+        at once one wins and the other takes the winner's (its seed was read as safely).
+        """
+        changed = layout.changed_to(self.group.count, self.get, int(self._clock() * 1000))
+        condition = "attribute_not_exists(pk)" if item is None else "#epoch = :epoch"
+        values = {} if item is None else {"ExpressionAttributeNames": {"#epoch": EPOCH_ATTRIBUTE},
+                                          "ExpressionAttributeValues": {":epoch": {"N": str(layout.epoch)}}}
+        try:
+            self._call(functools.partial(
+                self._dynamodb.get().put_item, TableName=self.table, Item=changed.item(), ConditionExpression=condition, **values))
+        except Exception as error:
+            if not is_condition_failure(error):
+                raise
+            return None
+        if item is None:
+            self._mark_first_change(changed)
+        return changed
+
+    def _mark_first_change(self, changed: Layout) -> None:
+        """Stamp the G = 1 watermark with the first layout's epoch (``Layout.lost_marker_update``).
+
+        If the run dies between the layout's put and this stamp, a later deleted layout goes unrecognised
+        (the fall-back of before); the window is one call long.
+        """
+        self._call(lambda: self._dynamodb.get().update_item(**changed.lost_marker_update(self.table)))
+
+    # -- the watermark with its cursors ---------------------------------------------------
+
+    def read_watermark(self) -> tuple[tuple[int, dict[int, str]] | None, str]:
+        """The group's position (watermark and cursors) under ``layout``, and what was wrong with an unreadable watermark.
+
+        A watermark of an earlier layout's epoch, or an unreadable one, is deleted; the group then starts at the
+        layout's seed (not after an unreadable one). None: no position, the group restarts. LayoutLostError passes.
+        """
+        item = self.get(self.group.watermark_key)
+        self.layout.check_not_lost(item)
+        stale = item is not None and watermark_epoch(item) != self.layout.epoch
+        self.watermark_found = False
+        unreadable = ""
+        if item is not None and not stale:
+            try:
+                found = parse_watermark(item)
+                self.watermark_found = True
+                return found, unreadable
+            except StateError as error:  # not ours: start again as if it were lost (the next write replaces it)
+                unreadable = str(error)
+        if item is not None:
+            self._delete(self.group.watermark_key)
+        return (self.layout.start(self.group) if item is None or stale else None), unreadable
+
+    def write_watermark(self, bucket: int, cursors: dict[int, str], *, expected: int) -> None:
+        """Put the watermark (minute and cursors), only over the minute and epoch this run found; else the condition failure.
+
+        Over no item only when the run found none: a stalled run of an earlier epoch (of the same G, or the
+        G = 1 run of before the first change, whose watermark that change stamped) can no longer write.
+        """
+        epoch = self._epoch_attribute()
+        epoch_condition = "#epoch = :epoch" if epoch else "attribute_not_exists(#epoch)"
+        condition = f"#bucket = :expected AND {epoch_condition}"
+        item = {
+            STATE_PARTITION_KEY: {"S": self.group.watermark_key},
+            BUCKET_ATTRIBUTE: {"N": str(bucket)},
+            CURSORS_ATTRIBUTE: {"M": {str(shard): {"S": sk} for shard, sk in sorted(cursors.items())}},
+            **self._epoch_attribute(),
+        }
+        self._call(lambda: self._dynamodb.get().put_item(
+            TableName=self.table,
+            Item=item,
+            ConditionExpression=condition if self.watermark_found else f"attribute_not_exists(pk) OR ({condition})",
+            ExpressionAttributeNames={"#bucket": BUCKET_ATTRIBUTE, "#epoch": EPOCH_ATTRIBUTE},
+            ExpressionAttributeValues={":expected": {"N": str(expected)}, **({":epoch": epoch[EPOCH_ATTRIBUTE]} if epoch else {})},
+        ))
+        self.watermark_found = True
+
+    def _epoch_attribute(self) -> dict[str, Any]:
+        """The layout's epoch as an item attribute; none in epoch 0, so a dispatcher that never changed G writes what it always did."""
+        return {EPOCH_ATTRIBUTE: {"N": str(self.layout.epoch)}} if self.layout.epoch else {}
+
+    # -- the first run's Scan -------------------------------------------------------------
+
+    def read_scan(self) -> tuple[int, dict[str, Any]] | None:
+        """Where the first run's unfinished Scan stopped: the earliest minute it found so far and its next key; None without one."""
+        scan = self.get(self.group.scan_key)
+        if scan is None:
+            return None
+        return int(scan[SCAN_EARLIEST_ATTRIBUTE]["N"]), json.loads(scan[SCAN_NEXT_KEY_ATTRIBUTE]["S"])
+
+    def save_scan(self, earliest: int, next_key: dict[str, Any]) -> None:
+        """Where the first run's Scan stopped, and the earliest minute it found so far."""
+        self._call(lambda: self._dynamodb.get().put_item(TableName=self.table, Item={
+            STATE_PARTITION_KEY: {"S": self.group.scan_key},
+            SCAN_EARLIEST_ATTRIBUTE: {"N": str(earliest)},
+            SCAN_NEXT_KEY_ATTRIBUTE: {"S": json.dumps(next_key, sort_keys=True)},
+        }))
+
+    def finish_scan(self) -> None:
+        """The Scan is done: its record goes."""
+        self._delete(self.group.scan_key)
+
+    # -- minute records -------------------------------------------------------------------
+
+    def finished(self, bucket: int) -> bool:
+        """Whether minute ``bucket``'s record says every shard was read, in this layout's epoch (an eventually consistent read)."""
+        record = self.get(self.group.minute_key(bucket), consistent=False)
+        return record is not None and FINISHED_MS_ATTRIBUTE in record and watermark_epoch(record) == self.layout.epoch
+
+    def record_start(self, bucket: int, *, continuing: bool = False) -> None:
+        """Write minute ``bucket``'s start record unless one exists: the first start time is kept.
+
+        Every run writes it before its first Query of the minute, so a cancel (``worker_tier.cancellation``
+        checks these records) never succeeds after a Query may have read its message. ``continuing``: the
+        minute has cursors already (an earlier run, or a layout's seed from other groups) and this group has
+        no record of when reading began, so the record says 0 ("unknown: any insert may have been missed"),
+        the safety net's conservative reading. No TTL yet: however long the minute stays the watermark's,
+        its record stays (the safety net needs it); ``record_finish`` sets the TTL.
+        """
+        started_ms = 0 if continuing else int(self._clock() * 1000)
+        item = {
+            STATE_PARTITION_KEY: {"S": self.group.minute_key(bucket)},
+            STARTED_MS_ATTRIBUTE: {"N": str(started_ms)},
+        }
+        try:
+            self._call(lambda: self._dynamodb.get().put_item(
+                TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+            ))
+        except Exception as error:
+            if not is_condition_failure(error):
+                raise
+
+    def record_finish(self, bucket: int) -> None:
+        """Stamp minute ``bucket``'s record with the time every shard had been read (and the epoch, after a change of G)."""
+        epoch = self._epoch_attribute()
+        self._call(lambda: self._dynamodb.get().update_item(
+            TableName=self.table,
+            Key={STATE_PARTITION_KEY: {"S": self.group.minute_key(bucket)}},
+            UpdateExpression="SET #finished = :finished, #expiration = :expiration" + (", #epoch = :epoch" if epoch else ""),
+            ExpressionAttributeNames={"#finished": FINISHED_MS_ATTRIBUTE, "#expiration": STATE_TTL_ATTRIBUTE,
+                                      **({"#epoch": EPOCH_ATTRIBUTE} if epoch else {})},
+            ExpressionAttributeValues={
+                ":finished": {"N": str(int(self._clock() * 1000))},
+                ":expiration": {"N": str(bucket * BUCKET_SECONDS + MINUTE_RECORD_RETENTION_SECONDS)},
+                **({":epoch": epoch[EPOCH_ATTRIBUTE]} if epoch else {}),
+            },
+        ))
