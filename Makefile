@@ -47,13 +47,13 @@ dist: $(STAMP)
 
 ## make cron-next: each cron.yaml entry's next 5 run times, UTC and local
 cron-next: $(STAMP)
-	$(PY) -m worker_tier.cron_preview $(ARGS)
+	$(PY) -m worker_tier.periodic.cron_preview $(ARGS)
 
 ## make bench: benchmarks; JSON in bench/results/
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)
 
-## make docs: regenerate docs/settings.md from worker_tier.settings.Settings
+## make docs: regenerate docs/settings.md from worker_tier.core.settings.Settings
 docs: $(STAMP)
 	$(PY) -m worker_tier_cdk.settings_doc
 

@@ -3,7 +3,7 @@
 Run with `make bench` (all benchmarks) or `python -m bench app_adapter`.
 
 Ours: a minimal Flask route (it reads the JSON body and answers 200) behind ``Worker.handle``, which builds
-sqsd's request of each record, calls the app in-process (``worker_tier.app_adapter``) and judges its answer,
+sqsd's request of each record, calls the app in-process (``worker_tier.app.app_adapter``) and judges its answer,
 on an in-memory SQS (the success path makes no call); also the same route in FastAPI, through a2wsgi, with no
 baseline (FastAPI's test client needs httpx, which this project does not install). The baseline: the same route called with
 ``app.test_client().post(...)``, once per message, with the same body: the cheapest way Flask itself
@@ -68,7 +68,7 @@ def minimal_asgi_app() -> Any:
 
 def _event(count: int) -> dict[str, Any]:
     """A Lambda SQS event of ``count`` JSON task bodies, with no route: each goes to the app's http_path."""
-    from worker_tier.message import lambda_record
+    from worker_tier.core.message import lambda_record
 
     sent_ms = str(int(time.time() * 1000))
     received = [
@@ -87,10 +87,10 @@ def _event(count: int) -> dict[str, Any]:
 def overhead_ratio(rounds: int, records: int) -> dict[str, float]:
     """One run: CPU per message of the app through Worker.handle ÷ through Flask's test client."""
     from tests.support.fakes import FakeSQS
-    from worker_tier.app_adapter import InProcessTarget
-    from worker_tier.registry import Registry
-    from worker_tier.settings import Settings
-    from worker_tier.worker import Worker
+    from worker_tier.app.app_adapter import InProcessTarget
+    from worker_tier.core.registry import Registry
+    from worker_tier.core.settings import Settings
+    from worker_tier.worker.batch import Worker
 
     app = minimal_app()
     worker = Worker(

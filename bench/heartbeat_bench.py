@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bench import results
 from tests.support.fakes import FakeSQS
-from worker_tier.heartbeat import Heartbeat
+from worker_tier.worker.heartbeat import Heartbeat
 
 IN_FLIGHT = (1, 10, 100)  # a single task, a Lambda batch of 10, a container running 100
 MINUTES = 10

@@ -17,8 +17,8 @@ import boto3
 from moto import mock_aws
 
 from bench import results
-from worker_tier import contract, message
-from worker_tier.errors import NonRetryableError
+from worker_tier.core import contract, message
+from worker_tier.core.errors import NonRetryableError
 from worker_tier_cli.dead_letters import DeadLetter, Filter
 from worker_tier_cli.redrive import move_batches
 

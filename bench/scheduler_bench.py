@@ -37,13 +37,13 @@ from worker_tier_cdk.delay_recovery import RECOVERY_MEMORY_MB, STREAM_BATCH_SIZE
 from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
-from worker_tier.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
-from worker_tier.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
-from worker_tier.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, TIME_RUNNING_OUT, DelayDispatcher
-from worker_tier.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, item_bytes
-from worker_tier.contract import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.delays.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
+from worker_tier.delays.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
+from worker_tier.delays.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.delays.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, item_bytes
+from worker_tier.core.contract import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS, FANOUT_MEMORY_MB
-from worker_tier.dispatch_state import DispatchGroup
+from worker_tier.delays.dispatch_state import DispatchGroup
 from bench.network_model import LAMBDA_MB_PER_VCPU, Network, SimulatedClock
 
 MESSAGES = 100_000

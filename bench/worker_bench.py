@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench import results
-from worker_tier import contract
+from worker_tier.core import contract
 
 REPO = Path(__file__).resolve().parent.parent
 FAILURE_EVERY = 10  # 10 % of messages fail
@@ -82,7 +82,7 @@ def cold_import_ratio(pairs: int) -> dict[str, float]:
 
 def _event(count: int) -> dict[str, Any]:
     """A Lambda SQS event of ``count`` records for the /noop task."""
-    from worker_tier.message import lambda_record
+    from worker_tier.core.message import lambda_record
 
     received = [
         {
@@ -164,7 +164,7 @@ def _count_retry_calls(handler_factory: Callable[[Any, str, int], Callable[[dict
     """Send, receive and handle ``messages`` in events of ``per_event``; return the SQS calls the handler made."""
     import boto3
 
-    from worker_tier.message import lambda_record
+    from worker_tier.core.message import lambda_record
 
     sqs = boto3.client("sqs", region_name="us-east-1")
     url = sqs.create_queue(QueueName=f"bench-{handler_factory.__name__}")["QueueUrl"]
@@ -209,9 +209,9 @@ def _counting(sqs: Any, name: str) -> Any:
 
 def _ours_factory(sqs: Any, url: str, per_event: int) -> Callable[[dict], Any]:
     """Our Worker: failures' visibility changes batched per event."""
-    from worker_tier.registry import Registry
-    from worker_tier.settings import Settings
-    from worker_tier.worker import Worker
+    from worker_tier.core.registry import Registry
+    from worker_tier.core.settings import Settings
+    from worker_tier.worker.batch import Worker
 
     registry = Registry()
 

@@ -23,8 +23,8 @@ os.environ.pop("AWS_PROFILE", None)
 
 @pytest.fixture
 def outcomes():
-    """Every worker outcome (``worker_tier.fates.Outcome``) emitted while the test runs, in order."""
-    from worker_tier.fates import add_outcome_listener, remove_outcome_listener
+    """Every worker outcome (``worker_tier.worker.fates.Outcome``) emitted while the test runs, in order."""
+    from worker_tier.worker.fates import add_outcome_listener, remove_outcome_listener
 
     seen: list = []
     add_outcome_listener(seen.append)

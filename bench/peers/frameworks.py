@@ -56,7 +56,7 @@ class Framework:
 
 def _ours_feed(endpoints: Endpoints, queue: str) -> Feed:
     from worker_tier import Client
-    from worker_tier.outgoing import OutgoingMessage
+    from worker_tier.producer.outgoing import OutgoingMessage
 
     sqs = endpoints.sqs()
     dead_letters = sqs.create_queue(QueueName=f"{queue}-dlq")["QueueUrl"]
@@ -124,7 +124,7 @@ OURS = Framework(
         "heartbeat_interval_seconds": 30,
         "error_visibility_timeout_seconds": 2,
     },
-    docs=["README.md (container worker)", "src/worker_tier/container.py"],
+    docs=["README.md (container worker)", "src/worker_tier/container/consumer.py"],
     retry="a failed task's message is not deleted: one ChangeMessageVisibility gives it the error visibility "
           "timeout (2 s, then backoff), and SQS redelivers the same message, so its receive count, the DLQ "
           "redrive and the 12 h cap all still see it",

@@ -10,7 +10,7 @@ Examples
 
 from typing import TYPE_CHECKING, Any
 
-from worker_tier.errors import (
+from worker_tier.core.errors import (
     AppExceptionError,
     AppLoadError,
     AppStatusError,
@@ -36,11 +36,11 @@ from worker_tier.errors import (
     UnsendableRequestError,
     WorkerTierError,
 )
-from worker_tier.registry import task
-from worker_tier.task import Task
+from worker_tier.core.registry import task
+from worker_tier.core.task import Task
 
 if TYPE_CHECKING:
-    from worker_tier.client import Client, OutgoingMessage, SendResult
+    from worker_tier.producer.client import Client, OutgoingMessage, SendResult
 
 _CLIENT_NAMES = ("Client", "OutgoingMessage", "SendResult")
 
@@ -48,7 +48,7 @@ _CLIENT_NAMES = ("Client", "OutgoingMessage", "SendResult")
 def __getattr__(name: str) -> Any:
     """Import the producer on first use: a worker function that never sends does not pay for it."""
     if name in _CLIENT_NAMES:
-        from worker_tier import client
+        from worker_tier.producer import client
 
         return getattr(client, name)
     raise AttributeError(f"module 'worker_tier' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """``python -m worker_tier worker``: the container worker, for tasks longer than Lambda's 15 minutes.
 
 Configured like the Lambda worker, by the contract's resource variables and the settings'
-variables (``worker_tier.contract``); the container_concurrency setting is how many tasks run at once, or
+variables (``worker_tier.core.contract``); the container_concurrency setting is how many tasks run at once, or
 http_connections when it forwards each message to an app over HTTP (app_port).
 
 Any other command (``status``, ``dlq``, ``redrive``, ``send``) is the ``worker-tier`` command line,
@@ -15,14 +15,14 @@ import os
 import signal
 import sys
 
-from worker_tier import contract
-from worker_tier.aws import new_heartbeat_client
-from worker_tier.container import EXIT_CODE_CONFIGURATION, Consumer, concurrency, exit_now, threads_left
-from worker_tier.errors import QueueConfigurationError, SettingsError
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.observability import logger
-from worker_tier.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings
-from worker_tier.worker import Worker
+from worker_tier.core import contract
+from worker_tier.core.aws import new_heartbeat_client
+from worker_tier.container.consumer import EXIT_CODE_CONFIGURATION, Consumer, concurrency, exit_now, threads_left
+from worker_tier.core.errors import QueueConfigurationError, SettingsError
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.observability import logger
+from worker_tier.core.settings import DEFAULT_CONTAINER_GRACE_SECONDS, Settings
+from worker_tier.worker.batch import Worker
 
 # It consumes its own queue (queue_url) and sends its tasks' follow-ups to the work queue (send_queue_url);
 # it never forwards, so it reads no container_queue_url.

@@ -26,7 +26,7 @@ _LAZY_HOMES = {
     "ContainerWorkerProps": "worker_tier_cdk.container_worker",
     "PeriodicTasks": "worker_tier_cdk.periodic_tasks",
     "PeriodicTasksProps": "worker_tier_cdk.periodic_tasks",
-    "Settings": "worker_tier.settings",
+    "Settings": "worker_tier.core.settings",
     "add_checks": "worker_tier_cdk.nag",
 }
 

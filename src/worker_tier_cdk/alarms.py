@@ -5,7 +5,7 @@ from __future__ import annotations
 from aws_cdk import Duration, aws_cloudwatch as cloudwatch, aws_sqs as sqs
 from constructs import Construct
 
-from worker_tier.contract import METRICS_NAMESPACE, SERVICE_NAME
+from worker_tier.core.contract import METRICS_NAMESPACE, SERVICE_NAME
 
 
 def queue_not_empty_alarm(scope: Construct, construct_id: str, queue: sqs.IQueue, description: str) -> cloudwatch.Alarm:

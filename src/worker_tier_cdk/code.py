@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import worker_tier
-from worker_tier.errors import ConfigurationError
+from worker_tier.core.errors import ConfigurationError
 from worker_tier_cdk import requirements as app_requirements
 
 if TYPE_CHECKING:

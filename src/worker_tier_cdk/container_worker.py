@@ -44,10 +44,10 @@ from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items, grant_signing_secret
 from worker_tier_cdk.settings import Settings
-from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
-from worker_tier.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
-from worker_tier.settings import CONTAINER_SUBNETS_PUBLIC
-from worker_tier.errors import ConfigurationError
+from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
+from worker_tier.core.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
+from worker_tier.core.settings import CONTAINER_SUBNETS_PUBLIC
+from worker_tier.core.errors import ConfigurationError
 
 SCALE_OUT_COOLDOWN_SECONDS = 60
 SCALE_IN_COOLDOWN_SECONDS = 600

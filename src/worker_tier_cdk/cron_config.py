@@ -1,6 +1,6 @@
-"""Moved to ``worker_tier.cron_config``, which the CLI and the local environment share; importable here too."""
+"""Moved to ``worker_tier.periodic.cron_config``, which the CLI and the local environment share; importable here too."""
 
-from worker_tier.cron_config import (
+from worker_tier.periodic.cron_config import (
     CronConfigError as CronConfigError,
     CronEntry as CronEntry,
     check_sendable as check_sendable,

@@ -1,6 +1,6 @@
-"""Moved to ``worker_tier.cron_expression``, beside the ``cron.yaml`` reader that uses it; importable here too."""
+"""Moved to ``worker_tier.periodic.cron_expression``, beside the ``cron.yaml`` reader that uses it; importable here too."""
 
-from worker_tier.cron_expression import (
+from worker_tier.periodic.cron_expression import (
     CronExpressionError as CronExpressionError,
     ParsedCron as ParsedCron,
     parse as parse,

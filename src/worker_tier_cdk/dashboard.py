@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from aws_cdk import Duration, Stack, aws_cloudwatch as cloudwatch, aws_logs as logs
 
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier_cdk.alarms import count_metric
 
 # Metric name of each per-path outcome count (metric filters; namespace METRICS_NAMESPACE, dimension path).

@@ -6,13 +6,13 @@ from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy, aws_dynamodb as dynamodb, aws_logs as logs, aws_sqs as sqs
 
-from worker_tier.contract import (
+from worker_tier.core.contract import (
     DEAD_LETTER_RETENTION_SECONDS,
     FIFO_CONTENT_BASED_DEDUPLICATION,
     STATE_PARTITION_KEY,
     STATE_TTL_ATTRIBUTE,
 )
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
@@ -39,7 +39,7 @@ def dead_letter_queue_props(settings: Settings) -> dict[str, Any]:
 
 
 def _fifo_props(settings: Settings) -> dict[str, Any]:
-    """FIFO queues (a DLQ of a FIFO queue is FIFO too) without content-based deduplication (see worker_tier.contract)."""
+    """FIFO queues (a DLQ of a FIFO queue is FIFO too) without content-based deduplication (see worker_tier.core.contract)."""
     return {"fifo": True, "content_based_deduplication": FIFO_CONTENT_BASED_DEDUPLICATION} if settings.fifo else {}
 
 

@@ -18,10 +18,10 @@ from worker_tier_cdk.grants import (
     grant_items,
 )
 from worker_tier_cdk.settings import Settings
-from worker_tier import contract
-from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
-from worker_tier.contract import DISPATCHER_KEY_PREFIX
-from worker_tier.contract import (
+from worker_tier.core import contract
+from worker_tier.core.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
+from worker_tier.core.contract import DISPATCHER_KEY_PREFIX
+from worker_tier.core.contract import (
     DELAY_SHARDS_VARIABLE,
     DISPATCH_GROUP_FIELD,
     DISPATCH_GROUPS_VARIABLE,
@@ -101,7 +101,7 @@ class DelayDispatcher(Construct):
         props.dead_letter_queue.grant_send_messages(self.function)
         # Query the minutes, Scan once for the first watermark.
         self.table.grant(self.function, "dynamodb:Query", "dynamodb:Scan")
-        # Move an item due after its minute into its due minute (worker_tier.delivery.refile).
+        # Move an item due after its minute into its due minute (worker_tier.delays.delivery.refile).
         grant_items(self.table, self.function, actions=REFILE_ACTIONS, leading_key_prefixes=[DELAYED_MESSAGE_KEY_PREFIX])
         # Lease (Put, Delete), watermark and cursors (Get, Put), minute records (Put, Update): scheduler# items only.
         grant_items(props.state_table, self.function, actions=DISPATCHER_STATE_ACTIONS, leading_key_prefixes=[DISPATCHER_KEY_PREFIX])

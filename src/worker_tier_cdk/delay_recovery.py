@@ -1,7 +1,7 @@
 """``DelayRecovery``: the delay table's safety net, a function fed by the table's stream.
 
 It delivers what the delay dispatcher could have missed: items the TTL deleted
-before dispatch, and late writes behind the watermark (``worker_tier.delay_recovery``
+before dispatch, and late writes behind the watermark (``worker_tier.delays.delay_recovery``
 has the rules). The event source mapping passes only INSERTs and TTL REMOVEs of
 message items; Lambda's stream reads and filtered-out records cost nothing.
 
@@ -27,11 +27,12 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import CANCELLABLE_MESSAGE_KEY_PATTERN, REFILE_ACTIONS, grant_items, grant_keys
-from worker_tier import delay_recovery, limits
-from worker_tier.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
-from worker_tier.contract import DISPATCHER_KEY_PREFIX
-from worker_tier.contract import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_RECOVERY_WATERMARK_AHEAD, Resources
-from worker_tier.settings import Settings
+from worker_tier.delays import delay_recovery
+from worker_tier.core import limits
+from worker_tier.core.contract import DELAY_BUCKET_KEY_PREFIX as DELAYED_MESSAGE_KEY_PREFIX
+from worker_tier.core.contract import DISPATCHER_KEY_PREFIX
+from worker_tier.core.contract import METRIC_LATE_WRITES, METRIC_RECOVERED_FROM_TTL, METRIC_RECOVERY_WATERMARK_AHEAD, Resources
+from worker_tier.core.settings import Settings
 
 RECOVERY_HANDLER = "worker_tier.handlers.recovery.lambda_handler"
 # A batch of 1,000 records needs at most 100 SendMessageBatch calls; a run of transient failures
@@ -57,7 +58,7 @@ STREAM_READ_ACTIONS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamo
 STREAM_LIST_ACTIONS = ("dynamodb:ListStreams",)
 STATE_READ_ACTIONS = ("dynamodb:GetItem",)
 # A cancellable message's insert is sent only if its item is still there (not cancelled): one GetItem of the item,
-# on the cancellable shard's keys (worker_tier.delay_recovery's ``_cancelled``).
+# on the cancellable shard's keys (worker_tier.delays.delay_recovery's ``_cancelled``).
 CANCELLABLE_READ_ACTIONS = ("dynamodb:GetItem",)
 
 

@@ -11,7 +11,7 @@ from constructs import Construct
 from worker_tier_cdk.code import TaskCode, stage
 from worker_tier_cdk.defaults import LOG_RETENTION
 from worker_tier_cdk.runtime import LAMBDA_ARCHITECTURE, LAMBDA_RUNTIME, powertools_layer_arn
-from worker_tier.contract import METRICS_NAMESPACE, SERVICE_NAME
+from worker_tier.core.contract import METRICS_NAMESPACE, SERVICE_NAME
 
 # Every function logs and publishes metrics under the same service and namespace.
 POWERTOOLS_ENVIRONMENT = {"POWERTOOLS_SERVICE_NAME": SERVICE_NAME, "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE}

@@ -25,15 +25,15 @@ from typing import Sequence
 
 from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
 
-from worker_tier import delay
+from worker_tier.delays import delay
 
-# The key prefixes are the contract's (worker_tier.contract); tests/infra/test_stack.py checks the runtime's keys start so.
-from worker_tier.contract import (
+# The key prefixes are the contract's (worker_tier.core.contract); tests/infra/test_stack.py checks the runtime's keys start so.
+from worker_tier.core.contract import (
     DELAY_BUCKET_KEY_PREFIX,
     DELAY_DEDUPE_KEY_PREFIX,
     DISPATCHER_KEY_PREFIX,
 )
-from worker_tier.errors import ConfigurationError
+from worker_tier.core.errors import ConfigurationError
 
 # The contract's prefixes under the names this module exports.
 DELAYED_MESSAGE_KEY_PREFIX = DELAY_BUCKET_KEY_PREFIX
@@ -45,20 +45,20 @@ CANCELLABLE_MESSAGE_KEY_PATTERN = delay.bucket_key(0, delay.CANCELLABLE_SHARD).r
 
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
-# The delay dispatcher's lease, watermark and minute records (worker_tier/dispatcher.py).
+# The delay dispatcher's lease, watermark and minute records (worker_tier/delays/dispatcher.py).
 DISPATCHER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
-# Tick claims of periodic tasks: claim, mark sent, give back (worker_tier/periodic.py).
+# Tick claims of periodic tasks: claim, mark sent, give back (worker_tier/periodic/ticks.py).
 TICK_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # Producers store delayed messages by BatchWriteItem, or by a TransactWriteItems of two Puts (marker and
 # message), which IAM authorises as PutItem on each item.
 DELAYED_MESSAGE_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem")
-# Moving a message item the dispatcher would not read in time to where it reads it (worker_tier.delivery.refile).
+# Moving a message item the dispatcher would not read in time to where it reads it (worker_tier.delays.delivery.refile).
 REFILE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 # Dedupe-key markers of immediate sends: claim (a conditional Put, which returns the holder when refused),
 # settle (Put) or give back (Delete).
 DEDUPE_MARKER_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
-# Cancellable messages (worker_tier.cancellation): a cancel or reschedule reads the marker and the item (GetItem),
+# Cancellable messages (worker_tier.delays.cancellation): a cancel or reschedule reads the marker and the item (GetItem),
 # deletes the item (DeleteItem; the marker is Put, cancelled or moved), and checks in the same transaction that the delay dispatcher has not started the
 # minute: a ConditionCheckItem on its minute records in the state table, which writes nothing.
 CANCEL_ACTIONS = ("dynamodb:GetItem", "dynamodb:DeleteItem")

@@ -12,7 +12,7 @@ dead-letter queue, whose alarm fires:
   until the next tick is due), then dead-letters it.
 - Lambda retries an invocation that raised (``CRON_ASYNC_RETRY_ATTEMPTS``), then sends
   it to the same queue through the function's on-failure destination.
-  ``worker_tier.periodic`` raises whenever a tick is not surely enqueued.
+  ``worker_tier.periodic.ticks`` raises whenever a tick is not surely enqueued.
 
 A tick sent whose claim could not be marked sent is counted (``TickMarkFailed``) and
 alarmed, as a retry may send it twice. Every alarm takes the ``alarm_actions``.
@@ -32,14 +32,14 @@ from constructs import Construct
 
 from worker_tier_cdk import defaults
 from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
-from worker_tier.cron_config import CronEntry, check_sendable
-from worker_tier.cron_expression import parse
+from worker_tier.periodic.cron_config import CronEntry, check_sendable
+from worker_tier.periodic.cron_expression import parse
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import TICK_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
-from worker_tier import limits
-from worker_tier.contract import METRIC_TICK_MARK_FAILED, Resources
-from worker_tier.contract import TICK_KEY_PREFIX
+from worker_tier.core import limits
+from worker_tier.core.contract import METRIC_TICK_MARK_FAILED, Resources
+from worker_tier.core.contract import TICK_KEY_PREFIX
 
 PERIODIC_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
 # Longer than a duplicate's wait for the holder (periodic.TICK_PENDING_POLLS), shorter than the claim's lease.

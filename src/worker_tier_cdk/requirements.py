@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from worker_tier.errors import ConfigurationError
+from worker_tier.core.errors import ConfigurationError
 
 # What the runtime ships itself, by canonical distribution name.
 RUNTIME_DISTRIBUTIONS = frozenset({"boto3", "botocore", "s3transfer", "aws-lambda-powertools"})

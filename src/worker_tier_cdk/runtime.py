@@ -6,7 +6,7 @@ from aws_cdk import Aws, aws_lambda
 
 # The one Python a deployment runs; pyproject's requires-python says which the runtime supports.
 # The Lambda runtime, the Powertools layer's build and the container image's default base
-# (worker_tier.settings.DEFAULT_CONTAINER_BASE_IMAGE, the Dockerfile's ARG) all name it;
+# (worker_tier.core.settings.DEFAULT_CONTAINER_BASE_IMAGE, the Dockerfile's ARG) all name it;
 # tests/infra/test_stack.py holds them, and the Python running the tests, to it.
 PYTHON_VERSION = "3.14"
 LAMBDA_RUNTIME = aws_lambda.Runtime.PYTHON_3_14

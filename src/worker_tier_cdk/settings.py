@@ -10,8 +10,8 @@ from typing import Any
 
 from constructs import Construct
 
-from worker_tier.errors import SettingsError
-from worker_tier.settings import Settings
+from worker_tier.core.errors import SettingsError
+from worker_tier.core.settings import Settings
 
 CONTEXT_KEY = "worker_tier"
 

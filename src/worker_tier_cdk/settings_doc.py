@@ -1,6 +1,6 @@
 """``make docs``: write docs/settings.md from ``Settings``, or with ``--check`` fail when it is stale.
 
-Every fact on the page comes from ``worker_tier.settings``: the default and the
+Every fact on the page comes from ``worker_tier.core.settings``: the default and the
 description of each field, its range (or allowed values), its EB option name, and
 the environment variable ``Settings.to_environment()`` sets. From a checkout it
 writes the checkout's docs/settings.md, wherever it is run from::
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from worker_tier import settings as settings_module
-from worker_tier.settings import Settings, eb_option
+from worker_tier.core import settings as settings_module
+from worker_tier.core.settings import Settings, eb_option
 
 # From a checkout (src/worker_tier_cdk/ under a directory with pyproject.toml and docs/), the checkout's page
 # wherever it is run from; from an installed package, docs/settings.md under the current directory.
@@ -35,9 +35,9 @@ EXIT_STALE = 1
 
 _HEADER = f"""# Settings
 
-<!-- Generated from worker_tier/settings.py by `make docs` ({GENERATOR}); do not edit by hand. -->
+<!-- Generated from worker_tier/core/settings.py by `make docs` ({GENERATOR}); do not edit by hand. -->
 
-Worker Tier's settings are one frozen dataclass, `worker_tier.settings.Settings`. In this repository
+Worker Tier's settings are one frozen dataclass, `worker_tier.core.settings.Settings`. In this repository
 they live in `cdk.json` under `context.worker_tier`; in your own CDK app pass
 `settings=Settings(...)` to `WorkerTierStack` or a construct's props. They are validated at synth: an
 error names the setting, the value and the allowed range (and the EB option, where there is one).

@@ -8,17 +8,17 @@ from typing import Any, Sequence
 from aws_cdk import CfnOutput, Stack, aws_dynamodb as dynamodb
 from constructs import Construct
 
-from worker_tier import cron_config
+from worker_tier.periodic import cron_config
 from worker_tier_cdk import defaults
 from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.container_worker import ContainerWorker, ContainerWorkerProps
 from worker_tier_cdk.dashboard import add_stack_widgets
-from worker_tier.cron_config import CronEntry
+from worker_tier.periodic.cron_config import CronEntry
 from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherProps
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from worker_tier_cdk.settings import Settings, settings_from_context
 from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
-from worker_tier.contract import CONTAINER_QUEUE_URL_VARIABLE
+from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE
 
 
 class WorkerTierStack(Stack):

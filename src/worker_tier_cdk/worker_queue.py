@@ -15,9 +15,9 @@ from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_al
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
-from worker_tier import contract
-from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.errors import ConfigurationError
+from worker_tier.core import contract
+from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.core.errors import ConfigurationError
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
 # The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).
@@ -117,7 +117,7 @@ class WorkerQueue(Construct):
         )
 
     def _environment(self, settings: Settings, state_table: dynamodb.ITableV2 | None) -> dict[str, str]:
-        """Settings and resource names, the contract's variables (worker_tier.contract; docs/design.md, "Environment variables")."""
+        """Settings and resource names, the contract's variables (worker_tier.core.contract; docs/design.md, "Environment variables")."""
         resources = contract.Resources(
             queue_url=self.queue.queue_url,
             dlq_url=self.dead_letter_queue.queue_url,

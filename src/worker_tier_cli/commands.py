@@ -354,7 +354,7 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
                  dedupe_key: str | None, group_id: str | None, as_json: bool) -> None:
     """Send BODY to the task at PATH through worker_tier.Client, with its checks."""
     from worker_tier import Client
-    from worker_tier.errors import MessageError, SendError
+    from worker_tier.core.errors import MessageError, SendError
 
     session = _session()
     try:

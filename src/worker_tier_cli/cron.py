@@ -1,6 +1,6 @@
-"""``cron next``: each cron.yaml entry's next ticks (``make cron-next``), from ``worker_tier.cron_preview``.
+"""``cron next``: each cron.yaml entry's next ticks (``make cron-next``), from ``worker_tier.periodic.cron_preview``.
 
-That module reads cron.yaml with PyYAML (``worker_tier.cron_config``) and computes ticks with croniter; neither
+That module reads cron.yaml with PyYAML (``worker_tier.periodic.cron_config``) and computes ticks with croniter; neither
 imports aws-cdk-lib, so this works with the cli extra alone. Without croniter or PyYAML it says what to install.
 """
 
@@ -21,9 +21,9 @@ DEFAULT_CRON_YAML = Path("cron.yaml")
 
 
 def _preview() -> ModuleType:
-    """worker_tier.cron_preview, or a usage error naming the missing package."""
+    """worker_tier.periodic.cron_preview, or a usage error naming the missing package."""
     try:
-        return importlib.import_module("worker_tier.cron_preview")
+        return importlib.import_module("worker_tier.periodic.cron_preview")
     except ModuleNotFoundError as missing:
         if missing.name not in ("croniter", "yaml"):
             raise
@@ -44,7 +44,7 @@ def cron_group() -> None:
 def cron_next(ctx: click.Context, cron_yaml: Path, count: int, fifo: bool, as_json: bool) -> None:
     """Each entry's schedule, its EventBridge expressions and its next ticks, in UTC and its own zone."""
     preview = _preview()
-    from worker_tier.cron_config import CronConfigError, load
+    from worker_tier.periodic.cron_config import CronConfigError, load
 
     try:
         entries = load(cron_yaml, fifo=fifo)

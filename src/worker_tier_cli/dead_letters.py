@@ -5,7 +5,7 @@ peek receives with ``PEEK_VISIBILITY_SECONDS`` and releases every message it rea
 batches) before it returns, so the DLQ is as it was: only a receive count has grown. A message that
 reappears during a long peek is counted once (by message id).
 
-A message too large to carry its reason is preceded in the DLQ by a reason record (``worker_tier.dead_letter``):
+A message too large to carry its reason is preceded in the DLQ by a reason record (``worker_tier.worker.dead_letter``):
 a DLQ message of its own that is not a dead message. ``join`` attaches each record's reason to its message (by
 the MD5 of the message's body, which the record names) and sets the records aside, so a reader sees one entry
 per dead message; a standard DLQ can hold several records for one message (one per attempt), and the latest
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Callable
 
-from worker_tier import contract, limits
-from worker_tier.dead_letter import reason_record
-from worker_tier.message import body_md5
-from worker_tier.retry import chunks
+from worker_tier.core import contract, limits
+from worker_tier.worker.dead_letter import reason_record
+from worker_tier.core.message import body_md5
+from worker_tier.core.retry import chunks
 
 PEEK_VISIBILITY_SECONDS = 60  # long enough to read --limit messages; released at once after
 DEFAULT_PEEK_LIMIT = 1000  # messages read by `dlq list` unless --limit says otherwise
@@ -73,7 +73,7 @@ class DeadLetter:
     def points_to(self) -> dict[str, str] | None:
         """For a delay pointer, its ``delay_table``, ``pk`` and ``sk``; else None.
 
-        A delay pointer is what the delay path (``worker_tier.delivery``) dead-letters when the DLQ refuses a
+        A delay pointer is what the delay path (``worker_tier.delays.delivery``) dead-letters when the DLQ refuses a
         delayed message's full copy, or when a delay-table item is unreadable: a body naming the item
         (``{"delay_table", "pk", "sk", "reason", ...}``) with ``worker_tier.failure``. It is not a task body:
         the message itself stays in the delay table until its TTL, so it is never redriven as work."""

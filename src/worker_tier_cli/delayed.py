@@ -3,7 +3,7 @@
 ``list`` reads the coming minutes of the delay table, from the delay dispatcher's watermark (what it has
 not yet dispatched; past each shard's cursor) or from now without one: every possible shard of each
 minute, one Query each, until ``--limit`` messages or ``--within`` is reached. ``cancel`` goes through
-``worker_tier.Client`` (``worker_tier.cancellation``): the same transaction, the same race.
+``worker_tier.Client`` (``worker_tier.delays.cancellation``): the same transaction, the same race.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any, Iterator
 
 import click
 
-from worker_tier import cancellation, contract, delay
-from worker_tier.dispatch_state import shard_positions, state_reader
-from worker_tier.errors import MessageError, StateError, UnreadableItemError
-from worker_tier.message import format_due_at
+from worker_tier.delays import cancellation, delay
+from worker_tier.core import contract
+from worker_tier.delays.dispatch_state import shard_positions, state_reader
+from worker_tier.core.errors import MessageError, StateError, UnreadableItemError
+from worker_tier.core.message import format_due_at
 from worker_tier_cli.output import emit_json, table
 from worker_tier_cli.session import Session
 

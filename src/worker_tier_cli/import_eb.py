@@ -23,9 +23,9 @@ from typing import Any
 import click
 import yaml
 
-from worker_tier.errors import SettingsError, WorkerTierError
-from worker_tier.settings import Settings, eb_option
-from worker_tier import cron_config
+from worker_tier.core.errors import SettingsError, WorkerTierError
+from worker_tier.core.settings import Settings, eb_option
+from worker_tier.periodic import cron_config
 from worker_tier_cdk.settings import CONTEXT_KEY
 
 SQSD_NAMESPACE = "aws:elasticbeanstalk:sqsd"

@@ -20,7 +20,7 @@ its name: each such message is named in ``attributes_lost`` with the names.
 A delay pointer (``DeadLetter.points_to``: the delay path's DLQ entry naming a delay-table item whose message
 the DLQ refused) is not a task body: it is never sent, stays in the DLQ, and is named in ``delay_pointers_kept``.
 
-A reason record (``worker_tier.dead_letter``: the reason of a message too large to carry it) is never sent: it
+A reason record (``worker_tier.worker.dead_letter``: the reason of a message too large to carry it) is never sent: it
 joins its message (``dead_letters.RecordShelf``; read before or after it), whose match it decides, and is deleted
 with it when it moves.
 
@@ -56,10 +56,10 @@ from typing import Any, Callable
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from worker_tier import limits, message
-from worker_tier.aws import outcome_unknown
-from worker_tier.errors import WorkerTierError
-from worker_tier.retry import batches, chunks
+from worker_tier.core import limits, message
+from worker_tier.core.aws import outcome_unknown
+from worker_tier.core.errors import WorkerTierError
+from worker_tier.core.retry import batches, chunks
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, RecordShelf, receive, release
 
 MOVE_VISIBILITY_SECONDS = 300  # a batch is sent and deleted well within this; held ones are released at the end

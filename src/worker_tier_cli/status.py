@@ -17,9 +17,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from worker_tier import delay
-from worker_tier.dispatch_state import read_positions, state_reader
-from worker_tier.errors import StateError
+from worker_tier.delays import delay
+from worker_tier.delays.dispatch_state import read_positions, state_reader
+from worker_tier.core.errors import StateError
 
 QUEUE_COUNTS = {
     "visible": "ApproximateNumberOfMessages",

@@ -20,8 +20,8 @@ from typing import Any
 import click
 from botocore.exceptions import ClientError
 
-from worker_tier.contract import OUTCOME_LOG_MESSAGES
-from worker_tier.fates import OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING
+from worker_tier.core.contract import OUTCOME_LOG_MESSAGES
+from worker_tier.worker.fates import OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING
 from worker_tier_cli.session import Session, parse_time
 
 FOLLOW_POLL_SECONDS = 2.0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from worker_tier.errors import WorkerTierError
+from worker_tier.core.errors import WorkerTierError
 
 DEFAULT_STACK_NAME = "WorkerTier"  # app.py's stack
 # cdk.json's context key naming the stack, for an app that deploys it under another name.

@@ -5,7 +5,7 @@ schedule group, the ``ScheduleGroupName`` output), so the command line reads wha
 cron.yaml that may have changed since. Each schedule's description, written by
 ``worker_tier_cdk.periodic_tasks``, carries the entry's name, standard cron schedule, time zone and path;
 croniter gives the previous and next ticks of that schedule in that zone. The last tick's fate comes from
-the state table, where the periodic function claims each tick (``worker_tier.periodic.Tick.key``): sent,
+the state table, where the periodic function claims each tick (``worker_tier.periodic.ticks.Tick.key``): sent,
 pending, or absent (not enqueued).
 """
 
@@ -16,8 +16,8 @@ import zoneinfo
 from datetime import datetime, timedelta
 from typing import Any
 
-from worker_tier.contract import STATE_PARTITION_KEY
-from worker_tier.periodic import STATUS_ATTRIBUTE, Tick
+from worker_tier.core.contract import STATE_PARTITION_KEY
+from worker_tier.periodic.ticks import STATUS_ATTRIBUTE, Tick
 
 # worker_tier_cdk.periodic_tasks's schedule description: "cron.yaml <name>: <schedule> (<zone>) -> <url>".
 _DESCRIPTION = re.compile(r"cron\.yaml (?P<name>.+?): (?P<schedule>.+) \((?P<zone>[^()]+)\) -> (?P<url>\S+)")

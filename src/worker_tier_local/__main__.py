@@ -20,16 +20,16 @@ from worker_tier_local.environment import (
 )
 from worker_tier_local import messages
 from worker_tier_local.messages import ExampleMessage
-from worker_tier import contract
-from worker_tier.errors import SettingsError
-from worker_tier.settings import Settings
+from worker_tier.core import contract
+from worker_tier.core.errors import SettingsError
+from worker_tier.core.settings import Settings
 
 if "--verbose" not in sys.argv:
     # Powertools reads these when the worker's logger and metrics are created, so before that import.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 
-from worker_tier.fates import (
+from worker_tier.worker.fates import (
     OUTCOME_DEAD_LETTERED,
     OUTCOME_HELD_BACK,
     OUTCOME_RELEASED,
@@ -245,7 +245,7 @@ def _cron_entries(path: Path | None, fifo: bool, missing_ok: bool | None = None)
 
     ``missing_ok`` defaults to whether ``path`` is None (./cron.yaml).
     """
-    from worker_tier.cron_config import load
+    from worker_tier.periodic.cron_config import load
 
     return load(path or DEFAULT_CRON_YAML, fifo=fifo, missing_ok=path is None if missing_ok is None else missing_ok)
 

@@ -11,13 +11,13 @@ import time
 import urllib.request
 from typing import Any, Callable, Sequence
 
-from worker_tier import contract, limits
-from worker_tier.client import Client
+from worker_tier.core import contract, limits
+from worker_tier.producer.client import Client
 from worker_tier_local.context import LocalContext
 from worker_tier_local.cron import CronEmulator
 from worker_tier_local.event_source import EventSourceEmulator
 from worker_tier_local.pending import Pending, queue_backlog, undispatched
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 
 LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
@@ -173,10 +173,10 @@ class LocalEnvironment:
 
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
-        from worker_tier.container import Consumer
-        from worker_tier.errors import WorkerTierError
-        from worker_tier.protection import TaskProtection
-        from worker_tier.worker import Worker
+        from worker_tier.container.consumer import Consumer
+        from worker_tier.core.errors import WorkerTierError
+        from worker_tier.container.protection import TaskProtection
+        from worker_tier.worker.batch import Worker
 
         if self.container_queue_url is None:  # _create_resources creates it when container=True
             raise WorkerTierError("the container worker has no queue: container_queue_url was not created (LocalEnvironment(container=True) creates it)")
@@ -339,7 +339,7 @@ def _real_periodic_handler() -> Callable[[dict, Any], dict]:
 
 def _dead_letter_view(received: dict[str, Any]) -> dict[str, Any]:
     """A DLQ message as body, String attributes and the parsed ``worker_tier.failure``."""
-    from worker_tier.contract import FAILURE_ATTRIBUTE
+    from worker_tier.core.contract import FAILURE_ATTRIBUTE
 
     attributes = {k: v.get("StringValue") for k, v in (received.get("MessageAttributes") or {}).items()}
     failure = attributes.get(FAILURE_ATTRIBUTE)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from worker_tier import limits
+from worker_tier.core import limits
 from worker_tier_local.context import LocalContext
-from worker_tier.message import lambda_record
+from worker_tier.core.message import lambda_record
 
 SYSTEM_ATTRIBUTES = ["All"]
 POLL_WAIT_SECONDS = 1

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator
 
-from worker_tier import contract, delay
-from worker_tier.dispatch_state import shard_positions, state_reader
-from worker_tier.errors import StateError
+from worker_tier.core import contract
+from worker_tier.delays import delay
+from worker_tier.delays.dispatch_state import shard_positions, state_reader
+from worker_tier.core.errors import StateError
 
 QUEUE_COUNT_ATTRIBUTES = {  # SQS's approximate counts, by what a person calls them
     "waiting": "ApproximateNumberOfMessages",

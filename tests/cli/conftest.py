@@ -13,7 +13,7 @@ from moto.server import ThreadedMotoServer
 
 from tests.cli.deployment import NOW, deployment
 from tests.cli.lossy_proxy import LossyProxy
-from worker_tier import contract, message
+from worker_tier.core import contract, message
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
 

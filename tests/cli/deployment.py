@@ -13,7 +13,8 @@ from click.testing import CliRunner, Result
 from moto import mock_aws
 
 from tests.support.strict_dynamodb import StrictDynamoDB
-from worker_tier import contract, dead_letter, message
+from worker_tier.core import contract, message
+from worker_tier.worker import dead_letter
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
 
@@ -52,7 +53,7 @@ class Deployment:
     def too_large_dead_letter(self, path: str, error: BaseException, body: str, source_message_id: str,
                               attempts: int = 3, reversed_order: bool = False) -> list[dict[str, Any]]:
         """A message too large to carry its reason, dead-lettered by the worker's own code
-        (``worker_tier.dead_letter``, with a DLQ limit just over the body): its reason record, then the message.
+        (``worker_tier.worker.dead_letter``, with a DLQ limit just over the body): its reason record, then the message.
         ``reversed_order`` sends the message first, as a standard DLQ may hand them out. Returns the two sends."""
         record = {"messageId": source_message_id, "body": body, "attributes": {},
                   "messageAttributes": {contract.PATH_ATTRIBUTE: {"dataType": "String", "stringValue": path}}}

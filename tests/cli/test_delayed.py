@@ -7,10 +7,11 @@ import json
 import pytest
 
 from tests.cli.deployment import NOW, parsed
-from worker_tier import Client, contract
-from worker_tier.delay import BUCKET_SECONDS
-from worker_tier.dispatcher import DelayDispatcher
-from worker_tier.dispatch_state import minute_key
+from worker_tier import Client
+from worker_tier.core import contract
+from worker_tier.delays.delay import BUCKET_SECONDS
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.dispatch_state import minute_key
 
 HOUR = 3600
 

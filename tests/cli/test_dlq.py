@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tests.cli.deployment import NOW, hours_ago, parsed
-from worker_tier import contract
-from worker_tier.delay import DelayedMessage
-from worker_tier.delivery import Delivery
-from worker_tier.errors import NonRetryableError
+from worker_tier.core import contract
+from worker_tier.delays.delay import DelayedMessage
+from worker_tier.delays.delivery import Delivery
+from worker_tier.core.errors import NonRetryableError
 
 
 def _three_deaths(deployment):

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from click.testing import CliRunner
 
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 from worker_tier_cli import cli
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.session import Runtime

@@ -16,8 +16,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.cli.deployment import NOW
-from worker_tier import contract, message
-from worker_tier.errors import NonRetryableError
+from worker_tier.core import contract, message
+from worker_tier.core.errors import NonRetryableError
 
 REPO = Path(__file__).resolve().parents[2]
 BAR = "━"  # rich's bar character

@@ -14,10 +14,10 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from tests.cli.deployment import NOW, parsed
 from tests.support.strict_sqs import StrictSQS
-from worker_tier import contract, message
-from worker_tier.delay import DelayedMessage
-from worker_tier.delivery import Delivery
-from worker_tier.errors import NonRetryableError
+from worker_tier.core import contract, message
+from worker_tier.delays.delay import DelayedMessage
+from worker_tier.delays.delivery import Delivery
+from worker_tier.core.errors import NonRetryableError
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.dead_letters import DeadLetter
 from worker_tier_cli.redrive import Journal, arrived_since
@@ -482,7 +482,7 @@ def test_redrive_stopped_by_a_second_ctrl_c_during_a_send_names_it_and_a_rerun_d
 
 def _delay_pointer(deployment, path: str) -> str:
     """The DLQ entry the delay path writes when the DLQ refuses a delayed message's full copy
-    (``worker_tier.delivery.Delivery._pointer``, the writer itself), sent to the DLQ; its message id."""
+    (``worker_tier.delays.delivery.Delivery._pointer``, the writer itself), sent to the DLQ; its message id."""
     delayed = DelayedMessage(message_id="m-1", due_ms=1_800_000_000_000, body='{"video": 1}',
                              attributes={contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}})
     delivery = Delivery(None, deployment.dlq_url, "delays", clock=NOW.timestamp)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.cli.deployment import NOW, parsed
-from worker_tier import contract
-from worker_tier.dispatch_state import WATERMARK_KEY
-from worker_tier.errors import NonRetryableError
+from worker_tier.core import contract
+from worker_tier.delays.dispatch_state import WATERMARK_KEY
+from worker_tier.core.errors import NonRetryableError
 
 
 def test_send_sends_path_body_and_attributes_through_the_client(deployment):

@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from tests.cli.deployment import NOW, parsed
-from worker_tier import contract, delay
-from worker_tier.dispatch_state import WATERMARK_KEY
-from worker_tier.periodic import STATUS_ATTRIBUTE, STATUS_SENT, Tick
+from worker_tier.core import contract
+from worker_tier.delays import delay
+from worker_tier.delays.dispatch_state import WATERMARK_KEY
+from worker_tier.periodic.ticks import STATUS_ATTRIBUTE, STATUS_SENT, Tick
 from worker_tier_cli import cli
 
 MINUTE = int(NOW.timestamp()) // 60

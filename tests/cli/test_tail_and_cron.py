@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from tests.cli.deployment import NOW, parsed
-from worker_tier.contract import OUTCOME_LOG_MESSAGES
+from worker_tier.core.contract import OUTCOME_LOG_MESSAGES
 from worker_tier_cli.cron import CRON_EXTRA_MISSING
 from worker_tier_cli.tail import NO_LOG_GROUP
 
@@ -100,7 +100,7 @@ def test_tail_without_a_log_group_says_the_local_environment_prints_its_own(depl
 
 
 def test_tail_reads_the_messages_the_worker_logs():
-    # The worker's outcome lines are the contract's: each message is logged by worker_tier.fates as written.
+    # The worker's outcome lines are the contract's: each message is logged by worker_tier.worker.fates as written.
     fates = (REPO / "src" / "worker_tier" / "fates.py").read_text()
     assert all(f'"{text}"' in fates for text in OUTCOME_LOG_MESSAGES.values())
 

@@ -19,13 +19,8 @@ import pytest
 from werkzeug.test import Client as WsgiClient
 
 from examples.jobs import PARTNER_RETRY_AFTER_SECONDS
-from worker_tier.settings import Settings
-from worker_tier.worker import (
-    OUTCOME_DEAD_LETTERED,
-    OUTCOME_RETRYING,
-    OUTCOME_SUCCEEDED,
-    Outcome,
-)
+from worker_tier.core.settings import Settings
+from worker_tier.worker.fates import OUTCOME_DEAD_LETTERED, OUTCOME_RETRYING, OUTCOME_SUCCEEDED, Outcome
 from worker_tier_local import LocalEnvironment
 from worker_tier_local import messages as example_messages
 
@@ -112,7 +107,7 @@ def test_cron_yaml_ticks_reach_pattern_and_trailing_slash_routes(app, outcomes, 
     # "/purge-sessions" for "/purge-sessions/"), and a clock 30 s before a minute boundary
     import dataclasses
 
-    from worker_tier.cron_config import load
+    from worker_tier.periodic.cron_config import load
 
     entries = load(EXAMPLES / "cron.yaml", fifo=False, missing_ok=False)
     now = [1_800_000_030.0]  # 2027-01-15 08:00:30 UTC
@@ -140,7 +135,7 @@ def test_the_examples_refuse_a_post_that_is_not_from_sqsd(app):
     # GIVEN the example app, as its own framework serves it (the ASGI one through a2wsgi, as the adapter does)
     from a2wsgi import ASGIMiddleware
 
-    from worker_tier.app_adapter import is_asgi, load_app
+    from worker_tier.app.app_adapter import is_asgi, load_app
 
     loaded = load_app(app)
     client = WsgiClient(ASGIMiddleware(loaded) if is_asgi(loaded) else loaded)

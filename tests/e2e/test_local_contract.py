@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from worker_tier import contract
-from worker_tier.settings import Settings
+from worker_tier.core import contract
+from worker_tier.core.settings import Settings
 from worker_tier_local import LocalEnvironment
 from worker_tier_local.environment import LOCAL_DELAY_HORIZON_SECONDS
 

@@ -10,14 +10,10 @@ from pathlib import Path
 
 
 from tests.support import stacks
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier_local import LocalEnvironment
-from worker_tier.settings import Settings
-from worker_tier.worker import (
-    OUTCOME_DEAD_LETTERED,
-    OUTCOME_RETRYING,
-    OUTCOME_SUCCEEDED,
-)
+from worker_tier.core.settings import Settings
+from worker_tier.worker.fates import OUTCOME_DEAD_LETTERED, OUTCOME_RETRYING, OUTCOME_SUCCEEDED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +73,7 @@ def test_make_run_prints_each_outcome(tmp_path):
 
 def test_cron_entry_tick_reaches_its_task(outcomes):
     # GIVEN an every-minute cron.yaml entry and a clock 30 s before a minute boundary
-    from worker_tier.cron_config import parse
+    from worker_tier.periodic.cron_config import parse
 
     entries = parse('version: 1\ncron:\n - name: "minutely-report"\n   url: "/report"\n   schedule: "* * * * *"\n')
     now = [1_800_000_030.0]  # 2027-01-15 08:00:30 UTC
@@ -100,7 +96,7 @@ def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(ou
     import time
     from datetime import datetime, timezone
 
-    from worker_tier.registry import DEFAULT_REGISTRY
+    from worker_tier.core.registry import DEFAULT_REGISTRY
 
     seen = []
     DEFAULT_REGISTRY.task("/e2e-delayed")(seen.append)
@@ -163,8 +159,8 @@ def test_container_worker_process_exits_after_the_grace_period_without_releasing
     import signal
     import time
 
-    from worker_tier.container import EXIT_CODE_TASKS_ABANDONED
-    from worker_tier.settings import HEARTBEAT_MARGIN_SECONDS
+    from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED
+    from worker_tier.core.settings import HEARTBEAT_MARGIN_SECONDS
 
     settings = Settings(heartbeat_interval=1)
     with LocalEnvironment(settings) as env:

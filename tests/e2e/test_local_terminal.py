@@ -18,7 +18,7 @@ from typing import Iterator
 import boto3
 
 from worker_tier import Client
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 from worker_tier_local import LocalEnvironment
 from worker_tier_local.environment import LOCAL_LONG_DELAY_THRESHOLD_SECONDS
 

@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from tests.support import iam
 from tests.support.aws_world import make_world
-from worker_tier import observability
+from worker_tier.core import observability
 
 iam.install()  # before any client is made: clients copy botocore's handlers when made
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from tests.support.fakes import FakeSQS
 from worker_tier import Task
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
-from worker_tier.message import lambda_record
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier.worker.idempotency import STATE_TABLE_PARTITION_KEY
+from worker_tier.core.message import lambda_record
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:work"
 HOW_THE_CHILD_ENDS = ("exit-0", "exit-3", "raise", "return")

@@ -17,17 +17,17 @@ from fastapi import BackgroundTasks, FastAPI
 from tests.apps import CRASH_MESSAGE, FLAKY_BODY, RETRY_AFTER_SECONDS
 from tests.support.aws_world import AwsWorld
 from tests.support.container import depth, run_until
-from worker_tier import contract
-from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
-from worker_tier.app_target import SqsdRequest, target_from_settings
-from worker_tier.container import Consumer
-from worker_tier.errors import AppLoadError
-from worker_tier.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED
-from worker_tier.protection import TaskProtection
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.sqsd import USER_AGENT
-from worker_tier.worker import Worker
+from worker_tier.core import contract
+from worker_tier.app.app_adapter import InProcessTarget, load_app, wsgi_environ
+from worker_tier.app.app_target import SqsdRequest, target_from_settings
+from worker_tier.container.consumer import Consumer
+from worker_tier.core.errors import AppLoadError
+from worker_tier.worker.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED
+from worker_tier.container.protection import TaskProtection
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.app.sqsd import USER_AGENT
+from worker_tier.worker.batch import Worker
 
 APPS = {
     "flask": "tests.apps.flask_worker:app",

@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 
 from tests.support.aws_world import AwsWorld
-from worker_tier import contract
-from worker_tier.app_adapter import InProcessTarget, load_app, wsgi_environ
-from worker_tier.app_target import AppResponse, SqsdRequest
-from worker_tier.errors import AppExceptionError, AppLoadError, AppStatusError, RetryLater, UnsendableRequestError
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.sqsd import check_response, request_for
-from worker_tier.task import Task
-from worker_tier.worker import Worker
+from worker_tier.core import contract
+from worker_tier.app.app_adapter import InProcessTarget, load_app, wsgi_environ
+from worker_tier.app.app_target import AppResponse, SqsdRequest
+from worker_tier.core.errors import AppExceptionError, AppLoadError, AppStatusError, RetryLater, UnsendableRequestError
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.app.sqsd import check_response, request_for
+from worker_tier.core.task import Task
+from worker_tier.worker.batch import Worker
 
 HANG_BUDGET_SECONDS = 3.0
 
@@ -431,7 +431,7 @@ def test_an_app_module_that_calls_sys_exit_on_import_fails_the_load_with_an_app_
 
 def test_a_non_callable_app_is_refused_naming_the_value():
     with pytest.raises(AppLoadError, match="WORKER_TIER_APP"):
-        load_app("worker_tier.sqsd:USER_AGENT")
+        load_app("worker_tier.app.sqsd:USER_AGENT")
 
 
 def test_a_partial_of_an_asgi_app_is_served_as_asgi():
@@ -449,7 +449,7 @@ def test_a_partial_of_an_asgi_app_is_served_as_asgi():
 
 
 def test_retention_still_applies_after_a_long_retry_after_is_rescheduled(aws):
-    from worker_tier.delay import DelayedMessage
+    from worker_tier.delays.delay import DelayedMessage
 
     aws.dynamodb.create_table(
         TableName="delay",

@@ -11,8 +11,8 @@ from moto import mock_aws
 from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError, SendError
-from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
-from worker_tier.delay import new_message_id
+from worker_tier.delays.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
+from worker_tier.delays.delay import new_message_id
 
 REGION = "us-east-1"
 NOW = 1_800_000_000.0

@@ -15,14 +15,16 @@ from tests.support.aws_world import AwsWorld
 from tests.support.container import consumer_for, depth, run_until
 from tests.support.strict_sqs import StrictSQS
 from tests.support.worker_world import Clock, entries, one_task, raise_, send
-from worker_tier import Client, NonRetryableError, RetryLater, Task, observability
-from worker_tier.container import EXIT_CODE_TASKS_ABANDONED, Consumer
-from worker_tier.protection import TaskProtection
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.limits import SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import VISIBILITY_SAFETY_MARGIN_SECONDS, Worker
+from worker_tier import Client, NonRetryableError, RetryLater, Task
+from worker_tier.core import observability
+from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED, Consumer
+from worker_tier.container.protection import TaskProtection
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.limits import SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
+from worker_tier.worker.fates import VISIBILITY_SAFETY_MARGIN_SECONDS
 
 
 def test_runs_tasks_and_dead_letters_with_reason_like_lambda(aws):

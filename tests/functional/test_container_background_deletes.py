@@ -13,10 +13,11 @@ from typing import Callable
 
 from tests.support.aws_world import AwsWorld
 from tests.support.container import consumer_for, depth, run_until
-from worker_tier import Client, OutgoingMessage, Task, observability
-from worker_tier.container import EXIT_CODE_TASKS_ABANDONED
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.registry import Registry
+from worker_tier import Client, OutgoingMessage, Task
+from worker_tier.core import observability
+from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.registry import Registry
 
 ABANDON = "tasks still running after the grace period: exiting without releasing their messages (they run again)"
 

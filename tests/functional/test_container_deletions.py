@@ -10,11 +10,12 @@ from typing import Any, Callable
 
 from tests.support.aws_world import AwsWorld
 from tests.support.container import consumer_for, depth, run_until
-from worker_tier import Client, OutgoingMessage, Task, observability
-from worker_tier.container import EXIT_CODE_TASKS_ABANDONED
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
+from worker_tier import Client, OutgoingMessage, Task
+from worker_tier.core import observability
+from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
 
 NOT_DELETED = "succeeded messages were not deleted: they will run again when they return"
 

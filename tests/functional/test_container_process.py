@@ -16,8 +16,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.functional.process_tasks import LINGERING_THREAD
-from worker_tier import contract
-from worker_tier.container import EXIT_CODE_CONFIGURATION
+from worker_tier.core import contract
+from worker_tier.container.consumer import EXIT_CODE_CONFIGURATION
 
 REPO = Path(__file__).resolve().parents[2]
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}

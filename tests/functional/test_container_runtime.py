@@ -16,14 +16,15 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from tests.support.aws_world import AwsWorld
 from tests.support.container import depth, run_until
 from tests.support.strict_sqs import StrictSQS
-from worker_tier import Client, OutgoingMessage, Task, contract, observability
-from worker_tier.container import Consumer
-from worker_tier.protection import TaskProtection
-from worker_tier.errors import QueueConfigurationError
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier import Client, OutgoingMessage, Task
+from worker_tier.core import contract, observability
+from worker_tier.container.consumer import Consumer
+from worker_tier.container.protection import TaskProtection
+from worker_tier.core.errors import QueueConfigurationError
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 
 def worker_on(aws: AwsWorld, tasks: Registry, queue_url: str, sqs=None, container_queue_url: str | None = None) -> Worker:

@@ -35,8 +35,8 @@ from tests.support.strict_dynamodb import (
     StrictDynamoDB,
     item_size,
 )
-from worker_tier import delay
-from worker_tier.delay import DelayedMessage
+from worker_tier.delays import delay
+from worker_tier.delays.delay import DelayedMessage
 
 REGION = "us-east-1"
 DYNALITE_CLI = Path(__file__).resolve().parents[1] / "dynalite" / "node_modules" / "dynalite" / "cli.js"
@@ -175,7 +175,7 @@ def test_a_key_of_its_limit_is_stored_and_one_byte_more_is_refused(dynamodb, tab
 
 
 def test_a_delayed_message_at_worker_tiers_item_limit_is_stored_and_the_old_counts_400_kb_is_not(dynamodb):
-    # GIVEN a delayed message item (due_ms has 13 integer digits) whose size by worker_tier.delay.item_bytes is
+    # GIVEN a delayed message item (due_ms has 13 integer digits) whose size by worker_tier.delays.delay.item_bytes is
     # MAX_ITEM_BYTES (the limit less the margin), and one that the count before the digit-pair rule called 409,600
     due_ms = 1_800_003_600_000
     def message(body_bytes: int) -> dict[str, Any]:

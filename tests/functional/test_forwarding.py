@@ -22,11 +22,12 @@ from moto import mock_aws
 from tests.functional.app_server import documented_verify
 from tests.support.aws_world import AwsWorld
 from tests.support.container import depth
-from worker_tier import Client, contract, observability
-from worker_tier.app_target import SqsdRequest
-from worker_tier.container import Consumer, concurrency
-from worker_tier.protection import TaskProtection
-from worker_tier.forwarding import (
+from worker_tier import Client
+from worker_tier.core import contract, observability
+from worker_tier.app.app_target import SqsdRequest
+from worker_tier.container.consumer import Consumer, concurrency
+from worker_tier.container.protection import TaskProtection
+from worker_tier.app.forwarding import (
     AppTimeoutError,
     AppUnreachableError,
     HttpTarget,
@@ -37,9 +38,9 @@ from worker_tier.forwarding import (
     signature,
     signature_v2,
 )
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 APP_SERVER = Path(__file__).with_name("app_server.py")
 REGION = "us-east-1"

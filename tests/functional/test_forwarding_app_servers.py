@@ -21,12 +21,12 @@ from pathlib import Path
 import boto3
 import pytest
 
-from worker_tier import contract
-from worker_tier.app_target import SqsdRequest
-from worker_tier.errors import AppStatusError, RetryLater
-from worker_tier.forwarding import RESPONSE_KEPT_BYTES, AppUnreachableError, HttpTarget
-from worker_tier.settings import Settings
-from worker_tier.sqsd import check_response
+from worker_tier.core import contract
+from worker_tier.app.app_target import SqsdRequest
+from worker_tier.core.errors import AppStatusError, RetryLater
+from worker_tier.app.forwarding import RESPONSE_KEPT_BYTES, AppUnreachableError, HttpTarget
+from worker_tier.core.settings import Settings
+from worker_tier.app.sqsd import check_response
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "tests" / "apps" / "forwarding_app.py"

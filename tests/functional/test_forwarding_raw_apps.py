@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from worker_tier.app_target import SqsdRequest
-from worker_tier.forwarding import AppTimeoutError, AppUnreachableError, HttpTarget
-from worker_tier.settings import Settings
-from worker_tier.sqsd import request_for
-from worker_tier.task import Task
-from worker_tier import cron_config
+from worker_tier.app.app_target import SqsdRequest
+from worker_tier.app.forwarding import AppTimeoutError, AppUnreachableError, HttpTarget
+from worker_tier.core.settings import Settings
+from worker_tier.app.sqsd import request_for
+from worker_tier.core.task import Task
+from worker_tier.periodic import cron_config
 
 
 # --------------------------------------------------------------------------- raw app helper
@@ -332,8 +332,8 @@ def test_an_attribute_value_sqs_accepts_is_posted_or_refused_naming_the_attribut
 def test_a_control_character_dead_letters_at_once_naming_the_attribute_for_both_targets(value):
     """Added with the fix: request_for is the one rule for the in-process and the HTTP target, so neither
     ever sees such a request; the error is a NonRetryableError (dead-lettered at once, no retries)."""
-    from worker_tier.errors import NonRetryableError
-    from worker_tier.errors import UnsendableRequestError
+    from worker_tier.core.errors import NonRetryableError
+    from worker_tier.core.errors import UnsendableRequestError
 
     # GIVEN a message whose attribute 'note' holds a control character
     task = sqs_task({"note": {"dataType": "String", "stringValue": value}})
@@ -346,7 +346,7 @@ def test_a_control_character_dead_letters_at_once_naming_the_attribute_for_both_
 
 def test_a_unicode_attribute_reaches_both_targets_as_utf8(raw_app):
     """Added with the fix: the HTTP target writes UTF-8 bytes; the in-process one gives WSGI their latin-1 reading."""
-    from worker_tier.app_adapter import wsgi_environ
+    from worker_tier.app.app_adapter import wsgi_environ
 
     def handler(conn, app):
         app.read_request(conn)

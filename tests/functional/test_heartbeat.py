@@ -8,10 +8,10 @@ import time
 from tests.support.fakes import FakeSQS
 from tests.support.aws_world import AwsWorld
 from worker_tier import Client, Task
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 INTERVAL = 1.0
 MARGIN = 1.0

@@ -11,13 +11,13 @@ from typing import Any, Callable
 import pytest
 from botocore.exceptions import ClientError
 
-from worker_tier.cron_config import CronConfigError, parse
+from worker_tier.periodic.cron_config import CronConfigError, parse
 from tests.support.aws_world import AwsWorld
 from tests.support.strict_sqs import StrictSQS
-from worker_tier import observability
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY
+from worker_tier.core import observability
+from worker_tier.worker.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier_local.cron import CronEmulator
-from worker_tier.periodic import (
+from worker_tier.periodic.ticks import (
     METRIC_TICK_MARK_FAILED,
     TICK_LEASE_SECONDS,
     TICK_PENDING_POLL_SECONDS,
@@ -28,11 +28,11 @@ from worker_tier.periodic import (
     TickPendingError,
     tick_from_event,
 )
-from worker_tier.registry import Registry
-from worker_tier.retry import TICK_MARK
-from worker_tier.settings import Settings
-from worker_tier.task import Task
-from worker_tier.worker import Worker
+from worker_tier.core.registry import Registry
+from worker_tier.core.retry import TICK_MARK
+from worker_tier.core.settings import Settings
+from worker_tier.core.task import Task
+from worker_tier.worker.batch import Worker
 
 TICK = Tick("backup-job", "/backup", datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc))
 

@@ -19,19 +19,20 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tests.support import iam, stacks
-from worker_tier import Client, delay
-from worker_tier.delay import DelayedMessage
-from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatch_state import WATERMARK_KEY, DispatchGroup
-from worker_tier.container import Consumer
-from worker_tier.protection import TaskProtection
-from worker_tier.dispatcher import DelayDispatcher
-from worker_tier.forwarding import parameter_name, read_signing_secret
-from worker_tier.contract import PATH_ATTRIBUTE
-from worker_tier.periodic import Tick, TickEnqueuer
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier import Client
+from worker_tier.delays import delay
+from worker_tier.delays.delay import DelayedMessage
+from worker_tier.delays.delay_recovery import DelayRecovery
+from worker_tier.delays.dispatch_state import WATERMARK_KEY, DispatchGroup
+from worker_tier.container.consumer import Consumer
+from worker_tier.container.protection import TaskProtection
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.app.forwarding import parameter_name, read_signing_secret
+from worker_tier.core.contract import PATH_ATTRIBUTE
+from worker_tier.periodic.ticks import Tick, TickEnqueuer
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 NOW = 1_800_000_000.0  # a minute boundary
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"

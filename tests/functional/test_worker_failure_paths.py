@@ -29,23 +29,18 @@ from tests.support.worker_world import (
     strict,
     worker_for,
 )
-from worker_tier import NonRetryableError, RetryLater, Task, observability
-from worker_tier.dead_letter import REASON_RECORD_NOTE, send_to_dead_letter_queue
-from worker_tier.delay import DelayedMessage
-from worker_tier.errors import MalformedEventError
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.limits import SQS_MAX_MESSAGE_BYTES, SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
-from worker_tier.contract import ATTEMPTS_ATTRIBUTE, DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE
-from worker_tier.message import MAX_LOGGED_ERROR_CHARS
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import (
-    OUTCOME_DEAD_LETTERED,
-    OUTCOME_HELD_BACK,
-    OUTCOME_RESCHEDULED,
-    OUTCOME_RETRYING,
-    VISIBILITY_SAFETY_MARGIN_SECONDS,
-)
+from worker_tier import NonRetryableError, RetryLater, Task
+from worker_tier.core import observability
+from worker_tier.worker.dead_letter import REASON_RECORD_NOTE, send_to_dead_letter_queue
+from worker_tier.delays.delay import DelayedMessage
+from worker_tier.core.errors import MalformedEventError
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.limits import SQS_MAX_MESSAGE_BYTES, SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
+from worker_tier.core.contract import ATTEMPTS_ATTRIBUTE, DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE
+from worker_tier.core.message import MAX_LOGGED_ERROR_CHARS
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.fates import OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING, VISIBILITY_SAFETY_MARGIN_SECONDS
 
 
 # -- a retry longer than SQS allows still holds; a refused change is counted ------------------------------
@@ -656,7 +651,7 @@ def test_an_error_whose_repr_reraises_and_str_raises_fails_only_its_message(aws)
 
 def test_a_listener_that_raises_after_the_dead_letter_never_gets_the_message_reported_failed(aws):
     # GIVEN an outcome listener that raises, and a refused message
-    from worker_tier.worker import add_outcome_listener, remove_outcome_listener
+    from worker_tier.worker.fates import add_outcome_listener, remove_outcome_listener
 
     def broken(outcome) -> None:
         raise RuntimeError(f"listener broke on {outcome.status}")
@@ -675,7 +670,7 @@ def test_a_listener_that_raises_after_the_dead_letter_never_gets_the_message_rep
 
 def test_a_listener_that_raises_on_a_retry_backs_the_message_off_not_to_zero(aws):
     # GIVEN an outcome listener that raises, and a failing task
-    from worker_tier.worker import add_outcome_listener, remove_outcome_listener
+    from worker_tier.worker.fates import add_outcome_listener, remove_outcome_listener
 
     def broken(outcome) -> None:
         raise RuntimeError("listener broke")
@@ -939,7 +934,7 @@ class FailDeadLetterSend:
 
 def test_a_reason_record_is_sent_again_when_the_originals_send_failed_and_names_its_message(aws):
     # GIVEN a 1 MiB message (its reason goes as a record of its own) whose original's first DLQ send is throttled
-    from worker_tier.limits import SQS_MAX_MESSAGE_BYTES
+    from worker_tier.core.limits import SQS_MAX_MESSAGE_BYTES
 
     send(aws, "/refuse", "b" * (SQS_MAX_MESSAGE_BYTES - 50))
     aws.sqs = FailDeadLetterSend(aws.sqs, aws.dead_letter_queue_url, failing_send=2)

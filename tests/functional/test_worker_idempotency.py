@@ -10,13 +10,13 @@ import pytest
 
 from tests.support.aws_world import AwsWorld
 from worker_tier import Client, Task
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.registry import MAX_IDEMPOTENT_PATH_BYTES
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.core.registry import MAX_IDEMPOTENT_PATH_BYTES
 from worker_tier_local.context import LocalContext
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 INTERVAL_SECONDS = 1
 MARGIN_SECONDS = 1  # the lease: interval + margin = 2 s

@@ -22,8 +22,8 @@ from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.support.synth import TASK_CODE, actions_of
 from tests.support.entry_modules import CONTAINER_ENTRY_MODULE, LAMBDA_WORKER_MODULE, resources, variables_read
-from worker_tier import contract
-from worker_tier.settings import Settings
+from worker_tier.core import contract
+from worker_tier.core.settings import Settings
 from worker_tier_cdk.code import APP_REQUIREMENTS, TaskCode, TaskCodeError
 from worker_tier_cdk.container_worker import APP_CONTAINER, WORKER_CONTAINER
 from worker_tier_cdk.grants import PARAMETER_READ_ACTION, SECRET_READ_ACTION, grant_signing_secret

@@ -12,12 +12,12 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.support.synth import TASK_CODE
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier_cdk.container_worker import STOP_TIMEOUT_SECONDS, UNPINNED_IMAGE_WARNING_ID, ContainerWorker, ContainerWorkerProps
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS
-from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
 from tests.support.synth import dynamodb_statements, on_table, synth
-from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
+from worker_tier.core.settings import DEFAULT_CONTAINER_BASE_IMAGE, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(container_worker=True, target_latency_seconds=10, avg_processing_seconds=1, container_min_tasks=2, container_max_tasks=20)

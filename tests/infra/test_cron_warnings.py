@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from aws_cdk.assertions import Annotations
 
-from worker_tier.cron_config import parse
+from worker_tier.periodic.cron_config import parse
 from worker_tier_cdk.periodic_tasks import CRON_ENTRY_WARNING_ID
 from tests.support.synth import synth
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 
 EB_CRON = """\
 version: 1

@@ -6,7 +6,7 @@ import json
 
 from aws_cdk.assertions import Match
 
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier_cdk.dashboard import OUTCOME_BY_PATH_METRICS, PATH_DIMENSION
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Match
 
-from worker_tier import contract
-from worker_tier.dispatch_state import LEASE_SECONDS
+from worker_tier.core import contract
+from worker_tier.delays.dispatch_state import LEASE_SECONDS
 from worker_tier_cdk.delay_dispatcher import (
     DISPATCHER_MEMORY_MB,
     DISPATCHER_PERIOD_SECONDS,
@@ -142,7 +142,7 @@ def fanned_out_template():
     from aws_cdk.assertions import Template
 
     from tests.support.synth import synth
-    from worker_tier.settings import Settings
+    from worker_tier.core.settings import Settings
 
     stack, _ = synth(Settings(dispatch_groups=4, delay_shards=16))
     return Template.from_stack(stack)

@@ -9,7 +9,7 @@ import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier_cdk import defaults
 from worker_tier_cdk.delay_recovery import (
     ITERATOR_AGE_ALARM_SECONDS,
@@ -22,8 +22,8 @@ from worker_tier_cdk.delay_recovery import (
     DelayRecoveryProps,
 )
 from worker_tier_cdk.nag import add_checks
-from worker_tier import delay
-from worker_tier.delay_recovery import DYNAMODB_STREAM_RETENTION_SECONDS
+from worker_tier.delays import delay
+from worker_tier.delays.delay_recovery import DYNAMODB_STREAM_RETENTION_SECONDS
 
 
 def _tables_and_queues(stack: cdk.Stack):

@@ -1,7 +1,7 @@
 """Every function and container gets every variable its code reads.
 
 "What its code reads" is declared where it is read, never listed here: each entry
-module's ``NEEDS`` (``worker_tier.contract.Needs``), through which it reads its
+module's ``NEEDS`` (``worker_tier.core.contract.Needs``), through which it reads its
 resources, so an undeclared resource reads as None and a missing required one stops
 it at start. A ``NEEDS`` with ``settings`` reads every setting's variable too.
 
@@ -24,9 +24,9 @@ from tests.support.entry_modules import (
     variables_read,
 )
 from tests.support.synth import synth
-from worker_tier import contract
-from worker_tier.contract import Resources
-from worker_tier.settings import Settings
+from worker_tier.core import contract
+from worker_tier.core.contract import Resources
+from worker_tier.core.settings import Settings
 
 RESOURCE_VARIABLES = frozenset(Resources.variable(name) for name in contract.RESOURCE_FIELDS)
 # A FIFO queue has no per-message delay, so a FIFO stack has no delay table to produce into.

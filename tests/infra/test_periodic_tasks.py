@@ -11,18 +11,18 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_sns as sns, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
 from worker_tier_cdk import defaults
-from worker_tier.cron_config import CronConfigError, parse
+from worker_tier.periodic.cron_config import CronConfigError, parse
 from worker_tier_cdk.periodic_tasks import (
     CRON_TIMEOUT_SECONDS,
     PeriodicTasks,
     PeriodicTasksProps,
     max_event_age_seconds,
 )
-from worker_tier import limits
+from worker_tier.core import limits
 from tests.support.synth import synth
-from worker_tier.periodic import TICK_LEASE_SECONDS, TICK_PENDING_POLL_SECONDS, TICK_PENDING_POLLS
-from worker_tier.limits import LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS, LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
-from worker_tier.settings import Settings
+from worker_tier.periodic.ticks import TICK_LEASE_SECONDS, TICK_PENDING_POLL_SECONDS, TICK_PENDING_POLLS
+from worker_tier.core.limits import LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS, LAMBDA_ASYNC_MAX_RETRY_ATTEMPTS
+from worker_tier.core.settings import Settings
 
 CRON = """\
 version: 1

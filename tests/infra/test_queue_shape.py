@@ -6,8 +6,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from tests.support.synth import synth
-from worker_tier import contract
-from worker_tier.settings import Settings
+from worker_tier.core import contract
+from worker_tier.core.settings import Settings
 
 
 def _as_attributes(properties: dict) -> dict[str, str]:

@@ -22,9 +22,9 @@ from packaging.version import Version
 from aws_cdk.assertions import Annotations
 
 from tests.support.synth import TASK_CODE
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier_cdk.code import TaskCode, TaskCodeError
-from worker_tier.cron_config import CronConfigError
+from worker_tier.periodic.cron_config import CronConfigError
 from worker_tier_cdk.stack import WorkerTierStack
 from worker_tier_cdk.grants import (
     CANCELLABLE_MESSAGE_KEY_PATTERN,
@@ -34,12 +34,12 @@ from worker_tier_cdk.grants import (
     grant_delay_produce,
     grant_items,
 )
-from worker_tier.contract import IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX
+from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX
 from worker_tier_cdk.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
 from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
 from tests.support.synth import actions_of, dynamodb_statements, on_table, synth
-from worker_tier import delay, dispatch_state as dispatcher
-from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE, Settings, SettingsError
+from worker_tier.delays import delay, dispatch_state as dispatcher
+from worker_tier.core.settings import DEFAULT_CONTAINER_BASE_IMAGE, Settings, SettingsError
 
 # What grant_read_write_data gives: every item of the table, to read and write.
 FULL_READ_WRITE = {"dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem",

@@ -29,16 +29,16 @@ PACKAGES = {
     "worker_tier_cli": (("cli",), {"worker_tier", "worker_tier_cli"}),
 }
 # The lazy edges: `python -m worker_tier <command>` hands any command but `worker` to the CLI. `import-eb` writes
-# cdk.json and checks cron.yaml, and `cron next` reuses worker_tier.cron_preview (croniter and PyYAML, never
+# cdk.json and checks cron.yaml, and `cron next` reuses worker_tier.periodic.cron_preview (croniter and PyYAML, never
 # aws-cdk-lib): the CLI imports them only then. The ASGI bridge (the asgi extra) only when the app setting names an ASGI app.
 LAZY_IMPORTS = {
     ("worker_tier", "worker_tier_cli"): ("src/worker_tier/__main__.py",),
     ("worker_tier_cli", "worker_tier_cdk"): ("src/worker_tier_cli/import_eb.py", "src/worker_tier_cli/cron.py"),
     ("worker_tier_cli", "yaml"): ("src/worker_tier_cli/import_eb.py",),
-    ("worker_tier", "a2wsgi"): ("src/worker_tier/app_adapter.py",),
+    ("worker_tier", "a2wsgi"): ("src/worker_tier/app/app_adapter.py",),
     # cron.yaml's reader and preview: synth, the CLI and the local environment import them, never a deployed function.
-    ("worker_tier", "yaml"): ("src/worker_tier/cron_config.py",),
-    ("worker_tier", "croniter"): ("src/worker_tier/cron_preview.py",),
+    ("worker_tier", "yaml"): ("src/worker_tier/periodic/cron_config.py",),
+    ("worker_tier", "croniter"): ("src/worker_tier/periodic/cron_preview.py",),
 }
 
 

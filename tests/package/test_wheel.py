@@ -82,8 +82,8 @@ RUN_WORKER = '''
 
     import worker_tier
     from worker_tier import Client
-    from worker_tier.message import lambda_record
-    from worker_tier.settings import Settings
+    from worker_tier.core.message import lambda_record
+    from worker_tier.core.settings import Settings
     from worker_tier_local.context import LocalContext
 
     REGION = "us-east-1"

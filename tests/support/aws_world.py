@@ -15,9 +15,9 @@ import boto3
 
 from tests.support import stacks
 from tests.support.strict_dynamodb import StrictDynamoDB
-from worker_tier.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.message import lambda_record
-from worker_tier.settings import Settings
+from worker_tier.worker.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
+from worker_tier.core.message import lambda_record
+from worker_tier.core.settings import Settings
 
 REGION = "us-east-1"
 

@@ -6,10 +6,10 @@ import threading
 import time
 
 from tests.support.aws_world import AwsWorld
-from worker_tier.container import Consumer, TaskProtection
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier.container.consumer import Consumer, TaskProtection
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 
 def consumer_for(aws: AwsWorld, tasks: Registry, settings: Settings | None = None, sqs=None, **kwargs) -> Consumer:

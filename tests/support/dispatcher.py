@@ -16,10 +16,10 @@ from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.fakes import FakeSQS
 from tests.support.strict_dynamodb import StrictDynamoDB
 from worker_tier import Client
-from worker_tier.delay import DelayedMessage, DelayStore, bucket_key
-from worker_tier.dispatcher import DelayDispatcher
-from worker_tier.dispatch_state import WATERMARK_KEY
-from worker_tier.message import PATH_ATTRIBUTE
+from worker_tier.delays.delay import DelayedMessage, DelayStore, bucket_key
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.dispatch_state import WATERMARK_KEY
+from worker_tier.core.message import PATH_ATTRIBUTE
 
 START = 1_800_000_000.0  # a minute boundary
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"

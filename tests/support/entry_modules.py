@@ -1,6 +1,6 @@
 """The entry modules of the synthesized stack's functions and containers, and the variables each one's code reads.
 
-"What its code reads" is declared where it is read: each entry module's ``NEEDS`` (``worker_tier.contract.Needs``).
+"What its code reads" is declared where it is read: each entry module's ``NEEDS`` (``worker_tier.core.contract.Needs``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import importlib
 
 from aws_cdk.assertions import Template
 
-from worker_tier.contract import Needs, setting_variable
-from worker_tier.settings import Settings
+from worker_tier.core.contract import Needs, setting_variable
+from worker_tier.core.settings import Settings
 from worker_tier_cdk.worker_queue import WORKER_HANDLER
 
 SETTINGS_VARIABLES = frozenset(setting_variable(f.name) for f in dataclasses.fields(Settings))

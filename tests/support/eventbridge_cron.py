@@ -3,7 +3,7 @@
 https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html#cron-based
 Fields: minutes hours day-of-month month day-of-week year. Day-of-week 1-7 is SUN-SAT.
 One of day-of-month and day-of-week is ``?``. ``a/n`` counts from a by n to the
-field's end. It shares no code with worker_tier.cron_expression on purpose: the tests
+field's end. It shares no code with worker_tier.periodic.cron_expression on purpose: the tests
 compare the converter's output to croniter through this evaluator.
 """
 

@@ -399,19 +399,19 @@ def _query_partition_value(params: Mapping[str, Any], tables: Tables) -> str:
 ROLE_OF_MODULE: dict[str, str | None] = {
     "worker_tier_cli": None,
     "worker_tier.__main__": "container",
-    "worker_tier.container": "container",
+    "worker_tier.container.consumer": "container",
     "worker_tier.handlers.worker": "worker",
-    "worker_tier.worker": "worker",
+    "worker_tier.worker.batch": "worker",
     "worker_tier.handlers.dispatcher": "dispatcher",
     "worker_tier.handlers.scheduler": "dispatcher",
-    "worker_tier.dispatcher": "dispatcher",
+    "worker_tier.delays.dispatcher": "dispatcher",
     "worker_tier.handlers.recovery": "recovery",
-    "worker_tier.delay_recovery": "recovery",
+    "worker_tier.delays.delay_recovery": "recovery",
     "worker_tier.handlers.periodic": "periodic",
     "worker_tier.handlers.cron": "periodic",
-    "worker_tier.periodic": "periodic",
-    "worker_tier.client": "producer",
-    "worker_tier.cancellation": "producer",
+    "worker_tier.periodic.ticks": "periodic",
+    "worker_tier.producer.client": "producer",
+    "worker_tier.delays.cancellation": "producer",
 }
 ROLES = ("worker", "container", "dispatcher", "recovery", "periodic", "producer")
 

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 ACCOUNT = "123456789012"  # moto's
@@ -54,7 +54,7 @@ def _synth_all() -> dict[str, dict[str, Any]]:
     import aws_cdk as cdk
     from aws_cdk.assertions import Template
 
-    from worker_tier import cron_config
+    from worker_tier.periodic import cron_config
     from worker_tier_cdk import TaskCode
     from worker_tier_cdk.stack import WorkerTierStack
 

@@ -5,7 +5,7 @@ or a moto boto3 client), checks the items and keys of PutItem, UpdateItem, Delet
 GetItem, BatchWriteItem and TransactWriteItems against DynamoDB's documented limits,
 and forwards what passes. moto counts an item its own way and refuses it from 405,000 bytes
 of that count (a number counts its characters), checks key sizes only on writes, and takes 26
-requests in one BatchWriteItem; wrap FakeDynamoDB to probe the 400 KB edge. It is the check on ``worker_tier.delay.item_bytes``, so it is written from
+requests in one BatchWriteItem; wrap FakeDynamoDB to probe the 400 KB edge. It is the check on ``worker_tier.delays.delay.item_bytes``, so it is written from
 the documentation alone and never imports that module; ``tests/functional/test_dynamodb_rules.py``
 checks it against dynalite, a second implementation that copies DynamoDB's validation.
 

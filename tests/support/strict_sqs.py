@@ -3,7 +3,7 @@
 ``StrictSQS(inner)`` wraps any SQS client (``tests.support.fakes.FakeSQS`` or a moto boto3
 client), checks the arguments of SendMessage, SendMessageBatch,
 ChangeMessageVisibility and ChangeMessageVisibilityBatch against AWS's documented
-rules, and forwards what passes. It is the check on ``worker_tier.sqs_rules``, so
+rules, and forwards what passes. It is the check on ``worker_tier.core.sqs_rules``, so
 it is written from the documentation alone and never imports that module.
 
 Refusals take SQS's shapes: a per-entry problem in a batch call is a Failed entry

@@ -7,7 +7,7 @@ from pathlib import Path
 import aws_cdk as cdk
 from aws_cdk.assertions import Template
 
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 from worker_tier_cdk import TaskCode, cron_config
 from worker_tier_cdk.nag import add_checks
 from worker_tier_cdk.stack import WorkerTierStack

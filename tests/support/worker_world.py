@@ -7,10 +7,10 @@ import json
 from tests.support.aws_world import AwsWorld
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import Task
-from worker_tier.message import FAILURE_ATTRIBUTE
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.worker import Worker
+from worker_tier.core.message import FAILURE_ATTRIBUTE
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.worker.batch import Worker
 
 EB_QUEUE_BYTES = 256 * 1024  # an EB environment's queues: SQS's default MaximumMessageSize until August 2025
 START = 1_800_000_000.0  # the tests' wall clock at the receive

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from worker_tier.errors import SettingsError
+from worker_tier.core.errors import SettingsError
 from worker_tier_cdk.settings import CLI_CONTEXT_VARIABLE, app_context
 
 

@@ -3,7 +3,7 @@
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
-from worker_tier.aws import error_code, is_condition_failure
+from worker_tier.core.aws import error_code, is_condition_failure
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_a_timeout_is_not_a_condition_failure():
 )
 def test_outcome_unknown_only_when_the_answer_was_lost(error, unknown):
     # GIVEN a failed call  THEN it may have been carried out only when its answer was lost or AWS said 5xx
-    from worker_tier.aws import outcome_unknown
+    from worker_tier.core.aws import outcome_unknown
 
     assert outcome_unknown(error) is unknown
 
@@ -48,8 +48,8 @@ def test_outcome_unknown_only_when_the_answer_was_lost(error, unknown):
 def test_a_heartbeat_client_ends_every_call_within_the_heartbeats_margin():
     # GIVEN the client heartbeats use outside tests  THEN one attempt of at most connect + read timeout,
     # well inside the 10 s margin (botocore's defaults, 60 s + 60 s with retries, would let a hung call outlast it)
-    from worker_tier.aws import new_heartbeat_client
-    from worker_tier.settings import HEARTBEAT_MARGIN_SECONDS
+    from worker_tier.core.aws import new_heartbeat_client
+    from worker_tier.core.settings import HEARTBEAT_MARGIN_SECONDS
 
     config = new_heartbeat_client().meta.config
     assert config.retries["total_max_attempts"] == 1

@@ -2,8 +2,8 @@
 
 import pytest
 
-from worker_tier.backoff import backoff_ceiling_seconds, backoff_seconds
-from worker_tier.limits import SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
+from worker_tier.core.backoff import backoff_ceiling_seconds, backoff_seconds
+from worker_tier.core.limits import SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
 
 
 @pytest.mark.parametrize("attempt, ceiling", [(0, 2), (1, 2), (2, 4), (3, 8), (9, 512), (10, 900), (500, 900)])

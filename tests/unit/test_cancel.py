@@ -10,7 +10,7 @@ from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.fakes import FakeSQS
 from worker_tier import Client
-from worker_tier.cancellation import (
+from worker_tier.delays.cancellation import (
     CANCELLABLE_MIN_DELAY_SECONDS,
     DISPATCH_STARTED_CODE,
     DONE,
@@ -19,13 +19,13 @@ from worker_tier.cancellation import (
     STARTED,
     not_started_checks,
 )
-from worker_tier import cancellation
-from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, TTL_ATTRIBUTE, bucket_key, new_message_id, parse_bucket_key, read_item
-from worker_tier.dispatch_state import LAYOUT_KEY, DispatchGroup, group_of, minute_key
-from worker_tier.dedupe import marker_key
-from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatcher import DelayDispatcher
-from worker_tier.errors import MessageError, SendError
+from worker_tier.delays import cancellation
+from worker_tier.delays.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, TTL_ATTRIBUTE, bucket_key, new_message_id, parse_bucket_key, read_item
+from worker_tier.delays.dispatch_state import LAYOUT_KEY, DispatchGroup, group_of, minute_key
+from worker_tier.delays.dedupe import marker_key
+from worker_tier.delays.delay_recovery import DelayRecovery
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.core.errors import MessageError, SendError
 
 START = 1_800_000_000.0  # a minute boundary
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
@@ -434,7 +434,7 @@ def test_a_producer_retry_of_the_same_send_after_cancel_does_not_resurrect_it(wo
 
 
 def test_a_cancellable_message_too_large_for_a_dynamodb_item_is_refused_with_the_rule(world):
-    from worker_tier.errors import MessageError, SendError
+    from worker_tier.core.errors import MessageError, SendError
     # WHEN a cancellable message of 500 KB (SQS takes 1 MiB; a DynamoDB item 400 KB) is sent
     with pytest.raises((MessageError, SendError)) as refused:
         world.client.send("/big", "x" * 500_000, delay=2 * HOUR, dedupe_key="big", cancellable=True)
@@ -450,14 +450,14 @@ def test_a_cancellable_message_too_large_for_a_dynamodb_item_is_refused_with_the
     lambda c: c.reschedule("k"),
 ], ids=["cancel-None", "cancel-int", "reschedule-nan", "reschedule-400-days", "reschedule-no-time"])
 def test_bad_input_to_cancel_and_reschedule_is_a_clear_message_error(world, call):
-    from worker_tier.errors import MessageError
+    from worker_tier.core.errors import MessageError
     world.client.send("/remind", "r1", delay=2 * HOUR, dedupe_key="k", cancellable=True)
     with pytest.raises(MessageError):
         call(world.client)
 
 
 def test_a_cancel_that_keeps_losing_to_reschedules_does_not_say_not_found_for_a_live_message(world):
-    from worker_tier.cancellation import CONTENDED, NOT_FOUND
+    from worker_tier.delays.cancellation import CONTENDED, NOT_FOUND
     # GIVEN a cancellable message, and another producer rescheduling it before each of the cancel's transactions
     world.client.send("/remind", "r1", delay=2 * HOUR, dedupe_key="k", cancellable=True)
     state = {"inside": False, "n": 0}

@@ -31,13 +31,13 @@ from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.fakes import FakeSQS
 from worker_tier import Client
-from worker_tier.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
-from worker_tier.contract import DUE_AT_ATTRIBUTE
-from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD
-from worker_tier.dispatcher import DelayDispatcher
-from worker_tier.dispatch_state import MINUTE_KEY_PREFIX
-from worker_tier.errors import MessageError, SendError
-from worker_tier.message import format_due_at
+from worker_tier.delays.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
+from worker_tier.core.contract import DUE_AT_ATTRIBUTE
+from worker_tier.delays.delay import BUCKET_SECONDS, CANCELLABLE_SHARD
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.dispatch_state import MINUTE_KEY_PREFIX
+from worker_tier.core.errors import MessageError, SendError
+from worker_tier.core.message import format_due_at
 
 START = 1_800_000_000.0
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"

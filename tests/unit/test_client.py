@@ -13,14 +13,14 @@ from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.fakes import FakeSQS
 from tests.support.strict_sqs import StrictSQS
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
-from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
-from worker_tier.delay import DelayedMessage, new_message_id
-from worker_tier.limits import SQS_MAX_MESSAGE_BYTES
-from worker_tier.message import copy_attributes
-from worker_tier.contract import DUE_AT_ATTRIBUTE
-from worker_tier.retry import SEND_ENTRIES
+from worker_tier.delays.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
+from worker_tier.delays.delay import DelayedMessage, new_message_id
+from worker_tier.core.limits import SQS_MAX_MESSAGE_BYTES
+from worker_tier.core.message import copy_attributes
+from worker_tier.core.contract import DUE_AT_ATTRIBUTE
+from worker_tier.core.retry import SEND_ENTRIES
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 FIFO_QUEUE = QUEUE + ".fifo"

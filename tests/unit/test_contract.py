@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from worker_tier import contract, delay, message, observability, state
-from worker_tier.contract import Needs, Resources, setting_variable
-from worker_tier.errors import SettingsError
-from worker_tier.settings import Settings
+from worker_tier.core import contract, message, observability, state
+from worker_tier.delays import delay
+from worker_tier.core.contract import Needs, Resources, setting_variable
+from worker_tier.core.errors import SettingsError
+from worker_tier.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 # The only modules that may spell a variable name: the contract, and the settings that name their own.

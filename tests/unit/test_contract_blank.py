@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from worker_tier import contract
-from worker_tier.contract import Needs, Resources
-from worker_tier.errors import SettingsError
+from worker_tier.core import contract
+from worker_tier.core.contract import Needs, Resources
+from worker_tier.core.errors import SettingsError
 
 
 @pytest.mark.parametrize("blank", [" ", "\t", "\n", "  \r\n"])

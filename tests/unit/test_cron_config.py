@@ -2,7 +2,7 @@
 
 import pytest
 
-from worker_tier.cron_config import CronConfigError, check_sendable, load, parse
+from worker_tier.periodic.cron_config import CronConfigError, check_sendable, load, parse
 
 EB_EXAMPLE = """\
 version: 1

@@ -4,8 +4,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from worker_tier.cron_config import CronConfigError, load, parse
-from worker_tier.cron_preview import render
+from worker_tier.periodic.cron_config import CronConfigError, load, parse
+from worker_tier.periodic.cron_preview import render
 
 
 def _one(entry: str) -> str:

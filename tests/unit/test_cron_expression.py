@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import pytest
 from croniter import croniter
 
-from worker_tier.cron_expression import CronExpressionError, to_eventbridge
+from worker_tier.periodic.cron_expression import CronExpressionError, to_eventbridge
 from tests.support.eventbridge_cron import EventBridgeCron
 
 YEAR = 2028

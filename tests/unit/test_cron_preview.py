@@ -2,8 +2,8 @@
 
 from datetime import datetime, timezone
 
-from worker_tier.cron_config import parse
-from worker_tier.cron_preview import main, render
+from worker_tier.periodic.cron_config import parse
+from worker_tier.periodic.cron_preview import main, render
 
 ENTRIES = parse(
     'version: 1\ncron:\n - name: "berlin-morning"\n   url: "/m"\n   schedule: "30 7 * * MON-FRI"\n'

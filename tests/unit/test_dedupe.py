@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
-from worker_tier.dedupe import (
+from worker_tier.delays.dedupe import (
     CLAIMED,
     DEDUPE_MARKER_LEASE_SECONDS,
     DEDUPE_RETENTION_SECONDS,
@@ -22,7 +22,7 @@ from worker_tier.dedupe import (
     repeated_keys,
     store_with_marker,
 )
-from worker_tier.delay import MAX_CLOCK_SKEW_SECONDS, DelayedMessage, new_message_id
+from worker_tier.delays.delay import MAX_CLOCK_SKEW_SECONDS, DelayedMessage, new_message_id
 
 NOW = 1_800_000_000.0
 NOW_MS = int(NOW * 1000)
@@ -173,11 +173,11 @@ def test_the_delay_table_layout_does_not_import_dedupe():
     import ast
     import inspect
 
-    from worker_tier import delay
+    from worker_tier.delays import delay
 
     tree = ast.parse(inspect.getsource(delay))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names}
     imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
     # THEN dedupe is not among them: the two modules import in one direction
-    assert "worker_tier.dedupe" not in imported
+    assert "worker_tier.delays.dedupe" not in imported

@@ -10,9 +10,10 @@ from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.fakes import FakeSQS
 from tests.support.strict_dynamodb import ITEM_TOO_LARGE, StrictDynamoDB
 from tests.support.strict_sqs import StrictSQS
-from worker_tier import Client, MessageError, OutgoingMessage, SendError, delay
-from worker_tier.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
-from worker_tier.delay import (
+from worker_tier import Client, MessageError, OutgoingMessage, SendError
+from worker_tier.delays import delay
+from worker_tier.delays.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS
+from worker_tier.delays.delay import (
     BUCKET_SECONDS,
     DISPATCH_HORIZON_SECONDS,
     LONG_DELAY_THRESHOLD_SECONDS,
@@ -26,8 +27,8 @@ from worker_tier.delay import (
     shard_of,
     sort_key,
 )
-from worker_tier.limits import DYNAMODB_MAX_ITEM_BYTES
-from worker_tier.retry import BATCH_ENTRIES
+from worker_tier.core.limits import DYNAMODB_MAX_ITEM_BYTES
+from worker_tier.core.retry import BATCH_ENTRIES
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, on a minute boundary
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
@@ -402,7 +403,7 @@ def test_a_keyed_message_without_a_keyed_write_is_refused_before_anything_is_sto
     # THEN the error names the message and what the store needs, and nothing was written
     assert str(error.value) == (
         "message id-1 has dedupe_key 'k', which needs its marker written with it; "
-        "give the DelayStore keyed_write (worker_tier.dedupe.DedupeMarkers.store_delayed)"
+        "give the DelayStore keyed_write (worker_tier.delays.dedupe.DedupeMarkers.store_delayed)"
     )
     assert dynamodb.tables["delay"] == {}
 

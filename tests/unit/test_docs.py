@@ -142,7 +142,7 @@ def test_every_entry_point_in_design_imports():
 
 def test_design_states_the_python_versions_the_code_uses():
     # GIVEN the versions in pyproject.toml, the Lambda runtime, the Dockerfile and the settings' base image
-    from worker_tier.settings import DEFAULT_CONTAINER_BASE_IMAGE
+    from worker_tier.core.settings import DEFAULT_CONTAINER_BASE_IMAGE
     from worker_tier_cdk.code import DOCKER_DIR, DOCKERFILE
     from worker_tier_cdk.runtime import PYTHON_VERSION
 

@@ -8,7 +8,7 @@ import pytest
 
 import worker_tier
 import worker_tier_cdk
-from worker_tier.errors import ConfigurationError, WorkerTierError
+from worker_tier.core.errors import ConfigurationError, WorkerTierError
 
 PACKAGES = [worker_tier, worker_tier_cdk]
 

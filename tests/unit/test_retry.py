@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker_tier.retry import BATCH_ENTRIES, SEND_ENTRIES, STATE_CALLS, TICK_MARK, Retry, chunks
+from worker_tier.core.retry import BATCH_ENTRIES, SEND_ENTRIES, STATE_CALLS, TICK_MARK, Retry, chunks
 
 
 class Flaky:
@@ -113,7 +113,7 @@ def test_a_chunk_size_below_one_is_refused():
 
 def test_batches_keep_order_and_both_limits():
     # GIVEN sizes around a 1,000-byte budget and a 3-item count
-    from worker_tier.retry import batches
+    from worker_tier.core.retry import batches
 
     sizes = [400, 500, 300, 900, 1200, 1, 1, 1, 1]
     # WHEN batched  THEN each batch respects both limits, an oversized item goes alone, and order is kept

@@ -1,4 +1,4 @@
-"""The moment in the second to send a batch of delayed messages (worker_tier.send_moment), over any due times and clock."""
+"""The moment in the second to send a batch of delayed messages (worker_tier.delays.send_moment), over any due times and clock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 from hypothesis import given, strategies as st
 
-from worker_tier.send_moment import ALIGNED_ROUNDING_MS, LEAD_MS, MAX_SPREAD_MS, MAX_WAIT_MS, SECOND_MS, moment, wait_ms
+from worker_tier.delays.send_moment import ALIGNED_ROUNDING_MS, LEAD_MS, MAX_SPREAD_MS, MAX_WAIT_MS, SECOND_MS, moment, wait_ms
 
 BASE_MS = 1_800_000_000_000
 

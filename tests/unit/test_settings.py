@@ -2,7 +2,7 @@
 
 import pytest
 
-from worker_tier.settings import Settings, SettingsError
+from worker_tier.core.settings import Settings, SettingsError
 
 TASK_MODULES_RULE = ("task_modules must be comma-separated Python module names like 'tasks,billing.tasks', each "
                      "dotted part a Python identifier that is not a keyword, got ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from worker_tier.settings import Settings
+from worker_tier.core.settings import Settings
 from worker_tier_cdk import settings_doc
 
 REPO = Path(__file__).resolve().parents[2]

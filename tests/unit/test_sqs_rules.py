@@ -4,8 +4,8 @@ import doctest
 
 import pytest
 
-from worker_tier import sqs_rules
-from worker_tier.sqs_rules import (
+from worker_tier.core import sqs_rules
+from worker_tier.core.sqs_rules import (
     attribute_name_problem,
     attribute_value_problem,
     attributes_problem,

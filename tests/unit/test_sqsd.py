@@ -10,13 +10,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from worker_tier import contract
-from worker_tier.app_target import AppResponse, SqsdRequest
-from worker_tier.errors import AppExceptionError, AppStatusError, RetentionExpiredError, RetryLater
-from worker_tier.message import lambda_record
-from worker_tier.settings import Settings
-from worker_tier.sqsd import USER_AGENT, check_response, check_retention, request_for, retry_after_seconds, unwrap_sns
-from worker_tier.task import Task
+from worker_tier.core import contract
+from worker_tier.app.app_target import AppResponse, SqsdRequest
+from worker_tier.core.errors import AppExceptionError, AppStatusError, RetentionExpiredError, RetryLater
+from worker_tier.core.message import lambda_record
+from worker_tier.core.settings import Settings
+from worker_tier.app.sqsd import USER_AGENT, check_response, check_retention, request_for, retry_after_seconds, unwrap_sns
+from worker_tier.core.task import Task
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:orders-work"
 SENT_MS = 1_573_692_400_000  # 2019-11-14T00:46:40Z

@@ -12,7 +12,7 @@ from moto import mock_aws
 
 from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
-from worker_tier.state import HOLDER_ATTRIBUTE, LEASE_UNTIL_ATTRIBUTE, PARTITION_KEY, TTL_ATTRIBUTE, Lease
+from worker_tier.core.state import HOLDER_ATTRIBUTE, LEASE_UNTIL_ATTRIBUTE, PARTITION_KEY, TTL_ATTRIBUTE, Lease
 
 NOW = 1_800_000_000
 LEASE = Lease("state", "cron#job#2027-01-15 08:00:00 UTC", seconds=60, retention_seconds=3600)

@@ -25,7 +25,7 @@ from tests.support.strict_dynamodb import (
     StrictDynamoDB,
     item_size,
 )
-from worker_tier.delay import item_bytes
+from worker_tier.delays.delay import item_bytes
 
 
 @pytest.fixture
@@ -138,6 +138,6 @@ _values = st.recursive(_scalars, lambda inner: st.one_of(
 @given(st.dictionaries(_names, _values, max_size=5))
 def test_worker_tiers_item_size_is_the_stand_ins(item):
     # GIVEN any item of any of DynamoDB's types
-    # WHEN worker_tier.delay.item_bytes and the stand-in (checked against dynalite) measure it
+    # WHEN worker_tier.delays.delay.item_bytes and the stand-in (checked against dynalite) measure it
     # THEN they agree
     assert item_bytes(item) == item_size(item)

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from worker_tier import MalformedBodyError, Task
-from worker_tier.errors import TaskRegistrationError
-from worker_tier.message import dead_letter_attributes, failure_reason
-from worker_tier.contract import FAILURE_ATTRIBUTE
-from worker_tier.idempotency import record_key
-from worker_tier.registry import MAX_IDEMPOTENT_PATH_BYTES, Registry
+from worker_tier.core.errors import TaskRegistrationError
+from worker_tier.core.message import dead_letter_attributes, failure_reason
+from worker_tier.core.contract import FAILURE_ATTRIBUTE
+from worker_tier.worker.idempotency import record_key
+from worker_tier.core.registry import MAX_IDEMPOTENT_PATH_BYTES, Registry
 
 EVENT = json.loads((Path(__file__).parent.parent / "events" / "sqs_eb_scheduled.json").read_text())
 

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from tests.support.fakes import FakeSQS
-from worker_tier.contract import METRIC_MESSAGE_AGE, METRIC_TASK_DURATION, METRIC_TASK_DURATION_MAX
-from worker_tier.observability import BatchMetrics, metrics
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.task import Task
-from worker_tier.worker import Worker
+from worker_tier.core.contract import METRIC_MESSAGE_AGE, METRIC_TASK_DURATION, METRIC_TASK_DURATION_MAX
+from worker_tier.core.observability import BatchMetrics, metrics
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.core.task import Task
+from worker_tier.worker.batch import Worker
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import pytest
 
 from tests.support.fakes import FakeSQS
 from worker_tier import RetryLater
-from worker_tier.dead_letter import fit_reason
-from worker_tier.heartbeat import Heartbeat
-from worker_tier.message import MAX_LOGGED_ERROR_CHARS, message_bytes, safe_repr, sqs_attributes, truncate_utf8
-from worker_tier.contract import FAILURE_ATTRIBUTE
-from worker_tier.visibility import VisibilityChange, VisibilityRefusal, change_visibility
+from worker_tier.worker.dead_letter import fit_reason
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.message import MAX_LOGGED_ERROR_CHARS, message_bytes, safe_repr, sqs_attributes, truncate_utf8
+from worker_tier.core.contract import FAILURE_ATTRIBUTE
+from worker_tier.core.visibility import VisibilityChange, VisibilityRefusal, change_visibility
 
 
 # -- RetryLater refuses what it cannot mean, where it is raised -----------------------------------------

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from tests.support.fakes import FakeSQS
-from worker_tier.observability import logger
-from worker_tier.registry import Registry
-from worker_tier.settings import Settings
-from worker_tier.task import Task
-from worker_tier.worker import Worker
+from worker_tier.core.observability import logger
+from worker_tier.core.registry import Registry
+from worker_tier.core.settings import Settings
+from worker_tier.core.task import Task
+from worker_tier.worker.batch import Worker
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from worker_tier import contract, delay
-from worker_tier.contract import (
+from worker_tier.core import contract
+from worker_tier.delays import delay
+from worker_tier.core.contract import (
     METRIC_BUCKETS_DISPATCHED,
     METRIC_DISPATCH_DEAD_LETTERED,
     METRIC_DISPATCH_LATENESS,
@@ -17,11 +18,11 @@ from worker_tier.contract import (
     METRIC_REFILED,
 )
 from worker_tier.handlers import PerProcess
-from worker_tier.observability import logger, metrics
-from worker_tier.dispatch_state import DispatchGroup
-from worker_tier.dispatcher import DelayDispatcher, RunReport
-from worker_tier.errors import WorkerTierError
-from worker_tier.settings import Settings
+from worker_tier.core.observability import logger, metrics
+from worker_tier.delays.dispatch_state import DispatchGroup
+from worker_tier.delays.dispatcher import DelayDispatcher, RunReport
+from worker_tier.core.errors import WorkerTierError
+from worker_tier.core.settings import Settings
 
 # The horizon is optional: only the local environment sets it, together with a lower long-delay threshold.
 NEEDS = contract.Needs("the delay dispatcher", required=("delay_table", "state_table", "queue_url", "dlq_url"),

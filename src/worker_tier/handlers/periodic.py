@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker_tier import contract
-from worker_tier.contract import (
+from worker_tier.core import contract
+from worker_tier.core.contract import (
     METRIC_TICKS_DUPLICATE,
     METRIC_TICKS_ENQUEUED,
     METRIC_TICKS_RETRIED,
 )
 from worker_tier.handlers import PerProcess
-from worker_tier.observability import logger, metrics
-from worker_tier.periodic import TickEnqueuer, tick_from_event
+from worker_tier.core.observability import logger, metrics
+from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 
 NEEDS = contract.Needs("the periodic-task function", required=("queue_url", "state_table"))
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from worker_tier import contract
-from worker_tier.contract import (
+from worker_tier.core import contract
+from worker_tier.core.contract import (
     METRIC_LATE_WRITES,
     METRIC_RECOVERED_FROM_TTL,
     METRIC_RECOVERY_DEAD_LETTERED,
     METRIC_RECOVERY_WATERMARK_AHEAD,
     METRIC_REFILED,
 )
-from worker_tier.delay_recovery import DelayRecovery, RecoveryReport
-from worker_tier.errors import WorkerTierError
+from worker_tier.delays.delay_recovery import DelayRecovery, RecoveryReport
+from worker_tier.core.errors import WorkerTierError
 from worker_tier.handlers import PerProcess
-from worker_tier.observability import count, logger, metrics
+from worker_tier.core.observability import count, logger, metrics
 
 # The delay table is optional: without it, each record's eventSourceARN names it.
 NEEDS = contract.Needs("delay recovery", required=("state_table", "queue_url", "dlq_url"), optional=("delay_table",))

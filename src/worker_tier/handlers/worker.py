@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker_tier import contract
+from worker_tier.core import contract
 from worker_tier.handlers import PerProcess
-from worker_tier.observability import logger, metrics
-from worker_tier.worker import Worker
+from worker_tier.core.observability import logger, metrics
+from worker_tier.worker.batch import Worker
 
 # The state table only for idempotent tasks; the delay table for retries past SQS's limit (none on FIFO);
 # the container worker's queue only where there is one. Task code's Client.from_env reads the producer's.

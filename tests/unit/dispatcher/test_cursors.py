@@ -11,9 +11,9 @@ import pytest
 from tests.support.dispatcher import DUE_FROM_MS, MomentWorld, finish, ready, check_cursors
 from tests.support.dispatcher import dead_then_ready_round
 from tests.support.dispatcher import DLQ, CountingDynamoDB
-from worker_tier.delay import bucket_key, sort_key
-from worker_tier.dispatcher import ROUND_ITEMS
-from worker_tier.contract import FAILURE_ATTRIBUTE
+from worker_tier.delays.delay import bucket_key, sort_key
+from worker_tier.delays.dispatcher import ROUND_ITEMS
+from worker_tier.core.contract import FAILURE_ATTRIBUTE
 
 
 def _body_attribute(world: MomentWorld) -> str:
@@ -66,7 +66,7 @@ def test_refiled_and_unreadable_items_in_a_round_with_waiting_batches():
     ids = world.put(dead_then_ready_round())
     bucket = DUE_FROM_MS // 60_000
     # an item due next minute stored in this minute (misplaced), and an item that is not a message
-    from worker_tier.delay import DelayedMessage
+    from worker_tier.delays.delay import DelayedMessage
     late = DelayedMessage("id-misplaced", DUE_FROM_MS + 61_000, "misplaced", {}, 3)
     item = {**late.to_item(), "pk": {"S": bucket_key(bucket, 3)}}
     world.dynamodb.put_item(TableName="delay", Item=item)
@@ -94,7 +94,7 @@ def test_a_run_holds_at_most_one_round():
 
 
 def test_the_cancellable_shard_is_still_read_consistently():
-    from worker_tier.delay import CANCELLABLE_SHARD
+    from worker_tier.delays.delay import CANCELLABLE_SHARD
     world = MomentWorld()
     scheduler = ready(world)
     world.put([DUE_FROM_MS + 100 + n for n in range(40)], shards=CANCELLABLE_SHARD + 1)

@@ -11,11 +11,11 @@ from tests.support.dispatcher import DLQ, QUEUE, START, CountingDynamoDB, SlowSQ
 from tests.support.fakes import FakeSQS
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import OutgoingMessage
-from worker_tier.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
-from worker_tier.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.errors import SettingsError
-from worker_tier.retry import BATCH_ENTRIES
-from worker_tier.dispatcher import (
+from worker_tier.delays.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, DISPATCH_HORIZON_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, bucket_key, shard_of, sort_key
+from worker_tier.core.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.core.errors import SettingsError
+from worker_tier.core.retry import BATCH_ENTRIES
+from worker_tier.delays.dispatcher import (
     DISPATCH_THREADS,
     DISPATCHER_CALL_SECONDS,
     DISPATCHER_CONNECT_TIMEOUT_SECONDS,
@@ -28,7 +28,7 @@ from worker_tier.dispatcher import (
     TIME_RUNNING_OUT,
     DelayDispatcher,
 )
-from worker_tier.dispatch_state import (
+from worker_tier.delays.dispatch_state import (
     FINISHED_MS_ATTRIBUTE,
     LEASE_SECONDS,
     MINUTE_KEY_PREFIX,
@@ -713,7 +713,7 @@ def test_a_minute_it_refiled_into_is_queried_consistently(world):
     # WHEN it refiles the item into its due minute and then reads that minute in the same run
     world.scheduler().run()
     # THEN that minute's Queries are consistent (a Query right after the copy cannot miss it), and others are not
-    # (but the cancellable shard's, which are always: worker_tier.cancellation)
+    # (but the cancellable shard's, which are always: worker_tier.delays.cancellation)
     pks = {q["ExpressionAttributeValues"][":pk"]["S"] for q in queries if q.get("ConsistentRead")}
     consistent = {pk for pk in pks if not pk.endswith(f"#{CANCELLABLE_SHARD}")}
     assert consistent and all(pk.startswith(f"b#{later.bucket}#") for pk in consistent)
@@ -740,8 +740,8 @@ def test_a_refiled_copy_keeps_its_ttl_past_its_due_time(world):
 
 def test_every_error_of_the_delay_path_is_a_worker_tier_error():
     # GIVEN the exception classes the dispatcher, delivery and the safety net raise
-    from worker_tier import delay_recovery, delivery, dispatcher
-    from worker_tier.errors import WorkerTierError
+    from worker_tier.delays import delay_recovery, delivery, dispatcher
+    from worker_tier.core.errors import WorkerTierError
 
     raised = [dispatcher.LeaseLostError, dispatcher.StateError, delivery.DispatchIncompleteError,
               delivery.DispatchRefusedError, delay_recovery.StreamRecordError, delay_recovery.SendRefusedError,
@@ -877,7 +877,7 @@ def test_a_retried_batch_gets_its_delay_from_the_clock_at_the_retry(world):
 
 def test_a_run_that_stops_is_logged_as_trouble_and_one_that_finds_the_lease_held_is_not():
     # GIVEN reports of runs that stopped, finished, or did not start
-    from worker_tier.dispatcher import RunReport
+    from worker_tier.delays.dispatcher import RunReport
     from worker_tier.handlers.dispatcher import is_trouble
     # WHEN the handler decides how to log them  THEN a stopped run is a WARNING, the others are not
     assert is_trouble(RunReport(stopped="minute 1: SQS did not accept 1 messages after 8 attempts; last: X: y"))
@@ -888,7 +888,7 @@ def test_a_run_that_stops_is_logged_as_trouble_and_one_that_finds_the_lease_held
 
 def test_the_dispatcher_clients_bound_every_call_within_the_stop_margin(monkeypatch):
     # GIVEN the dispatcher's own clients (a region, as Lambda sets one)
-    from worker_tier.dispatcher import _pooled_client
+    from worker_tier.delays.dispatcher import _pooled_client
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     for service in ("sqs", "dynamodb"):
         # WHEN one is made

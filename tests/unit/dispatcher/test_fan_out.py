@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 
 from tests.support.dispatcher import DLQ, QUEUE, TTL_IDENTITY, World, stream_record
-from worker_tier.delay import BUCKET_SECONDS, DelayedMessage, MAX_SHARDS, bucket_key
-from worker_tier.delay_recovery import DelayRecovery
-from worker_tier.dispatch_state import (
+from worker_tier.delays.delay import BUCKET_SECONDS, DelayedMessage, MAX_SHARDS, bucket_key
+from worker_tier.delays.delay_recovery import DelayRecovery
+from worker_tier.delays.dispatch_state import (
     LAYOUT_KEY,
     DispatchGroup,
     Layout,
@@ -21,11 +21,11 @@ from worker_tier.dispatch_state import (
     shard_positions,
     watermark_epoch,
 )
-from worker_tier.errors import StateError
-from worker_tier.dispatcher import TIME_RUNNING_OUT, DelayDispatcher
-from worker_tier.dispatch_state import WATERMARK_KEY
+from worker_tier.core.errors import StateError
+from worker_tier.delays.dispatcher import TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.delays.dispatch_state import WATERMARK_KEY
 from worker_tier.handlers.dispatcher import DispatchEventError, group_index
-from worker_tier.contract import PATH_ATTRIBUTE
+from worker_tier.core.contract import PATH_ATTRIBUTE
 
 
 class GroupWorld(World):
@@ -615,7 +615,7 @@ def test_status_names_an_unreadable_group_watermark_and_shows_the_others(world):
 
 
 def test_a_deleted_layout_makes_the_safety_net_retry_rather_than_decide_on_the_g1_watermark_of_before(world):
-    from worker_tier.errors import LayoutLostError
+    from worker_tier.core.errors import LayoutLostError
 
     # GIVEN G = 1 ran, then G = 2 (the first change stamps the G = 1 watermark with epoch 1), then the layout is deleted
     world.store_minute("m", 1)

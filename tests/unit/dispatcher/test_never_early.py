@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from tests.support.dispatcher import DUE_FROM_MS, MomentWorld, finish, ready
-from worker_tier.delivery import delay_seconds
+from worker_tier.delays.delivery import delay_seconds
 
 
 def test_delay_seconds_is_never_early_in_exact_arithmetic_beyond_a_microsecond():

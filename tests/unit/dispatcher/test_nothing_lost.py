@@ -20,9 +20,9 @@ from tests.support.dispatcher import (
     ready,
 )
 from tests.support.fake_dynamodb import client_error
-from worker_tier.delay import CANCELLABLE_SHARD, DelayedMessage, bucket_key, sort_key
-from worker_tier.dispatch_state import DispatchGroup
-from worker_tier.dispatcher import DelayDispatcher, ROUND_ITEMS, TIME_RUNNING_OUT
+from worker_tier.delays.delay import CANCELLABLE_SHARD, DelayedMessage, bucket_key, sort_key
+from worker_tier.delays.dispatch_state import DispatchGroup
+from worker_tier.delays.dispatcher import DelayDispatcher, ROUND_ITEMS, TIME_RUNNING_OUT
 
 BOUND = ROUND_ITEMS  # what went past the waiting batches is within their round, as for a run that dies
 
@@ -61,7 +61,7 @@ def test_a_failing_send_mid_round_resends_no_more_than_the_postponed_bound():
 
 def test_control_before_the_change_a_failing_send_resent_at_most_its_wave(monkeypatch):
     # The control: with no moments (the dispatcher without send moments) the same failure resends at most one wave's worth
-    monkeypatch.setattr("worker_tier.send_moment.MAX_SPREAD_MS", -1)
+    monkeypatch.setattr("worker_tier.delays.send_moment.MAX_SPREAD_MS", -1)
     state = {"failing": True}
     world = MomentWorld(fail=lambda call, entry: ("ServiceUnavailable", False)
                        if state["failing"] and entry["MessageBody"] == "m1599" else None)
@@ -165,7 +165,7 @@ def test_a_busy_minute_stopping_for_time_resends_no_more_than_the_bound(seed, st
 
 def test_control_before_the_change_a_stop_for_time_resent_nothing(monkeypatch):
     # The control: with no moments (the dispatcher without send moments) the same stop for time resends nothing
-    monkeypatch.setattr("worker_tier.send_moment.MAX_SPREAD_MS", -1)
+    monkeypatch.setattr("worker_tier.delays.send_moment.MAX_SPREAD_MS", -1)
     world = MomentWorld()
     scheduler = ready(world)
     ids = world.put(dead_then_ready_round())

@@ -1,4 +1,4 @@
-"""The dispatcher sends each batch at its moment in the second (worker_tier.send_moment): punctual as docs/delays.md
+"""The dispatcher sends each batch at its moment in the second (worker_tier.delays.send_moment): punctual as docs/delays.md
 claims, less lateness, nothing early, lost or doubled, retries included."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from datetime import datetime
 import pytest
 
 from tests.support.dispatcher import DLQ, DUE_FROM_MS, MomentWorld, QUEUE, START, SlowSQS, World, ready
-from worker_tier import dispatcher as dispatcher_module
-from worker_tier.delay import DelayStore, DelayedMessage
-from worker_tier.dispatcher import (
+from worker_tier.delays import dispatcher as dispatcher_module
+from worker_tier.delays.delay import DelayStore, DelayedMessage
+from worker_tier.delays.dispatcher import (
     ALIGNING_STOPS_MS,
     DISPATCH_THREADS,
     DelayDispatcher,
@@ -20,7 +20,7 @@ from worker_tier.dispatcher import (
     RUN_MARGIN_MS,
     TIME_RUNNING_OUT,
 )
-from worker_tier.send_moment import ALIGNED_ROUNDING_MS, MAX_SPREAD_MS, MAX_WAIT_MS
+from worker_tier.delays.send_moment import ALIGNED_ROUNDING_MS, MAX_SPREAD_MS, MAX_WAIT_MS
 
 SEND_SECONDS = 0.003  # each SendMessageBatch: the world's clock moves this much before SQS takes it
 DUE_FROM = START + 960  # a minute in the horizon once the clock is at START + 200
@@ -88,7 +88,7 @@ def test_a_busy_minute_is_sent_at_its_moments_every_message_once_none_early_none
 
 def test_without_moments_the_same_minute_would_be_up_to_a_second_late(monkeypatch):
     # The control for the test above: the lateness it rules out is there when batches go at once.
-    monkeypatch.setattr("worker_tier.send_moment.MAX_SPREAD_MS", -1)
+    monkeypatch.setattr("worker_tier.delays.send_moment.MAX_SPREAD_MS", -1)
     world = MovingWorld()
     scheduler = _ready(world)
     world.store_dense(15_000, span_ms=7_500)

@@ -14,10 +14,10 @@ from tests.support.fake_dynamodb import FakeDynamoDB
 from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.fakes import FakeSQS
 from tests.support.strict_sqs import StrictSQS
-from worker_tier import contract
-from worker_tier import delay
-from worker_tier.delay import BUCKET_SECONDS, DelayedMessage
-from worker_tier.delay_recovery import (
+from worker_tier.core import contract
+from worker_tier.delays import delay
+from worker_tier.delays.delay import BUCKET_SECONDS, DelayedMessage
+from worker_tier.delays.delay_recovery import (
     CLOCK_TOLERANCE_SECONDS,
     DYNAMODB_STREAM_RETENTION_SECONDS,
     STREAM_TIME_RESOLUTION_SECONDS,
@@ -25,15 +25,15 @@ from worker_tier.delay_recovery import (
     StreamRecordError,
     read_record,
 )
-from worker_tier.contract import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.dispatch_state import (
+from worker_tier.core.contract import DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.delays.dispatch_state import (
     FINISHED_MS_ATTRIBUTE,
     MINUTE_RECORD_RETENTION_SECONDS,
     STARTED_MS_ATTRIBUTE,
     WATERMARK_KEY,
     minute_key,
 )
-from worker_tier.dispatch_state import LAYOUT_KEY, DispatchGroup, Layout
+from worker_tier.delays.dispatch_state import LAYOUT_KEY, DispatchGroup, Layout
 
 START = 1_800_000_000.0  # a minute boundary
 MINUTE = int(START // BUCKET_SECONDS)
@@ -488,7 +488,7 @@ class Timeline:
 
     def __init__(self, producer_clock_offset_s: float = 0.0, fail=None) -> None:
         from worker_tier import Client
-        from worker_tier.dispatcher import DelayDispatcher
+        from worker_tier.delays.dispatcher import DelayDispatcher
 
         self.now = START
         self.dynamodb = StreamedDynamoDB(clock=lambda: self.now)

@@ -14,9 +14,9 @@ from hypothesis import given, settings, strategies as st
 
 from tests.support.dispatcher import DLQ, DUE_FROM_MS, QUEUE, MomentWorld, TimedSQS, WatermarkWrites, ready
 from tests.support.fake_dynamodb import client_error
-from worker_tier import send_moment
-from worker_tier.delay import DelayedMessage, bucket_key, sort_key
-from worker_tier.dispatcher import (
+from worker_tier.delays import send_moment
+from worker_tier.delays.delay import DelayedMessage, bucket_key, sort_key
+from worker_tier.delays.dispatcher import (
     DelayDispatcher,
     ALIGNING_STOPS_MS,
     DISPATCH_THREADS,
@@ -27,7 +27,7 @@ from worker_tier.dispatcher import (
     RUN_MARGIN_MS,
     _MinuteDispatch,
 )
-from worker_tier.send_moment import MAX_SPREAD_MS, MAX_WAIT_MS, moment, wait_ms
+from worker_tier.delays.send_moment import MAX_SPREAD_MS, MAX_WAIT_MS, moment, wait_ms
 
 MAX_WAIT_S = MAX_WAIT_MS / 1000
 EPS = 1e-9
@@ -201,7 +201,7 @@ def test_refiles_of_a_round_respect_the_run_margin():
     bucket = DUE_FROM_MS // 60_000
     _misplaced(world, 1_600, bucket)
     world.now += 200
-    from worker_tier.dispatcher import DelayDispatcher
+    from worker_tier.delays.dispatcher import DelayDispatcher
     slow = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=world.sqs,
                            dynamodb=SlowDynamo(world, world.dynamodb, 0.010), clock=lambda: world.now, sleep=world.sleep,
                            parallel=False)

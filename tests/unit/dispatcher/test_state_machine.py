@@ -30,7 +30,7 @@ for poison, dead-lettered with a reason; nothing poison reaches the work queue.
 
 Late writes: a producer whose clock is more than 30 s behind can store a message
 behind the watermark (or behind its shard's cursor). The scheduler never reads
-those; delivering them is the safety net's job (``worker_tier.delay_recovery``,
+those; delivering them is the safety net's job (``worker_tier.delays.delay_recovery``,
 fed by the table's stream, which this machine does not model). Here they must
 only stay in the table; see ``late_writes_stay_for_the_safety_net``.
 """
@@ -53,10 +53,10 @@ from tests.support.strict_dynamodb import StrictDynamoDB
 from tests.support.fakes import FakeSQS
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, OutgoingMessage
-from worker_tier.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
-from worker_tier.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
-from worker_tier.dispatch_state import LAYOUT_KEY, LEASE_SECONDS, DispatchGroup, Layout, group_of, watermark_epoch
-from worker_tier.dispatcher import START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.delays.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
+from worker_tier.core.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
+from worker_tier.delays.dispatch_state import LAYOUT_KEY, LEASE_SECONDS, DispatchGroup, Layout, group_of, watermark_epoch
+from worker_tier.delays.dispatcher import START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, DelayDispatcher
 
 START = 1_800_000_000.0
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
@@ -447,7 +447,7 @@ class DelayMachine(RuleBasedStateMachine):
         """Late writes the scheduler did not deliver are still in the table.
 
         Delivering them is the safety net's job (the delay table's stream consumer,
-        ``worker_tier.delay_recovery``): when this machine models the stream, feed it
+        ``worker_tier.delays.delay_recovery``): when this machine models the stream, feed it
         the INSERTs here and require ``undelivered == set()`` instead.
         """
         undelivered = self.late - set(self.delivered) - self.dead

@@ -1,0 +1,478 @@
+"""The container worker: a long-running SQS consumer for tasks longer than Lambda's 15 minutes.
+
+It runs the same registered tasks through the same ``Worker`` core as the Lambda
+handler (routing, Task, backoff, RetryLater, NonRetryableError, DLQ with reason,
+idempotency): each received message becomes a one-record Lambda-shaped event.
+Heartbeats are always on. On SIGTERM it stops receiving, releases (visibility 0) what
+it had not started, and lets running tasks finish within a grace period. A message
+whose task is still running is never released: two workers would run it at once.
+Instead the heartbeat keeps it hidden and the process exits, so the task dies with
+it; the message returns when its last extension lapses (interval + margin). The grace
+period counts from SIGTERM, and messages a poll returns after it are released at once.
+On ECS it keeps task scale-in protection on while it holds work (``protection``).
+With HTTP forwarding (``app_port``) it takes no message before the app's health check
+answers 200 (``HttpTarget.wait_until_healthy``); a SIGTERM meanwhile ends it cleanly.
+
+A failed ReceiveMessage is logged and retried after a capped backoff; only a
+configuration error (access denied, no such queue) stops the worker, after the
+same drain as SIGTERM. Messages are received hidden for the heartbeat's window, so a
+crash before the first beat gives them back within it. On a FIFO queue the messages
+of one group run one after another; after a failure the rest of the group is
+released (visibility 0), so the group keeps its order.
+
+It receives no more messages than it has free threads, so none waits hidden behind a
+long task (but for the earlier messages of its own FIFO group), and the Worker counts
+SQS's 12 hours from each message's real receive.
+Its metrics are printed (EMF) after each message and before it exits.
+
+A succeeded message is deleted in a DeleteMessageBatch shared with other messages
+(``worker_tier.container.deletions``: on a standard queue handed to one sender thread, on a FIFO queue
+sent by the threads that wait on them), and the heartbeat holds it until SQS answers. Task
+scale-in protection stays on while deletes wait. A message whose lease is lost while its
+delete waits (its extensions failed) may run again, here or on another worker, as it would
+after any lost lease. A delete that fails is logged: the message returns and runs again,
+and on a FIFO queue the rest of its group is released, as after a failed task.
+From the stop, waiting deletes go out without lingering, within the grace period; a delete
+still unanswered at its end is held like a running task, and the exit names it. Before each receive, while fewer than half
+the threads are free, running tasks get up to ``RECEIVE_GATHER_SECONDS`` to end, so one
+receive fills several threads; a long task delays no receive.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from worker_tier.core import contract, limits, observability
+from worker_tier.core.aws import error_code
+from worker_tier.container.deletions import (
+    BACKGROUND_DELETE_LINGER_SECONDS,
+    DELETE_LINGER_SECONDS,
+    BackgroundDeletions,
+    Deletions,
+)
+from worker_tier.core.errors import QueueConfigurationError
+from worker_tier.worker.heartbeat import Heartbeat
+from worker_tier.core.message import lambda_record, safe_repr
+from worker_tier.core.observability import logger
+from worker_tier.container.protection import PROTECTION_MINUTES, TaskProtection  # noqa: F401 - imported from here too
+from worker_tier.core.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINER_GRACE_SECONDS, Settings
+from worker_tier.core.visibility import VisibilityChange, change_visibility
+from worker_tier.worker.batch import Worker
+
+POLL_WAIT_SECONDS = limits.SQS_MAX_WAIT_TIME_SECONDS
+# After the grace period: time to release messages, flush metrics and exit before the stop timeout's SIGKILL.
+RELEASE_SECONDS = 5
+# EX_TEMPFAIL (sysexits.h): tasks were cut short by the shutdown; their messages return for a retry.
+EXIT_CODE_TASKS_ABANDONED = 75
+# EX_CONFIG (sysexits.h): the queue cannot be read (access denied, no such queue); no retry can fix it.
+EXIT_CODE_CONFIGURATION = 78
+# A failed ReceiveMessage (after botocore's own retries) waits 1, 2, 4... seconds, at most 30, before the next.
+RECEIVE_BACKOFF_BASE_SECONDS = 1.0
+RECEIVE_BACKOFF_MAX_SECONDS = 30.0
+# ReceiveMessage errors no retry can fix: the worker drains and exits. The query protocol spells the queue's
+# code AWS.SimpleQueueService.NonExistentQueue, the JSON protocol QueueDoesNotExist.
+CONFIGURATION_ERROR_CODES = frozenset(
+    {"AccessDenied", "AccessDeniedException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
+)
+
+
+def exit_now(code: int) -> None:
+    """Flush the logs and end the process now, non-daemon task threads and all (``sys.exit`` would wait for them)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
+def threads_left() -> list[threading.Thread]:
+    """Non-daemon threads still running beside the main thread (a task's own): ``sys.exit`` would wait for them."""
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+
+
+def _queue_arn(sqs: Any, queue_url: str) -> str:
+    """The queue's ARN; QueueConfigurationError when SQS refuses in a way no retry fixes (no such queue, access denied)."""
+    try:
+        response = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    except Exception as error:
+        code = error_code(error)
+        if code in CONFIGURATION_ERROR_CODES:
+            raise _refused("GetQueueAttributes", queue_url, code) from error
+        raise
+    return str(response["Attributes"]["QueueArn"])
+
+
+def _refused(operation: str, queue_url: str, code: str) -> QueueConfigurationError:
+    """The one-line error of a queue call refused for good: the call, the queue URL, the code, and what to check."""
+    return QueueConfigurationError(
+        f"{operation} on {queue_url} was refused with {code}: check the queue URL ({contract.QUEUE_URL_VARIABLE}) "
+        f"and the task role's sqs:{operation} permission"
+    )
+
+
+class StopSignal(threading.Event):
+    """An event that remembers when it was first set (the grace period counts from then)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        self.set_at: float | None = None
+
+    def set(self) -> None:
+        """Set it, and note the time on the first call."""
+        if self.set_at is None:
+            self.set_at = self._clock()
+        super().set()
+
+
+@dataclass
+class _Chain:
+    """Messages run one after another on one thread: one message, or one FIFO group's in receive order."""
+
+    waiting: list[dict[str, Any]]
+    current: dict[str, Any] | None = None
+
+
+class Consumer:
+    """Long-polls a queue and runs each message through ``Worker`` on a pool of threads."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        sqs: Any,
+        queue_url: str,
+        *,
+        concurrency: int = DEFAULT_CONTAINER_CONCURRENCY,
+        grace_seconds: float = DEFAULT_CONTAINER_GRACE_SECONDS,
+        poll_wait_seconds: int | None = None,
+        heartbeat_interval: float | None = None,
+        heartbeat: Heartbeat | None = None,
+        protection: TaskProtection | None = None,
+        exit_process: Callable[[int], None] = exit_now,
+        stop_timeout_seconds: float = limits.ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        delete_linger_seconds: float | None = None,
+        delete_sqs: Any | None = None,
+    ) -> None:
+        self.worker = worker
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.concurrency = concurrency
+        self.grace_seconds = grace_seconds
+        self.poll_wait_seconds = _poll_wait(poll_wait_seconds, grace_seconds, stop_timeout_seconds)
+        interval = heartbeat_interval if heartbeat_interval is not None else worker.settings.heartbeat_interval
+        self.heartbeat = heartbeat if heartbeat is not None else Heartbeat(sqs, queue_url, interval_seconds=interval)
+        self.protection = protection or TaskProtection()
+        self._exit_process = exit_process
+        self._clock = clock
+        self.stopping = StopSignal(clock)
+        self._queue_arn = _queue_arn(sqs, queue_url)
+        self._region = self._queue_arn.split(":")[3]
+        self._pending: dict[Future[None], _Chain] = {}
+        self._lock = threading.Lock()
+        self._receive_failures = 0
+        self._fatal: QueueConfigurationError | None = None
+        deleting_sqs = delete_sqs if delete_sqs is not None else sqs
+        self._deletions: Deletions | None = None
+        self._background: BackgroundDeletions | None = None
+        if queue_url.endswith(".fifo"):  # a group's next message waits until the previous one is deleted
+            linger = DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
+            self._deletions = Deletions(deleting_sqs, queue_url, self._busy, linger, clock)
+        else:
+            linger = BACKGROUND_DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
+            self._background = BackgroundDeletions(deleting_sqs, queue_url, self.heartbeat.release, linger, clock)
+
+    def run(self) -> None:
+        """Consume until ``stopping`` is set, then drain within the grace period (counted from the stop).
+
+        If tasks still run after it, their messages stay held and the process exits
+        (``exit_process``) with ``EXIT_CODE_TASKS_ABANDONED``. A configuration error
+        from ReceiveMessage stops consuming the same way; ``QueueConfigurationError`` is raised after the drain.
+        """
+        if not self._app_healthy():
+            logger.info("stopped before the app was healthy: no message was taken")
+            return
+        self.heartbeat.start()
+        self.protection.start(self._holds_work)
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
+        try:
+            self._consume(pool)
+        except Exception:  # logged here: an exit for abandoned tasks below would hide it
+            logger.exception("container worker stopped consuming on an error")
+            raise
+        finally:
+            self._finish(pool)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _app_healthy(self) -> bool:
+        """HTTP forwarding: wait until the app's health check answers 200 (False if stopped first); else True."""
+        gate = getattr(getattr(self.worker, "app_target", None), "wait_until_healthy", None)
+        return gate is None or bool(gate(self.stopping))
+
+    def _consume(self, pool: ThreadPoolExecutor) -> None:
+        """Receive while there are free threads, until stopping."""
+        while not self.stopping.is_set():
+            self._gather()
+            if self.stopping.is_set() or self._in_flight() >= self.concurrency:
+                continue
+            self._receive_into(pool)
+            self.protection.hold(self._holds_work())
+
+    def _gather(self) -> None:
+        """Let running tasks end before a receive, so that one receive fills several threads.
+
+        While fewer than half the threads are free it waits up to RECEIVE_GATHER_SECONDS for
+        one to end (with none free, as long as it takes); then only while others end within
+        RECEIVE_FOLLOW_SECONDS of each other, so a long task delays no receive.
+        """
+        deadline = self._clock() + RECEIVE_GATHER_SECONDS
+        while not self.stopping.is_set() and (free := self.concurrency - self._in_flight()) < self.concurrency:
+            few = 2 * free < self.concurrency
+            timeout = (1.0 if free == 0 else deadline - self._clock()) if few else RECEIVE_FOLLOW_SECONDS
+            with self._lock:
+                running = [future for future in self._pending if not future.done()]
+            if not running or timeout <= 0:
+                return
+            ended, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not ended and not few:
+                return
+
+    def _finish(self, pool: ThreadPoolExecutor) -> None:
+        """Drain and send the waiting deletes; exit with the messages still running (or undeleted) held, or stop
+        the heartbeat and protection."""
+        self.stopping.set()
+        if self._background is not None:
+            self._background.hurry()
+        observability.flush()
+        still_running = self._drain(pool)
+        unanswered = self._background.close(self._grace_left()) if self._background is not None else []
+        self.protection.stop()
+        if still_running or unanswered:
+            self._abandon(still_running, unanswered)
+        else:
+            self.heartbeat.stop()
+            self.protection.hold(False)
+
+    def _receive_into(self, pool: ThreadPoolExecutor) -> None:
+        """One long poll for as many messages as there are free threads; each is held by the heartbeat from its arrival."""
+        free = min(self.concurrency - self._in_flight(), limits.SQS_MAX_BATCH_ENTRIES)
+        messages = self._receive(free)
+        if messages and self.stopping.is_set():
+            self._release(messages, "received after the stop")
+            return
+        for message in messages:
+            self.heartbeat.hold(message["MessageId"], message["ReceiptHandle"])
+        for chain in _chains(messages):
+            future = pool.submit(self._run_chain, chain)
+            with self._lock:
+                self._pending[future] = chain
+            future.add_done_callback(self._done)
+
+    def _receive(self, free: int) -> list[dict[str, Any]]:
+        """One ReceiveMessage, hidden for the heartbeat's window; a failure is handled and gives no messages."""
+        try:
+            response = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=free,
+                WaitTimeSeconds=self.poll_wait_seconds,
+                VisibilityTimeout=self.heartbeat.extension_seconds,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+        except Exception as error:  # any AWS or network error: decide between a pause and a stop
+            self._receive_failed(error)
+            return []
+        self._receive_failures = 0
+        return response.get("Messages") or []
+
+    def _receive_failed(self, error: Exception) -> None:
+        """Stop (after a drain) on a configuration error; otherwise pause, longer each time, and poll again."""
+        code = error_code(error)
+        if code in CONFIGURATION_ERROR_CODES:
+            logger.error(
+                "the queue cannot be read: draining running tasks, then exiting",
+                extra={"queue": self.queue_url, "code": code, "error": safe_repr(error)},
+            )
+            self._fatal = _refused("ReceiveMessage", self.queue_url, code)
+            self._fatal.__cause__ = error
+            self.stopping.set()
+            return
+        self._receive_failures += 1
+        exponent = min(self._receive_failures - 1, 10)
+        pause = min(RECEIVE_BACKOFF_MAX_SECONDS, RECEIVE_BACKOFF_BASE_SECONDS * 2**exponent)
+        logger.warning(
+            "ReceiveMessage failed: polling again after a pause; running tasks go on",
+            extra={"code": code, "error": safe_repr(error), "failures_in_a_row": self._receive_failures, "pause_seconds": pause},
+        )
+        self.stopping.wait(pause)
+
+    def _run_chain(self, chain: _Chain) -> None:
+        """Run a chain's messages in order; after a failure, release the rest of it (visibility 0)."""
+        while (message := self._next(chain)) is not None:
+            try:
+                succeeded = self._process(message)
+            except BaseException:
+                self._release_rest(chain, "an earlier message of its group failed")
+                raise
+            finally:
+                with self._lock:
+                    chain.current = None
+            if not succeeded:
+                self._release_rest(chain, "an earlier message of its group failed")
+                return
+
+    def _next(self, chain: _Chain) -> dict[str, Any] | None:
+        """The chain's next message, now current; None when it is done, or stopping (the rest is released)."""
+        with self._lock:
+            if chain.waiting and not self.stopping.is_set():
+                chain.current = chain.waiting.pop(0)
+                return chain.current
+        self._release_rest(chain, "not started before the stop")
+        return None
+
+    def _release_rest(self, chain: _Chain, why: str) -> None:
+        """Release the chain's messages not yet started."""
+        with self._lock:
+            rest, chain.waiting = chain.waiting, []
+        self._release(rest, why)
+
+    def _process(self, message: dict[str, Any]) -> bool:
+        """Run one message through the shared Worker core; delete it unless it was reported failed (False).
+
+        A delete that fails also gives False. Whatever happens, the heartbeat holds the
+        message until its fate is settled (deleted, or failed), and the metrics are printed.
+        """
+        handed_off = False
+        try:
+            record = lambda_record(message, self._queue_arn, self._region)
+            response = self.worker.handle({"Records": [record]}, None, heartbeat=self.heartbeat)
+            if response["batchItemFailures"]:
+                return False
+            if self._background is None:
+                return self._deletions is not None and self._deletions.delete(message)
+            self._background.hand_off(message)  # its answer releases it from the heartbeat
+            handed_off = True
+            return True
+        finally:
+            if not handed_off:
+                self.heartbeat.release(message["MessageId"])
+            observability.flush()
+
+    def _done(self, future: Future[None]) -> None:
+        with self._lock:
+            self._pending.pop(future, None)
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            logger.error("message processing crashed", extra={"error": safe_repr(error)})
+
+    def _holds_work(self) -> bool:
+        """Whether a message is running, waiting in a chain, or waiting for its delete (scale-in protection)."""
+        return self._in_flight() > 0 or (self._background is not None and self._background.pending() > 0)
+
+    def _busy(self) -> int:
+        """Threads that hold or will soon hold a message: one per chain received and not yet finished."""
+        with self._lock:
+            return len(self._pending)
+
+    def _in_flight(self) -> int:
+        """Messages received and not yet finished (running or waiting in a chain)."""
+        with self._lock:
+            return sum(len(c.waiting) + (c.current is not None) for c in self._pending.values())
+
+    def _drain(self, pool: ThreadPoolExecutor) -> list[dict[str, Any]]:
+        """Release what never started, give running work the rest of the grace period; return the messages still running."""
+        with self._lock:
+            pending = dict(self._pending)
+            unstarted = [m for chain in pending.values() for m in chain.waiting]
+            for chain in pending.values():
+                chain.waiting = []
+        running = [future for future in pending if not future.cancel()]
+        self._release(unstarted, "not started before the stop")
+        _, still_running = wait(running, timeout=self._grace_left())
+        # Nothing running: the idle pool threads end at once (joined, so the exit does not count them as left behind).
+        pool.shutdown(wait=not still_running, cancel_futures=True)
+        with self._lock:
+            return [current for f in still_running if (current := pending[f].current) is not None]
+
+    def _grace_left(self) -> float:
+        """Seconds of the grace period left: it counts from the stop (SIGTERM), not from the end of the poll."""
+        stopped_at = self.stopping.set_at if self.stopping.set_at is not None else self._clock()
+        return max(0.0, stopped_at + self.grace_seconds - self._clock())
+
+    def _abandon(self, running: list[dict[str, Any]], unanswered: list[dict[str, Any]]) -> None:
+        """Exit with the heartbeat still holding these messages: they return once its last extension lapses."""
+        for messages, what in ((running, "tasks still running"), (unanswered, "deletes of succeeded messages unanswered")):
+            if messages:
+                logger.warning(
+                    f"{what} after the grace period: exiting without releasing their messages (they run again)",
+                    extra={
+                        "count": len(messages),
+                        "message_ids": [m["MessageId"] for m in messages],
+                        "grace_seconds": self.grace_seconds,
+                        "visible_again_within_seconds": self.heartbeat.extension_seconds,
+                    },
+                )
+        self._exit_process(EXIT_CODE_TASKS_ABANDONED)
+
+    def _release(self, messages: list[dict[str, Any]], why: str) -> None:
+        """Visibility 0: another worker takes them at once."""
+        for message in messages:
+            self.heartbeat.release(message["MessageId"])
+        if messages:
+            logger.info("released messages", extra={"count": len(messages), "reason": why})
+            change_visibility(
+                self.sqs, self.queue_url, [VisibilityChange(m["MessageId"], m["ReceiptHandle"], 0) for m in messages]
+            )
+
+
+# Before a receive, while fewer than half the threads are free, running tasks get at most this long to end, so
+# that short tasks are received a few threads at a time rather than a poll per thread freed.
+RECEIVE_GATHER_SECONDS = 0.2
+# Once enough threads are free, a receive waits for more only while they keep ending this close together.
+RECEIVE_FOLLOW_SECONDS = 0.02
+def concurrency(settings: Settings) -> int:
+    """Messages the container worker runs at once: http_connections when it forwards to an app over HTTP
+    (``app_port``; EB HttpConnections), else container_concurrency."""
+    return settings.http_connections if settings.app_port else settings.container_concurrency
+
+
+def _chains(messages: list[dict[str, Any]]) -> list[_Chain]:
+    """One chain per message, except on a FIFO queue: one per message group, in receive order."""
+    groups: dict[str, _Chain] = {}
+    chains: list[_Chain] = []
+    for message in messages:
+        group = (message.get("Attributes") or {}).get("MessageGroupId")
+        if group is None:
+            chains.append(_Chain([message]))
+            continue
+        if group not in groups:
+            groups[group] = _Chain([])
+            chains.append(groups[group])
+        groups[group].waiting.append(message)
+    return chains
+
+
+def _poll_wait(requested: int | None, grace_seconds: float, stop_timeout_seconds: float) -> int:
+    """The long poll's wait: at most SQS's 20 s and the stop timeout less the grace and the release time.
+
+    A poll in progress at SIGTERM is not interrupted, so a longer one could push the drain past SIGKILL.
+    """
+    budget = stop_timeout_seconds - grace_seconds - RELEASE_SECONDS
+    allowed = max(1, min(POLL_WAIT_SECONDS, int(budget)))
+    if budget < 1:
+        logger.warning(
+            f"grace_seconds {grace_seconds} + {RELEASE_SECONDS} s to release and exit leave no room for a long poll "
+            f"within the {stop_timeout_seconds} s stop timeout: SIGKILL may land during the drain; polling 1 s"
+        )
+    if requested is None or requested <= allowed:
+        return allowed if requested is None else requested
+    logger.warning(
+        f"poll_wait_seconds cut from {requested} to {allowed}: it must be <= stop timeout {stop_timeout_seconds} s "
+        f"- grace_seconds {grace_seconds} - {RELEASE_SECONDS} s to release, so the drain ends before SIGKILL"
+    )
+    return allowed

@@ -1,0 +1,370 @@
+"""Messages on the wire: Elastic Beanstalk sqsd's attributes and Worker Tier's dead-letter reason.
+
+The attribute names live in ``worker_tier.core.contract``; the logic that reads and writes them, here.
+
+Attributes travel in two shapes. The Lambda SQS event spells them
+``{"stringValue": ..., "dataType": ...}``; the SQS API (boto3) spells them
+``{"StringValue": ..., "DataType": ...}``. ``sqs_attributes`` converts the
+first into the second so a dead-lettered message keeps what it came with (every
+value SQS would accept; the rest are named, never raised).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from worker_tier.core import limits
+from worker_tier.core.contract import (
+    DUE_AT_ATTRIBUTE,
+    FAILURE_ATTRIBUTE,
+    FIRST_RECEIVED_ATTRIBUTE,
+    PATH_ATTRIBUTE,
+    ROUTING_ATTRIBUTES,
+    SCHEDULED_TIME_FORMAT,
+    SQSD_ATTRIBUTE_PREFIX,
+    WORKER_TIER_ATTRIBUTE_PREFIX,
+)
+from worker_tier.core.errors import AppStatusError, MalformedEventError
+
+MAX_ERROR_MESSAGE_BYTES = 1024
+# The digits of an epoch-milliseconds time (13 until the year 2286; more is no time SQS gives).
+MAX_EPOCH_MS_DIGITS = 16
+# Longest error text a log line or an outcome carries (an error's message can be megabytes).
+MAX_LOGGED_ERROR_CHARS = 4096
+
+
+def event_attribute_value(attribute: Mapping[str, Any]) -> str | None:
+    """The String or Number value of a Lambda-event attribute; None for Binary, as sqsd drops it."""
+    if str(attribute.get("dataType", "")).split(".")[0] in ("String", "Number"):
+        return attribute.get("stringValue")
+    return None
+
+
+def record_path(record: Mapping[str, Any], default_path: str) -> str:
+    """A Lambda SQS record's route: its ``beanstalk.sqsd.path`` attribute, else the default (sqsd's HttpPath)."""
+    attributes = record.get("messageAttributes")
+    routing = attributes.get(PATH_ATTRIBUTE) if isinstance(attributes, dict) else None  # events are JSON: dicts
+    path = routing.get("stringValue") if isinstance(routing, dict) else None
+    return path if path and isinstance(path, str) else default_path
+
+
+def split_records(event: Any) -> tuple[list[Any], list[tuple[int, Any]]]:
+    """A Lambda SQS event's records the worker can name (a non-empty messageId), and (index, record) for the others.
+
+    Raises MalformedEventError for anything that is not an SQS event.
+
+    Examples
+    --------
+    >>> split_records({"Records": [{"messageId": "m1"}, {"body": "x"}]})
+    ([{'messageId': 'm1'}], [(1, {'body': 'x'})])
+    """
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    if not isinstance(records, list):
+        shown = repr(event) if len(repr(event)) <= 80 else repr(event)[:77] + "..."
+        raise MalformedEventError(
+            f"the worker takes a Lambda SQS event: a mapping with a 'Records' list; got {type(event).__name__} {shown}"
+        )
+    named = [r for r in records if type(r) is dict and type(r.get("messageId")) is str and r["messageId"]]
+    if len(named) == len(records):
+        return named, []
+    kept = {id(r) for r in named}
+    return named, [(i, r) for i, r in enumerate(records) if id(r) not in kept]
+
+
+def sent_timestamp_ms(record: Mapping[str, Any]) -> int | None:
+    """A record's SentTimestamp, or None when absent or not a number."""
+    system = record.get("attributes")
+    value = system.get("SentTimestamp") if isinstance(system, dict) else None
+    if not value:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def task_attributes(event_attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """String and Number attributes of a Lambda SQS record, by name."""
+    if not isinstance(event_attributes, Mapping):
+        return {}
+    values = {name: event_attribute_value(attr) for name, attr in event_attributes.items() if isinstance(attr, Mapping)}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def sqs_attributes(event_attributes: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Convert Lambda-event message attributes into the SQS API's shape, keeping every type.
+
+    Returns the converted attributes and the names of those SQS would refuse (a
+    bad name, an unknown data type, a Binary value that is not base64, a String
+    with no stringValue...): those are left out and named, never raised.
+    """
+    from worker_tier.core import sqs_rules  # only the dead-letter and forward paths pay for it
+
+    if not isinstance(event_attributes, Mapping):
+        return {}, []
+    converted: dict[str, dict[str, Any]] = {}
+    dropped: list[str] = []
+    for name, attr in event_attributes.items():
+        value = _api_attribute(attr)
+        if value is None or sqs_rules.attribute_name_problem(name) or sqs_rules.attribute_value_problem(name, value):
+            dropped.append(str(name))
+        else:
+            converted[name] = value
+    return converted, dropped
+
+
+def _api_attribute(attr: Any) -> dict[str, Any] | None:
+    """One Lambda-event attribute in the SQS API's shape, or None when it cannot be converted."""
+    if not isinstance(attr, Mapping):
+        return None
+    data_type = attr.get("dataType")
+    if str(data_type).partition(".")[0] != "Binary":
+        return {"DataType": data_type, "StringValue": attr.get("stringValue")}
+    try:
+        return {"DataType": data_type, "BinaryValue": base64.b64decode(attr.get("binaryValue") or "", validate=True)}
+    except (TypeError, ValueError):  # binascii.Error is a ValueError
+        return None
+
+
+def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A record's attributes for ``Client.send`` of a copy: (user attributes, internal attributes).
+
+    User attributes come back as the Python values the Client takes: str, bytes,
+    and a Number as a Decimal of its exact text, so the copy carries the same
+    digits; custom type labels (``Number.int``) are not kept. The path is
+    left out (the Client sets it from the path) and so are ``worker_tier.*``
+    attributes (the caller sets its own); ``beanstalk.sqsd.*`` ones, which the
+    Client refuses from users, come back as internal attributes, as strings.
+    """
+    converted, _ = sqs_attributes(record.get("messageAttributes") or {})
+    user: dict[str, Any] = {}
+    internal: dict[str, Any] = {}
+    for name, value in converted.items():
+        if name == PATH_ATTRIBUTE or name.startswith(WORKER_TIER_ATTRIBUTE_PREFIX):
+            continue
+        if name.startswith(SQSD_ATTRIBUTE_PREFIX):
+            internal[name] = value.get("StringValue")
+        else:
+            user[name] = _python_value(value)
+    return user, internal
+
+
+def first_received_ms(record: Mapping[str, Any]) -> int | None:
+    """When a record's message was first received (epoch ms): the original's, carried on a retry re-sent through
+    the delay table (``worker_tier.first_received_at``), else SQS's ``ApproximateFirstReceiveTimestamp``; None
+    when the record has neither (a hand-built one). A message carrying ``worker_tier.failure`` came back from the
+    DLQ by a move that keeps attributes (StartMessageMoveTask): its carried first receive is ignored."""
+    attributes = record.get("messageAttributes")
+    carried = None  # back from the DLQ (worker_tier.failure): a fresh start
+    if isinstance(attributes, dict) and FAILURE_ATTRIBUTE not in attributes:
+        carried = attributes.get(FIRST_RECEIVED_ATTRIBUTE)
+    first = carried.get("stringValue") if isinstance(carried, dict) else None
+    if not first:
+        system = record.get("attributes")
+        first = system.get("ApproximateFirstReceiveTimestamp") if isinstance(system, dict) else None
+    if not isinstance(first, str) or not first.isascii() or not first.isdigit() or len(first) > MAX_EPOCH_MS_DIGITS:
+        return None
+    return int(first)
+
+
+def _python_value(value: Mapping[str, Any]) -> Any:
+    """An SQS-API attribute value as the Python value the Client turns back into it."""
+    base = value["DataType"].partition(".")[0]
+    if base == "Binary":
+        return value["BinaryValue"]
+    text = value["StringValue"]
+    if base != "Number":
+        return text
+    from decimal import Decimal  # only a copy needs it: kept off the worker's cold start
+
+    return Decimal(text)  # Decimal keeps every digit; float() would round past 17
+
+
+def attribute_bytes(name: str, value: Mapping[str, Any]) -> int:
+    """Bytes one SQS-API attribute adds to a message's size (name, type and value)."""
+    payload = value.get("StringValue")
+    payload_bytes = len(payload.encode("utf-8")) if payload is not None else len(value.get("BinaryValue", b""))
+    return len(name.encode("utf-8")) + len(value["DataType"].encode("utf-8")) + payload_bytes
+
+
+def message_bytes(body: str, attributes: Mapping[str, Mapping[str, Any]]) -> int:
+    """A message's size as SQS counts it against its 1 MiB quota."""
+    return len(body.encode("utf-8")) + sum(attribute_bytes(n, v) for n, v in attributes.items())
+
+
+def format_scheduled_time(moment: datetime) -> str:
+    """EB's ``beanstalk.sqsd.scheduled_time`` text for an aware datetime."""
+    return moment.astimezone(timezone.utc).strftime(SCHEDULED_TIME_FORMAT)
+
+
+def parse_scheduled_time(text: str | None) -> datetime | None:
+    """Parse EB's scheduled-time text; None when absent or not in EB's format."""
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, SCHEDULED_TIME_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def format_due_at(due_ms: int) -> str:
+    """``worker_tier.due_at`` text for a due time in epoch milliseconds (millisecond precision, UTC).
+
+    Examples
+    --------
+    >>> format_due_at(1_800_000_000_250)
+    '2027-01-15T08:00:00.250Z'
+    """
+    moment = datetime.fromtimestamp(due_ms // 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{due_ms % 1000:03d}Z"
+
+
+def parse_due_at(text: Any, message_id: Any = None) -> datetime | None:
+    """A ``worker_tier.due_at`` value as an aware UTC datetime; None (logged) when absent or unreadable.
+
+    Examples
+    --------
+    >>> parse_due_at("2026-11-22T12:00:00.000Z").isoformat()
+    '2026-11-22T12:00:00+00:00'
+    """
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (AttributeError, TypeError, ValueError):
+        from worker_tier.core.observability import logger
+
+        logger.warning(f"unreadable {DUE_AT_ATTRIBUTE}; treated as absent", extra={"message_id": message_id, "value": repr(text)[:80]})
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def error_text(error: BaseException, max_chars: int | None = None) -> str:
+    """``str(error)``, or a note saying it could not be had (an exception's ``__str__`` can raise or return a non-str).
+
+    ``max_chars`` cuts long text (marked ``...``), as logs and outcomes want.
+    """
+    try:
+        text = str(error)
+    except Exception as failure:
+        text = f"<str() of {type(error).__name__} raised {type(failure).__name__}: {_plain_str(failure)}>"
+    return text if max_chars is None or len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def safe_repr(error: object, max_chars: int = MAX_LOGGED_ERROR_CHARS) -> str:
+    """``repr(error)`` for logs, cut to ``max_chars``; a note instead when ``__repr__`` raises or returns a non-str.
+
+    Examples
+    --------
+    >>> safe_repr(ValueError("x" * 10), max_chars=16)
+    "ValueError('x..."
+    """
+    try:
+        text = repr(error)
+    except Exception as failure:
+        text = f"<repr() of {type(error).__name__} raised {type(failure).__name__}: {_plain_str(failure)}>"
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def _plain_str(error: BaseException) -> str:
+    """``str(error)``, or '?' when even that raises."""
+    try:
+        return str(error)[:MAX_LOGGED_ERROR_CHARS]
+    except Exception:
+        return "?"
+
+
+def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at: datetime) -> dict[str, Any]:
+    """The ``worker_tier.failure`` fields for an error (docs/design.md, "Message contract").
+
+    An app's answer other than 200 (an AppStatusError, or the ``__cause__`` of the RetryLater or
+    AppExceptionError it became) adds ``app_status`` and ``app_response``, the first KiB of its body
+    (UTF-8, undecodable bytes replaced).
+    """
+    reason = {
+        "error_type": type(error).__name__,
+        "error_message": truncate_utf8(error_text(error), MAX_ERROR_MESSAGE_BYTES),
+        "attempts": attempts,
+        "failed_at": failed_at.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "path": path,
+    }
+    answer = error if isinstance(error, AppStatusError) else error.__cause__
+    if isinstance(answer, AppStatusError):
+        reason["app_status"] = answer.status
+        reason["app_response"] = answer.response_body[:MAX_ERROR_MESSAGE_BYTES].decode("utf-8", errors="replace")
+    return reason
+
+
+def dead_letter_attributes(
+    original: Mapping[str, Mapping[str, Any]], reason: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The original attributes plus ``worker_tier.failure``, within SQS's 10-attribute quota.
+
+    Routing attributes and the reason are kept first; any attribute that does not
+    fit is named in the reason's ``dropped_attributes``.
+    """
+    routing = [name for name in ROUTING_ATTRIBUTES if name in original]
+    others = [name for name in original if name not in ROUTING_ATTRIBUTES and name != FAILURE_ATTRIBUTE]
+    room = limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1 - len(routing)
+    kept, dropped = routing + others[:room], others[room:]
+    if dropped:
+        reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *dropped]}
+    attributes = {name: dict(original[name]) for name in kept}
+    attributes[FAILURE_ATTRIBUTE] = {"DataType": "String", "StringValue": json.dumps(reason, separators=(",", ":"))}
+    return attributes
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """Cut text to at most max_bytes of UTF-8 without splitting a character, marking the cut with '...'.
+
+    Examples
+    --------
+    >>> truncate_utf8("abcdef", 5), truncate_utf8("abc", 5), truncate_utf8("abcdef", 2)
+    ('ab...', 'abc', '')
+    """
+    # A lone surrogate (text decoded with surrogateescape) cannot be UTF-8: it is spelled \udce9 instead.
+    encoded = text.encode("utf-8", errors="backslashreplace")
+    if len(encoded) <= max_bytes:
+        return encoded.decode("utf-8")
+    if max_bytes < 3:
+        return ""
+    return encoded[: max_bytes - 3].decode("utf-8", errors="ignore") + "..."
+
+
+def lambda_record(received: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
+    """One Lambda SQS event record, as Lambda builds it from a received message (ReceiveMessage shape)."""
+    body = received.get("Body", "")
+    return {
+        "messageId": received["MessageId"],
+        "receiptHandle": received["ReceiptHandle"],
+        "body": body,
+        "attributes": dict(received.get("Attributes") or {}),
+        "messageAttributes": {
+            name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
+        },
+        "md5OfBody": received.get("MD5OfBody") or body_md5(body),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+
+
+def _event_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    """An SQS API message attribute in the Lambda event's spelling."""
+    attribute: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+    if "BinaryValue" in value:
+        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
+    else:
+        attribute["stringValue"] = value.get("StringValue")
+    return attribute
+
+
+def body_md5(body: str) -> str:
+    """The hex MD5 of a body's UTF-8, as SQS reports it (``MD5OfBody``); hashlib (OpenSSL, ~5 ms) is imported only
+    when one is computed, off the handler's cold start."""
+    import hashlib
+
+    return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()

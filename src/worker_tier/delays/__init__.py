@@ -1,0 +1,1 @@
+"""Delays of any length: the delay table (``delay``), the minute dispatcher (``dispatcher``) and its state records (``dispatch_state``), delivery to SQS at a send moment (``delivery``, ``send_moment``), recovery of items the table's TTL removed (``delay_recovery``), cancellation and dedupe markers (``cancellation``, ``dedupe``)."""

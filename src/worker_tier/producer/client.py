@@ -1,0 +1,517 @@
+"""The producer: ``Client.send`` and ``Client.send_batch``.
+
+Every message is checked against SQS's rules (``worker_tier.core.sqs_rules``) before
+anything is sent or stored, so a message the delay table keeps for later is one
+SQS will take at dispatch. A ``dedupe_key`` means one thing on every queue type
+and at every delay: at most one accepted message per key (the rule for standard
+queues is in ``worker_tier.delays.dedupe``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, Mapping
+
+from worker_tier.delays import cancellation, dedupe, delay
+from worker_tier.core import contract, limits, message
+from worker_tier.producer import outgoing as checks
+from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
+from worker_tier.delays.delay import DelayedMessage
+from worker_tier.core.errors import MessageError, SendError
+from worker_tier.producer.outgoing import OutgoingMessage, due_in_seconds
+from worker_tier.core.retry import SEND_ENTRIES, batches
+
+__all__ = ["Client", "OutgoingMessage", "SendResult", "due_in_seconds"]
+
+_log = logging.getLogger(__name__)
+
+# The dispatcher adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
+DUE_AT_ATTRIBUTE_BYTES = len(contract.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
+QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
+# A send whose answer was lost (read timeout, closed connection, 5xx): SQS may or may not have the message.
+OUTCOME_UNKNOWN_CODE = "SendOutcomeUnknown"
+
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What became of one message of ``send_batch``: its message id, or why it was refused."""
+
+    index: int
+    message_id: str | None = None
+    error: str | None = None
+    code: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when SQS (or the delay table) accepted the message."""
+        return self.message_id is not None
+
+
+class Client:
+    """Sends work to a Worker Tier queue.
+
+    ``maximum_message_size`` is the queue's MaximumMessageSize in bytes. When it
+    is not given, the Client reads it with GetQueueAttributes the first time a
+    message goes to the delay table (a message sent straight to SQS is checked by
+    SQS itself), and keeps it. A failed read is logged and never kept: the next
+    send tries again, and meanwhile a delayed message over
+    ``limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES`` (256 KiB) comes back with
+    the retryable code ``QueueLimitUnknown``; a smaller one is stored.
+
+    Examples
+    --------
+    >>> client = Client("https://sqs.us-east-1.amazonaws.com/123456789012/work")  # doctest: +SKIP
+    >>> client.send("/resize", '{"key": "cat.jpg"}', delay=timedelta(seconds=30))  # doctest: +SKIP
+    '5fea7756-0ea4-451a-a703-a558b933e274'
+    """
+
+    def __init__(
+        self,
+        queue_url: str | None = None,
+        delay_table: str | None = None,
+        *,
+        sqs: Any = None,
+        dynamodb: Any = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        delay_shards: int = delay.DEFAULT_SHARDS,
+        long_delay_threshold: int = delay.LONG_DELAY_THRESHOLD_SECONDS,
+        maximum_message_size: int | None = None,
+        state_table: str | None = None,
+    ) -> None:
+        if not queue_url or not isinstance(queue_url, str):
+            raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), "
+                               f"got {checks.shown(queue_url)}")
+        checks.check_settings(delay_shards, maximum_message_size)
+        self.queue_url = queue_url
+        self.delay_table = delay_table
+        self.state_table = state_table  # the delay dispatcher's records: cancellable sends, cancel and reschedule check them
+        self.fifo = queue_url.endswith(".fifo")
+        self._sqs = LazyClient("sqs", sqs)
+        self._dynamodb = LazyClient("dynamodb", dynamodb)
+        self._clock = clock or time.time
+        self._sleep = sleep
+        self._delay_shards = delay_shards
+        # Delays above this go to the delay table; only the local environment lowers it (with the horizon).
+        self._long_delay_threshold = long_delay_threshold
+        self._maximum_message_size = maximum_message_size
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
+        """A Client for the work queue and, when set, the delay table and the delay_shards setting.
+
+        The work queue is the send queue (``contract.SEND_QUEUE_URL_VARIABLE``) where a process consumes
+        another queue (the container worker consumes its own queue, but its tasks' follow-ups go to the
+        work queue), else the queue (``contract.QUEUE_URL_VARIABLE``); see ``contract.PRODUCER_NEEDS``.
+        """
+        shards = environ.get(contract.DELAY_SHARDS_VARIABLE)
+        if shards is not None:
+            kwargs.setdefault("delay_shards", checks.whole_number(contract.DELAY_SHARDS_VARIABLE, shards, delay.MAX_SHARDS))
+        resources = contract.PRODUCER_NEEDS.read(environ)
+        kwargs.setdefault("state_table", environ.get(contract.STATE_TABLE_VARIABLE))
+        return cls(resources.send_queue_url or resources.queue_url, resources.delay_table, **kwargs)
+
+    def send(
+        self,
+        path: str,
+        body: Any,
+        *,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        dedupe_key: str | None = None,
+        group_id: str | None = None,
+        cancellable: bool = False,
+    ) -> str:
+        """Send one message to the task at ``path``; return its message id.
+
+        Parameters
+        ----------
+        path
+            The task's path; it travels in the ``beanstalk.sqsd.path`` attribute.
+        body
+            Sent exactly as given when a string; anything else is JSON-encoded.
+        delay, at
+            Seconds (or a timedelta), or an aware datetime (one in the past means
+            now). Up to SQS's 15 minutes through DelaySeconds; beyond that, up to
+            366 days, through the delay table.
+        attributes
+            Up to 9 (8 with ``at=`` in the future or a delay past 15 minutes,
+            which carry ``worker_tier.due_at``): str → String, int, float or
+            Decimal → Number (a Decimal keeps its digits), bytes → Binary. Names
+            starting with ``worker_tier.`` or ``beanstalk.sqsd.`` are Worker Tier's
+            and sqsd's own and are refused.
+        dedupe_key
+            At most one message per key is accepted, and a repeated send returns
+            the first one's id and sends nothing; 1 to 128 ASCII letters, digits
+            and punctuation, and at most once per ``send_batch``. On a FIFO queue it
+            is SQS's MessageDeduplicationId (SQS's 5 minutes); on a standard queue
+            it needs the delay table and follows ``worker_tier.delays.dedupe``'s rule,
+            whose retryable ``DedupeKeyInFlight`` means another send holds the key.
+        group_id
+            FIFO only, and required there: the MessageGroupId.
+        cancellable
+            Store it in the delay table whatever its delay, so ``cancel`` and
+            ``reschedule`` can reach it by its ``dedupe_key`` (required) until the
+            delay dispatcher starts its minute; it must be due more than
+            ``cancellation.CANCELLABLE_MIN_DELAY_SECONDS`` (840 s) ahead, and it
+            needs the state table (``worker_tier.delays.cancellation``).
+
+        Without a ``dedupe_key``, a FIFO message gets a random
+        MessageDeduplicationId, kept across the Client's own retries, so two
+        different messages are never deduplicated (the stack's FIFO queues have
+        content-based deduplication, which hashes the body only, off).
+
+        Raises MessageError for input SQS would refuse, naming the value and the
+        rule, and SendError (with the code) when the message was not sent or
+        stored: SQS or the delay table refused it, or a retryable condition held.
+        """
+        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id, cancellable)
+        result = self.send_batch([outgoing])[0]
+        if result.message_id is None:  # not result.ok
+            raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
+        return result.message_id
+
+    def send_batch(
+        self,
+        messages: Iterable[OutgoingMessage],
+        *,
+        _internal_attributes: Mapping[int, Mapping[str, str]] | None = None,
+    ) -> list[SendResult]:
+        """Send many messages in SendMessageBatch calls; return one SendResult per message, in order.
+
+        Every message is checked before any is sent: one MessageError names every
+        invalid message (up to ``MAX_LISTED_PROBLEMS``). Entries SQS fails on its
+        side are retried with backoff; entries that still fail, or that SQS
+        refuses as the sender's fault, come back with ``ok`` False, the reason and
+        the code, and so does each message the delay table did not store.
+
+        ``_internal_attributes`` is for Worker Tier itself (the worker re-sending
+        a message with ``worker_tier.attempts``), never for users: message index →
+        extra String attributes named ``worker_tier.*``, exempt from the
+        reserved-name rule but not from SQS's rules.
+        """
+        messages = checks.outgoing_messages(messages)
+        internal = checks.internal_by_index(_internal_attributes or {}, len(messages))
+        routed = self._route(messages, self._clock(), internal)
+        results = {r.index: r for r in routed if isinstance(r, SendResult)}
+        # Delayed ones first: each was routed as due more than 900 s after the clock read above, so it must be
+        # written before the direct sends' retries and backoff can eat into that margin (delay.py's invariant).
+        results.update(self._store_delayed([r for r in routed if isinstance(r, tuple)]))
+        direct = self._claim_dedupe_keys([r for r in routed if isinstance(r, dict)], results)
+        for chunk in _chunks(direct, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES):
+            results.update(self._send_chunk(chunk))
+        self._settle_dedupe_keys(direct, results)
+        return [results[index] for index in range(len(messages))]
+
+    def _route(self, messages: list[OutgoingMessage], now: float, internal: Mapping[int, Mapping[str, str]]) -> list[Any]:
+        """Each message's entry, delayed message or early SendResult; one MessageError naming every invalid message."""
+        queue_limit = self._queue_limit_reader()
+        routed, problems = [], []
+        for index, outgoing in enumerate(messages):
+            try:
+                routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit))
+            except MessageError as error:
+                problems.append(f"message {index} for {checks.shown(outgoing.path)}: {error}")
+        problems += dedupe.repeated_keys([m.dedupe_key for m in messages])
+        if problems:
+            raise MessageError(checks.problem_list(problems, len(messages)))
+        return routed
+
+    def _build_entry(
+        self, index: int, outgoing: OutgoingMessage, now: float, internal: Mapping[str, str], queue_limit: Callable[[], tuple[int | None, str]]
+    ) -> Any:
+        """Check one message and route it: a SendMessageBatch entry, (index, DelayedMessage), or a SendResult when it cannot go yet."""
+        if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
+            raise MessageError(f"path must be a string starting with '/', got {checks.shown(outgoing.path)}")
+        body = checks.body_text(outgoing.body)
+        attributes = checks.message_attributes(outgoing, internal)
+        checks.check_ids(outgoing)
+        if not isinstance(outgoing.cancellable, bool):
+            raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
+        seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
+        if math.ceil(seconds) > self._long_delay_threshold or outgoing.cancellable is True:
+            return self._delayed(index, outgoing, body, attributes, now, seconds, queue_limit)
+        if outgoing.at is not None and seconds > 0 and not self.fifo:
+            attributes = _with_due_at(attributes, math.ceil((now + seconds) * 1000))
+        size = checks.checked_size(body, attributes, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
+        entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
+        entry.update(self._queue_options(outgoing, math.ceil(seconds), now + seconds))
+        entry["_size"] = size
+        return entry
+
+    def _delayed(
+        self, index: int, outgoing: OutgoingMessage, body: str, attributes: dict[str, Any], now: float, seconds: float,
+        queue_limit: Callable[[], tuple[int | None, str]],
+    ) -> tuple[int, DelayedMessage] | SendResult:
+        """A message for the delay table, checked against what the table and the dispatch can carry."""
+        self._check_delay_table_use(outgoing, math.ceil(seconds), len(attributes))
+        if outgoing.cancellable is True:
+            self._check_cancellable(outgoing, seconds)
+        maximum, failure = queue_limit()
+        what = f"with {contract.DUE_AT_ATTRIBUTE} (added at dispatch)"
+        size = checks.checked_size(body, attributes, maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
+        message_id = delay.new_message_id(outgoing.dedupe_key)
+        cancellable = outgoing.cancellable is True
+        shard = delay.CANCELLABLE_SHARD if cancellable else delay.shard_of(message_id, self._delay_shards)
+        delayed = DelayedMessage(message_id, math.ceil((now + seconds) * 1000), body, attributes, shard, outgoing.dedupe_key, cancellable)
+        item_bytes = delay.item_bytes(delayed.to_item())
+        if item_bytes > delay.MAX_ITEM_BYTES:
+            raise MessageError(
+                f"a delayed message is stored as one DynamoDB item, which Worker Tier keeps to {delay.MAX_ITEM_BYTES} bytes "
+                f"(DynamoDB's {limits.DYNAMODB_MAX_ITEM_BYTES} less a {delay.ITEM_SIZE_MARGIN_BYTES}-byte margin); this one needs "
+                f"{item_bytes}: shorten its body or attributes by {item_bytes - delay.MAX_ITEM_BYTES} bytes, "
+                "or keep the payload elsewhere (e.g. S3) and send its key"
+            )
+        if maximum is None and size > limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES:
+            return SendResult(index, error=_limit_unknown_reason(size, failure), code=QUEUE_LIMIT_UNKNOWN_CODE)
+        return index, delayed
+
+    def _check_delay_table_use(self, outgoing: OutgoingMessage, wait: int, attribute_count: int) -> None:
+        """MessageError when a long delay cannot go through the delay table."""
+        if self.fifo:
+            raise MessageError(
+                f"a delay of {wait} s needs the delay table, which does not serve FIFO queues yet "
+                "(SQS has no per-message delay on FIFO); send it without a delay or to a standard queue"
+            )
+        if not self.delay_table:
+            raise MessageError(
+                f"a delay of {wait} s is over SQS's {limits.SQS_MAX_DELAY_SECONDS} s maximum and needs the delay table; "
+                f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
+            )
+        if wait > delay.MAX_DELAY_SECONDS:
+            raise MessageError(f"a delay of {wait} s is beyond the {delay.MAX_DELAY_SECONDS} s (366 days) maximum")
+        if outgoing.group_id is not None:
+            raise MessageError("group_id applies to FIFO queues (a queue URL ending in .fifo)")
+        if attribute_count > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
+            raise MessageError(
+                f"a delayed message may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
+                f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
+                f"got {attribute_count - 1}"
+            )
+
+    def _check_cancellable(self, outgoing: OutgoingMessage, seconds: float) -> None:
+        """MessageError when a cancellable message lacks its key or the state table, or is due too soon to cancel."""
+        if outgoing.dedupe_key is None:
+            raise MessageError("cancellable=True needs a dedupe_key: cancel and reschedule find the message by it")
+        if not self.state_table:
+            raise MessageError("cancellable=True needs the state table, where the delay dispatcher records the minutes it "
+                               f"has started; pass state_table (or set {contract.STATE_TABLE_VARIABLE})")
+        cancellation.check_delay(seconds)
+
+    def cancel(self, dedupe_key: str) -> bool:
+        """Cancel the delayed message sent with ``dedupe_key`` and ``cancellable=True``; True only if it will never be delivered.
+
+        False when it was not found, was not sent cancellable, or the delay dispatcher
+        has started its minute (the race is settled by DynamoDB, never by a clock:
+        ``worker_tier.delays.cancellation``); the message is then delivered exactly as sent.
+        A cancelled key's marker stays until due + the dedupe retention, so a retried send
+        with it is deduplicated (as after a delivery). A DynamoDB error (a transaction conflict,
+        throttling) raises, having changed nothing: retrying is safe.
+
+        Examples
+        --------
+        >>> client.send("/remind", "{}", delay=timedelta(days=7), dedupe_key="remind-7", cancellable=True)  # doctest: +SKIP
+        >>> client.cancel("remind-7")  # doctest: +SKIP
+        True
+        """
+        return self.cancellations().cancel(dedupe_key).done
+
+    def reschedule(self, dedupe_key: str, *, at: datetime | None = None, delay: timedelta | float | None = None) -> bool:
+        """Move the cancellable message with ``dedupe_key`` to ``at`` (or ``delay`` from now) in one transaction.
+
+        True: it is delivered once, at the new time. False: it lost the race (or was
+        not found, or not cancellable) and is delivered as sent. Never two copies, never
+        none. MessageError when the new time is within the cancel window's 840 s or beyond
+        the 366-day maximum, or ``dedupe_key`` is not a str.
+        """
+        seconds = due_in_seconds(delay, at, self._clock())
+        return self.cancellations().reschedule(dedupe_key, math.ceil((self._clock() + seconds) * 1000)).done
+
+    def cancellations(self) -> cancellation.Cancellations:
+        """Cancel and reschedule with their outcome and reason (the command line's ``delayed cancel``)."""
+        if not self.delay_table or not self.state_table:
+            raise MessageError("cancel and reschedule need the delay table and the state table; pass delay_table and state_table "
+                               f"(or set {contract.DELAY_TABLE_VARIABLE} and {contract.STATE_TABLE_VARIABLE})")
+        return cancellation.Cancellations(self.delay_table, self.state_table, self._dynamodb.get(), self._clock)
+
+    def _queue_limit_reader(self) -> Callable[[], tuple[int | None, str]]:
+        """The queue's MaximumMessageSize for one send_batch call: as given or read before, else read at most once now.
+
+        A failed read gives (None, why) and is never kept: the next call reads again.
+        """
+
+        @functools.lru_cache(maxsize=1)
+        def read() -> tuple[int | None, str]:
+            if self._maximum_message_size is None:
+                try:
+                    response = self._sqs.get().get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])
+                    self._maximum_message_size = int(response["Attributes"]["MaximumMessageSize"])
+                except Exception as error:
+                    _log.warning("could not read MaximumMessageSize of %s (%s: %s)", self.queue_url, error_code(error), error)
+                    return None, f"{error_code(error)}: {error}"
+            return self._maximum_message_size, ""
+
+        return read
+
+    def _store_delayed(self, delayed: list[tuple[int, DelayedMessage]]) -> dict[int, SendResult]:
+        """Write delayed messages; each one not stored is reported with its own code and reason, the others as sent."""
+        if not delayed:
+            return {}
+        failures: Mapping[str, tuple[str, str]] = {}
+        try:
+            dynamodb = self._dynamodb.get()
+            markers = dedupe.DedupeMarkers(self.delay_table or "", dynamodb, self._clock)
+            keyed_write: delay.KeyedWrite = markers.store_delayed
+            if any(m.cancellable for _, m in delayed):
+                keyed_write = _keyed_write(self.cancellations(), markers.store_delayed)
+            store = delay.DelayStore(self.delay_table or "", dynamodb, self._delay_shards, self._sleep, keyed_write=keyed_write)
+            store.put_many([m for _, m in delayed])
+        except delay.DelayStoreError as error:
+            failures = error.failures
+        except Exception as error:  # no DynamoDB client: nothing was stored
+            failures = {m.message_id: (error_code(error), str(error)) for _, m in delayed}
+        return {
+            i: SendResult(i, error=failures[m.message_id][1], code=failures[m.message_id][0])
+            if m.message_id in failures
+            else SendResult(i, message_id=m.message_id)
+            for i, m in delayed
+        }
+
+    def _queue_options(self, outgoing: OutgoingMessage, delay_seconds: int, due: float) -> dict[str, Any]:
+        """DelaySeconds and a standard queue's dedupe key, or FIFO's group and deduplication ids."""
+        if not self.fifo:
+            if outgoing.group_id is not None:
+                raise MessageError("group_id applies to FIFO queues (a queue URL ending in .fifo)")
+            options: dict[str, Any] = {"DelaySeconds": delay_seconds} if delay_seconds else {}
+            if outgoing.dedupe_key is not None:
+                if not self.delay_table:
+                    raise MessageError(
+                        f"dedupe_key {outgoing.dedupe_key!r} on a standard queue needs the delay table, which keeps "
+                        f"the key; pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
+                    )
+                options.update(_dedupe_key=outgoing.dedupe_key, _due=due)
+            return options
+        if delay_seconds:
+            raise MessageError(
+                f"a FIFO queue has no per-message delay (SQS rejects DelaySeconds on FIFO messages), got a delay of {delay_seconds} s"
+            )
+        if outgoing.group_id is None:
+            raise MessageError("group_id is required for a FIFO queue")
+        # Never left to content-based deduplication, which hashes the body only (two paths, one body: one message).
+        dedupe_id = outgoing.dedupe_key if outgoing.dedupe_key is not None else uuid.uuid4().hex
+        return {"MessageGroupId": outgoing.group_id, "MessageDeduplicationId": dedupe_id}
+
+    def _claim_dedupe_keys(self, entries: list[dict[str, Any]], results: dict[int, SendResult]) -> list[dict[str, Any]]:
+        """Claim each standard-queue dedupe key (``worker_tier.delays.dedupe``); the entries to send, the others reported."""
+        keyed = [e for e in entries if "_dedupe_key" in e]
+        if not keyed:
+            return entries
+        markers, held = dedupe.DedupeMarkers(self.delay_table or "", self._dynamodb.get(), self._clock), set()
+        for entry in keyed:
+            index, claim = int(entry["Id"]), markers.claim(entry["_dedupe_key"], entry["_due"])
+            if claim.outcome == dedupe.CLAIMED:
+                entry["_claimed_ms"] = claim.now_ms
+                continue
+            held.add(index)
+            failure = claim.failure()
+            results[index] = SendResult(index, error=failure[1], code=failure[0]) if failure else SendResult(index, message_id=claim.message_id)
+        return [e for e in entries if int(e["Id"]) not in held]
+
+    def _settle_dedupe_keys(self, sent: list[dict[str, Any]], results: dict[int, SendResult]) -> None:
+        """Mark each claimed key sent, or give it back so a retry sends; report the key's id for accepted ones."""
+        keyed = [e for e in sent if "_dedupe_key" in e]
+        if not keyed:
+            return
+        markers = dedupe.DedupeMarkers(self.delay_table or "", self._dynamodb.get(), self._clock)
+        for entry in keyed:
+            index, key = int(entry["Id"]), entry["_dedupe_key"]
+            result = results[index]
+            if result.code == OUTCOME_UNKNOWN_CODE:
+                continue  # maybe sent: the key stays held unsent, so a retry waits out the lease rather than sending twice
+            markers.settle(key, entry["_due"], entry["_claimed_ms"], result.message_id)
+            if result.ok:
+                results[index] = SendResult(index, message_id=delay.new_message_id(key))
+
+    def _send_chunk(self, chunk: list[dict[str, Any]]) -> dict[int, SendResult]:
+        """One batch, retrying entries that failed on SQS's side (``retry.SEND_ENTRIES``); no call for a dedupe claim past its send window."""
+        results: dict[int, SendResult] = {}
+        claims = {e["Id"]: (e["_dedupe_key"], e["_claimed_ms"]) for e in chunk if "_claimed_ms" in e}
+        pending = [{k: v for k, v in entry.items() if not k.startswith("_")} for entry in chunk]
+        for _ in SEND_ENTRIES.attempts_with_pauses(self._sleep):
+            pending = self._inside_send_window(pending, claims, results)
+            if not pending:
+                break
+            try:
+                response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=pending)
+            except Exception as error:  # botocore already retried call-level throttling
+                code, text = error_code(error), str(error)
+                if outcome_unknown(error):  # SQS may have taken them: a dedupe key stays held (see _settle_dedupe_keys)
+                    code, text = OUTCOME_UNKNOWN_CODE, f"SQS may have taken the message; its answer was lost ({code}: {text})"
+                return {**results, **{int(e["Id"]): SendResult(int(e["Id"]), error=text, code=code) for e in pending}}
+            retry_ids = self._read_batch_response(response, results)
+            pending = [e for e in pending if e["Id"] in retry_ids]
+            if not pending:
+                break
+        return results
+
+    @staticmethod
+    def _read_batch_response(response: Mapping[str, Any], results: dict[int, SendResult]) -> set[str]:
+        """Record a SendMessageBatch response's outcomes; the ids of entries worth retrying (not the sender's fault)."""
+        for ok in response.get("Successful") or []:
+            results[int(ok["Id"])] = SendResult(int(ok["Id"]), message_id=ok["MessageId"])
+        retry_ids = set()
+        for failed in response.get("Failed") or []:
+            index = int(failed["Id"])
+            results[index] = SendResult(index, error=failed.get("Message") or failed["Code"], code=failed["Code"])
+            if not failed.get("SenderFault"):
+                retry_ids.add(failed["Id"])
+        return retry_ids
+
+    def _inside_send_window(
+        self, pending: list[dict[str, Any]], claims: Mapping[str, tuple[str, int]], results: dict[int, SendResult]
+    ) -> list[dict[str, Any]]:
+        """Leave out entries whose dedupe claim is too old for one more call to end inside its lease; they fail, retryably."""
+        late = dedupe.late_claims({e["Id"]: claims[e["Id"]] for e in pending if e["Id"] in claims}, int(self._clock() * 1000))
+        results.update({int(i): SendResult(int(i), error=reason, code=dedupe.LEASE_OVER_CODE) for i, reason in late.items()})
+        return [e for e in pending if e["Id"] not in late]
+
+
+def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
+    """A direct ``at=`` send's attributes plus ``worker_tier.due_at``, so a worker holds it back if the producer's
+    clock ran ahead (DelaySeconds comes from that clock); MessageError when there is no attribute left for it."""
+    if len(attributes) > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
+        raise MessageError(
+            f"a message sent with at= carries {contract.DUE_AT_ATTRIBUTE}, so it is never delivered early whatever this "
+            f"clock says: it may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
+            f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
+            f"got {len(attributes) - 1}"
+        )
+    return {**attributes, contract.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
+
+
+def _keyed_write(cancellations: cancellation.Cancellations, plain: delay.KeyedWrite) -> delay.KeyedWrite:
+    """The DelayStore's write of a keyed message: a cancellable one with its minute's check, any other as ``plain``."""
+    return lambda message: cancellations.store(message) if message.cancellable else plain(message)
+
+
+def _limit_unknown_reason(size: int, failure: str) -> str:
+    """The retryable error of a delayed message too big to store while the queue's maximum is unknown."""
+    return (
+        f"could not read the queue's MaximumMessageSize ({failure}); this delayed message is {size} bytes with "
+        f"{contract.DUE_AT_ATTRIBUTE}, over the {limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES} bytes any queue takes, "
+        "so it was not stored: retry"
+    )
+
+
+def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict[str, Any]]]:
+    """Split entries into SendMessageBatch calls: at most 10 entries and ``max_bytes`` each."""
+    return batches(entries, lambda entry: int(entry["_size"]), max_count=limits.SQS_MAX_BATCH_ENTRIES, max_bytes=max_bytes)

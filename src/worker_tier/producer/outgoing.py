@@ -1,0 +1,219 @@
+"""An outgoing message, checked: what ``Client.send`` and ``send_batch`` take, and every rule it must meet.
+
+Each check raises ``MessageError`` naming the message, the value and the rule, before anything is sent
+or stored: SQS's own rules through ``worker_tier.core.sqs_rules``, and Worker Tier's (reserved attribute
+names, one attribute kept for the path, delays up to 366 days).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Iterable, Mapping
+
+from worker_tier.core import contract, limits, message, sqs_rules
+from worker_tier.delays import delay
+from worker_tier.core.errors import MessageError
+
+# Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
+RESERVED_ATTRIBUTE_PREFIXES = ("worker_tier.", "beanstalk.sqsd.")
+MAX_DELAY_SECONDS_ = delay.MAX_DELAY_SECONDS  # due_in_seconds's parameter is named delay
+# A batch's MessageError names at most this many invalid messages, one per line.
+MAX_LISTED_PROBLEMS = 10
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """One message for ``Client.send_batch``; the fields mean what ``Client.send``'s arguments mean."""
+
+    path: str
+    body: Any
+    delay: timedelta | float | None = None
+    at: datetime | None = None
+    attributes: Mapping[str, Any] | None = None
+    dedupe_key: str | None = None
+    group_id: str | None = None
+    cancellable: bool = False
+
+
+
+def check_settings(delay_shards: Any, maximum_message_size: Any) -> None:
+    """MessageError for a delay_shards or maximum_message_size of the wrong type or out of range."""
+    if isinstance(delay_shards, bool) or not isinstance(delay_shards, int) or not 1 <= delay_shards <= delay.MAX_SHARDS:
+        raise MessageError(f"delay_shards must be a whole number 1..{delay.MAX_SHARDS}, got {shown(delay_shards)}")
+    low, high = limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES, limits.SQS_MAX_MESSAGE_BYTES
+    if maximum_message_size is not None and (
+        isinstance(maximum_message_size, bool) or not isinstance(maximum_message_size, int) or not low <= maximum_message_size <= high
+    ):
+        raise MessageError(f"maximum_message_size must be {low}..{high} bytes (SQS MaximumMessageSize), got {shown(maximum_message_size)}")
+
+
+def whole_number(name: str, text: str, maximum: int) -> int:
+    """An environment variable's whole number 1..maximum; MessageError naming the variable and the value otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        raise MessageError(f"{name} must be a whole number 1..{maximum}, got {text!r}") from None
+
+
+def outgoing_messages(messages: Any) -> list[OutgoingMessage]:
+    """send_batch's argument as a list of OutgoingMessage; MessageError naming each item that is not one."""
+    if isinstance(messages, (str, bytes, Mapping, OutgoingMessage)) or not isinstance(messages, Iterable):
+        raise MessageError(f"send_batch takes an iterable of OutgoingMessage, got {type(messages).__name__}")
+    listed: list[OutgoingMessage] = list(messages)
+    wrong = [f"message {i} is a {type(m).__name__}" for i, m in enumerate(listed) if not isinstance(m, OutgoingMessage)]
+    if wrong:
+        raise MessageError(f"send_batch takes OutgoingMessage objects: {', '.join(wrong[:MAX_LISTED_PROBLEMS])}")
+    return listed
+
+
+def problem_list(problems: list[str], count: int) -> str:
+    """One problem as it is; several as one line each, capped at MAX_LISTED_PROBLEMS."""
+    if len(problems) == 1:
+        return problems[0]
+    listed = problems[:MAX_LISTED_PROBLEMS]
+    more = [f"... and {len(problems) - len(listed)} more"] if len(problems) > len(listed) else []
+    return "\n".join([f"{len(problems)} problems in a batch of {count} messages; none was sent or stored:", *listed, *more])
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value's repr for an error message, shortened; never raises (an int past 4,300 digits has no repr)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__} that cannot be printed>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def due_in_seconds(delay: timedelta | float | None, at: datetime | None, now: float) -> float:
+    """Seconds from ``now`` until a message is due, from ``delay`` or ``at`` (0 when neither, or ``at`` is past).
+
+    Examples
+    --------
+    >>> due_in_seconds(timedelta(seconds=1.5), None, 0.0)
+    1.5
+    """
+    if delay is not None and at is not None:
+        raise MessageError("give delay or at, not both")
+    if at is not None:
+        if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+            raise MessageError(f"at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got {at!r}")
+        return max(0.0, at.timestamp() - now)
+    if delay is None:
+        return 0.0
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    rule = f"delay must be a non-negative number of seconds or a timedelta, got {shown(delay)}"
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise MessageError(rule)
+    try:
+        seconds = float(seconds)
+    except OverflowError:  # an int past float's range, such as 10**400
+        raise MessageError(f"{rule}; the most is {MAX_DELAY_SECONDS_} s (366 days)") from None
+    if not math.isfinite(seconds):
+        raise MessageError(rule)
+    return seconds
+
+
+def body_text(body: Any) -> str:
+    """The body as SQS will carry it; MessageError for a body SQS refuses."""
+    if not isinstance(body, str):
+        try:
+            body = json.dumps(body, separators=(",", ":"), allow_nan=False)  # NaN and Infinity are not JSON
+        except (TypeError, ValueError, RecursionError) as error:  # RecursionError: nested deeper than json can encode
+            raise MessageError(f"body must be a string or JSON-serializable, got {type(body).__name__}: {error}") from None
+    text: str = body  # given as a str, or json.dumps's
+    problem = sqs_rules.body_problem(text)
+    if problem:
+        raise MessageError(problem)
+    return text
+
+
+def check_ids(outgoing: OutgoingMessage) -> None:
+    """dedupe_key and group_id: SQS's MessageDeduplicationId / MessageGroupId rule, on every queue type."""
+    problem = (outgoing.dedupe_key is not None and sqs_rules.group_id_problem(outgoing.dedupe_key, "dedupe_key")) or (
+        outgoing.group_id is not None and sqs_rules.group_id_problem(outgoing.group_id, "group_id")
+    )
+    if problem:
+        raise MessageError(problem)
+
+
+def checked_size(body: str, attributes: Mapping[str, Any], limit: int, *, extra: int = 0, what: str = "") -> int:
+    """The message's size as SQS counts it; MessageError when over the queue's maximum."""
+    size = message.message_bytes(body, attributes) + extra
+    if size > limit:
+        raise MessageError(
+            f"message is {size} bytes with its attributes{' ' + what if what else ''}; "
+            f"the queue allows at most {limit} (MaximumMessageSize)"
+        )
+    return size
+
+
+def message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The path, the user's attributes and any internal ones, in the SQS API's shape, checked as SQS checks them."""
+    user = outgoing.attributes or {}
+    if not isinstance(user, Mapping):
+        raise MessageError(f"attributes must be a mapping of name to value, got {type(user).__name__}")
+    if len(user) + 1 > limits.SQS_MAX_MESSAGE_ATTRIBUTES:
+        raise MessageError(
+            f"{len(user)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
+            f"and Worker Tier uses one for the path, so at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1}"
+        )
+    attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
+    attributes.update({user_attribute_name(name): attribute_value(name, value) for name, value in user.items()})
+    attributes.update({name: {"DataType": "String", "StringValue": value} for name, value in internal.items()})
+    problem = sqs_rules.attributes_problem(attributes)
+    if problem:
+        raise MessageError(problem)
+    return attributes
+
+
+def user_attribute_name(name: Any) -> Any:
+    """Refuse the names Worker Tier and sqsd set themselves; SQS's own rules are checked with the values."""
+    if name == contract.PATH_ATTRIBUTE:
+        raise MessageError(f"attribute {name!r} is set from the path argument; do not pass it")
+    if isinstance(name, str) and name.startswith(RESERVED_ATTRIBUTE_PREFIXES):
+        raise MessageError(
+            f"attribute name {name!r} is reserved: names starting with "
+            f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} are set by Worker Tier and sqsd; rename it"
+        )
+    return name
+
+
+def attribute_value(name: Any, value: Any) -> dict[str, Any]:
+    """One attribute value in the SQS API's shape: str → String, int/float/Decimal → Number, bytes → Binary."""
+    if isinstance(value, bool):
+        raise MessageError(f"attribute {name!r} is a bool; send 'true'/'false' as a string or 1/0 as a number")
+    if isinstance(value, (int, float, Decimal)):
+        if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, Decimal) and not value.is_finite()):
+            raise MessageError(f"attribute {name!r} must be a finite number, got {value!r}")
+        return {"DataType": "Number", "StringValue": sqs_rules.format_number(value)}
+    if isinstance(value, (bytes, bytearray)):
+        return {"DataType": "Binary", "BinaryValue": bytes(value)}
+    if isinstance(value, str):
+        return {"DataType": "String", "StringValue": value}
+    raise MessageError(f"attribute {name!r} must be str, int, float, Decimal or bytes, got {type(value).__name__}")
+
+
+def internal_by_index(internal: Mapping[int, Mapping[str, str]], count: int) -> dict[int, Mapping[str, str]]:
+    """Check ``_internal_attributes``: indexes of this batch, reserved names (``worker_tier.*``, and
+    ``beanstalk.sqsd.*`` for a periodic task's copy), String values; never the path or ``due_at``."""
+    for index, attributes in internal.items():
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise MessageError(f"_internal_attributes: index {index!r} is not a message of this batch (0..{count - 1})")
+        for name, value in attributes.items():
+            if (
+                not isinstance(name, str)
+                or not name.startswith(RESERVED_ATTRIBUTE_PREFIXES)
+                or name in (contract.DUE_AT_ATTRIBUTE, contract.PATH_ATTRIBUTE)
+            ):
+                raise MessageError(
+                    f"_internal_attributes: name {name!r} must start with "
+                    f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} and not be {contract.DUE_AT_ATTRIBUTE!r} "
+                    f"(set by the delay dispatcher) or {contract.PATH_ATTRIBUTE!r} (set from the path)"
+                )
+            if not isinstance(value, str):
+                raise MessageError(f"_internal_attributes: {name!r} must be a string, got {type(value).__name__}")
+    return dict(internal)

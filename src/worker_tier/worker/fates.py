@@ -1,0 +1,337 @@
+"""What becomes of a message: the fates ``worker`` lists, decided and carried out per invocation.
+
+``Fates`` holds the decisions (retry, reschedule, dead-letter, release, hold back, lease
+lost) and ``_Invocation`` the state they write to (visibility changes, metrics, what is
+already dead-lettered); ``Worker`` routes and runs each record, then calls on them.
+Outcome listeners (the local environment prints them) hear every decision.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from worker_tier.core import backoff, contract, limits, message, observability
+from worker_tier.worker.dead_letter import DeadLetterQueueSize, send_to_dead_letter_queue
+from worker_tier.core.errors import DeadLetterError, NonRetryableError, RetryLater, WorkerTierError
+from worker_tier.core.message import safe_repr
+from worker_tier.core.observability import logger
+from worker_tier.core.settings import Settings
+from worker_tier.core.task import Task
+from worker_tier.core.visibility import VisibilityChange
+
+if TYPE_CHECKING:
+    from worker_tier.core.aws import LazyClient
+    from worker_tier.producer.client import Client
+    from worker_tier.worker.heartbeat import Heartbeat
+    from worker_tier.worker.idempotency import LeaseContext
+
+OUTCOME_SUCCEEDED = "succeeded"
+OUTCOME_RETRYING = "retrying"
+OUTCOME_DEAD_LETTERED = "dead_lettered"
+OUTCOME_RESCHEDULED = "rescheduled"
+OUTCOME_HELD_BACK = "held_back"
+OUTCOME_RELEASED = "released"
+
+# Kept below SQS's 12-hour visibility limit, which counts from the receive (time to send the change, clock drift).
+VISIBILITY_SAFETY_MARGIN_SECONDS = 60
+
+
+class ThisProcess:
+    """This process's id, kept current across ``os.fork`` by an at-fork hook: ``Worker._run`` compares it with its
+    invocation's for every message, and ``os.getpid()`` is a system call each time (glibc stopped caching it)."""
+
+    pid = os.getpid()
+
+    @classmethod
+    def forked(cls) -> None:
+        cls.pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=ThisProcess.forked)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one message; passed to outcome listeners (the local environment prints them)."""
+
+    status: str
+    message_id: str
+    path: str
+    receive_count: int
+    detail: str = ""
+    visibility_seconds: int | None = None
+
+
+OutcomeListener = Callable[[Outcome], None]
+_listeners: list[OutcomeListener] = []
+
+
+def add_outcome_listener(listener: OutcomeListener) -> None:
+    """Call ``listener`` with every Outcome any Worker in this process decides."""
+    _listeners.append(listener)
+
+
+def remove_outcome_listener(listener: OutcomeListener) -> None:
+    """Stop calling ``listener``."""
+    _listeners.remove(listener)
+
+
+class HeartbeatLeaseLostError(WorkerTierError):
+    """The heartbeat lost the message's lease (its visibility) before its task started: another consumer may run it now.
+
+    Not the delay dispatcher's ``worker_tier.delays.dispatcher.LeaseLostError``, which is its run's lease on the state table.
+    """
+
+
+@dataclass
+class _Invocation:
+    """Per-invocation state: the Lambda context and the visibility changes decided so far."""
+
+    context: Any
+    margin_ms: int
+    received_at: float = 0.0  # worker clock: the batch's messages were received no earlier than this
+    changes: dict[str, VisibilityChange] = field(default_factory=dict)
+    metrics: observability.BatchMetrics = field(default_factory=observability.BatchMetrics)
+    heartbeat: Heartbeat | None = None
+    leases: dict[str, threading.Event] = field(default_factory=dict)
+    lease_context: LeaseContext | None = None
+    dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
+    left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
+    pid: int = field(default_factory=lambda: ThisProcess.pid)  # the worker's process: a task's forked child differs
+
+    def __post_init__(self) -> None:
+        # None outside Lambda (tests, tools): then there is no deadline to guard.
+        self.remaining_ms: Callable[[], int] | None = getattr(self.context, "get_remaining_time_in_millis", None)
+
+    def set_visibility(self, record: Mapping[str, Any], seconds: int, key: str | None = None) -> None:
+        key = key or record["messageId"]
+        if self.heartbeat is not None:  # its visibility is now set on purpose: stop extending it
+            self.heartbeat.release(key)
+        handle = record.get("receiptHandle")
+        if not isinstance(handle, str) or not handle:
+            logger.error("record has no receipt handle: its visibility cannot be set", extra={"message_id": key})
+            return
+        seconds = max(0, min(int(seconds), limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS))
+        self.changes[key] = VisibilityChange(key, handle, seconds)
+
+
+class Fates:
+    """The decisions ``Worker`` makes for each message, on the worker's settings, clients and clock."""
+
+    settings: Settings
+    _sqs: LazyClient
+    _dynamodb: LazyClient
+    _clock: Callable[[], float]
+    _random: Callable[[], float]
+    _dead_letter_queue_url: str | None
+    _dead_letter_queue_size: DeadLetterQueueSize
+    _delay_table: str | None
+    _producer: Client | None
+    _resolve_queue_url: Callable[[list[Any]], str]
+
+    def _lease_lost(self, task: Task, invocation: _Invocation) -> HeartbeatLeaseLostError:
+        """A task whose message the heartbeat lost is not started: the error to report it failed with, its visibility left alone."""
+        invocation.left_alone.add(task.message_id)
+        invocation.metrics.count(contract.METRIC_LEASE_LOST_BEFORE_START)
+        logger.warning("message's lease was lost before its task started: not run, left to its new holder")
+        return HeartbeatLeaseLostError(f"message {task.message_id} lost its lease before its task started")
+
+    def _fail_safely(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
+        """``_fail``, with a net: if deciding raises, the message backs off (never visibility 0) unless dead-lettered."""
+        try:
+            return self._fail(record, task, invocation, error)
+        except BaseException as failure:  # a listener, a log handler, an error's own methods: never lose the decision
+            logger.error(
+                "deciding a failed task's fate raised; its message backs off",
+                extra={"message_id": task.message_id, "error": safe_repr(failure)},
+            )
+            if task.message_id in invocation.dead_lettered:
+                return False
+            if task.message_id not in invocation.changes:
+                invocation.set_visibility(record, self._backoff(task))
+            return True
+
+    def _fail(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
+        """Decide a failed task's fate; True when its message stays in the queue (reported failed)."""
+        if not isinstance(error, Exception):
+            logger.error("task raised a BaseException; handled as its message's failure", extra={"error": safe_repr(error)})
+        if isinstance(error, NonRetryableError) or task.receive_count >= self.settings.max_retries:
+            return self._dead_letter(record, task, invocation, error)
+        return self._retry(record, task, invocation, self._retry_delay(task, error), error)
+
+    def _retry_delay(self, task: Task, error: BaseException) -> int:
+        """RetryLater's delay; the backoff for any other error (and for a RetryLater that never set its delay)."""
+        delay = getattr(error, "delay_seconds", None) if isinstance(error, RetryLater) else None
+        if type(delay) is not int:
+            return self._backoff(task)
+        return delay
+
+    def _held_back(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> bool:
+        """True (and its visibility set to the time left) when a delayed message is not due by this clock."""
+        due_at = task.due_at
+        wait = math.ceil(_trusted_due(task, due_at) - self._clock()) if due_at is not None else 0
+        if wait <= 0:
+            return False
+        wait = min(wait, self._longest_visibility(invocation))
+        invocation.set_visibility(record, wait)
+        invocation.metrics.count(contract.METRIC_HELD_BACK)
+        logger.info("message not due yet: held back", extra={"due_at": str(due_at), "back_in_seconds": wait})
+        self._emit(OUTCOME_HELD_BACK, task, f"due at {due_at}", wait)
+        return True
+
+    def _backoff(self, task: Task) -> int:
+        """The full-jitter backoff after this receive."""
+        return backoff.backoff_seconds(
+            task.receive_count, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random
+        )
+
+    def _longest_visibility(self, invocation: _Invocation) -> int:
+        """The longest visibility SQS still allows this receive: 12 hours from the receive, less a margin."""
+        elapsed = self._clock() - invocation.received_at
+        return max(0, int(limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS - elapsed - VISIBILITY_SAFETY_MARGIN_SECONDS))
+
+    def _retry(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException
+    ) -> bool:
+        """Schedule a retry after ``delay`` seconds; False when a delayed copy replaced the message."""
+        longest = self._longest_visibility(invocation)
+        if delay > longest:
+            if self._reschedule(record, task, invocation, delay, error):
+                return False
+            invocation.metrics.count(contract.METRIC_RETRY_DELAY_SHORTENED)
+            logger.warning(
+                "retry delay beyond SQS's visibility limit: shortened to it",
+                extra={"wanted_seconds": delay, "retry_in_seconds": longest},
+            )
+            delay = longest
+        invocation.set_visibility(record, delay)
+        invocation.metrics.count(contract.METRIC_FAILED)
+        invocation.metrics.count(contract.METRIC_RETRIED)
+        logger.warning("task failed; retrying", extra={"error": safe_repr(error), "retry_in_seconds": delay})
+        self._emit(OUTCOME_RETRYING, task, _describe(error), delay)
+        return True
+
+    def _reschedule(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException
+    ) -> bool:
+        """Re-send the message through the delay table, due in ``delay`` seconds; False when that is not possible."""
+        if self.settings.fifo or not self._delay_table:
+            return False
+        from worker_tier.producer.client import OutgoingMessage
+
+        attributes, internal = message.copy_attributes(record)
+        internal[contract.ATTEMPTS_ATTRIBUTE] = str(task.receive_count)
+        first_received = message.first_received_ms(record)
+        if first_received is not None and getattr(self, "app_target", None) is not None:
+            # For an app's message, retention_period counts from the original's first receive (an attribute of
+            # SQS's 10, so only where an app, the one retention applies to, is served)
+            internal[contract.FIRST_RECEIVED_ATTRIBUTE] = str(first_received)
+        copy = OutgoingMessage(task.path, task.body, delay=delay, attributes=attributes)
+        try:
+            [result] = self._client(record).send_batch([copy], _internal_attributes={0: internal})
+            problem = result.error
+        except Exception as failure:  # MessageError (it cannot be stored), or the table refused it
+            problem = _describe(failure)
+        if problem is not None:
+            logger.warning("retry could not be re-sent through the delay table", extra={"error": problem})
+            return False
+        invocation.metrics.count(contract.METRIC_RESCHEDULED)
+        logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
+        self._emit(OUTCOME_RESCHEDULED, task, _describe(error), delay)
+        return True
+
+    def _client(self, record: Mapping[str, Any]) -> Client:
+        """The producer the worker re-sends long retries with (built on first use)."""
+        if self._producer is None:
+            from worker_tier.producer.client import Client
+
+            self._producer = Client(
+                self._resolve_queue_url([record]), self._delay_table, sqs=self._sqs.get(), dynamodb=self._dynamodb.get(),
+                clock=self._clock, delay_shards=self.settings.delay_shards,
+            )
+        return self._producer
+
+    def _dead_letter(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
+        """Copy the message to the DLQ with its reason; if anything fails, keep it and back off (True)."""
+        try:
+            sqs, dead_letter_queue_url = self._sqs.get(), self._require_dead_letter_queue_url()
+            send_to_dead_letter_queue(
+                sqs,
+                dead_letter_queue_url,
+                record,
+                error,
+                attempts=task.receive_count,
+                path=task.path,
+                now=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
+                max_message_bytes=self._dead_letter_queue_size.of(sqs, dead_letter_queue_url),
+                last_receive=task.receive_count >= self.settings.redrive_max_receive_count,
+                size_known=self._dead_letter_queue_size.known(dead_letter_queue_url),
+            )
+        except Exception as failure:  # the DLQ refused it, or building the copy raised: never let it escape
+            logger.error(
+                "dead-letter failed; message kept for retry", extra={"message_id": task.message_id, "error": _describe(failure)}
+            )
+            invocation.metrics.count(contract.METRIC_DEAD_LETTER_FAILED)
+            return self._retry(record, task, invocation, self._backoff(task), failure)
+        invocation.dead_lettered.add(task.message_id)
+        invocation.metrics.count(contract.METRIC_FAILED)
+        invocation.metrics.count(contract.METRIC_DEAD_LETTERED)
+        logger.error("task dead-lettered", extra={"error": safe_repr(error), "attempts": task.receive_count})
+        self._emit(OUTCOME_DEAD_LETTERED, task, _describe(error))
+        return False
+
+    def _require_dead_letter_queue_url(self) -> str:
+        if not self._dead_letter_queue_url:
+            raise DeadLetterError(f"no dead-letter queue is configured (set {contract.DLQ_URL_VARIABLE})")
+        return self._dead_letter_queue_url
+
+    def _backoff_first(self) -> int:
+        """The backoff after a first receive (a record whose receive count cannot be read)."""
+        return backoff.backoff_seconds(1, self.settings.error_visibility_timeout, self.settings.max_backoff, self._random)
+
+    def _release(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, detail: str) -> None:
+        """Give an unstarted message back at once: visibility 0."""
+        invocation.set_visibility(record, 0)
+        invocation.metrics.count(contract.METRIC_RELEASED)
+        self._emit(OUTCOME_RELEASED, task, detail, 0)
+
+    def _emit(self, status: str, task: Task, detail: str = "", visibility: int | None = None) -> None:
+        """Tell the outcome listeners."""
+        outcome = Outcome(status, task.message_id, task.path, task.receive_count, detail, visibility)
+        for listener in tuple(_listeners):
+            listener(outcome)
+
+
+def _describe(error: BaseException) -> str:
+    """``Type: message`` for logs and outcomes, cut to ``message.MAX_LOGGED_ERROR_CHARS``."""
+    return f"{type(error).__name__}: {message.error_text(error, message.MAX_LOGGED_ERROR_CHARS)}"
+
+
+def _trusted_due(task: Task, due_at: datetime) -> float:
+    """The due time to hold a message to: its ``due_at``, but never past what its sender could have meant.
+
+    Whoever sent it (the delay dispatcher, or a Client's ``at=``) gave it at most SQS's 900 s of DelaySeconds,
+    so by SQS's own clock it was due at most 900 s plus the clock-skew tolerance after it was sent. A
+    ``due_at`` beyond that comes from a sender's clock far ahead: holding the message to it would only
+    spend receives until the redrive took it without a reason.
+    """
+    due = due_at.timestamp()
+    sent = task.sent_at
+    if sent is None:
+        return due
+    from worker_tier.delays.delay import MAX_CLOCK_SKEW_SECONDS  # the delay path's module, kept off the worker's cold start
+
+    latest = sent.timestamp() + limits.SQS_MAX_DELAY_SECONDS + MAX_CLOCK_SKEW_SECONDS
+    if due > latest:
+        logger.warning(
+            f"{contract.DUE_AT_ATTRIBUTE} is further ahead than its sender could have meant: held to send time + "
+            f"{limits.SQS_MAX_DELAY_SECONDS + MAX_CLOCK_SKEW_SECONDS} s instead",
+            extra={"due_at": str(due_at), "sent_at": str(sent)},
+        )
+        return latest
+    return due
