@@ -39,7 +39,9 @@ from tests.support.fakes import FakeSQS
 from worker_tier import Client, OutgoingMessage
 from worker_tier.delays.delay import BUCKET_KEY_PREFIX, MAX_SHARDS, TTL_ATTRIBUTE
 from worker_tier.delays.delay_recovery import INSERT, REMOVE, TTL_PRINCIPAL, DelayRecovery
-from worker_tier.delays.dispatcher import DISPATCH_THREADS, RUN_MARGIN_MS, TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.delays.minute import DISPATCH_THREADS
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.minute import RUN_MARGIN_MS, TIME_RUNNING_OUT
 from worker_tier.delays.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS, DelayedMessage, DelayStore, item_bytes
 from worker_tier.core.contract import DUE_AT_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier_cdk.delay_dispatcher import DISPATCHER_MEMORY_MB, DISPATCHER_TIMEOUT_SECONDS, FANOUT_MEMORY_MB

@@ -12,17 +12,6 @@ import worker_tier
 from worker_tier.core import errors
 from worker_tier.core.errors import WorkerTierError
 
-# Defined in the delay dispatcher's modules, which the `dispatch` branch moves onto WorkerTierError:
-# allowed outside until it is merged, then this set can go.
-PENDING = {
-    "worker_tier.delays.delay_recovery.SendRefusedError",
-    "worker_tier.delays.delay_recovery.StreamRecordError",
-    "worker_tier.delays.delay_recovery._StoppedError",
-    "worker_tier.delays.delivery.DispatchIncompleteError",
-    "worker_tier.delays.delivery.DispatchRefusedError",
-    "worker_tier.delays.dispatcher.LeaseLostError",
-    "worker_tier.delays.dispatcher.StateError",
-}
 
 
 def runtime_exceptions() -> dict[str, type[BaseException]]:
@@ -43,8 +32,8 @@ def test_every_exception_the_runtime_defines_derives_from_worker_tier_error():
     exceptions = runtime_exceptions()
     # WHEN those not deriving from WorkerTierError are listed
     outside = {name for name, cls in exceptions.items() if not issubclass(cls, WorkerTierError)}
-    # THEN there are none but the pending ones
-    assert outside - PENDING == set()
+    # THEN there are none
+    assert outside == set()
 
 
 def test_the_walk_finds_exceptions_across_the_package():

@@ -20,7 +20,8 @@ from worker_tier.core.contract import (
 from worker_tier.handlers import PerProcess
 from worker_tier.core.observability import logger, metrics
 from worker_tier.delays.dispatch_state import DispatchGroup
-from worker_tier.delays.dispatcher import DelayDispatcher, RunReport
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.minute import RunReport
 from worker_tier.core.errors import WorkerTierError
 from worker_tier.core.settings import Settings
 

@@ -12,7 +12,7 @@ from tests.support.dispatcher import DUE_FROM_MS, MomentWorld, finish, ready, ch
 from tests.support.dispatcher import dead_then_ready_round
 from tests.support.dispatcher import DLQ, CountingDynamoDB
 from worker_tier.delays.delay import bucket_key, sort_key
-from worker_tier.delays.dispatcher import ROUND_ITEMS
+from worker_tier.delays.minute import ROUND_ITEMS
 from worker_tier.core.contract import FAILURE_ATTRIBUTE
 
 

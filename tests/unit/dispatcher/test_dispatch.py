@@ -15,19 +15,9 @@ from worker_tier.delays.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, DISPATCH
 from worker_tier.core.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.core.errors import SettingsError
 from worker_tier.core.retry import BATCH_ENTRIES
-from worker_tier.delays.dispatcher import (
-    DISPATCH_THREADS,
-    DISPATCHER_CALL_SECONDS,
-    DISPATCHER_CONNECT_TIMEOUT_SECONDS,
-    DISPATCHER_READ_TIMEOUT_SECONDS,
-    SEND_FLOOR_MS,
-    MAX_HORIZON_SECONDS,
-    RUN_MARGIN_MS,
-    SCAN_UNFINISHED,
-    START_LOOKBACK_SECONDS,
-    TIME_RUNNING_OUT,
-    DelayDispatcher,
-)
+from worker_tier.delays.minute import DISPATCH_THREADS, DISPATCHER_CONNECT_TIMEOUT_SECONDS, DISPATCHER_READ_TIMEOUT_SECONDS
+from worker_tier.delays.dispatcher import MAX_HORIZON_SECONDS, SCAN_UNFINISHED, START_LOOKBACK_SECONDS, DelayDispatcher
+from worker_tier.delays.minute import DISPATCHER_CALL_SECONDS, SEND_FLOOR_MS, RUN_MARGIN_MS, TIME_RUNNING_OUT
 from worker_tier.delays.dispatch_state import (
     FINISHED_MS_ATTRIBUTE,
     LEASE_SECONDS,
@@ -740,10 +730,11 @@ def test_a_refiled_copy_keeps_its_ttl_past_its_due_time(world):
 
 def test_every_error_of_the_delay_path_is_a_worker_tier_error():
     # GIVEN the exception classes the dispatcher, delivery and the safety net raise
-    from worker_tier.delays import delay_recovery, delivery, dispatcher
+    from worker_tier.delays import delay_recovery, delivery, dispatch_state
+    from worker_tier.core.errors import StateError
     from worker_tier.core.errors import WorkerTierError
 
-    raised = [dispatcher.LeaseLostError, dispatcher.StateError, delivery.DispatchIncompleteError,
+    raised = [dispatch_state.LeaseLostError, StateError, delivery.DispatchIncompleteError,
               delivery.DispatchRefusedError, delay_recovery.StreamRecordError, delay_recovery.SendRefusedError,
               delay_recovery._StoppedError]
     # WHEN a caller catches WorkerTierError
@@ -877,7 +868,7 @@ def test_a_retried_batch_gets_its_delay_from_the_clock_at_the_retry(world):
 
 def test_a_run_that_stops_is_logged_as_trouble_and_one_that_finds_the_lease_held_is_not():
     # GIVEN reports of runs that stopped, finished, or did not start
-    from worker_tier.delays.dispatcher import RunReport
+    from worker_tier.delays.minute import RunReport
     from worker_tier.handlers.dispatcher import is_trouble
     # WHEN the handler decides how to log them  THEN a stopped run is a WARNING, the others are not
     assert is_trouble(RunReport(stopped="minute 1: SQS did not accept 1 messages after 8 attempts; last: X: y"))

@@ -22,7 +22,8 @@ from worker_tier.delays.dispatch_state import (
     watermark_epoch,
 )
 from worker_tier.core.errors import StateError
-from worker_tier.delays.dispatcher import TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.minute import TIME_RUNNING_OUT
 from worker_tier.delays.dispatch_state import WATERMARK_KEY
 from worker_tier.handlers.dispatcher import DispatchEventError, group_index
 from worker_tier.core.contract import PATH_ATTRIBUTE

@@ -22,7 +22,8 @@ from tests.support.dispatcher import (
 from tests.support.fake_dynamodb import client_error
 from worker_tier.delays.delay import CANCELLABLE_SHARD, DelayedMessage, bucket_key, sort_key
 from worker_tier.delays.dispatch_state import DispatchGroup
-from worker_tier.delays.dispatcher import DelayDispatcher, ROUND_ITEMS, TIME_RUNNING_OUT
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.minute import ROUND_ITEMS, TIME_RUNNING_OUT
 
 BOUND = ROUND_ITEMS  # what went past the waiting batches is within their round, as for a run that dies
 

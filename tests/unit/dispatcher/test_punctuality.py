@@ -12,14 +12,9 @@ import pytest
 from tests.support.dispatcher import DLQ, DUE_FROM_MS, MomentWorld, QUEUE, START, SlowSQS, World, ready
 from worker_tier.delays import dispatcher as dispatcher_module
 from worker_tier.delays.delay import DelayStore, DelayedMessage
-from worker_tier.delays.dispatcher import (
-    ALIGNING_STOPS_MS,
-    DISPATCH_THREADS,
-    DelayDispatcher,
-    POSTPONED_BATCHES,
-    RUN_MARGIN_MS,
-    TIME_RUNNING_OUT,
-)
+from worker_tier.delays.minute import DISPATCH_THREADS
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.minute import ALIGNING_STOPS_MS, POSTPONED_BATCHES, RUN_MARGIN_MS, TIME_RUNNING_OUT
 from worker_tier.delays.send_moment import ALIGNED_ROUNDING_MS, MAX_SPREAD_MS, MAX_WAIT_MS
 
 SEND_SECONDS = 0.003  # each SendMessageBatch: the world's clock moves this much before SQS takes it

@@ -16,17 +16,9 @@ from tests.support.dispatcher import DLQ, DUE_FROM_MS, QUEUE, MomentWorld, Timed
 from tests.support.fake_dynamodb import client_error
 from worker_tier.delays import send_moment
 from worker_tier.delays.delay import DelayedMessage, bucket_key, sort_key
-from worker_tier.delays.dispatcher import (
-    DelayDispatcher,
-    ALIGNING_STOPS_MS,
-    DISPATCH_THREADS,
-    FLUSH_FLOOR_MS,
-    MOMENT_SLEEPS,
-    POSTPONED_BATCHES,
-    ROUND_ITEMS,
-    RUN_MARGIN_MS,
-    _MinuteDispatch,
-)
+from worker_tier.delays.dispatcher import DelayDispatcher
+from worker_tier.delays.minute import DISPATCH_THREADS, _MinuteDispatch
+from worker_tier.delays.minute import ALIGNING_STOPS_MS, FLUSH_FLOOR_MS, MOMENT_SLEEPS, POSTPONED_BATCHES, ROUND_ITEMS, RUN_MARGIN_MS
 from worker_tier.delays.send_moment import MAX_SPREAD_MS, MAX_WAIT_MS, moment, wait_ms
 
 MAX_WAIT_S = MAX_WAIT_MS / 1000

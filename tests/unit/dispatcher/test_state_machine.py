@@ -56,7 +56,8 @@ from worker_tier import Client, OutgoingMessage
 from worker_tier.delays.delay import BUCKET_SECONDS, MAX_SHARDS, DelayedMessage, DelayStore, shard_of, sort_key
 from worker_tier.core.contract import FAILURE_ATTRIBUTE, PATH_ATTRIBUTE
 from worker_tier.delays.dispatch_state import LAYOUT_KEY, LEASE_SECONDS, DispatchGroup, Layout, group_of, watermark_epoch
-from worker_tier.delays.dispatcher import START_LOOKBACK_SECONDS, TIME_RUNNING_OUT, DelayDispatcher
+from worker_tier.delays.dispatcher import START_LOOKBACK_SECONDS, DelayDispatcher
+from worker_tier.delays.minute import TIME_RUNNING_OUT
 
 START = 1_800_000_000.0
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
