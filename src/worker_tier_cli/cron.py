@@ -44,7 +44,8 @@ def cron_group() -> None:
 def cron_next(ctx: click.Context, cron_yaml: Path, count: int, fifo: bool, as_json: bool) -> None:
     """Each entry's schedule, its EventBridge expressions and its next ticks, in UTC and its own zone."""
     preview = _preview()
-    from worker_tier.periodic.cron_config import CronConfigError, load
+    from worker_tier.core.errors import CronConfigError
+    from worker_tier.periodic.cron_config import load
 
     try:
         entries = load(cron_yaml, fifo=fifo)

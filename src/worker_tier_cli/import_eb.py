@@ -23,7 +23,7 @@ from typing import Any
 import click
 import yaml
 
-from worker_tier.core.errors import SettingsError, WorkerTierError
+from worker_tier.core.errors import CronConfigError, SettingsError, WorkerTierError
 from worker_tier.core.settings import Settings, eb_option
 from worker_tier.periodic import cron_config
 from worker_tier_cdk.settings import CONTEXT_KEY
@@ -260,7 +260,7 @@ def cron_report(directory: Path, fifo: bool) -> tuple[list[str], bool]:
         return [], False
     try:
         entries = cron_config.load(path, fifo=fifo)
-    except cron_config.CronConfigError as error:
+    except CronConfigError as error:
         return [f"{path}: does not deploy: {error}"], True
     lines = [f"{path}: deploys {len(entries)} periodic task(s); pass WorkerTierStack(..., cron_file={str(path)!r})"]
     lines += [f"  warning: {entry.where}: {warning}" for entry in entries for warning in entry.warnings]

@@ -19,6 +19,7 @@ from worker_tier.app.forwarding import AppTimeoutError, AppUnreachableError, Htt
 from worker_tier.core.settings import Settings
 from worker_tier.app.sqsd import request_for
 from worker_tier.core.task import Task
+from worker_tier.core.errors import CronConfigError
 from worker_tier.periodic import cron_config
 
 
@@ -370,7 +371,7 @@ def test_a_cron_entry_that_synth_accepts_can_be_delivered_by_forwarding(raw_app,
     (UnicodeEncodeError / InvalidURL in http.client) and dead-letters."""
     try:  # a refusal at synth, naming the entry and its line keeps the behaviour too
         entries = cron_config.parse(f'version: 1\ncron:\n - name: "{name}"\n   url: "{url}"\n   schedule: "0 9 * * *"\n')
-    except cron_config.CronConfigError as error:
+    except CronConfigError as error:
         assert "line 3, entry 'report'" in str(error) and repr(url) in str(error), str(error)
         return
     attributes = {

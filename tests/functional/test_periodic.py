@@ -11,7 +11,8 @@ from typing import Any, Callable
 import pytest
 from botocore.exceptions import ClientError
 
-from worker_tier.periodic.cron_config import CronConfigError, parse
+from worker_tier.core.errors import CronConfigError
+from worker_tier.periodic.cron_config import parse
 from tests.support.aws_world import AwsWorld
 from tests.support.strict_sqs import StrictSQS
 from worker_tier.core import observability

@@ -11,7 +11,8 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_sns as sns, aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 
 from worker_tier_cdk import defaults
-from worker_tier.periodic.cron_config import CronConfigError, parse
+from worker_tier.core.errors import CronConfigError
+from worker_tier.periodic.cron_config import parse
 from worker_tier_cdk.periodic_tasks import (
     CRON_TIMEOUT_SECONDS,
     PeriodicTasks,

@@ -24,7 +24,7 @@ from aws_cdk.assertions import Annotations
 from tests.support.synth import TASK_CODE
 from worker_tier.core import contract
 from worker_tier_cdk.code import TaskCode, TaskCodeError
-from worker_tier.periodic.cron_config import CronConfigError
+from worker_tier.core.errors import CronConfigError
 from worker_tier_cdk.stack import WorkerTierStack
 from worker_tier_cdk.grants import (
     CANCELLABLE_MESSAGE_KEY_PATTERN,

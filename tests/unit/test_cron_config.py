@@ -2,7 +2,8 @@
 
 import pytest
 
-from worker_tier.periodic.cron_config import CronConfigError, check_sendable, load, parse
+from worker_tier.core.errors import CronConfigError
+from worker_tier.periodic.cron_config import check_sendable, load, parse
 
 EB_EXAMPLE = """\
 version: 1

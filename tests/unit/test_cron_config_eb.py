@@ -4,7 +4,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from worker_tier.periodic.cron_config import CronConfigError, load, parse
+from worker_tier.core.errors import CronConfigError
+from worker_tier.periodic.cron_config import load, parse
 from worker_tier.periodic.cron_preview import render
 
 

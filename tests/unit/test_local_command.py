@@ -29,7 +29,7 @@ def test_a_settings_file_that_does_not_exist_is_named_with_what_to_do(tmp_path, 
 
 def test_a_cron_file_named_on_the_command_line_must_exist(tmp_path, monkeypatch):
     # GIVEN --cron naming a file that is not there, and no ./cron.yaml  WHEN read  THEN it is an error, ./cron.yaml is not
-    from worker_tier.periodic.cron_config import CronConfigError
+    from worker_tier.core.errors import CronConfigError
 
     monkeypatch.chdir(tmp_path)
     assert command._cron_entries(None, fifo=False) == []

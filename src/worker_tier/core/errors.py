@@ -158,3 +158,6 @@ class StateError(WorkerTierError, ValueError):
 
 class LayoutLostError(StateError):
     """The layout item is missing, yet a layout was written (the G = 1 watermark carries its epoch): never fall back to epoch 0."""
+
+class CronConfigError(ConfigurationError):
+    """cron.yaml is malformed; the message names the file, the line, the entry and the rule."""

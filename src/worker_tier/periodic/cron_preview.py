@@ -15,7 +15,8 @@ from pathlib import Path
 
 from croniter import croniter
 
-from worker_tier.periodic.cron_config import CronConfigError, CronEntry, load
+from worker_tier.core.errors import CronConfigError
+from worker_tier.periodic.cron_config import CronEntry, load
 
 DEFAULT_COUNT = 5
 
