@@ -1,5 +1,7 @@
 """The in-process app target: a WSGI or ASGI app called with sqsd's POST, in this process, without a socket.
 
+One idea, kept whole: turning one ``SqsdRequest`` into one call of the app and its answer back into sqsd's terms.
+
 The ``app`` setting names it (``package.module:attribute``, as gunicorn and uvicorn do). It is imported
 once per process (``InProcessTarget.load``); an app that cannot be imported fails the worker's start
 with an error naming the setting and its value.

@@ -1,5 +1,7 @@
 """HTTP forwarding: the container worker POSTs each message to an app on localhost, as sqsd does.
 
+One idea, kept whole: one HTTP/1.1 exchange per message with a local server, read as strictly as sqsd reads it.
+
 ``HttpTarget`` is the ``AppTarget`` for an app that runs as its own server, in any language
 (the ``app_port`` setting). It sends the ``SqsdRequest`` as it is, over keep-alive
 connections kept in a pool as large as the container worker's threads (``http_connections``).
