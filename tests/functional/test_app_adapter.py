@@ -19,7 +19,8 @@ from tests.support.aws_world import AwsWorld
 from tests.support.container import depth, run_until
 from worker_tier.core import contract
 from worker_tier.app.app_adapter import InProcessTarget, load_app, wsgi_environ
-from worker_tier.app.app_target import SqsdRequest, target_from_settings
+from worker_tier.app import target_from_settings
+from worker_tier.app.app_target import SqsdRequest
 from worker_tier.container.consumer import Consumer
 from worker_tier.core.errors import AppLoadError
 from worker_tier.worker.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED

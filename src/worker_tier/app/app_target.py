@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from worker_tier.core.settings import Settings
+    pass
 
 
 @dataclass(frozen=True)
@@ -55,26 +55,3 @@ class AppTarget(Protocol):
     a socket error, a timeout), and the worker treats that as the message's failure."""
 
     def deliver(self, request: SqsdRequest) -> AppResponse: ...
-
-
-def target_from_settings(settings: Settings) -> AppTarget | None:
-    """The app target the settings name: ``app`` in-process, ``app_port`` over HTTP; None without either.
-
-    Each module is imported only when its target is asked for. An ``app`` that cannot be imported
-    raises AppLoadError, naming the setting and its value.
-
-    Examples
-    --------
-    >>> from worker_tier.core.settings import Settings
-    >>> target_from_settings(Settings()) is None
-    True
-    """
-    if settings.app:
-        from worker_tier.app.app_adapter import InProcessTarget
-
-        return InProcessTarget.load(settings.app)
-    if settings.app_port:
-        from worker_tier.app.forwarding import HttpTarget
-
-        return HttpTarget.from_settings(settings)
-    return None

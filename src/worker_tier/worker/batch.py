@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 from worker_tier.core import contract, limits, message
 from worker_tier.worker import fates
 from worker_tier.app import sqsd
-from worker_tier.app.app_target import AppTarget, target_from_settings
+from worker_tier.app import target_from_settings
+from worker_tier.app.app_target import AppTarget
 from worker_tier.core.aws import LazyClient, new_heartbeat_client
 from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.worker.dead_letter import DeadLetterQueueSize
