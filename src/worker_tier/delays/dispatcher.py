@@ -99,7 +99,7 @@ from worker_tier.delays.dispatch_state import (
 )
 from worker_tier.delays.delivery import Delivery
 from worker_tier.core.errors import DispatchIncompleteError, LayoutLostError, SettingsError, StateError, UnreadableItemError, WorkerTierError
-from worker_tier.core.message import message_bytes
+from worker_tier.core.envelope import message_bytes
 from worker_tier.core.retry import BATCH_ENTRIES, STATE_CALLS, batches
 
 # A first run (or one after the watermark was lost) starts no earlier than this before now: older minutes'
@@ -707,7 +707,7 @@ class _MinuteDispatch:
 
         Each call's DelaySeconds comes from the clock read just before it (``Delivery.deliver``).
         """
-        entries = [{**delivery.entry(str(i), messages[i], 0.0), "MessageAttributes": attributes[i]} for i in batch]
+        entries = [delivery.entry(str(i), messages[i], 0.0, attributes[i]) for i in batch]
         try:
             return self.delivery.deliver(self.queue_url, entries, {str(i): messages[i].due_ms for i in batch},
                                                     self._sends_low)
