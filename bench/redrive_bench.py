@@ -17,7 +17,7 @@ import boto3
 from moto import mock_aws
 
 from bench import results
-from worker_tier.core import contract, message
+from worker_tier.core import contract, envelope, message
 from worker_tier.core.errors import NonRetryableError
 from worker_tier_cli.dead_letters import DeadLetter, Filter
 from worker_tier_cli.redrive import move_batches
@@ -52,7 +52,7 @@ class CountingSQS:
 def _dead_letters(sqs: Any, dlq_url: str, count: int, path: str) -> None:
     original = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}}
     reason = message.failure_reason(NonRetryableError("bad"), attempts=3, path=path, failed_at=FAILED_AT)
-    attributes = message.dead_letter_attributes(original, reason)
+    attributes = envelope.dead_letter_attributes(original, reason)
     for start in range(0, count, 10):
         sqs.send_message_batch(QueueUrl=dlq_url, Entries=[
             {"Id": str(n), "MessageBody": f"{path}-{start + n}", "MessageAttributes": attributes}

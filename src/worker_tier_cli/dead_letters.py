@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from worker_tier.core import contract, limits
 from worker_tier.worker.dead_letter import reason_record
-from worker_tier.core.message import body_md5
+from worker_tier.core.envelope import Envelope, body_md5
 from worker_tier.core.retry import chunks
 
 PEEK_VISIBILITY_SECONDS = 60  # long enough to read --limit messages; released at once after
@@ -54,13 +54,14 @@ class DeadLetter:
     @classmethod
     def from_sqs(cls, received: dict[str, Any]) -> DeadLetter:
         """A ReceiveMessage entry, its reason parsed (an unreadable one kept as its raw text)."""
-        attributes = {name: _api_value(value) for name, value in (received.get("MessageAttributes") or {}).items()}
+        envelope = Envelope.from_received(received)
+        attributes = {name: _api_value(value) for name, value in envelope.attributes.items()}
         raw = attributes.get(contract.FAILURE_ATTRIBUTE, {}).get("StringValue")
         try:
             reason = json.loads(raw) if raw else {}
         except ValueError:
             reason = {"error_message": raw}
-        body = received.get("Body", "")
+        body = envelope.body
         record = reason_record(body, attributes)
         describes = (str(record.get("body_md5") or ""), str(record["source_message_id"])) if record else None
         if record is not None and isinstance(record.get("reason"), dict):
@@ -132,6 +133,10 @@ class DeadLetter:
         """What a redrive sends back: its attributes without the reason and the failure history
         (``REDRIVE_DROPPED_ATTRIBUTES``), so it starts afresh as the docs promise."""
         return {name: value for name, value in self.attributes.items() if name not in REDRIVE_DROPPED_ATTRIBUTES}
+
+    def redriven(self) -> Envelope:
+        """The message a redrive sends back: its body and ``redriven_attributes``."""
+        return Envelope(self.body, self.redriven_attributes())
 
 
 class RecordShelf:

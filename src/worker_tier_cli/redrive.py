@@ -56,7 +56,7 @@ from typing import Any, Callable
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from worker_tier.core import limits, message
+from worker_tier.core import limits
 from worker_tier.core.aws import outcome_unknown
 from worker_tier.core.errors import WorkerTierError
 from worker_tier.core.retry import batches, chunks
@@ -417,17 +417,16 @@ def _server_second(sqs: Any, queue_url: str) -> int | None:
 
 def _send_batches(letters: list[DeadLetter]) -> Iterator[list[DeadLetter]]:
     """``letters`` in SendMessageBatch calls: at most 10 entries and SQS's 1 MiB in all (each fits alone)."""
-    return batches(letters, lambda letter: message.message_bytes(letter.body, letter.redriven_attributes()),
+    return batches(letters, lambda letter: letter.redriven().size(),
                    max_count=limits.SQS_MAX_BATCH_ENTRIES, max_bytes=limits.SQS_MAX_MESSAGE_BYTES)
 
 
 def _entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:
     """A SendMessageBatch entry: the body and the attributes a redrive keeps; on FIFO, its group and a stable dedupe id."""
-    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": letter.body, "MessageAttributes": letter.redriven_attributes()}
     if fifo:
-        entry["MessageGroupId"] = letter.system.get("MessageGroupId", letter.message_id)
-        entry["MessageDeduplicationId"] = letter.message_id
-    return entry
+        group_id = letter.system.get("MessageGroupId", letter.message_id)
+        return letter.redriven().entry(entry_id, MessageGroupId=group_id, MessageDeduplicationId=letter.message_id)
+    return letter.redriven().entry(entry_id)
 
 
 def queue_arn(sqs: Any, queue_url: str) -> str:

@@ -340,7 +340,9 @@ def _real_periodic_handler() -> Callable[[dict, Any], dict]:
 def _dead_letter_view(received: dict[str, Any]) -> dict[str, Any]:
     """A DLQ message as body, String attributes and the parsed ``worker_tier.failure``."""
     from worker_tier.core.contract import FAILURE_ATTRIBUTE
+    from worker_tier.core.envelope import Envelope
 
-    attributes = {k: v.get("StringValue") for k, v in (received.get("MessageAttributes") or {}).items()}
+    envelope = Envelope.from_received(received)
+    attributes = {k: v.get("StringValue") for k, v in envelope.attributes.items()}
     failure = attributes.get(FAILURE_ATTRIBUTE)
-    return {"body": received["Body"], "attributes": attributes, "failure": json.loads(failure) if failure else None}
+    return {"body": envelope.body, "attributes": attributes, "failure": json.loads(failure) if failure else None}

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from worker_tier.core import limits
 from worker_tier_local.context import LocalContext
-from worker_tier.core.message import lambda_record
+from worker_tier.core.envelope import lambda_record
 
 SYSTEM_ATTRIBUTES = ["All"]
 POLL_WAIT_SECONDS = 1

@@ -13,7 +13,7 @@ from moto.server import ThreadedMotoServer
 
 from tests.cli.deployment import NOW, deployment
 from tests.cli.lossy_proxy import LossyProxy
-from worker_tier.core import contract, message
+from worker_tier.core import contract, envelope, message
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
 
@@ -35,7 +35,7 @@ class Lossy:
         original = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}}
         reason = message.failure_reason(RuntimeError("boom"), attempts=3, path=path, failed_at=NOW)
         sent = self.sqs.send_message(QueueUrl=self.dlq_url, MessageBody=body,
-                                     MessageAttributes=message.dead_letter_attributes(original, reason))
+                                     MessageAttributes=envelope.dead_letter_attributes(original, reason))
         return str(sent["MessageId"])
 
     def run(self, *command: str) -> Result:

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from moto import mock_aws
 
 from tests.support.strict_dynamodb import StrictDynamoDB
-from worker_tier.core import contract, message
+from worker_tier.core import contract, envelope, message
 from worker_tier.worker import dead_letter
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
@@ -47,7 +47,7 @@ class Deployment:
         original.update({k: {"DataType": "String", "StringValue": v} for k, v in (attributes or {}).items()})
         reason = message.failure_reason(error, attempts=3, path=path, failed_at=failed_at)
         sent = self.sqs.send_message(QueueUrl=self.dlq_url, MessageBody=body,
-                                     MessageAttributes=message.dead_letter_attributes(original, reason))
+                                     MessageAttributes=envelope.dead_letter_attributes(original, reason))
         return str(sent["MessageId"])
 
     def too_large_dead_letter(self, path: str, error: BaseException, body: str, source_message_id: str,

@@ -16,7 +16,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.cli.deployment import NOW
-from worker_tier.core import contract, message
+from worker_tier.core import contract, envelope, message
 from worker_tier.core.errors import NonRetryableError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def queues(server, request):
     original = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/a"}}
     reason = message.failure_reason(NonRetryableError("bad"), attempts=3, path="/a", failed_at=NOW)
     for n in range(25):
-        sqs.send_message(QueueUrl=dlq, MessageBody=f"m{n}", MessageAttributes=message.dead_letter_attributes(original, reason))
+        sqs.send_message(QueueUrl=dlq, MessageBody=f"m{n}", MessageAttributes=envelope.dead_letter_attributes(original, reason))
     return ["--endpoint-url", server, "--region", "us-east-1", "--queue-url", work, "--dlq-url", dlq]
 
 

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from tests.cli.deployment import NOW, parsed
 from tests.support.strict_sqs import StrictSQS
-from worker_tier.core import contract, message
+from worker_tier.core import contract, envelope, message
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.delays.delivery import Delivery
 from worker_tier.core.errors import NonRetryableError
@@ -569,7 +569,7 @@ def test_redrive_on_a_fifo_dlq_names_the_groups_its_skipped_messages_block(deplo
     reason = message.failure_reason(NonRetryableError("bad"), attempts=3, path="/b", failed_at=NOW)
     for n, path in enumerate(["/b"] * 10 + ["/a"]):
         deployment.sqs.send_message(QueueUrl=dlq, MessageBody=f"{path}-{n}", MessageGroupId="tenant-1",
-                                    MessageAttributes=message.dead_letter_attributes(
+                                    MessageAttributes=envelope.dead_letter_attributes(
                                         {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path}},
                                         {**reason, "path": path}))
     deployment.queue_url, deployment.dlq_url = work, dlq

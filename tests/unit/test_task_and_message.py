@@ -8,7 +8,8 @@ import pytest
 
 from worker_tier import MalformedBodyError, Task
 from worker_tier.core.errors import TaskRegistrationError
-from worker_tier.core.message import dead_letter_attributes, failure_reason
+from worker_tier.core.envelope import dead_letter_attributes
+from worker_tier.core.message import failure_reason
 from worker_tier.core.contract import FAILURE_ATTRIBUTE
 from worker_tier.worker.idempotency import record_key
 from worker_tier.core.registry import MAX_IDEMPOTENT_PATH_BYTES, Registry

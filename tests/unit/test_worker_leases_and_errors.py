@@ -13,7 +13,8 @@ from tests.support.fakes import FakeSQS
 from worker_tier import RetryLater
 from worker_tier.worker.dead_letter import fit_reason
 from worker_tier.worker.heartbeat import Heartbeat
-from worker_tier.core.message import MAX_LOGGED_ERROR_CHARS, message_bytes, safe_repr, sqs_attributes, truncate_utf8
+from worker_tier.core.envelope import message_bytes, sqs_attributes
+from worker_tier.core.message import MAX_LOGGED_ERROR_CHARS, safe_repr, truncate_utf8
 from worker_tier.core.contract import FAILURE_ATTRIBUTE
 from worker_tier.core.visibility import VisibilityChange, VisibilityRefusal, change_visibility
 

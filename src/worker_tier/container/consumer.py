@@ -58,7 +58,8 @@ from worker_tier.container.deletions import (
 )
 from worker_tier.core.errors import QueueConfigurationError
 from worker_tier.worker.heartbeat import Heartbeat
-from worker_tier.core.message import lambda_record, safe_repr
+from worker_tier.core.envelope import lambda_record
+from worker_tier.core.message import safe_repr
 from worker_tier.core.observability import logger
 from worker_tier.container.protection import PROTECTION_MINUTES, TaskProtection  # noqa: F401 - imported from here too
 from worker_tier.core.settings import DEFAULT_CONTAINER_CONCURRENCY, DEFAULT_CONTAINER_GRACE_SECONDS, Settings

@@ -4,29 +4,28 @@ The attribute names live in ``worker_tier.core.contract``; the logic that reads 
 
 Attributes travel in two shapes. The Lambda SQS event spells them
 ``{"stringValue": ..., "dataType": ...}``; the SQS API (boto3) spells them
-``{"StringValue": ..., "DataType": ...}``. ``sqs_attributes`` converts the
-first into the second so a dead-lettered message keeps what it came with (every
-value SQS would accept; the rest are named, never raised).
+``{"StringValue": ..., "DataType": ...}``. The functions here read a Lambda record for its task
+(path, String attributes, times); a message sent or sent again is a ``worker_tier.core.envelope.Envelope``,
+which converts between the two shapes and counts SQS's quotas. ``lambda_record`` (the record Lambda
+builds from a received message) is the envelope's, named here too.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from worker_tier.core import limits
 from worker_tier.core.contract import (
     DUE_AT_ATTRIBUTE,
     FAILURE_ATTRIBUTE,
     FIRST_RECEIVED_ATTRIBUTE,
     PATH_ATTRIBUTE,
-    ROUTING_ATTRIBUTES,
     SCHEDULED_TIME_FORMAT,
     SQSD_ATTRIBUTE_PREFIX,
     WORKER_TIER_ATTRIBUTE_PREFIX,
 )
+from worker_tier.core.envelope import lambda_record as lambda_record  # the README's import
+from worker_tier.core.envelope import sqs_attributes
 from worker_tier.core.errors import AppStatusError, MalformedEventError
 
 MAX_ERROR_MESSAGE_BYTES = 1024
@@ -94,41 +93,6 @@ def task_attributes(event_attributes: Mapping[str, Mapping[str, Any]]) -> dict[s
     return {name: value for name, value in values.items() if value is not None}
 
 
-def sqs_attributes(event_attributes: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Convert Lambda-event message attributes into the SQS API's shape, keeping every type.
-
-    Returns the converted attributes and the names of those SQS would refuse (a
-    bad name, an unknown data type, a Binary value that is not base64, a String
-    with no stringValue...): those are left out and named, never raised.
-    """
-    from worker_tier.core import sqs_rules  # only the dead-letter and forward paths pay for it
-
-    if not isinstance(event_attributes, Mapping):
-        return {}, []
-    converted: dict[str, dict[str, Any]] = {}
-    dropped: list[str] = []
-    for name, attr in event_attributes.items():
-        value = _api_attribute(attr)
-        if value is None or sqs_rules.attribute_name_problem(name) or sqs_rules.attribute_value_problem(name, value):
-            dropped.append(str(name))
-        else:
-            converted[name] = value
-    return converted, dropped
-
-
-def _api_attribute(attr: Any) -> dict[str, Any] | None:
-    """One Lambda-event attribute in the SQS API's shape, or None when it cannot be converted."""
-    if not isinstance(attr, Mapping):
-        return None
-    data_type = attr.get("dataType")
-    if str(data_type).partition(".")[0] != "Binary":
-        return {"DataType": data_type, "StringValue": attr.get("stringValue")}
-    try:
-        return {"DataType": data_type, "BinaryValue": base64.b64decode(attr.get("binaryValue") or "", validate=True)}
-    except (TypeError, ValueError):  # binascii.Error is a ValueError
-        return None
-
-
 def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A record's attributes for ``Client.send`` of a copy: (user attributes, internal attributes).
 
@@ -181,18 +145,6 @@ def _python_value(value: Mapping[str, Any]) -> Any:
     from decimal import Decimal  # only a copy needs it: kept off the worker's cold start
 
     return Decimal(text)  # Decimal keeps every digit; float() would round past 17
-
-
-def attribute_bytes(name: str, value: Mapping[str, Any]) -> int:
-    """Bytes one SQS-API attribute adds to a message's size (name, type and value)."""
-    payload = value.get("StringValue")
-    payload_bytes = len(payload.encode("utf-8")) if payload is not None else len(value.get("BinaryValue", b""))
-    return len(name.encode("utf-8")) + len(value["DataType"].encode("utf-8")) + payload_bytes
-
-
-def message_bytes(body: str, attributes: Mapping[str, Mapping[str, Any]]) -> int:
-    """A message's size as SQS counts it against its 1 MiB quota."""
-    return len(body.encode("utf-8")) + sum(attribute_bytes(n, v) for n, v in attributes.items())
 
 
 def format_scheduled_time(moment: datetime) -> str:
@@ -298,25 +250,6 @@ def failure_reason(error: BaseException, *, attempts: int, path: str, failed_at:
     return reason
 
 
-def dead_letter_attributes(
-    original: Mapping[str, Mapping[str, Any]], reason: dict[str, Any]
-) -> dict[str, dict[str, Any]]:
-    """The original attributes plus ``worker_tier.failure``, within SQS's 10-attribute quota.
-
-    Routing attributes and the reason are kept first; any attribute that does not
-    fit is named in the reason's ``dropped_attributes``.
-    """
-    routing = [name for name in ROUTING_ATTRIBUTES if name in original]
-    others = [name for name in original if name not in ROUTING_ATTRIBUTES and name != FAILURE_ATTRIBUTE]
-    room = limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1 - len(routing)
-    kept, dropped = routing + others[:room], others[room:]
-    if dropped:
-        reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *dropped]}
-    attributes = {name: dict(original[name]) for name in kept}
-    attributes[FAILURE_ATTRIBUTE] = {"DataType": "String", "StringValue": json.dumps(reason, separators=(",", ":"))}
-    return attributes
-
-
 def truncate_utf8(text: str, max_bytes: int) -> str:
     """Cut text to at most max_bytes of UTF-8 without splitting a character, marking the cut with '...'.
 
@@ -332,39 +265,3 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
     if max_bytes < 3:
         return ""
     return encoded[: max_bytes - 3].decode("utf-8", errors="ignore") + "..."
-
-
-def lambda_record(received: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
-    """One Lambda SQS event record, as Lambda builds it from a received message (ReceiveMessage shape)."""
-    body = received.get("Body", "")
-    return {
-        "messageId": received["MessageId"],
-        "receiptHandle": received["ReceiptHandle"],
-        "body": body,
-        "attributes": dict(received.get("Attributes") or {}),
-        "messageAttributes": {
-            name: _event_attribute(value) for name, value in (received.get("MessageAttributes") or {}).items()
-        },
-        "md5OfBody": received.get("MD5OfBody") or body_md5(body),
-        "eventSource": "aws:sqs",
-        "eventSourceARN": queue_arn,
-        "awsRegion": region,
-    }
-
-
-def _event_attribute(value: dict[str, Any]) -> dict[str, Any]:
-    """An SQS API message attribute in the Lambda event's spelling."""
-    attribute: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
-    if "BinaryValue" in value:
-        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
-    else:
-        attribute["stringValue"] = value.get("StringValue")
-    return attribute
-
-
-def body_md5(body: str) -> str:
-    """The hex MD5 of a body's UTF-8, as SQS reports it (``MD5OfBody``); hashlib (OpenSSL, ~5 ms) is imported only
-    when one is computed, off the handler's cold start."""
-    import hashlib
-
-    return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()

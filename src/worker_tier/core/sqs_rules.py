@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
 from worker_tier.core import limits
+from worker_tier.core.envelope import attribute_room
 
 DATA_TYPES = ("String", "Number", "Binary")
 MAX_DATA_TYPE_CHARS = 256
@@ -215,7 +216,7 @@ def _binary_problem(name: str, value: Mapping[str, Any]) -> str | None:
 
 def attributes_problem(attributes: Mapping[str, Any]) -> str | None:
     """The first reason SQS would refuse a message's attributes (count, names, values), or None."""
-    if len(attributes) > limits.SQS_MAX_MESSAGE_ATTRIBUTES:
+    if attribute_room(len(attributes)) < 0:
         return f"{len(attributes)} attributes; SQS allows at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message"
     for name, value in attributes.items():
         problem = attribute_name_problem(name) or attribute_value_problem(name, value)

@@ -80,6 +80,7 @@ from worker_tier.core import contract, limits, message, sqs_rules
 from worker_tier.delays import delay, delivery
 from worker_tier.core.aws import LazyClient
 from worker_tier.delays.delay import DelayedMessage
+from worker_tier.core.envelope import Envelope
 from worker_tier.core.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.core.errors import LayoutLostError, StateError, UnreadableItemError, WorkerTierError
 from worker_tier.core.retry import BATCH_ENTRIES, chunks
@@ -545,16 +546,16 @@ class DelayRecovery:
         attributes, refused_attributes = delivery.acceptable_attributes(action.attributes)
         if refused_attributes:
             reason["refused_attributes"] = refused_attributes
-        copy = {"MessageBody": action.body, "MessageAttributes": message.dead_letter_attributes(attributes, reason)}
+        copy = Envelope.dead_letter(action.body, attributes, reason)
         refusal = sqs_rules.body_problem(action.body) or self._send_dead_letter(copy, action.position, quiet=True)
         if refusal:
             self._send_dead_letter(_pointer(action, reason, refusal), action.position)
         report.count("dead_lettered")
 
-    def _send_dead_letter(self, request: dict[str, Any], position: int, quiet: bool = False) -> str | None:
+    def _send_dead_letter(self, envelope: Envelope, position: int, quiet: bool = False) -> str | None:
         """SendMessage to the DLQ: None if taken; SQS's refusal if ``quiet`` and a sender fault; else _StoppedError."""
         try:
-            self._sqs.get().send_message(QueueUrl=self.dead_letter_queue_url, **request)
+            self._sqs.get().send_message(**envelope.request(self.dead_letter_queue_url))
             return None
         except Exception as error:
             details = getattr(error, "response", {}).get("Error", {})
@@ -595,13 +596,13 @@ def _refused(action: _Action, refusal: str) -> _Action:
                    message_id=delayed.message_id, kept=kept)
 
 
-def _pointer(action: _Action, reason: dict[str, Any], refusal: str) -> dict[str, Any]:
+def _pointer(action: _Action, reason: dict[str, Any], refusal: str) -> Envelope:
     """A small DLQ message naming a message whose full copy the DLQ refused, with the head of its body."""
     reason = {**reason, "copy_refused": f"the dead-letter queue refused the full copy ({refusal}); the item is {action.kept}"}
     head = action.body.encode("utf-8")[:MAX_DEAD_LETTER_BODY_HEAD_BYTES].decode("utf-8", "ignore")
     body = {"message_id": action.message_id, "reason": reason, "body_head": head}
     routing, _ = delivery.acceptable_attributes({k: v for k, v in action.attributes.items() if k == contract.PATH_ATTRIBUTE})
-    return {"MessageBody": json.dumps(body, ensure_ascii=True), "MessageAttributes": message.dead_letter_attributes(routing, reason)}
+    return Envelope.dead_letter(json.dumps(body, ensure_ascii=True), routing, reason)
 
 
 def _path(attributes: Mapping[str, Any]) -> str:

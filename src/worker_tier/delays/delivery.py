@@ -29,7 +29,8 @@ from worker_tier.core.aws import error_code
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.core.contract import PATH_ATTRIBUTE
 from worker_tier.core.errors import DispatchIncompleteError, DispatchRefusedError, UnreadableItemError
-from worker_tier.core.message import dead_letter_attributes, failure_reason
+from worker_tier.core.envelope import Envelope
+from worker_tier.core.message import failure_reason
 from worker_tier.core.retry import BATCH_ENTRIES
 
 # SQS errors that refuse a whole SendMessageBatch call because of what a message holds (botocore may
@@ -79,20 +80,18 @@ def is_content_error(error: BaseException) -> bool:
     return error_code(error).removeprefix(_SQS_CODE_PREFIX) in MESSAGE_CONTENT_ERROR_CODES
 
 
-def entry(entry_id: str, message: DelayedMessage, now: float) -> dict[str, Any]:
+def entry(entry_id: str, message: DelayedMessage, now: float, attributes: dict[str, Any] | None = None) -> dict[str, Any]:
     """A SendMessageBatch entry for a delayed message: never visible before it is due.
+
+    ``attributes`` are its attributes with ``worker_tier.due_at`` (``delay.with_due_at``), when the caller has them.
 
     Examples
     --------
     >>> entry("0", DelayedMessage("m-1", 1_800_000_090_500, "hi", {}), 1_800_000_000.0)["DelaySeconds"]
     91
     """
-    return {
-        "Id": entry_id,
-        "MessageBody": message.body,
-        "MessageAttributes": delay.with_due_at(message),
-        "DelaySeconds": delay_seconds(message.due_ms, now),
-    }
+    envelope = Envelope(message.body, delay.with_due_at(message) if attributes is None else attributes)
+    return envelope.entry(entry_id, DelaySeconds=delay_seconds(message.due_ms, now))
 
 
 def delay_seconds(due_ms: int, now: float) -> int:
@@ -248,7 +247,7 @@ class Delivery:
         attributes, refused_attributes = acceptable_attributes(delay.with_due_at(message))
         if refused_attributes:
             reason["refused_attributes"] = refused_attributes
-        copy = {"Id": "0", "MessageBody": message.body, "MessageAttributes": dead_letter_attributes(attributes, reason)}
+        copy = Envelope.dead_letter(message.body, attributes, reason).entry("0")
         sent = self.deliver(self.dead_letter_queue_url, [copy], time_low=time_low)
         if not sent.accepted and sent.refused:
             sent = self.deliver(self.dead_letter_queue_url, [self._pointer(message, reason, sent.refused["0"])], time_low=time_low)
@@ -270,7 +269,7 @@ class Delivery:
         ), "")
         body = {"delay_table": self.delay_table, contract.DELAY_PARTITION_KEY: pk, contract.DELAY_SORT_KEY: sk, "reason": reason,
                 "item_head": json.dumps(item, default=repr)[:POINTER_BODY_HEAD_BYTES]}
-        entry = {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes({}, reason)}
+        entry = Envelope.dead_letter(json.dumps(body), {}, reason).entry("0")
         sent = self.deliver(self.dead_letter_queue_url, [entry], time_low=time_low)
         if not sent.accepted:
             raise DispatchIncompleteError(
@@ -299,4 +298,4 @@ class Delivery:
             "body_head": message.body.encode("utf-8", "replace")[:POINTER_BODY_HEAD_BYTES].decode("utf-8", "ignore"),
         }
         routing, _ = acceptable_attributes({k: v for k, v in message.attributes.items() if k == PATH_ATTRIBUTE})
-        return {"Id": "0", "MessageBody": json.dumps(body), "MessageAttributes": dead_letter_attributes(routing, reason)}
+        return Envelope.dead_letter(json.dumps(body), routing, reason).entry("0")

@@ -24,7 +24,7 @@ from worker_tier.delays.dispatch_state import (
 )
 from worker_tier.delays.delivery import Delivery
 from worker_tier.core.errors import DispatchIncompleteError, UnreadableItemError
-from worker_tier.core.message import message_bytes
+from worker_tier.core.envelope import message_bytes
 from worker_tier.core.retry import BATCH_ENTRIES, STATE_CALLS, batches
 
 # Every call of the dispatcher's own clients ends within DISPATCHER_CALL_SECONDS: one attempt (botocore retries
@@ -415,7 +415,7 @@ class _MinuteDispatch:
 
         Each call's DelaySeconds comes from the clock read just before it (``Delivery.deliver``).
         """
-        entries = [{**delivery.entry(str(i), messages[i], 0.0), "MessageAttributes": attributes[i]} for i in batch]
+        entries = [delivery.entry(str(i), messages[i], 0.0, attributes[i]) for i in batch]
         try:
             return self.delivery.deliver(self.queue_url, entries, {str(i): messages[i].due_ms for i in batch},
                                                     self._sends_low)

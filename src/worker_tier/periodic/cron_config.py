@@ -49,7 +49,7 @@ from worker_tier.periodic.cron_expression import parse as parse_expression
 from worker_tier.core import limits, sqs_rules
 from worker_tier.app.sqsd import HEADER_VALUE_FORBIDDEN, REQUEST_PATH
 from worker_tier.core.contract import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE
-from worker_tier.core.message import message_bytes
+from worker_tier.core.envelope import Envelope
 from worker_tier.periodic.ticks import Tick
 from worker_tier.core.errors import CronConfigError
 from worker_tier.periodic.cron_yaml import Integer, load_document, kind, show
@@ -204,7 +204,7 @@ def _key_problem(tick: Tick) -> str | None:
 
 def _size_problem(body: str, attributes: dict[str, Any], maximum_message_size: int) -> str | None:
     """The tick message (body and attributes) must fit the queue's MaximumMessageSize."""
-    size = message_bytes(body, attributes)
+    size = Envelope(body, attributes).size()
     if size <= maximum_message_size:
         return None
     return (

@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 from worker_tier.core import contract, message, observability, sqs_rules
 from worker_tier.core.aws import LazyClient, error_code
 from worker_tier.core.contract import METRIC_TICK_MARK_FAILED, TICK_KEY_PREFIX
+from worker_tier.core.envelope import Envelope
 from worker_tier.core.errors import WorkerTierError
 from worker_tier.core.observability import logger
 from worker_tier.core.retry import TICK_MARK
@@ -213,15 +214,10 @@ class TickEnqueuer:
 
     def _request(self, tick: Tick) -> dict[str, Any]:
         """SendMessage arguments: EB's body and ``beanstalk.sqsd.*`` attributes."""
-        request: dict[str, Any] = {
-            "QueueUrl": self.queue_url,
-            "MessageBody": tick.body,
-            "MessageAttributes": tick.message_attributes(),
-        }
+        envelope = Envelope(tick.body, tick.message_attributes())
         if self.fifo:
-            request["MessageGroupId"] = tick.group_id
-            request["MessageDeduplicationId"] = tick.deduplication_id()
-        return request
+            return envelope.request(self.queue_url, MessageGroupId=tick.group_id, MessageDeduplicationId=tick.deduplication_id())
+        return envelope.request(self.queue_url)
 
 
 def tick_from_event(event: Any) -> Tick:

@@ -24,6 +24,7 @@ from worker_tier.core import contract, limits, message
 from worker_tier.producer import outgoing as checks
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage
+from worker_tier.core.envelope import Envelope, attribute_room
 from worker_tier.core.errors import MessageError, SendError
 from worker_tier.producer.outgoing import OutgoingMessage, due_in_seconds
 from worker_tier.core.retry import SEND_ENTRIES, batches
@@ -239,30 +240,30 @@ class Client:
             raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
         if math.ceil(seconds) > self._long_delay_threshold or outgoing.cancellable is True:
-            return self._delayed(index, outgoing, body, attributes, now, seconds, queue_limit)
+            return self._delayed(index, outgoing, Envelope(body, attributes), now, seconds, queue_limit)
         if outgoing.at is not None and seconds > 0 and not self.fifo:
             attributes = _with_due_at(attributes, math.ceil((now + seconds) * 1000))
-        size = checks.checked_size(body, attributes, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
-        entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
-        entry.update(self._queue_options(outgoing, math.ceil(seconds), now + seconds))
-        entry["_size"] = size
-        return entry
+        envelope = Envelope(body, attributes)
+        size = envelope.checked_size(self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
+        return envelope.entry(str(index), **self._queue_options(outgoing, math.ceil(seconds), now + seconds), _size=size)
 
     def _delayed(
-        self, index: int, outgoing: OutgoingMessage, body: str, attributes: dict[str, Any], now: float, seconds: float,
+        self, index: int, outgoing: OutgoingMessage, envelope: Envelope, now: float, seconds: float,
         queue_limit: Callable[[], tuple[int | None, str]],
     ) -> tuple[int, DelayedMessage] | SendResult:
         """A message for the delay table, checked against what the table and the dispatch can carry."""
-        self._check_delay_table_use(outgoing, math.ceil(seconds), len(attributes))
+        self._check_delay_table_use(outgoing, math.ceil(seconds), len(envelope.attributes))
         if outgoing.cancellable is True:
             self._check_cancellable(outgoing, seconds)
         maximum, failure = queue_limit()
         what = f"with {contract.DUE_AT_ATTRIBUTE} (added at dispatch)"
-        size = checks.checked_size(body, attributes, maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
+        size = envelope.checked_size(maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
         message_id = delay.new_message_id(outgoing.dedupe_key)
         cancellable = outgoing.cancellable is True
         shard = delay.CANCELLABLE_SHARD if cancellable else delay.shard_of(message_id, self._delay_shards)
-        delayed = DelayedMessage(message_id, math.ceil((now + seconds) * 1000), body, attributes, shard, outgoing.dedupe_key, cancellable)
+        delayed = DelayedMessage(
+            message_id, math.ceil((now + seconds) * 1000), envelope.body, envelope.attributes, shard, outgoing.dedupe_key, cancellable
+        )
         item_bytes = delay.item_bytes(delayed.to_item())
         if item_bytes > delay.MAX_ITEM_BYTES:
             raise MessageError(
@@ -291,9 +292,9 @@ class Client:
             raise MessageError(f"a delay of {wait} s is beyond the {delay.MAX_DELAY_SECONDS} s (366 days) maximum")
         if outgoing.group_id is not None:
             raise MessageError("group_id applies to FIFO queues (a queue URL ending in .fifo)")
-        if attribute_count > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
+        if attribute_room(attribute_count, reserved=1) < 0:  # worker_tier.due_at, added at dispatch
             raise MessageError(
-                f"a delayed message may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
+                f"a delayed message may carry at most {attribute_room(0, reserved=2)} attributes of its own "
                 f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
                 f"got {attribute_count - 1}"
             )
@@ -488,10 +489,10 @@ class Client:
 def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
     """A direct ``at=`` send's attributes plus ``worker_tier.due_at``, so a worker holds it back if the producer's
     clock ran ahead (DelaySeconds comes from that clock); MessageError when there is no attribute left for it."""
-    if len(attributes) > limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1:
+    if attribute_room(len(attributes), reserved=1) < 0:
         raise MessageError(
             f"a message sent with at= carries {contract.DUE_AT_ATTRIBUTE}, so it is never delivered early whatever this "
-            f"clock says: it may carry at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 2} attributes of its own "
+            f"clock says: it may carry at most {attribute_room(0, reserved=2)} attributes of its own "
             f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
             f"got {len(attributes) - 1}"
         )

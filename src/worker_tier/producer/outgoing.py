@@ -14,8 +14,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from worker_tier.core import contract, limits, message, sqs_rules
+from worker_tier.core import contract, limits, sqs_rules
 from worker_tier.delays import delay
+from worker_tier.core.envelope import attribute_room
 from worker_tier.core.errors import MessageError
 
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
@@ -140,26 +141,15 @@ def check_ids(outgoing: OutgoingMessage) -> None:
         raise MessageError(problem)
 
 
-def checked_size(body: str, attributes: Mapping[str, Any], limit: int, *, extra: int = 0, what: str = "") -> int:
-    """The message's size as SQS counts it; MessageError when over the queue's maximum."""
-    size = message.message_bytes(body, attributes) + extra
-    if size > limit:
-        raise MessageError(
-            f"message is {size} bytes with its attributes{' ' + what if what else ''}; "
-            f"the queue allows at most {limit} (MaximumMessageSize)"
-        )
-    return size
-
-
 def message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """The path, the user's attributes and any internal ones, in the SQS API's shape, checked as SQS checks them."""
     user = outgoing.attributes or {}
     if not isinstance(user, Mapping):
         raise MessageError(f"attributes must be a mapping of name to value, got {type(user).__name__}")
-    if len(user) + 1 > limits.SQS_MAX_MESSAGE_ATTRIBUTES:
+    if attribute_room(len(user), reserved=1) < 0:
         raise MessageError(
             f"{len(user)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
-            f"and Worker Tier uses one for the path, so at most {limits.SQS_MAX_MESSAGE_ATTRIBUTES - 1}"
+            f"and Worker Tier uses one for the path, so at most {attribute_room(0, reserved=1)}"
         )
     attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
     attributes.update({user_attribute_name(name): attribute_value(name, value) for name, value in user.items()})

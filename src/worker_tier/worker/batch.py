@@ -57,6 +57,7 @@ from worker_tier.app.app_target import AppTarget
 from worker_tier.core.aws import LazyClient, new_heartbeat_client
 from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.worker.dead_letter import DeadLetterQueueSize
+from worker_tier.core.envelope import Envelope
 from worker_tier.worker.fates import (
     OUTCOME_SUCCEEDED,
     Fates,
@@ -300,7 +301,7 @@ class Worker(Fates):
             if definition is None:
                 self._deliver(task, invocation)
             elif definition.container and self._container_queue_url:
-                self._forward(record, task, invocation)
+                self._forward(record, task, invocation, self._container_queue_url)
                 return
             else:
                 if definition.parser is not None:
@@ -319,16 +320,16 @@ class Worker(Fates):
             if _listeners:
                 self._emit(OUTCOME_SUCCEEDED, task)
 
-    def _forward(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
+    def _forward(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, queue_url: str) -> None:
         """Hand a long task to the container worker's queue, as it came; an error retries it here."""
-        attributes, dropped = message.sqs_attributes(record.get("messageAttributes") or {})
+        envelope, dropped = Envelope.from_record(record, body=task.body)
         if dropped:
             logger.warning("attributes SQS would refuse were left out of the forward", extra={"dropped_attributes": dropped})
-        _carry_source_id(attributes, task)
-        request: dict[str, Any] = {"QueueUrl": self._container_queue_url, "MessageBody": task.body, "MessageAttributes": attributes}
-        if task.group_id is not None:  # a FIFO queue: keep the group, and deduplicate on the source message
-            request["MessageGroupId"] = task.group_id
-            request["MessageDeduplicationId"] = task.message_id
+        _carry_source_id(envelope, task)
+        if task.group_id is None:
+            request = envelope.request(queue_url)
+        else:  # a FIFO queue: keep the group, and deduplicate on the source message
+            request = envelope.request(queue_url, MessageGroupId=task.group_id, MessageDeduplicationId=task.message_id)
         self._sqs.get().send_message(**request)
         invocation.metrics.count(contract.METRIC_FORWARDED)
         if _listeners:
@@ -526,14 +527,15 @@ def _end_forked_child(error: BaseException | None) -> NoReturn:
     os._exit(status)
 
 
-def _carry_source_id(attributes: dict[str, Any], task: Task) -> None:
+def _carry_source_id(envelope: Envelope, task: Task) -> None:
     """Add ``worker_tier.source_message_id`` to a forward's attributes (kept when it already has one), room permitting.
 
     The container's default idempotency key is this id, so a source message delivered twice runs once.
     """
+    attributes = envelope.attributes
     if contract.SOURCE_MESSAGE_ID_ATTRIBUTE in attributes:
         return
-    if len(attributes) >= limits.SQS_MAX_MESSAGE_ATTRIBUTES:
+    if envelope.room() < 1:
         logger.warning(
             "no room for the source message id on the forward: the container's default idempotency key is the "
             "forwarded message's own id",

@@ -44,6 +44,7 @@ from typing import Any, Mapping
 
 from worker_tier.core import contract, limits, message
 from worker_tier.core.aws import error_code
+from worker_tier.core.envelope import Envelope, body_md5, dead_letter_attributes, message_bytes
 from worker_tier.core.errors import DeadLetterError
 from worker_tier.core.observability import logger
 
@@ -113,24 +114,24 @@ def send_to_dead_letter_queue(
     receive on which the reason record of a body too large for the DLQ is written. ``size_known``: False when
     ``max_message_bytes`` is the fallback for a DLQ whose size could not be read, so a larger copy is still tried.
     """
-    body = record.get("body") or ""
-    original, invalid = message.sqs_attributes(record.get("messageAttributes") or {})
+    received, invalid = Envelope.from_record(record)
+    body, original = received.body, received.attributes
     reason = message.failure_reason(error, attempts=attempts, path=path, failed_at=now)
     if invalid:
         reason["dropped_attributes"] = invalid
     attributes = fit_reason(body, original, reason, max_message_bytes)
     source = record.get("messageId")
     if attributes is not None:
-        return _send(sqs, _request(queue_url, record, body, attributes), source)
+        return _send(sqs, _request(queue_url, record, Envelope(body, attributes)), source)
     # No reason fits beside the body: the copy keeps only its routing attributes (named in the record's reason).
-    routing_only = {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES}
-    shed = [k for k in original if k not in routing_only]
+    routing_only = Envelope(body, {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES})
+    shed = [k for k in original if k not in routing_only.attributes]
     if shed:
         reason["dropped_attributes"] = [*reason.get("dropped_attributes", []), *shed]
     reason_request = _request(
-        queue_url, record, _reason_record(record, reason), message.dead_letter_attributes({}, reason), REASON_DEDUPLICATION_SUFFIX
+        queue_url, record, Envelope.dead_letter(_reason_record(record, reason), {}, reason), REASON_DEDUPLICATION_SUFFIX
     )
-    size = message.message_bytes(body, routing_only)
+    size = routing_only.size()
     if size > max_message_bytes and size_known:
         if last_receive:  # once: the receive after which SQS's redrive policy moves the message here as it came
             _send(sqs, reason_request, f"{source} (its reason record)")
@@ -140,30 +141,30 @@ def send_to_dead_letter_queue(
             "MaximumMessageSize to the work queue's"
         )
     _send(sqs, reason_request, f"{source} (its reason record)")
-    return _send(sqs, _request(queue_url, record, body, routing_only), source)
+    return _send(sqs, _request(queue_url, record, routing_only), source)
 
 
 def fit_reason(
     body: str, original: Mapping[str, Mapping[str, Any]], reason: dict[str, Any], max_message_bytes: int
 ) -> dict[str, dict[str, Any]] | None:
     """The DLQ copy's attributes within ``max_message_bytes``, shedding what it must; None if no reason fits."""
-    attributes = message.dead_letter_attributes(original, reason)
-    if message.message_bytes(body, attributes) <= max_message_bytes:
+    attributes = dead_letter_attributes(original, reason)
+    if message_bytes(body, attributes) <= max_message_bytes:
         return attributes
     # Keep the body whole: shed the non-routing attributes, and name them in the reason.
     routing_only = {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES}
     shed = [k for k in original if k not in routing_only]
     reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *shed]}
-    attributes = message.dead_letter_attributes(routing_only, reason)
-    if message.message_bytes(body, attributes) <= max_message_bytes:
+    attributes = dead_letter_attributes(routing_only, reason)
+    if message_bytes(body, attributes) <= max_message_bytes:
         return attributes
     # Then shorten the error message to what is left beside a reason with an empty one.
-    bare = message.dead_letter_attributes(routing_only, {**reason, "error_message": ""})
-    spare = max_message_bytes - message.message_bytes(body, bare)
+    bare = dead_letter_attributes(routing_only, {**reason, "error_message": ""})
+    spare = max_message_bytes - message_bytes(body, bare)
     if spare < 0:
         return None
     shortened = _longest_prefix(reason["error_message"], spare)
-    return message.dead_letter_attributes(routing_only, {**reason, "error_message": shortened})
+    return dead_letter_attributes(routing_only, {**reason, "error_message": shortened})
 
 
 def _longest_prefix(text: str, spare_bytes: int) -> str:
@@ -184,7 +185,7 @@ def _longest_prefix(text: str, spare_bytes: int) -> str:
 def _reason_record(record: Mapping[str, Any], reason: Mapping[str, Any]) -> str:
     """The body of the small DLQ message that carries a reason its message had no room for."""
     return json.dumps(
-        {"source_message_id": record.get("messageId"), "body_md5": message.body_md5(record.get("body") or ""),
+        {"source_message_id": record.get("messageId"), "body_md5": body_md5(record.get("body") or ""),
          "reason": reason, "note": REASON_RECORD_NOTE},
         separators=(",", ":"),
     )
@@ -205,17 +206,13 @@ def reason_record(body: str, attributes: Mapping[str, Any]) -> dict[str, Any] | 
     return parsed
 
 
-def _request(
-    queue_url: str, record: Mapping[str, Any], body: str, attributes: Mapping[str, Any], dedupe_suffix: str = ""
-) -> dict[str, Any]:
+def _request(queue_url: str, record: Mapping[str, Any], envelope: Envelope, dedupe_suffix: str = "") -> dict[str, Any]:
     """A SendMessage request for the DLQ; a FIFO source keeps its message group."""
-    request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body, "MessageAttributes": attributes}
     system = record.get("attributes")
     group_id = system.get("MessageGroupId") if isinstance(system, Mapping) else None
-    if group_id is not None:
-        request["MessageGroupId"] = group_id
-        request["MessageDeduplicationId"] = f"{record['messageId']}{dedupe_suffix}"
-    return request
+    if group_id is None:
+        return envelope.request(queue_url)
+    return envelope.request(queue_url, MessageGroupId=group_id, MessageDeduplicationId=f"{record['messageId']}{dedupe_suffix}")
 
 
 def _send(sqs: Any, request: dict[str, Any], message_id: Any) -> str:
