@@ -1,7 +1,7 @@
 """``make docs``: write docs/settings.md from ``Settings``, or with ``--check`` fail when it is stale.
 
-Every fact on the page comes from ``worker_tier.core.settings``: the default and the
-description of each field, its range (or allowed values), its EB option name, and
+Every fact on the page comes from ``worker_tier.core.settings``: a heading and the
+docstring of each section of ``Settings``, then the default and the description of each field, its range (or allowed values), its EB option name, and
 the environment variable ``Settings.to_environment()`` sets. From a checkout it
 writes the checkout's docs/settings.md, wherever it is run from::
 
@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from worker_tier.core import settings as settings_module
-from worker_tier.core.settings import Settings, eb_option
+from worker_tier.core.settings import SECTIONS, Settings, eb_option
 
 # From a checkout (src/worker_tier_cdk/ under a directory with pyproject.toml and docs/), the checkout's page
 # wherever it is run from; from an installed package, docs/settings.md under the current directory.
@@ -37,7 +39,9 @@ _HEADER = f"""# Settings
 
 <!-- Generated from worker_tier/core/settings.py by `make docs` ({GENERATOR}); do not edit by hand. -->
 
-Worker Tier's settings are one frozen dataclass, `worker_tier.core.settings.Settings`. In this repository
+Worker Tier's settings are one frozen dataclass, `worker_tier.core.settings.Settings`, made of three sections
+below: runtime, deployment and app (`RuntimeSettings`, `DeploymentSettings`, `AppSettings`). A section
+only groups them: every setting is `settings.<name>` and one key of one flat object. In this repository
 they live in `cdk.json` under `context.worker_tier`; in your own CDK app pass
 `settings=Settings(...)` to `WorkerTierStack` or a construct's props. They are validated at synth: an
 error names the setting, the value and the allowed range (and the EB option, where there is one).
@@ -47,20 +51,45 @@ The stack passes every setting to the functions and the container as the environ
 The EB option column names the Elastic Beanstalk worker option a setting replaces; its default is EB's.
 The resource variables the stack sets beside these (queue URLs, table names) are in
 [design.md](design.md#environment-variables).
+"""
 
-| setting | default | allowed | EB option | environment variable | what it does |
+_TABLE_HEAD = """| setting | default | allowed | EB option | environment variable | what it does |
 |---|---|---|---|---|---|
 """
 
 
 def render() -> str:
-    """The whole of docs/settings.md, from ``Settings``."""
+    """The whole of docs/settings.md, from ``Settings``: one heading and table per section."""
     variables = list(Settings().to_environment())
     fields = dataclasses.fields(Settings)
     if len(variables) != len(fields):
         raise RuntimeError(f"Settings.to_environment() gave {len(variables)} variables for {len(fields)} settings")
-    rows = [_row(field, variable) for field, variable in zip(fields, variables, strict=True)]
-    return _HEADER + "\n".join(rows) + "\n"
+    variable_of = {field.name: variable for field, variable in zip(fields, variables, strict=True)}
+    sectioned = [field.name for section in SECTIONS for field in dataclasses.fields(section)]
+    if sorted(sectioned) != sorted(variable_of):
+        stray = sorted(set(variable_of) - set(sectioned)) or sorted(set(sectioned) - set(variable_of))
+        raise RuntimeError(f"settings {stray} are not in exactly one of {[s.__name__ for s in SECTIONS]}: declare each "
+                           "field in one section of settings.py, not in Settings itself")
+    return _HEADER + "".join(_section(section, variable_of) for section in SECTIONS)
+
+
+def _section(section: type[Any], variable_of: dict[str, str]) -> str:
+    """A section's heading, its docstring's description and its table."""
+    rows = [_row(field, variable_of[field.name]) for field in dataclasses.fields(section)]
+    return f"\n## {_title(section)}\n\n{_description(section)}\n\n" + _TABLE_HEAD + "\n".join(rows) + "\n"
+
+
+def _title(section: type[Any]) -> str:
+    """``RuntimeSettings`` -> ``Runtime settings (`RuntimeSettings`)``."""
+    words = re.findall(r"[A-Z][a-z]*", section.__name__)
+    return " ".join([words[0], *(word.lower() for word in words[1:])]) + f" (`{section.__name__}`)"
+
+
+def _description(section: type[Any]) -> str:
+    """The section's docstring, its reST literals as Markdown ones; raises when it has none."""
+    if not section.__doc__:
+        raise RuntimeError(f"settings section {section.__name__} has no docstring: say what it governs and who reads it")
+    return inspect.cleandoc(section.__doc__).replace("``", "`")
 
 
 def _row(field: dataclasses.Field[Any], variable: str) -> str:

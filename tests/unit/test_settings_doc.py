@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from worker_tier.core.settings import Settings
+from worker_tier.core.settings import SECTIONS, Settings
 from worker_tier_cdk import settings_doc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,3 +68,18 @@ def test_ranges_and_eb_options_come_from_the_rules():
     assert "| `max_retries` | `10` | 1..100 | MaxRetries | `WORKER_TIER_MAX_RETRIES` |" in page
     assert "| `http_path` | `\"/\"` | a path starting with `/` | HttpPath | `WORKER_TIER_HTTP_PATH` |" in page
     assert "| `fifo` | `false` | `true` or `false` |  | `WORKER_TIER_FIFO` |" in page
+
+
+def test_each_section_has_a_heading_its_description_and_the_rows_of_its_own_settings():
+    # GIVEN the rendered page, cut at its section headings
+    _, *parts = settings_doc.render().split("\n## ")
+    # WHEN each part is matched with its section
+    # THEN the headings follow SECTIONS, each part opens with its docstring's first line and lists only its own settings
+    assert [part.splitlines()[0] for part in parts] == [
+        "Runtime settings (`RuntimeSettings`)", "Deployment settings (`DeploymentSettings`)", "App settings (`AppSettings`)"
+    ]
+    for section, part in zip(SECTIONS, parts, strict=True):
+        first_line = section.__doc__.strip().splitlines()[0].replace("``", "`")
+        assert part.splitlines()[2] == first_line
+        rows = [line.split(" | ")[0].strip("| `") for line in part.splitlines() if line.startswith("| `")]
+        assert rows == [field.name for field in dataclasses.fields(section)]

@@ -3,6 +3,13 @@
 The same ``Settings`` is read from ``cdk.json`` at synth (``infra``), from
 ``WORKER_TIER_*`` environment variables in a function, and by the local
 environment, so every default and range below is stated once.
+
+``Settings`` is made of three sections, each a frozen dataclass of fields whose
+docstring says what it governs and who reads it: ``RuntimeSettings`` (how the
+worker runs each message), ``DeploymentSettings`` (what the stack builds) and
+``AppSettings`` (an Elastic Beanstalk worker app). A setting's name is its
+``cdk.json`` key and, upper-cased, its ``WORKER_TIER_*`` variable, whichever
+section it sits in; ``Settings`` validates them all together.
 """
 
 from __future__ import annotations
@@ -134,14 +141,15 @@ def _setting(default: Any, doc: str, *, allowed: str | None = None, eb_option: s
     return dataclasses.field(default=default, metadata={k: v for k, v in metadata.items() if v is not None})
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Validated Worker Tier settings; EB option names where EB has one.
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class RuntimeSettings:
+    """How the worker runs each message: its timeouts, retries and backoff, heartbeats, the task modules it
+    imports, and how it reads a message (default route, content type, SNS envelope).
 
-    Examples
-    --------
-    >>> Settings.from_mapping({"max_retries": 5}).max_retries
-    5
+    Read at run time, from the ``WORKER_TIER_*`` variables, by the worker in a function or in the container
+    worker (``worker.py``, ``fates.py``, ``container.py``) as it handles each message. The stack reads some of
+    them too, to match the queue and the function to the worker: the visibility timeout, the function's
+    timeout, the redrive policy.
     """
 
     visibility_timeout: int = _setting(
@@ -149,28 +157,42 @@ class Settings:
         "The work queue's visibility timeout, seconds; at least inactivity_timeout + max_batching_window and "
         "heartbeat_interval + 10. Below AWS's advised 6 x inactivity_timeout synth warns, except for EB's own 300 / 299 pair.",
     )
+    inactivity_timeout: int = _setting(
+        DEFAULT_INACTIVITY_TIMEOUT_SECONDS,
+        "The worker function's timeout, seconds (Lambda's maximum is 900; longer tasks need the container worker).",
+    )
+    timeout_margin: int = _setting(
+        DEFAULT_TIMEOUT_MARGIN_SECONDS,
+        "Seconds the timeout guard keeps free: with less left, the remaining records are released unstarted "
+        "(visibility 0). Must be below inactivity_timeout.",
+    )
     error_visibility_timeout: int = _setting(
         DEFAULT_ERROR_VISIBILITY_TIMEOUT_SECONDS,
         "Base of the retry backoff, seconds: a failed message waits uniform 0..min(max_backoff, "
         "error_visibility_timeout x 2^(receive - 1)).",
+    )
+    max_backoff: int = _setting(
+        DEFAULT_MAX_BACKOFF_SECONDS, "Cap of the retry backoff, seconds."
     )
     max_retries: int = _setting(
         DEFAULT_MAX_RETRIES,
         "Receives before the worker dead-letters a failing message with its reason; the queue's redrive policy, "
         "at max_retries + 3 receives, is only the backstop.",
     )
-    http_connections: int = _setting(
-        DEFAULT_HTTP_CONNECTIONS,
-        "The SQS event source's maximum concurrency: how many worker invocations run at once; with app_port, the "
-        "container worker's threads (POSTs in flight, as EB's per-instance HttpConnections).",
+    heartbeat: bool = _setting(
+        False,
+        "Heartbeats for every task (otherwise only for @task(heartbeat=True)): the message's visibility is "
+        "extended while its task runs.",
     )
-    inactivity_timeout: int = _setting(
-        DEFAULT_INACTIVITY_TIMEOUT_SECONDS,
-        "The worker function's timeout, seconds (Lambda's maximum is 900; longer tasks need the container worker).",
+    heartbeat_interval: int = _setting(
+        DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
+        "Seconds between heartbeats; each extends the visibility by heartbeat_interval + 10.",
     )
-    retention_period: int = _setting(
-        DEFAULT_RETENTION_PERIOD_SECONDS,
-        "How long the work queue keeps a message, seconds; the dead-letter queue keeps 14 days.",
+    task_modules: str = _setting(
+        DEFAULT_TASK_MODULES,
+        "Modules the worker imports so their @task functions register; each must be deployed by the stack's TaskCode. "
+        "Empty only with app or app_port (every message goes to the app).",
+        allowed="comma-separated module names, e.g. `tasks,billing.tasks`",
     )
     http_path: str = _setting(
         DEFAULT_HTTP_PATH,
@@ -184,12 +206,30 @@ class Settings:
         allowed="a MIME type, `type/subtype`",
         eb_option="MimeType",
     )
-    max_backoff: int = _setting(
-        DEFAULT_MAX_BACKOFF_SECONDS, "Cap of the retry backoff, seconds."
+    via_sns: bool = _setting(
+        False,
+        "Unwrap SNS-wrapped bodies (an SNS Notification envelope) before the task or the app sees them.",
     )
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class DeploymentSettings:
+    """What the stack builds, and how large: the queue's kind and retention, the event source's batching and
+    concurrency, the worker function's memory, the alarms, the delay table's shards and its dispatcher, and
+    the container worker's size, scaling and network.
+
+    Read at synth by the CDK constructs (``worker_tier_cdk``), and by the local environment, which builds the
+    same resources in-process. The runtime reads a few back (``fifo``, ``delay_shards``,
+    ``container_concurrency``) to work with what the stack built.
+    """
+
     fifo: bool = _setting(
         False,
         "A FIFO work queue and dead-letter queue. FIFO has no per-message delay, so no delay table either.",
+    )
+    retention_period: int = _setting(
+        DEFAULT_RETENTION_PERIOD_SECONDS,
+        "How long the work queue keeps a message, seconds; the dead-letter queue keeps 14 days.",
     )
     batch_size: int = _setting(
         DEFAULT_BATCH_SIZE,
@@ -199,21 +239,15 @@ class Settings:
         DEFAULT_MAX_BATCHING_WINDOW_SECONDS,
         "Seconds the event source may wait to fill a batch.",
     )
-    memory_size: int = _setting(DEFAULT_MEMORY_MB, "The worker function's memory, MB.")
-    timeout_margin: int = _setting(
-        DEFAULT_TIMEOUT_MARGIN_SECONDS,
-        "Seconds the timeout guard keeps free: with less left, the remaining records are released unstarted "
-        "(visibility 0). Must be below inactivity_timeout.",
+    http_connections: int = _setting(
+        DEFAULT_HTTP_CONNECTIONS,
+        "The SQS event source's maximum concurrency: how many worker invocations run at once; with app_port, the "
+        "container worker's threads (POSTs in flight, as EB's per-instance HttpConnections).",
     )
+    memory_size: int = _setting(DEFAULT_MEMORY_MB, "The worker function's memory, MB.")
     oldest_message_alarm: int = _setting(
         DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS,
         "The oldest-message-age alarm's threshold, seconds.",
-    )
-    task_modules: str = _setting(
-        DEFAULT_TASK_MODULES,
-        "Modules the worker imports so their @task functions register; each must be deployed by the stack's TaskCode. "
-        "Empty only with app or app_port (every message goes to the app).",
-        allowed="comma-separated module names, e.g. `tasks,billing.tasks`",
     )
     delay_shards: int = _setting(
         DEFAULT_DELAY_SHARDS,
@@ -227,15 +261,6 @@ class Settings:
         "if producers spread them over at least as many delay_shards. Above 1 the dispatcher gets a full vCPU "
         "(1,769 MB). Each group adds an invocation and about 5 state-table writes a minute. Changing it loses nothing "
         "and sends nothing early: what was dispatched after the slowest group's watermark is sent again.",
-    )
-    heartbeat: bool = _setting(
-        False,
-        "Heartbeats for every task (otherwise only for @task(heartbeat=True)): the message's visibility is "
-        "extended while its task runs.",
-    )
-    heartbeat_interval: int = _setting(
-        DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
-        "Seconds between heartbeats; each extends the visibility by heartbeat_interval + 10.",
     )
     container_worker: bool = _setting(
         False,
@@ -277,7 +302,18 @@ class Settings:
         allowed="an image reference, `registry/repository[:tag][@sha256:digest]`",
     )
 
-    # Elastic Beanstalk worker apps (docs/migrating-from-eb.md): in-process, or over HTTP from the container worker.
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class AppSettings:
+    """An Elastic Beanstalk worker app (docs/migrating-from-eb.md): which app gets the messages, in-process
+    (``app``) or over HTTP from the container worker (``app_port``), and how it is reached.
+
+    The rest are inert without ``app`` or ``app_port``. Read at run time by the app delivery
+    (``app_target.py``, ``app_adapter.py``, ``sqsd.py``, ``forwarding.py``), and at synth by the constructs,
+    which check the app is deployed, leave the function without an event source while the container worker
+    forwards, grant the signing secret and run ``app_image`` beside the container worker.
+    """
+
     app: str = _setting(
         "",
         "A WSGI or ASGI app the worker delivers each message to in-process, as sqsd POSTs it (empty: none). A "
@@ -288,10 +324,6 @@ class Settings:
         False,
         "App mode: POST an ordinary message to its beanstalk.sqsd.path rather than http_path (sqsd never did; "
         "periodic messages always go to their path).",
-    )
-    via_sns: bool = _setting(
-        False,
-        "Unwrap SNS-wrapped bodies (an SNS Notification envelope) before the task or the app sees them.",
     )
     app_port: int = _setting(
         0,
@@ -320,6 +352,28 @@ class Settings:
         "(empty: the app runs elsewhere on localhost, or in the worker image).",
         allowed="empty, or an image reference",
     )
+
+
+# Settings' sections, in the order docs/settings.md shows them; each field is declared in exactly one. A section
+# only declares (init=False: it is never built, and makes no methods of its own, which keeps the cold import as it
+# was); Settings builds, compares and validates every field.
+SECTIONS: tuple[type[RuntimeSettings] | type[DeploymentSettings] | type[AppSettings], ...] = (
+    RuntimeSettings, DeploymentSettings, AppSettings
+)
+
+
+@dataclass(frozen=True)
+class Settings(RuntimeSettings, DeploymentSettings, AppSettings):
+    """Validated Worker Tier settings; EB option names where EB has one.
+
+    Every field is declared in one of the sections (``SECTIONS``) and reads as ``settings.<name>``;
+    the checks below span the sections, so only a whole ``Settings`` is built and validated.
+
+    Examples
+    --------
+    >>> Settings.from_mapping({"max_retries": 5}).max_retries
+    5
+    """
 
     def __post_init__(self) -> None:
         for name, rule in _RANGES.items():
