@@ -101,7 +101,7 @@ def test_tail_without_a_log_group_says_the_local_environment_prints_its_own(depl
 
 def test_tail_reads_the_messages_the_worker_logs():
     # The worker's outcome lines are the contract's: each message is logged by worker_tier.worker.fates as written.
-    fates = (REPO / "src" / "worker_tier" / "fates.py").read_text()
+    fates = (REPO / "src" / "worker_tier" / "worker" / "fates.py").read_text()
     assert all(f'"{text}"' in fates for text in OUTCOME_LOG_MESSAGES.values())
 
 

@@ -139,7 +139,7 @@ def test_the_worker_functions_asset_holds_the_app_and_its_requirements(app_mode)
     assert (asset / "webapp" / "web.py").is_file()
     assert (asset / WHEEL_NAME / "__init__.py").read_text() == "VALUE = 42\n"
     assert (asset / f"{WHEEL_NAME}-{WHEEL_VERSION}.dist-info" / "METADATA").is_file()
-    assert (asset / "worker_tier" / "worker.py").is_file()
+    assert (asset / "worker_tier" / "worker" / "batch.py").is_file()
 
 
 def test_no_other_function_gets_the_apps_requirements(app_mode):

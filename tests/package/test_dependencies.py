@@ -37,7 +37,7 @@ LAZY_IMPORTS = {
     ("worker_tier_cli", "yaml"): ("src/worker_tier_cli/import_eb.py",),
     ("worker_tier", "a2wsgi"): ("src/worker_tier/app/app_adapter.py",),
     # cron.yaml's reader and preview: synth, the CLI and the local environment import them, never a deployed function.
-    ("worker_tier", "yaml"): ("src/worker_tier/periodic/cron_config.py",),
+    ("worker_tier", "yaml"): ("src/worker_tier/periodic/cron_yaml.py",),
     ("worker_tier", "croniter"): ("src/worker_tier/periodic/cron_preview.py",),
 }
 

@@ -18,7 +18,7 @@ from worker_tier.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 # The only modules that may spell a variable name: the contract, and the settings that name their own.
-NAMING_MODULES = {REPO / "src" / "worker_tier" / "contract.py", REPO / "src" / "worker_tier" / "settings.py"}
+NAMING_MODULES = {REPO / "src" / "worker_tier" / "core" / "contract.py", REPO / "src" / "worker_tier" / "core" / "settings.py"}
 VARIABLE_NAME = re.compile(r"WORKER_TIER_[A-Z0-9]")
 EVERY_RESOURCE = Resources(
     queue_url="https://sqs/q", dlq_url="https://sqs/dlq", state_table="state", delay_table="delays",
