@@ -14,7 +14,8 @@ from tests.support.fakes import FakeSQS
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, MessageError
 from worker_tier.core import contract, limits
-from worker_tier.core.envelope import Envelope, attribute_room, lambda_record, message_bytes
+from worker_tier.core.envelope import Envelope, lambda_record, message_bytes
+from worker_tier.core.limits import attribute_room
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:work"

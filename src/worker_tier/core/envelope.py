@@ -8,8 +8,8 @@ message into a SendMessage request or a SendMessageBatch entry goes through it
 it again: a Lambda SQS record (``Envelope.from_record``) or a ReceiveMessage message
 (``Envelope.from_received``, and ``lambda_record``, the record Lambda would build from it).
 
-SQS's two quotas are counted here once: attributes per message (``attribute_room``; system
-attributes do not count) and bytes per message (``message_bytes``: the body's UTF-8 plus each
+SQS's two quotas are counted once: attributes per message (``limits.attribute_room``, which this module
+and the producer's checks share; system attributes do not count) and bytes per message, here (``message_bytes``: the body's UTF-8 plus each
 attribute's name, data type and value; system attributes do not count either).
 
 The worker's hot path reads a record's path and body in place (``Worker._process_record``):
@@ -22,14 +22,13 @@ import base64
 import json
 from typing import Any, Mapping
 
-from worker_tier.core import limits
 from worker_tier.core.contract import FAILURE_ATTRIBUTE, ROUTING_ATTRIBUTES
 from worker_tier.core.errors import MessageError
+from worker_tier.core.limits import attribute_room
 
 __all__ = [
     "Envelope",
     "attribute_bytes",
-    "attribute_room",
     "body_md5",
     "dead_letter_attributes",
     "lambda_record",
@@ -38,18 +37,6 @@ __all__ = [
 ]
 
 
-def attribute_room(taken: int, reserved: int = 0) -> int:
-    """How many more attributes a message holding ``taken`` can carry, keeping ``reserved`` for Worker Tier's own.
-
-    Negative when it already holds too many. SQS allows ``limits.SQS_MAX_MESSAGE_ATTRIBUTES`` per message;
-    system attributes (``MessageSystemAttributes``) are not counted.
-
-    Examples
-    --------
-    >>> attribute_room(3), attribute_room(9, reserved=1), attribute_room(0, reserved=2)
-    (7, 0, 8)
-    """
-    return limits.SQS_MAX_MESSAGE_ATTRIBUTES - reserved - taken
 
 
 def attribute_bytes(name: str, value: Mapping[str, Any]) -> int:

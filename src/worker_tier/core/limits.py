@@ -85,3 +85,16 @@ LAMBDA_SQS_MAX_BATCH_SIZE_STANDARD = 10000
 LAMBDA_SQS_MAX_BATCH_SIZE_FIFO = 10
 LAMBDA_SQS_MAX_BATCH_SIZE_WITHOUT_WINDOW = 10
 LAMBDA_SQS_MAX_BATCHING_WINDOW_SECONDS = 300
+
+def attribute_room(taken: int, reserved: int = 0) -> int:
+    """How many more attributes a message holding ``taken`` can carry, keeping ``reserved`` for Worker Tier's own.
+
+    Negative when it already holds too many. SQS allows ``SQS_MAX_MESSAGE_ATTRIBUTES`` per message;
+    system attributes (``MessageSystemAttributes``) are not counted.
+
+    Examples
+    --------
+    >>> attribute_room(3), attribute_room(9, reserved=1), attribute_room(0, reserved=2)
+    (7, 0, 8)
+    """
+    return SQS_MAX_MESSAGE_ATTRIBUTES - reserved - taken

@@ -1,5 +1,7 @@
 """Worker Tier settings: names, defaults, ranges and validation, in one place.
 
+One idea, kept whole: every setting's declaration, so a default or a range is stated once.
+
 The same ``Settings`` is read from ``cdk.json`` at synth (``infra``), from
 ``WORKER_TIER_*`` environment variables in a function, and by the local
 environment, so every default and range below is stated once.

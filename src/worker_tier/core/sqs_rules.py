@@ -25,7 +25,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
 from worker_tier.core import limits
-from worker_tier.core.envelope import attribute_room
+from worker_tier.core.limits import attribute_room
 
 DATA_TYPES = ("String", "Number", "Binary")
 MAX_DATA_TYPE_CHARS = 256

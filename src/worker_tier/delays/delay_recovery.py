@@ -1,5 +1,7 @@
 """The delay table's safety net: from the table's stream, deliver every message the dispatcher could have missed.
 
+One idea, kept whole: one stream batch read, judged item by item, and each missed message delivered once.
+
 The dispatcher (``worker_tier.delays.dispatcher``) reads each minute of the delay table once,
 in order, from its watermark. Two kinds of item can escape that read:
 

@@ -1,5 +1,7 @@
 """The producer: ``Client.send`` and ``Client.send_batch``.
 
+One idea, kept whole: turning a send into SQS calls (now, delayed through the table, or at a moment).
+
 Every message is checked against SQS's rules (``worker_tier.core.sqs_rules``) before
 anything is sent or stored, so a message the delay table keeps for later is one
 SQS will take at dispatch. A ``dedupe_key`` means one thing on every queue type
@@ -24,7 +26,8 @@ from worker_tier.core import contract, limits, message
 from worker_tier.producer import outgoing as checks
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage
-from worker_tier.core.envelope import Envelope, attribute_room
+from worker_tier.core.envelope import Envelope
+from worker_tier.core.limits import attribute_room
 from worker_tier.core.errors import MessageError, SendError
 from worker_tier.producer.outgoing import OutgoingMessage, due_in_seconds
 from worker_tier.core.retry import SEND_ENTRIES, batches

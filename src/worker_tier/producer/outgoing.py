@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from worker_tier.core import contract, limits, sqs_rules
 from worker_tier.delays import delay
-from worker_tier.core.envelope import attribute_room
+from worker_tier.core.limits import attribute_room
 from worker_tier.core.errors import MessageError
 
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
