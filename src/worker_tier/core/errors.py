@@ -161,3 +161,9 @@ class LayoutLostError(StateError):
 
 class CronConfigError(ConfigurationError):
     """cron.yaml is malformed; the message names the file, the line, the entry and the rule."""
+
+class LeaseLostError(WorkerTierError):
+    """Another run moved the watermark: this run no longer holds its lease on the state table.
+
+    Not ``worker_tier.worker.fates.HeartbeatLeaseLostError``, a message whose visibility the heartbeat lost.
+    """

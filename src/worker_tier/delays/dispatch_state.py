@@ -48,7 +48,7 @@ from worker_tier.delays import delay
 from worker_tier.core.aws import LazyClient, is_condition_failure
 from worker_tier.core.contract import DISPATCHER_KEY_PREFIX, STATE_PARTITION_KEY, STATE_TTL_ATTRIBUTE
 from worker_tier.delays.delay import BUCKET_SECONDS
-from worker_tier.core.errors import LayoutLostError, StateError, WorkerTierError
+from worker_tier.core.errors import LayoutLostError, StateError
 from worker_tier.core.state import Lease
 
 LAYOUT_KEY = f"{DISPATCHER_KEY_PREFIX}layout"
@@ -69,11 +69,6 @@ LEASE_SECONDS = 120
 LEASE_RECORD_RETENTION_SECONDS = 24 * 60 * 60
 
 
-class LeaseLostError(WorkerTierError):
-    """Another run moved the watermark: this run no longer holds its lease on the state table.
-
-    Not ``worker_tier.worker.fates.HeartbeatLeaseLostError``, a message whose visibility the heartbeat lost.
-    """
 
 
 @dataclass(frozen=True)

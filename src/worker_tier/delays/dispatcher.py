@@ -86,16 +86,8 @@ from worker_tier.core import contract, limits
 from worker_tier.delays import delay
 from worker_tier.core.aws import AwsService, LazyClient, new_client
 from worker_tier.delays.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS
-from worker_tier.delays.dispatch_state import (
-    LeaseLostError,
-    EPOCH_ATTRIBUTE,
-    GROUPS_ATTRIBUTE,
-    LAYOUT_KEY,
-    DispatchGroup,
-    GroupState,
-    Layout,
-    watermark_epoch,
-)
+from worker_tier.core.errors import LeaseLostError
+from worker_tier.delays.dispatch_state import EPOCH_ATTRIBUTE, GROUPS_ATTRIBUTE, LAYOUT_KEY, DispatchGroup, GroupState, Layout, watermark_epoch
 from worker_tier.delays.delivery import Delivery
 from worker_tier.delays.minute import (
     DISPATCHER_CONNECT_TIMEOUT_SECONDS,

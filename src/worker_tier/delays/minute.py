@@ -17,11 +17,8 @@ from worker_tier.core import contract, limits
 from worker_tier.delays import delay, delivery, send_moment
 from worker_tier.core.aws import LazyClient, error_code, is_condition_failure
 from worker_tier.delays.delay import DelayedMessage
-from worker_tier.delays.dispatch_state import (
-    LeaseLostError,
-    DispatchGroup,
-    GroupState,
-)
+from worker_tier.core.errors import LeaseLostError
+from worker_tier.delays.dispatch_state import DispatchGroup, GroupState
 from worker_tier.delays.delivery import Delivery
 from worker_tier.core.errors import DispatchIncompleteError, UnreadableItemError
 from worker_tier.core.envelope import message_bytes

@@ -84,7 +84,7 @@ def remove_outcome_listener(listener: OutcomeListener) -> None:
 class HeartbeatLeaseLostError(WorkerTierError):
     """The heartbeat lost the message's lease (its visibility) before its task started: another consumer may run it now.
 
-    Not the delay dispatcher's ``worker_tier.delays.dispatch_state.LeaseLostError``, which is its run's lease on the state table.
+    Not the delay dispatcher's ``worker_tier.core.errors.LeaseLostError``, which is its run's lease on the state table.
     """
 
 

@@ -730,11 +730,10 @@ def test_a_refiled_copy_keeps_its_ttl_past_its_due_time(world):
 
 def test_every_error_of_the_delay_path_is_a_worker_tier_error():
     # GIVEN the exception classes the dispatcher, delivery and the safety net raise
-    from worker_tier.delays import delay_recovery, delivery, dispatch_state
-    from worker_tier.core.errors import StateError
-    from worker_tier.core.errors import WorkerTierError
+    from worker_tier.delays import delay_recovery, delivery
+    from worker_tier.core.errors import LeaseLostError, StateError, WorkerTierError
 
-    raised = [dispatch_state.LeaseLostError, StateError, delivery.DispatchIncompleteError,
+    raised = [LeaseLostError, StateError, delivery.DispatchIncompleteError,
               delivery.DispatchRefusedError, delay_recovery.StreamRecordError, delay_recovery.SendRefusedError,
               delay_recovery._StoppedError]
     # WHEN a caller catches WorkerTierError
