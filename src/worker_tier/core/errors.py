@@ -158,3 +158,7 @@ class StateError(WorkerTierError, ValueError):
 
 class LayoutLostError(StateError):
     """The layout item is missing, yet a layout was written (the G = 1 watermark carries its epoch): never fall back to epoch 0."""
+
+
+class MiddlewareError(ConfigurationError):
+    """The ``middleware`` setting, or a task's ``middleware`` option, names something that is not a middleware."""

@@ -215,6 +215,12 @@ class Settings:
         "Empty only with app or app_port (every message goes to the app).",
         allowed="comma-separated module names, e.g. `tasks,billing.tasks`",
     )
+    middleware: str = _setting(
+        "",
+        "Middleware the worker runs after its built-in ones, in this order (docs/middleware.md); each a Middleware "
+        "subclass (built with no arguments) or instance, in a module the stack deploys.",
+        allowed="comma-separated `module:attribute` references, e.g. `worker_tier.worker.tracing:TracingMiddleware`",
+    )
     delay_shards: int = _setting(
         DEFAULT_DELAY_SHARDS,
         "Partitions a producer spreads one minute of the delay table over. The delay dispatcher reads all 16 "
@@ -414,6 +420,11 @@ class Settings:
             raise SettingsError(
                 "task_modules must be comma-separated Python module names like 'tasks,billing.tasks', each dotted part "
                 f"a Python identifier that is not a keyword, got {self.task_modules!r}"
+            )
+        if self.middleware != "" and not all(_is_app_reference(m) for m in str(self.middleware).split(",")):
+            raise SettingsError(
+                "middleware must be comma-separated 'module:attribute' references like "
+                f"'worker_tier.worker.tracing:TracingMiddleware,billing.audit:Audit', got {self.middleware!r}"
             )
         self._check_container_strings()
         self._check_app_strings()

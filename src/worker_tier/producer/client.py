@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier.delays import cancellation, dedupe, delay
 from worker_tier.core import contract, limits, message
+from worker_tier.worker import middleware
 from worker_tier.producer import outgoing as checks
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage
@@ -232,8 +233,7 @@ class Client:
         """Check one message and route it: a SendMessageBatch entry, (index, DelayedMessage), or a SendResult when it cannot go yet."""
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
             raise MessageError(f"path must be a string starting with '/', got {checks.shown(outgoing.path)}")
-        body = checks.body_text(outgoing.body)
-        attributes = checks.message_attributes(outgoing, internal)
+        body, attributes, system = _through_on_send(checks.body_text(outgoing.body), checks.message_attributes(outgoing, internal))
         checks.check_ids(outgoing)
         if not isinstance(outgoing.cancellable, bool):
             raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
@@ -243,7 +243,7 @@ class Client:
         if outgoing.at is not None and seconds > 0 and not self.fifo:
             attributes = _with_due_at(attributes, math.ceil((now + seconds) * 1000))
         size = checks.checked_size(body, attributes, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
-        entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
+        entry: dict[str, Any] = {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes, **system}
         entry.update(self._queue_options(outgoing, math.ceil(seconds), now + seconds))
         entry["_size"] = size
         return entry
@@ -483,6 +483,14 @@ class Client:
         late = dedupe.late_claims({e["Id"]: claims[e["Id"]] for e in pending if e["Id"] in claims}, int(self._clock() * 1000))
         results.update({int(i): SendResult(int(i), error=reason, code=dedupe.LEASE_OVER_CODE) for i, reason in late.items()})
         return [e for e in pending if e["Id"] not in late]
+
+
+def _through_on_send(body: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The body and attributes after the on_send hooks (``worker_tier.worker.middleware``), and the system attributes they set
+    (``{"MessageSystemAttributes": ...}`` or empty). The delay table keeps only the body and attributes."""
+    entry = middleware.on_send({"MessageBody": body, "MessageAttributes": attributes})
+    system = entry.get("MessageSystemAttributes")
+    return entry["MessageBody"], entry["MessageAttributes"], {"MessageSystemAttributes": system} if system else {}
 
 
 def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:

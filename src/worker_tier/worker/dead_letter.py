@@ -43,6 +43,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from worker_tier.core import contract, limits, message
+from worker_tier.worker import middleware
 from worker_tier.core.aws import error_code
 from worker_tier.core.errors import DeadLetterError
 from worker_tier.core.observability import logger
@@ -219,8 +220,8 @@ def _request(
 
 
 def _send(sqs: Any, request: dict[str, Any], message_id: Any) -> str:
-    """One SendMessage; DeadLetterError when SQS refuses it."""
+    """One SendMessage, through the middleware's on_send hooks; DeadLetterError when SQS refuses it (or a hook raises)."""
     try:
-        return str(sqs.send_message(**request)["MessageId"])
+        return str(sqs.send_message(**middleware.on_send(request))["MessageId"])
     except Exception as failure:  # any AWS or network error: keep the source copy
         raise DeadLetterError(f"dead-letter queue refused message {message_id}: {failure}") from failure
