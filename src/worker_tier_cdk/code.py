@@ -119,6 +119,14 @@ class TaskCode:
         if app:
             self._check_module("app", app.partition(":")[0])
 
+    def check_middleware(self, middleware: str) -> None:
+        """TaskCodeError unless the module of each ``middleware`` setting entry (``module:attribute``) is deployed:
+        a file of the directories, as ``check_modules`` says, or Worker Tier's own (``worker_tier.*``, in the runtime)."""
+        for reference in (m.strip() for m in middleware.split(",") if m.strip()):
+            module = reference.partition(":")[0]
+            if module.split(".")[0] != "worker_tier":
+                self._check_module("middleware", module)
+
     def _check_module(self, setting: str, module: str) -> None:
         """TaskCodeError unless ``module``, named by ``setting``, is a file the directories deploy."""
         by_name = {d.name: d for d in self.directories}

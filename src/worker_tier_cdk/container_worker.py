@@ -100,6 +100,7 @@ class ContainerWorker(Construct):
         settings = props.settings
         props.task_code.check_modules(settings.task_modules)
         props.task_code.check_app(settings.app)
+        props.task_code.check_middleware(settings.middleware)
         self.dead_letter_queue = props.dead_letter_queue
         self.forwarding = bool(settings.app_port)
         self.queue = props.work_queue if self.forwarding and props.work_queue is not None else sqs.Queue(

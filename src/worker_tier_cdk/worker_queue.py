@@ -74,6 +74,7 @@ class WorkerQueue(Construct):
         settings = props.settings
         props.task_code.check_modules(settings.task_modules)
         props.task_code.check_app(settings.app)
+        props.task_code.check_middleware(settings.middleware)
         self.dead_letter_queue = props.dead_letter_queue or sqs.Queue(
             self, "DeadLetterQueue", **{**defaults.dead_letter_queue_props(settings), **(props.dead_letter_queue_props or {})}
         )

@@ -39,6 +39,8 @@ LAZY_IMPORTS = {
     # cron.yaml's reader and preview: synth, the CLI and the local environment import them, never a deployed function.
     ("worker_tier", "yaml"): ("src/worker_tier/periodic/cron_yaml.py",),
     ("worker_tier", "croniter"): ("src/worker_tier/periodic/cron_preview.py",),
+    # The tracing extra: only a worker whose middleware setting names the TracingMiddleware, or a process that traces.
+    ("worker_tier", "opentelemetry"): ("src/worker_tier/worker/tracing.py",),
 }
 
 

@@ -24,6 +24,13 @@ Sources:
   (0..43,200 s, and never past 12 hours from the receive)
 - https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html
   (10 attributes, names, custom types, Number precision and range)
+- https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_MessageSystemAttributeValue.html and
+  https://docs.aws.amazon.com/xray/latest/devguide/xray-services-sqs.html (MessageSystemAttributes: only
+  ``AWSTraceHeader``, a String in X-Ray's trace header format, outside the message's size and its 10 attributes;
+  a receive asking for it, or for ``All``, gets it in ``Attributes``)
+
+moto 5.2.5 keeps ``AWSTraceHeader`` from SendMessage but drops it from SendMessageBatch entries; this
+stand-in keeps each accepted message's header itself and adds it to the receives that ask for it.
 
 Where the documentation leaves a case open, this stand-in refuses it (stricter
 than SQS, never looser): Number values in exponent notation, custom type labels
@@ -52,6 +59,9 @@ MAX_VISIBILITY_SECONDS = 12 * 60 * 60
 MAX_BATCH_ENTRIES = 10
 MAX_BATCH_ID_CHARS = 80
 MAX_GROUP_ID_CHARS = 128
+TRACE_HEADER = "AWSTraceHeader"
+# X-Ray's header: Root=1-<8 hex time>-<24 hex>, then optional Parent=<16 hex> and Sampled=<0|1|?>, ';'-separated.
+_TRACE_HEADER_FORMAT = re.compile(r"Root=1-[0-9a-f]{8}-[0-9a-f]{24}(;(Parent=[0-9a-f]{16}|Sampled=[01?]|[A-Za-z]+=[^;]*))*")
 
 INVALID_PARAMETER = "InvalidParameterValue"
 INVALID_CONTENTS = "InvalidMessageContents"
@@ -116,6 +126,7 @@ class StrictSQS:
         self.refused: list[tuple[str, str | None, str, str]] = []
         self._clock = clock
         self._received_at: dict[str, float] = {}
+        self._trace_headers: dict[str, str] = {}  # message id → the AWSTraceHeader it was sent with
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -125,14 +136,25 @@ class StrictSQS:
     def send_message(self, **params: Any) -> Any:
         """SendMessage, checked; a refusal raises ClientError."""
         self._check_single("SendMessage", lambda: self._message_problems(params, params["QueueUrl"]))
-        return self.inner.send_message(**params)
+        response = self.inner.send_message(**params)
+        self._keep_trace_header(params, response["MessageId"])
+        return response
 
     def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]], **rest: Any) -> dict[str, Any]:
         """SendMessageBatch, checked: batch problems raise, entry problems become Failed entries."""
         self._check_single("SendMessageBatch", lambda: self._batch_problems(Entries, "Send", sizes=True))
-        return self._forward_batch(
+        response = self._forward_batch(
             "SendMessageBatch", QueueUrl, Entries, lambda e: self._message_problems(e, QueueUrl), rest, self.inner.send_message_batch
         )
+        by_id = {entry["Id"]: entry for entry in Entries}
+        for sent in response["Successful"]:
+            self._keep_trace_header(by_id[sent["Id"]], sent["MessageId"])
+        return response
+
+    def _keep_trace_header(self, message: Mapping[str, Any], message_id: str) -> None:
+        header = (message.get("MessageSystemAttributes") or {}).get(TRACE_HEADER)
+        if header is not None:
+            self._trace_headers[message_id] = header["StringValue"]
 
     # -- visibility -------------------------------------------------------------------
 
@@ -140,8 +162,12 @@ class StrictSQS:
         """ReceiveMessage, forwarded; the receive time of each message is kept for the 12-hour rule."""
         response = self.inner.receive_message(**params)
         now = self._clock()
+        asked = {*params.get("MessageSystemAttributeNames", ()), *params.get("AttributeNames", ())}
         for received in response.get("Messages") or []:
             self._received_at[received["ReceiptHandle"]] = now
+            header = self._trace_headers.get(received["MessageId"])
+            if header is not None and asked & {"All", TRACE_HEADER}:
+                received.setdefault("Attributes", {}).setdefault(TRACE_HEADER, header)
         return response
 
     def change_message_visibility(self, **params: Any) -> Any:
@@ -232,6 +258,7 @@ class StrictSQS:
         for name, value in attributes.items():
             _name_problem(name)
             _value_problem(name, value)
+        _system_attributes_problem(message.get("MessageSystemAttributes"))
         size = _message_size(message)
         if size > self.maximum_message_size:
             raise Refusal(INVALID_PARAMETER, f"One or more parameters are invalid. Reason: Message must be shorter than {self.maximum_message_size} bytes ({size}).")
@@ -255,6 +282,19 @@ class StrictSQS:
             raise Refusal(MISSING_PARAMETER, "The request must contain the parameter MessageGroupId.")
         if message.get("MessageDeduplicationId") is None and not self.content_based_deduplication:
             raise Refusal(INVALID_PARAMETER, "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
+
+
+def _system_attributes_problem(system: Any) -> None:
+    """MessageSystemAttributes: AWSTraceHeader only, a String holding an X-Ray trace header."""
+    if system is None:
+        return
+    for name, value in system.items():
+        if name != TRACE_HEADER:
+            raise Refusal(INVALID_PARAMETER, f"Message system attribute name '{name}' is invalid; the only one is {TRACE_HEADER}.")
+        if value.get("DataType") != "String" or not isinstance(value.get("StringValue"), str):
+            raise Refusal(INVALID_PARAMETER, f"Message system attribute '{name}' must be of type String with a StringValue.")
+        if not _TRACE_HEADER_FORMAT.fullmatch(value["StringValue"]):
+            raise Refusal(INVALID_PARAMETER, f"Message system attribute '{name}' is not a valid X-Ray trace header: {value['StringValue']!r}.")
 
 
 def _body_problem(body: Any) -> None:

@@ -155,3 +155,19 @@ def test_design_states_the_python_versions_the_code_uses():
     assert f"The runtime supports Python {requires.removeprefix('>=')} and later" in design
     assert f"The Lambda functions run Python {PYTHON_VERSION}" in design
     assert f"The container image runs Python {PYTHON_VERSION} too" in design
+
+
+def test_the_middleware_pages_example_passes(tmp_path):
+    # GIVEN docs/middleware.md's example, as a test file of its own
+    [example] = [block for block in code_blocks(DOCS / "middleware.md", "python") if "def test_" in block]
+    (tmp_path / "test_middleware_example.py").write_text(example, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    path = os.pathsep.join([str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    # WHEN pytest runs it, from a clean process
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120, check=False,
+    )
+    # THEN it passes
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout

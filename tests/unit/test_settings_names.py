@@ -50,6 +50,7 @@ NAMES = {
     "retention_period": "WORKER_TIER_RETENTION_PERIOD",
     "target_latency_seconds": "WORKER_TIER_TARGET_LATENCY_SECONDS",
     "task_modules": "WORKER_TIER_TASK_MODULES",
+    "middleware": "WORKER_TIER_MIDDLEWARE",
     "timeout_margin": "WORKER_TIER_TIMEOUT_MARGIN",
     "via_sns": "WORKER_TIER_VIA_SNS",
     "visibility_timeout": "WORKER_TIER_VISIBILITY_TIMEOUT",

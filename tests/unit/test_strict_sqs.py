@@ -266,3 +266,42 @@ def test_refusals_are_recorded():
     strict.send_message_batch(QueueUrl=QUEUE, Entries=[entry("\x00")])
     # THEN it is listed with its operation, id and code
     assert [(op, i, code) for op, i, code, _ in strict.refused] == [("SendMessageBatch", "0", "InvalidMessageContents")]
+
+
+TRACE = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+
+@pytest.mark.parametrize("system, message", [
+    ({"Other": {"DataType": "String", "StringValue": TRACE}}, "Message system attribute name 'Other' is invalid; the only one is AWSTraceHeader."),
+    ({"AWSTraceHeader": {"DataType": "Number", "StringValue": "1"}}, "Message system attribute 'AWSTraceHeader' must be of type String with a StringValue."),
+    ({"AWSTraceHeader": {"DataType": "String", "StringValue": "trace-1"}}, "Message system attribute 'AWSTraceHeader' is not a valid X-Ray trace header: 'trace-1'."),
+])
+def test_a_system_attribute_other_than_an_xray_trace_header_is_refused(system, message):
+    # GIVEN an entry with a system attribute SQS refuses  WHEN it is sent
+    response = StrictSQS(FakeSQS()).send_message_batch(
+        QueueUrl="q", Entries=[{"Id": "0", "MessageBody": "a", "MessageSystemAttributes": system}])
+    # THEN it fails as the sender's fault, naming the rule
+    assert response["Failed"] == [{"Id": "0", "Code": "InvalidParameterValue", "Message": message, "SenderFault": True}]
+
+
+def test_the_trace_header_of_a_batch_send_reaches_a_receive_that_asks_for_it_and_no_other():
+    with mock_aws():
+        # GIVEN a batch entry with AWSTraceHeader (moto drops it from SendMessageBatch; SQS keeps it)
+        strict = StrictSQS(boto3.client("sqs", region_name="us-east-1"))
+        url = strict.create_queue(QueueName="q")["QueueUrl"]
+        system = {"AWSTraceHeader": {"DataType": "String", "StringValue": TRACE}}
+        strict.send_message_batch(QueueUrl=url, Entries=[{"Id": "0", "MessageBody": "a" * 10, "MessageSystemAttributes": system}])
+        # WHEN it is received without asking, then asking for it
+        plain = strict.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]
+        asked = strict.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"][0]
+        # THEN only the receive that asked has it, in Attributes
+        assert "AWSTraceHeader" not in plain.get("Attributes", {})
+        assert asked["Attributes"]["AWSTraceHeader"] == TRACE
+
+
+def test_a_system_attribute_does_not_count_toward_the_message_size():
+    # GIVEN a body of exactly the queue's maximum and a trace header  WHEN sent  THEN it is accepted
+    strict = StrictSQS(FakeSQS(), maximum_message_size=1024)
+    system = {"AWSTraceHeader": {"DataType": "String", "StringValue": TRACE}}
+    response = strict.send_message_batch(QueueUrl="q", Entries=[{"Id": "0", "MessageBody": "a" * 1024, "MessageSystemAttributes": system}])
+    assert response["Failed"] == []

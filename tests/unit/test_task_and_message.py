@@ -83,7 +83,7 @@ def test_dead_letter_attributes_keep_routing_and_reason_first_and_name_the_dropp
     "path, options, message",
     [
         ("x", {}, "task path must be a string starting with '/', got 'x'"),
-        ("/x", {"retries": 3}, "@task('/x') got unknown option 'retries'; options are: parser, idempotent, idempotency_key, idempotency_expiry, heartbeat, container"),
+        ("/x", {"retries": 3}, "@task('/x') got unknown option 'retries'; options are: parser, idempotent, idempotency_key, idempotency_expiry, heartbeat, container, middleware"),
         ("/x", {"idempotency_key": "id"}, "idempotency_key for '/x' needs idempotent=True"),
         ("/x", {"idempotent": True, "idempotency_expiry": 0}, "idempotency_expiry for '/x' must be a positive number of seconds, got 0"),
         ("/x", {"parser": "json"}, "parser for '/x' must be callable, got 'json'"),

@@ -131,3 +131,17 @@ def test_the_install_targets_the_lambda_workers_architecture_and_python():
     platform, python_version = lambda_target()
     assert platform == PIP_PLATFORM_BY_ARCHITECTURE[LAMBDA_ARCHITECTURE.name] == "manylinux2014_aarch64"
     assert python_version == PYTHON_VERSION
+
+
+def test_a_middleware_module_must_be_deployed_unless_it_is_worker_tiers_own(tmp_path):
+    # GIVEN task code with a package "tasks" holding audit.py
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "__init__.py").write_text("")
+    (tmp_path / "tasks" / "audit.py").write_text("")
+    code = TaskCode.from_directories(str(tmp_path / "tasks"))
+    # WHEN the middleware setting names it and Worker Tier's tracing  THEN it passes
+    code.check_middleware("tasks.audit:Audit, worker_tier.worker.tracing:TracingMiddleware")
+    # AND a module no directory deploys is refused, naming the setting and the fix
+    with pytest.raises(TaskCodeError) as error:
+        code.check_middleware("billing.audit:Audit")
+    assert str(error.value).startswith("middleware names 'billing.audit', but no task code directory is named 'billing'")

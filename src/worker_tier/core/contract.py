@@ -190,6 +190,10 @@ ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 # When the original message was first received (epoch ms, SQS's ApproximateFirstReceiveTimestamp), carried on a
 # retry re-sent through the delay table, so retention_period counts from the original (worker_tier.app.sqsd).
 FIRST_RECEIVED_ATTRIBUTE = "worker_tier.first_received_at"
+# The X-Ray trace header: an SQS message *system* attribute (not one of the 10, outside the size), SendMessage's
+# MessageSystemAttributes, a received message's Attributes and a Lambda record's "attributes" (worker_tier.worker.tracing):
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html
+TRACE_HEADER_SYSTEM_ATTRIBUTE = "AWSTraceHeader"
 
 # HTTP forwarding's signatures (docs/container-worker.md shows the app's checks), keyed with the app_signing_secret_arn
 # secret: the POST's Unix time; v1, "v1=" + hex HMAC-SHA256 of "<timestamp>.<body>" (kept for the apps that check it);

@@ -167,3 +167,6 @@ class LeaseLostError(WorkerTierError):
 
     Not ``worker_tier.worker.fates.HeartbeatLeaseLostError``, a message whose visibility the heartbeat lost.
     """
+
+class MiddlewareError(ConfigurationError):
+    """The ``middleware`` setting, or a task's ``middleware`` option, names something that is not a middleware."""

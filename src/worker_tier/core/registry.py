@@ -8,7 +8,8 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from worker_tier.core import limits
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.core.errors import TaskRegistrationError
+from worker_tier.core.errors import MiddlewareError, TaskRegistrationError
+from worker_tier.worker.middleware import Middleware, checked
 from worker_tier.core.task import Task
 
 # A task returns nothing that matters: returning is success, whatever it returns.
@@ -35,9 +36,10 @@ class TaskDefinition:
     idempotency_expiry: int = DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS
     heartbeat: bool = False
     container: bool = False
+    middleware: tuple[Middleware, ...] = ()  # the task's own, innermost but for idempotency (worker_tier.worker.middleware)
 
 
-_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat", "container")
+_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat", "container", "middleware")
 
 
 class Registry:
@@ -62,6 +64,9 @@ class Registry:
             raise TaskRegistrationError(
                 f"@task({path!r}) got unknown option {unknown[0]!r}; options are: {', '.join(_OPTIONS)}"
             )
+
+        if "middleware" in options:
+            options["middleware"] = _task_middleware(path, options["middleware"])
 
         def register(handler: HandlerT) -> HandlerT:
             self.register(TaskDefinition(path=path, handler=handler, **options))
@@ -127,6 +132,18 @@ def _check_definition(definition: TaskDefinition) -> None:
         )
 
 
+def _task_middleware(path: str, given: Any) -> tuple[Middleware, ...]:
+    """``@task(middleware=[...])`` as a tuple of Middleware (a subclass is built with no arguments); TaskRegistrationError otherwise."""
+    if isinstance(given, (str, bytes, Middleware)) or not isinstance(given, (list, tuple)):
+        raise TaskRegistrationError(
+            f"middleware for {path!r} must be a list of Middleware subclasses or instances, got {type(given).__name__} {given!r:.60}"
+        )
+    try:
+        return tuple(checked(item, f"middleware {index} for {path!r}") for index, item in enumerate(given))
+    except MiddlewareError as error:
+        raise TaskRegistrationError(str(error)) from None
+
+
 def _check_idempotent_path(path: str) -> None:
     """TaskRegistrationError when an idempotent task's path would make its record key longer than DynamoDB allows."""
     size = len(path.encode("utf-8", "surrogatepass"))
@@ -168,6 +185,9 @@ def task(path: str, **options: Any) -> Callable[[HandlerT], HandlerT]:
     container:
         A long task (over Lambda's 15 minutes): the Lambda worker forwards its messages to the
         container worker's queue (``Resources.container_queue_url`` in ``worker_tier.core.contract``), where it runs.
+    middleware:
+        The task's own middleware (``worker_tier.worker.middleware.Middleware`` subclasses or instances),
+        run for its messages after the worker's, innermost but for idempotency (``docs/middleware.md``).
 
     Examples
     --------

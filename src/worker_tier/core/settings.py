@@ -196,6 +196,12 @@ class RuntimeSettings:
         "Empty only with app or app_port (every message goes to the app).",
         allowed="comma-separated module names, e.g. `tasks,billing.tasks`",
     )
+    middleware: str = _setting(
+        "",
+        "Middleware the worker runs after its built-in ones, in this order (docs/middleware.md); each a Middleware "
+        "subclass (built with no arguments) or instance, in a module the stack deploys.",
+        allowed="comma-separated `module:attribute` references, e.g. `worker_tier.worker.tracing:TracingMiddleware`",
+    )
     http_path: str = _setting(
         DEFAULT_HTTP_PATH,
         "The route of a message without a beanstalk.sqsd.path attribute (from S3, SNS or an EB producer).",
@@ -364,8 +370,10 @@ SECTIONS: tuple[type[RuntimeSettings] | type[DeploymentSettings] | type[AppSetti
 )
 
 
+# Bases in reverse: a dataclass takes its bases' fields from the last base first, so the fields (and
+# to_environment(), and each function's environment) run runtime, deployment, app, as SECTIONS does.
 @dataclass(frozen=True)
-class Settings(RuntimeSettings, DeploymentSettings, AppSettings):
+class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
     """Validated Worker Tier settings; EB option names where EB has one.
 
     Every field is declared in one of the sections (``SECTIONS``) and reads as ``settings.<name>``;
@@ -470,6 +478,11 @@ class Settings(RuntimeSettings, DeploymentSettings, AppSettings):
             raise SettingsError(
                 "task_modules must be comma-separated Python module names like 'tasks,billing.tasks', each dotted part "
                 f"a Python identifier that is not a keyword, got {self.task_modules!r}"
+            )
+        if self.middleware != "" and not all(_is_app_reference(m) for m in str(self.middleware).split(",")):
+            raise SettingsError(
+                "middleware must be comma-separated 'module:attribute' references like "
+                f"'worker_tier.worker.tracing:TracingMiddleware,billing.audit:Audit', got {self.middleware!r}"
             )
         self._check_container_strings()
         self._check_app_strings()

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier.delays import cancellation, dedupe, delay
 from worker_tier.core import contract, limits, message
+from worker_tier.worker import middleware
 from worker_tier.producer import outgoing as checks
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage
@@ -236,17 +237,15 @@ class Client:
         """Check one message and route it: a SendMessageBatch entry, (index, DelayedMessage), or a SendResult when it cannot go yet."""
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
             raise MessageError(f"path must be a string starting with '/', got {checks.shown(outgoing.path)}")
-        body = checks.body_text(outgoing.body)
-        attributes = checks.message_attributes(outgoing, internal)
+        envelope = middleware.on_send(Envelope(checks.body_text(outgoing.body), checks.message_attributes(outgoing, internal)))
         checks.check_ids(outgoing)
         if not isinstance(outgoing.cancellable, bool):
             raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
         if math.ceil(seconds) > self._long_delay_threshold or outgoing.cancellable is True:
-            return self._delayed(index, outgoing, Envelope(body, attributes), now, seconds, queue_limit)
+            return self._delayed(index, outgoing, envelope, now, seconds, queue_limit)  # the table keeps no system attributes
         if outgoing.at is not None and seconds > 0 and not self.fifo:
-            attributes = _with_due_at(attributes, math.ceil((now + seconds) * 1000))
-        envelope = Envelope(body, attributes)
+            envelope.attributes = _with_due_at(envelope.attributes, math.ceil((now + seconds) * 1000))
         size = envelope.checked_size(self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
         return envelope.entry(str(index), **self._queue_options(outgoing, math.ceil(seconds), now + seconds), _size=size)
 

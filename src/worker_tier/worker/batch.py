@@ -20,6 +20,9 @@ A message whose path no task is registered for goes to the EB worker app, when t
 failure meets the same fates as a task's.
 
 The decisions themselves live in ``worker_tier.worker.fates`` (``Fates``, which ``Worker`` extends).
+Each batch and message goes through the worker's middleware pipeline (``worker_tier.worker.middleware``):
+logging keys, metrics, heartbeats and idempotency are its built-in middleware
+(``worker_tier.worker.builtin_middleware``), then the ``middleware`` setting's and a task's own.
 All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call;
 those SQS refuses are counted (``VisibilityChangesRefused``) and logged with their message ids.
 
@@ -42,19 +45,22 @@ before either sees it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random as _random
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 from worker_tier.core import contract, limits, message
 from worker_tier.worker import fates
 from worker_tier.app import sqsd
 from worker_tier.app import target_from_settings
 from worker_tier.app.app_target import AppTarget
+from worker_tier.worker import middleware as _middleware
 from worker_tier.core.aws import LazyClient, new_heartbeat_client
+from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbeats, Idempotency, LogKeys
 from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.worker.dead_letter import DeadLetterQueueSize
 from worker_tier.core.envelope import Envelope
@@ -64,8 +70,10 @@ from worker_tier.worker.fates import (
     _describe,
     _Invocation,
     _listeners,
+    _MessageHooks,
 )
 from worker_tier.core.message import safe_repr
+from worker_tier.worker.middleware import Middleware, Pipeline
 from worker_tier.core.observability import logger, running_record
 from worker_tier.core.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.core.settings import Settings
@@ -78,7 +86,6 @@ MIN_APP_TIMEOUT_SECONDS = 1.0
 if TYPE_CHECKING:
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
-    from worker_tier.worker.idempotency import IdempotentRunner
 
 class InvocationEndingError(WorkerTierError):
     """The invocation's remaining time fell below the safety margin before this record started."""
@@ -117,6 +124,7 @@ class Worker(Fates):
         container_queue_url: str | None = None,
         delay_table: str | None = None,
         app_target: AppTarget | None = None,
+        middleware: Sequence[Middleware] | None = None,
     ) -> None:
         self.settings = settings
         # An EB worker app that gets the messages no @task path claims (``worker_tier.app.sqsd``); None: no app.
@@ -132,10 +140,16 @@ class Worker(Fates):
         self._heartbeat_sqs = LazyClient("sqs", sqs, factory=new_heartbeat_client)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._state_table = state_table
-        self._idempotency: IdempotentRunner | None = None  # built with the first idempotent task
         self._clock = clock
         self._random = random
         self._producer: Client | None = None
+        # Built once: the built-in middleware, then the caller's (None: the middleware setting's); Idempotency innermost.
+        if middleware is None:
+            middleware = _middleware.load(settings.middleware.split(","))
+        self._idempotency = Idempotency(self)
+        self.pipeline = Pipeline([LogKeys(), BatchMetricsPublisher(clock), Heartbeats(self), *middleware])
+        self._unrouted = _MessageHooks.of(self.pipeline)
+        self._routes: dict[int, tuple[TaskDefinition | None, _MessageHooks]] = {}  # id(definition) → its hooks
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
@@ -166,23 +180,46 @@ class Worker(Fates):
         """
         named, nameless = message.split_records(event)
         invocation = _Invocation(context, self.settings.timeout_margin * 1000, self._clock() - self._receive_lag_seconds())
-        self._count_batch(named, invocation)
+        invocation.received, invocation.caller_heartbeat = named, heartbeat
         self._back_off_nameless(nameless, invocation)
         records, set_aside = self._set_aside_unreadable(named, invocation)
-        self._hold(records, invocation, heartbeat)
+        invocation.records = records
+        sending = _middleware.sending_through(self.pipeline)
         try:
-            failures, succeeded = self._process_all(records, invocation)
+            failures = self._run_batch(records, invocation)
+            failures.extend(set_aside)
+            self._flush(named, invocation)
+        finally:
+            fates.told(self.pipeline.after_batch, "after_batch", invocation)
+            _middleware.reset_sending(sending)
+        return {"batchItemFailures": failures}
+
+    def _run_batch(self, records: list[Any], invocation: _Invocation) -> list[dict[str, str]]:
+        """The before_batch hooks, then every record (each fails with a before_batch hook's error); the failure items."""
+        try:
+            for hook in self.pipeline.before_batch:
+                hook(invocation)
+        except BaseException as error:  # a middleware's bug: every message of the batch fails with it, nothing is lost
+            logger.error("middleware before_batch hook raised; every message of the batch fails with its error",
+                         extra={"hook": getattr(hook, "__qualname__", safe_repr(hook)), "error": _describe(error)})
+            return self._fail_all(records, invocation, error)
+        try:
+            failures, invocation.reported_done = self._process_all(records, invocation)
         finally:
             running_record.set(None)
-            if heartbeat is None and invocation.heartbeat is not None:
-                invocation.heartbeat.stop()  # before the batch's own visibility changes go out
-        self._count_succeeded(succeeded, invocation)
         if failures:
             self._release_undecided(records, failures, invocation)
-        failures.extend(set_aside)
-        self._flush(named, invocation)
-        invocation.metrics.publish()
-        return {"batchItemFailures": failures}
+        return failures
+
+    def _fail_all(self, records: list[Any], invocation: _Invocation, error: BaseException) -> list[dict[str, str]]:
+        """Every record failed with ``error`` (retried, or dead-lettered with it); the failure items."""
+        failures = []
+        for record in records:
+            task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
+            if self._fail_safely(record, task, invocation, error):
+                failures.append({"itemIdentifier": record["messageId"]})
+        invocation.reported_done = len(records) - len(failures)
+        return failures
 
     def _process_all(self, records: list[Any], invocation: _Invocation) -> tuple[list[dict[str, str]], int]:
         """Run each record; return the failure items and how many records were reported done.
@@ -223,46 +260,6 @@ class Worker(Fates):
         """The SQS client this worker uses (created on first use)."""
         return self._sqs.get()
 
-    def _hold(self, records: list[Any], invocation: _Invocation, heartbeat: Heartbeat | None) -> None:
-        """Use the caller's heartbeat (and its lease as the idempotency expiry), or start the batch's own."""
-        if heartbeat is None:
-            self._start_heartbeat(records, invocation)
-            return
-        invocation.heartbeat = heartbeat
-        invocation.leases = {r["messageId"]: lease for r in records if (lease := heartbeat.lease(r["messageId"]))}
-        # The container worker's path: kept off the Lambda cold start.
-        from worker_tier.worker.idempotency import LeaseContext
-
-        invocation.lease_context = LeaseContext(heartbeat.extension_seconds)
-        # The caller received them: count SQS's 12 hours from its receive, however long they waited since.
-        ages = [age for r in records if (age := heartbeat.held_for(r["messageId"])) is not None]
-        invocation.received_at = self._clock() - max(ages, default=0.0)
-
-    def _start_heartbeat(self, records: list[Any], invocation: _Invocation) -> None:
-        """Hold every message of the batch while it runs, when the setting or one of its tasks asks.
-
-        Succeeded messages stay held too: the event source deletes them only after the
-        invocation returns, and until then they must not reach another consumer.
-        """
-        if not records or not (self.settings.heartbeat or self.registry.any_heartbeat()):
-            return
-        wanted = self.settings.heartbeat or any(
-            getattr(self.registry.get(message.record_path(r, self.settings.http_path)), "heartbeat", False) for r in records
-        )
-        if not wanted:
-            return
-        from worker_tier.worker.heartbeat import Heartbeat
-
-        heartbeat = Heartbeat(
-            self._heartbeat_sqs.get(), self._resolve_queue_url(records), interval_seconds=self.settings.heartbeat_interval
-        )
-        # Received up to the receive lag before the invocation started: count the cap from then.
-        received_at = time.monotonic() - self._receive_lag_seconds()
-        for record in records:
-            invocation.leases[record["messageId"]] = heartbeat.hold(record["messageId"], record["receiptHandle"], received_at).expired
-        invocation.heartbeat = heartbeat
-        heartbeat.start()
-
     def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
         """Run one record with its message id and path on every log line written meanwhile.
 
@@ -281,7 +278,16 @@ class Worker(Fates):
             self.settings.mime_type, record, None, invocation.remaining_ms,
             invocation.leases.get(message_id) if invocation.leases else None,
         )
-        running_record.set(task)
+        invocation.hooks = self._unrouted
+        before = self.pipeline.before_task
+        if before:
+            try:
+                for hook in before:
+                    hook(invocation, task)
+            except BaseException as error:  # a middleware's failure is this message's: retried, or dead-lettered with it
+                if self._fail_safely(record, task, invocation, error):
+                    raise TaskFailedError(_describe(error)) from error
+                return
         self._run(record, task, attributes, invocation)
 
     def _run(self, record: Mapping[str, Any], task: Task, attributes: dict[str, Any], invocation: _Invocation) -> None:
@@ -298,15 +304,16 @@ class Worker(Fates):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
             definition = self.registry.get(task.path)  # a registered path wins; the app, if any, gets the rest
-            if definition is None:
-                self._deliver(task, invocation)
-            elif definition.container and self._container_queue_url:
+            if definition is not None and definition.container and self._container_queue_url:
                 self._forward(record, task, invocation, self._container_queue_url)
                 return
-            else:
-                if definition.parser is not None:
-                    self._parse(definition.parser, task)
-                self._call(definition, task, invocation)
+            route = self._routes.get(id(definition))
+            hooks = invocation.hooks = route[1] if route is not None and route[0] is definition else self._route(definition)
+            if definition is not None and definition.parser is not None:
+                self._parse(definition.parser, task)
+            for hook in hooks.before_task:
+                hook(invocation, task)
+            hooks.call(invocation, task)  # type: ignore[misc]  # a routed message's hooks always have a call
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
                 error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
@@ -317,8 +324,8 @@ class Worker(Fates):
         else:
             if fates.ThisProcess.pid != invocation.pid:
                 _end_forked_child(None)
-            if _listeners:
-                self._emit(OUTCOME_SUCCEEDED, task)
+            if _listeners or hooks.after_task:
+                self._emit(invocation, OUTCOME_SUCCEEDED, task)
 
     def _forward(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, queue_url: str) -> None:
         """Hand a long task to the container worker's queue, as it came; an error retries it here."""
@@ -326,16 +333,32 @@ class Worker(Fates):
         if dropped:
             logger.warning("attributes SQS would refuse were left out of the forward", extra={"dropped_attributes": dropped})
         _carry_source_id(envelope, task)
+        trace_header = record["attributes"].get(contract.TRACE_HEADER_SYSTEM_ATTRIBUTE)
+        if isinstance(trace_header, str):  # the trace goes on with it (a system attribute: outside SQS's 10 and the size)
+            envelope.system_attributes = {contract.TRACE_HEADER_SYSTEM_ATTRIBUTE: {"DataType": "String", "StringValue": trace_header}}
+        _middleware.on_send(envelope)
         if task.group_id is None:
             request = envelope.request(queue_url)
         else:  # a FIFO queue: keep the group, and deduplicate on the source message
             request = envelope.request(queue_url, MessageGroupId=task.group_id, MessageDeduplicationId=task.message_id)
         self._sqs.get().send_message(**request)
         invocation.metrics.count(contract.METRIC_FORWARDED)
-        if _listeners:
-            self._emit(OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
+        if _listeners or self._unrouted.after_task:
+            self._emit(invocation, OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
 
-    def _deliver(self, task: Task, invocation: _Invocation) -> None:
+    def _route(self, definition: TaskDefinition | None) -> _MessageHooks:
+        """The hooks of a task's messages (``definition`` None: the app's), built on its first message and kept."""
+        pipeline = self.pipeline.extended(definition.middleware) if definition is not None else self.pipeline
+        innermost = self._deliver if definition is None else _handler_call(definition.handler)
+        if self._idempotency.wraps(definition):  # innermost of all, so a skipped duplicate meets every other middleware
+            innermost = functools.partial(self._idempotency.around_task, call_next=innermost)
+        call = pipeline.chain(definition, innermost)
+        own = Pipeline(definition.middleware) if definition is not None and definition.middleware else None
+        hooks = _MessageHooks.of(pipeline, call, own)
+        self._routes[id(definition)] = (definition, hooks)
+        return hooks
+
+    def _deliver(self, invocation: _Invocation, task: Task) -> None:
         """POST the message to the app as sqsd would and judge its answer by sqsd's rules; UnknownPathError without an app."""
         target = self.app_target
         if target is None:
@@ -343,11 +366,7 @@ class Worker(Fates):
         now = self._clock()
         sqsd.check_retention(task, self.settings, now)
         request = dataclasses.replace(sqsd.request_for(task, self.settings), timeout_seconds=self._app_timeout(invocation))
-        started = time.perf_counter()
-        try:
-            response = target.deliver(request)
-        finally:
-            invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
+        response = target.deliver(request)
         sqsd.check_response(request, response, now)
 
     def _app_timeout(self, invocation: _Invocation) -> float:
@@ -375,53 +394,6 @@ class Worker(Fates):
                 f"parser {name} of task {task.path!r} rejected the body of message {task.message_id}: "
                 f"{_describe(error)}"
             ) from error
-
-    def _call(self, definition: TaskDefinition, task: Task, invocation: _Invocation) -> None:
-        """Run the handler, through the idempotency layer when the task asks for it."""
-        started = time.perf_counter()
-        try:
-            if definition.idempotent:
-                handler = _ending_forked_child(definition.handler, invocation.pid)
-                self._run_idempotent(definition, handler, task, invocation)
-            else:
-                definition.handler(task)  # a forked child coming back ends in _run, as nothing wraps it here
-        finally:
-            invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
-
-    def _run_idempotent(
-        self, definition: TaskDefinition, handler: Callable[[Task], object], task: Task, invocation: _Invocation
-    ) -> None:
-        """Run ``handler`` through the idempotency layer; with the caller's heartbeat, the record's expiry follows the lease."""
-        runner = self._idempotent_runner()
-        definition = dataclasses.replace(definition, handler=handler)
-        if invocation.context is not None or invocation.heartbeat is None:
-            runner.run(definition, task, invocation.context)
-            return
-        heartbeat = invocation.heartbeat
-        runner.run(
-            definition, task, invocation.lease_context, on_lease=lambda extend: heartbeat.on_extended(task.message_id, extend)
-        )
-
-    def _idempotent_runner(self) -> IdempotentRunner:
-        """The idempotency layer, imported and built on first use: a function without idempotent tasks never pays for it."""
-        if self._idempotency is None:
-            from worker_tier.worker.idempotency import IdempotentRunner
-
-            self._idempotency = IdempotentRunner(self._state_table, self._dynamodb.get)
-        return self._idempotency
-
-    def _count_batch(self, records: list[Any], invocation: _Invocation) -> None:
-        """Processed count, and the age of the batch's oldest message when the batch starts."""
-        invocation.metrics.count(contract.METRIC_PROCESSED, len(records))
-        oldest_ms = _oldest_sent_ms(records)
-        if oldest_ms is not None:
-            invocation.metrics.message_age(max(0.0, self._clock() * 1000 - oldest_ms))
-
-    def _count_succeeded(self, reported_done: int, invocation: _Invocation) -> None:
-        """Succeeded: reported done, less those reported done because they were dead-lettered or replaced."""
-        counts = invocation.metrics.counts
-        replaced = counts.get(contract.METRIC_DEAD_LETTERED, 0) + counts.get(contract.METRIC_RESCHEDULED, 0)
-        invocation.metrics.count(contract.METRIC_SUCCEEDED, reported_done - replaced)
 
     def _back_off_nameless(self, nameless: list[tuple[int, Any]], invocation: _Invocation) -> None:
         """Log records with no usable messageId and back off those with a receipt handle (they cannot be reported)."""
@@ -484,22 +456,22 @@ class Worker(Fates):
 
 
 
-def _ending_forked_child(handler: Callable[[Task], object], pid: int) -> Callable[[Task], object]:
-    """``handler``, ending a forked child of it right where the child comes back from it: before any wrapper (the
-    idempotency layer, which would delete the parent's INPROGRESS record with the inherited client) sees its end."""
+def _handler_call(handler: Callable[[Task], object]) -> Callable[[_Invocation, Task], None]:
+    """The innermost link of a task's chain: its handler, ending a forked child of it right where the child comes back
+    from it, before any middleware (the idempotency layer, which would delete the parent's INPROGRESS record with the
+    inherited client) sees its end."""
 
-    def run(task: Task) -> object:
+    def call(invocation: _Invocation, task: Task) -> None:
         try:
-            result = handler(task)
+            handler(task)
         except BaseException as error:
-            if fates.ThisProcess.pid != pid:
+            if fates.ThisProcess.pid != invocation.pid:
                 _end_forked_child(error)
             raise
-        if fates.ThisProcess.pid != pid:
+        if fates.ThisProcess.pid != invocation.pid:
             _end_forked_child(None)
-        return result
 
-    return run
+    return call
 
 
 def _end_forked_child(error: BaseException | None) -> NoReturn:
@@ -543,22 +515,6 @@ def _carry_source_id(envelope: Envelope, task: Task) -> None:
         )
         return
     attributes[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
-
-
-def _oldest_sent_ms(records: list[Any]) -> int | None:
-    """The batch's oldest SentTimestamp (epoch ms); None when no record has a readable one.
-
-    SQS writes them as digit strings, all of one length (13 digits until the year 2286), and
-    among those text order is number order: one ``int`` per batch rather than one per record.
-    """
-    try:  # Lambda gives every record its SentTimestamp
-        stamps = [r["attributes"]["SentTimestamp"] for r in records]
-        if len(set(map(len, stamps))) == 1:
-            return int(min(stamps))
-        return min(map(int, stamps))
-    except (AttributeError, KeyError, TypeError, ValueError):  # a hand-built or malformed record: read each with care
-        sent = [ms for r in records if (ms := message.sent_timestamp_ms(r)) is not None]
-        return min(sent) if sent else None
 
 
 def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:

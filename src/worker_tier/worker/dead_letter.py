@@ -43,6 +43,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from worker_tier.core import contract, limits, message
+from worker_tier.worker import middleware
 from worker_tier.core.aws import error_code
 from worker_tier.core.envelope import Envelope, body_md5, dead_letter_attributes, message_bytes
 from worker_tier.core.errors import DeadLetterError
@@ -122,26 +123,25 @@ def send_to_dead_letter_queue(
     attributes = fit_reason(body, original, reason, max_message_bytes)
     source = record.get("messageId")
     if attributes is not None:
-        return _send(sqs, _request(queue_url, record, Envelope(body, attributes)), source)
+        return _send(sqs, queue_url, record, Envelope(body, attributes), source)
     # No reason fits beside the body: the copy keeps only its routing attributes (named in the record's reason).
     routing_only = Envelope(body, {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES})
     shed = [k for k in original if k not in routing_only.attributes]
     if shed:
         reason["dropped_attributes"] = [*reason.get("dropped_attributes", []), *shed]
-    reason_request = _request(
-        queue_url, record, Envelope.dead_letter(_reason_record(record, reason), {}, reason), REASON_DEDUPLICATION_SUFFIX
-    )
+    reason_copy = Envelope.dead_letter(_reason_record(record, reason), {}, reason)
+    reason_source = f"{source} (its reason record)"
     size = routing_only.size()
     if size > max_message_bytes and size_known:
         if last_receive:  # once: the receive after which SQS's redrive policy moves the message here as it came
-            _send(sqs, reason_request, f"{source} (its reason record)")
+            _send(sqs, queue_url, record, reason_copy, reason_source, REASON_DEDUPLICATION_SUFFIX)
         raise DeadLetterError(
             f"message {source} is {size} bytes, over the dead-letter queue's MaximumMessageSize of {max_message_bytes}: "
             "it stays in the work queue until SQS's redrive policy moves it; raise the dead-letter queue's "
             "MaximumMessageSize to the work queue's"
         )
-    _send(sqs, reason_request, f"{source} (its reason record)")
-    return _send(sqs, _request(queue_url, record, routing_only), source)
+    _send(sqs, queue_url, record, reason_copy, reason_source, REASON_DEDUPLICATION_SUFFIX)
+    return _send(sqs, queue_url, record, routing_only, source)
 
 
 def fit_reason(
@@ -215,9 +215,11 @@ def _request(queue_url: str, record: Mapping[str, Any], envelope: Envelope, dedu
     return envelope.request(queue_url, MessageGroupId=group_id, MessageDeduplicationId=f"{record['messageId']}{dedupe_suffix}")
 
 
-def _send(sqs: Any, request: dict[str, Any], message_id: Any) -> str:
-    """One SendMessage; DeadLetterError when SQS refuses it."""
+def _send(sqs: Any, queue_url: str, record: Mapping[str, Any], copy: Envelope, message_id: Any, dedupe_suffix: str = "") -> str:
+    """One SendMessage of ``copy`` to the DLQ, through the middleware's on_send hooks; DeadLetterError when SQS
+    refuses it (or a hook raises)."""
     try:
-        return str(sqs.send_message(**request)["MessageId"])
+        middleware.on_send(copy)
+        return str(sqs.send_message(**_request(queue_url, record, copy, dedupe_suffix))["MessageId"])
     except Exception as failure:  # any AWS or network error: keep the source copy
         raise DeadLetterError(f"dead-letter queue refused message {message_id}: {failure}") from failure

@@ -3,7 +3,8 @@
 ``Fates`` holds the decisions (retry, reschedule, dead-letter, release, hold back, lease
 lost) and ``_Invocation`` the state they write to (visibility changes, metrics, what is
 already dead-lettered); ``Worker`` routes and runs each record, then calls on them.
-Outcome listeners (the local environment prints them) hear every decision.
+Outcome listeners (the local environment prints them) and the middleware's ``after_task`` hooks
+(``worker_tier.worker.middleware``) hear every decision.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
     from worker_tier.worker.idempotency import LeaseContext
+    from worker_tier.worker.middleware import Pipeline
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_RETRYING = "retrying"
@@ -65,6 +67,7 @@ class Outcome:
     receive_count: int
     detail: str = ""
     visibility_seconds: int | None = None
+    error: BaseException | None = field(default=None, compare=False, repr=False)  # the failure behind it, if any
 
 
 OutcomeListener = Callable[[Outcome], None]
@@ -90,7 +93,11 @@ class HeartbeatLeaseLostError(WorkerTierError):
 
 @dataclass
 class _Invocation:
-    """Per-invocation state: the Lambda context and the visibility changes decided so far."""
+    """Per-invocation state: the Lambda context and the visibility changes decided so far.
+
+    It is the ``batch`` the middleware hooks receive: ``records`` (those the worker runs), ``context``
+    (Lambda's, None on the container worker), ``metrics`` and ``heartbeat`` are theirs to read.
+    """
 
     context: Any
     margin_ms: int
@@ -103,6 +110,11 @@ class _Invocation:
     dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
     left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
     pid: int = field(default_factory=lambda: ThisProcess.pid)  # the worker's process: a task's forked child differs
+    records: list[Any] = field(default_factory=list)  # the records the batch loop runs
+    received: list[Any] = field(default_factory=list)  # every record with a message id, readable or not
+    caller_heartbeat: Heartbeat | None = None  # the caller's (the container worker's), which it keeps running
+    reported_done: int = 0  # records reported done (succeeded, dead-lettered or replaced), once the batch loop ended
+    hooks: _MessageHooks | None = None  # the running message's after_task and on_dead_letter hooks
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
@@ -181,7 +193,7 @@ class Fates:
         invocation.set_visibility(record, wait)
         invocation.metrics.count(contract.METRIC_HELD_BACK)
         logger.info("message not due yet: held back", extra={"due_at": str(due_at), "back_in_seconds": wait})
-        self._emit(OUTCOME_HELD_BACK, task, f"due at {due_at}", wait)
+        self._emit(invocation, OUTCOME_HELD_BACK, task, f"due at {due_at}", wait)
         return True
 
     def _backoff(self, task: Task) -> int:
@@ -213,7 +225,7 @@ class Fates:
         invocation.metrics.count(contract.METRIC_FAILED)
         invocation.metrics.count(contract.METRIC_RETRIED)
         logger.warning("task failed; retrying", extra={"error": safe_repr(error), "retry_in_seconds": delay})
-        self._emit(OUTCOME_RETRYING, task, _describe(error), delay)
+        self._emit(invocation, OUTCOME_RETRYING, task, _describe(error), delay, error)
         return True
 
     def _reschedule(
@@ -242,7 +254,7 @@ class Fates:
             return False
         invocation.metrics.count(contract.METRIC_RESCHEDULED)
         logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
-        self._emit(OUTCOME_RESCHEDULED, task, _describe(error), delay)
+        self._emit(invocation, OUTCOME_RESCHEDULED, task, _describe(error), delay, error)
         return True
 
     def _client(self, record: Mapping[str, Any]) -> Client:
@@ -282,7 +294,10 @@ class Fates:
         invocation.metrics.count(contract.METRIC_FAILED)
         invocation.metrics.count(contract.METRIC_DEAD_LETTERED)
         logger.error("task dead-lettered", extra={"error": safe_repr(error), "attempts": task.receive_count})
-        self._emit(OUTCOME_DEAD_LETTERED, task, _describe(error))
+        hooks = invocation.hooks
+        if hooks is not None and hooks.on_dead_letter:
+            told(hooks.on_dead_letter, "on_dead_letter", invocation, task, error)
+        self._emit(invocation, OUTCOME_DEAD_LETTERED, task, _describe(error), None, error)
         return False
 
     def _require_dead_letter_queue_url(self) -> str:
@@ -298,13 +313,46 @@ class Fates:
         """Give an unstarted message back at once: visibility 0."""
         invocation.set_visibility(record, 0)
         invocation.metrics.count(contract.METRIC_RELEASED)
-        self._emit(OUTCOME_RELEASED, task, detail, 0)
+        self._emit(invocation, OUTCOME_RELEASED, task, detail, 0)
 
-    def _emit(self, status: str, task: Task, detail: str = "", visibility: int | None = None) -> None:
-        """Tell the outcome listeners."""
-        outcome = Outcome(status, task.message_id, task.path, task.receive_count, detail, visibility)
+    def _emit(
+        self, invocation: _Invocation, status: str, task: Task, detail: str = "", visibility: int | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Tell the outcome listeners, then the middleware's ``after_task`` hooks (whose errors are only logged)."""
+        outcome = Outcome(status, task.message_id, task.path, task.receive_count, detail, visibility, error)
         for listener in tuple(_listeners):
             listener(outcome)
+        hooks = invocation.hooks
+        if hooks is not None and hooks.after_task:
+            told(hooks.after_task, "after_task", invocation, task, outcome)
+
+
+@dataclass(frozen=True)
+class _MessageHooks:
+    """A message's middleware: its task's around-task chain (None before routing) and the hooks that hear its fate."""
+
+    call: Callable[[Any, Task], None] | None
+    before_task: tuple[Callable[..., None], ...]  # the task's own middleware's (the worker's ran before routing)
+    after_task: tuple[Callable[..., None], ...]
+    on_dead_letter: tuple[Callable[..., None], ...]
+
+    @classmethod
+    def of(cls, pipeline: Pipeline, call: Callable[[Any, Task], None] | None = None, own: Pipeline | None = None) -> _MessageHooks:
+        """``pipeline``'s hooks that hear a fate, with ``call``; ``own`` (the task's own middleware) adds its before_task."""
+        return cls(call, own.before_task if own is not None else (), pipeline.after_task, pipeline.on_dead_letter)
+
+
+def told(hooks: tuple[Callable[..., None], ...], name: str, *args: Any) -> None:
+    """Call hooks that come after a decision: one that raises is logged, and the decision stands."""
+    for hook in hooks:
+        try:
+            hook(*args)
+        except BaseException as error:  # a hook's bug must not undo or repeat a fate already carried out
+            logger.error(
+                f"middleware {name} hook raised; logged, the message's fate stands",
+                extra={"hook": getattr(hook, "__qualname__", safe_repr(hook)), "error": _describe(error)},
+            )
 
 
 def _describe(error: BaseException) -> str:
