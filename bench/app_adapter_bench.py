@@ -88,7 +88,7 @@ def overhead_ratio(rounds: int, records: int) -> dict[str, float]:
     """One run: CPU per message of the app through Worker.handle ÷ through Flask's test client."""
     from tests.support.fakes import FakeSQS
     from worker_tier.app.app_adapter import InProcessTarget
-    from worker_tier.core.registry import Registry
+    from worker_tier.worker.registry import Registry
     from worker_tier.core.settings import Settings
     from worker_tier.worker.batch import Worker
 

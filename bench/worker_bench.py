@@ -209,7 +209,7 @@ def _counting(sqs: Any, name: str) -> Any:
 
 def _ours_factory(sqs: Any, url: str, per_event: int) -> Callable[[dict], Any]:
     """Our Worker: failures' visibility changes batched per event."""
-    from worker_tier.core.registry import Registry
+    from worker_tier.worker.registry import Registry
     from worker_tier.core.settings import Settings
     from worker_tier.worker.batch import Worker
 

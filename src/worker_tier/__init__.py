@@ -39,7 +39,7 @@ from worker_tier.core.errors import (
     UnsendableRequestError,
     WorkerTierError,
 )
-from worker_tier.core.registry import task
+from worker_tier.worker.registry import task
 from worker_tier.core.task import Task
 
 if TYPE_CHECKING:

@@ -96,7 +96,7 @@ def test_delayed_message_goes_through_the_table_and_arrives_with_its_due_time(ou
     import time
     from datetime import datetime, timezone
 
-    from worker_tier.core.registry import DEFAULT_REGISTRY
+    from worker_tier.worker.registry import DEFAULT_REGISTRY
 
     seen = []
     DEFAULT_REGISTRY.task("/e2e-delayed")(seen.append)

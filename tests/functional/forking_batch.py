@@ -22,7 +22,7 @@ from tests.support.fakes import FakeSQS
 from worker_tier import Task
 from worker_tier.worker.idempotency import STATE_TABLE_PARTITION_KEY
 from worker_tier.core.message import lambda_record
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

@@ -25,7 +25,7 @@ from worker_tier.container.consumer import Consumer
 from worker_tier.core.errors import AppLoadError
 from worker_tier.worker.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED
 from worker_tier.container.protection import TaskProtection
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.app.sqsd import USER_AGENT
 from worker_tier.worker.batch import Worker

@@ -26,7 +26,7 @@ from worker_tier.core import contract
 from worker_tier.app.app_adapter import InProcessTarget, load_app, wsgi_environ
 from worker_tier.app.app_target import AppResponse, SqsdRequest
 from worker_tier.core.errors import AppExceptionError, AppLoadError, AppStatusError, RetryLater, UnsendableRequestError
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.app.sqsd import check_response, request_for
 from worker_tier.core.task import Task

@@ -21,7 +21,7 @@ from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED, Consumer
 from worker_tier.container.protection import TaskProtection
 from worker_tier.worker.heartbeat import Heartbeat
 from worker_tier.core.limits import SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 from worker_tier.worker.fates import VISIBILITY_SAFETY_MARGIN_SECONDS

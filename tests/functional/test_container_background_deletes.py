@@ -17,7 +17,7 @@ from worker_tier import Client, OutgoingMessage, Task
 from worker_tier.core import observability
 from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED
 from worker_tier.worker.heartbeat import Heartbeat
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 
 ABANDON = "tasks still running after the grace period: exiting without releasing their messages (they run again)"
 

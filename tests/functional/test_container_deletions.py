@@ -14,7 +14,7 @@ from worker_tier import Client, OutgoingMessage, Task
 from worker_tier.core import observability
 from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED
 from worker_tier.worker.heartbeat import Heartbeat
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 
 NOT_DELETED = "succeeded messages were not deleted: they will run again when they return"

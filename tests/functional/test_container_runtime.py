@@ -22,7 +22,7 @@ from worker_tier.container.consumer import Consumer
 from worker_tier.container.protection import TaskProtection
 from worker_tier.core.errors import QueueConfigurationError
 from worker_tier.worker.heartbeat import Heartbeat
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

@@ -38,7 +38,7 @@ from worker_tier.app.forwarding import (
     signature,
     signature_v2,
 )
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

@@ -9,7 +9,7 @@ from tests.support.fakes import FakeSQS
 from tests.support.aws_world import AwsWorld
 from worker_tier import Client, Task
 from worker_tier.worker.heartbeat import Heartbeat
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

@@ -11,8 +11,8 @@ from tests.support.aws_world import AwsWorld
 from tests.support.worker_world import dead_letter_sends, failure_ids, one_task, reason_of, send, worker_for
 from worker_tier import Client, NonRetryableError, Task
 from worker_tier.core.envelope import Envelope
-from worker_tier.worker.middleware import Middleware
-from worker_tier.core.registry import Registry
+from worker_tier.pipeline.middleware import Middleware
+from worker_tier.worker.registry import Registry
 
 
 class Recorder(Middleware):

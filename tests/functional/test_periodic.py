@@ -29,7 +29,7 @@ from worker_tier.periodic.ticks import (
     TickPendingError,
     tick_from_event,
 )
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.retry import TICK_MARK
 from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task

@@ -30,7 +30,7 @@ from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.app.forwarding import parameter_name, read_signing_secret
 from worker_tier.core.contract import PATH_ATTRIBUTE
 from worker_tier.periodic.ticks import Tick, TickEnqueuer
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

@@ -9,7 +9,7 @@ import pytest
 from tests.support.aws_world import AwsWorld
 from tests.support.container import consumer_for, depth, run_until
 from worker_tier import Client, NonRetryableError, Task
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

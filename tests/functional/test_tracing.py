@@ -15,9 +15,9 @@ from tests.support.aws_world import AwsWorld
 from tests.support.container import consumer_for, depth, run_until
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import Client, Task
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
-from worker_tier.worker.tracing import TracingMiddleware
+from worker_tier.pipeline.tracing import TracingMiddleware
 from worker_tier.worker.batch import Worker
 
 

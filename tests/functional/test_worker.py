@@ -13,7 +13,7 @@ import pytest
 from tests.support.aws_world import AwsWorld
 from worker_tier import Client, NonRetryableError, RetryLater, Task
 from worker_tier_local.context import LocalContext
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 from worker_tier.worker.fates import OUTCOME_RELEASED, Outcome, add_outcome_listener, remove_outcome_listener

@@ -38,7 +38,7 @@ from worker_tier.worker.heartbeat import Heartbeat
 from worker_tier.core.limits import SQS_MAX_MESSAGE_BYTES, SQS_MAX_VISIBILITY_TIMEOUT_SECONDS
 from worker_tier.core.contract import ATTEMPTS_ATTRIBUTE, DUE_AT_ATTRIBUTE, FAILURE_ATTRIBUTE
 from worker_tier.core.message import MAX_LOGGED_ERROR_CHARS
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.fates import OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING, VISIBILITY_SAFETY_MARGIN_SECONDS
 

@@ -12,9 +12,9 @@ from tests.support.aws_world import AwsWorld
 from worker_tier import Client, Task
 from worker_tier.worker.heartbeat import Heartbeat
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
-from worker_tier.core.registry import MAX_IDEMPOTENT_PATH_BYTES
+from worker_tier.worker.registry import MAX_IDEMPOTENT_PATH_BYTES
 from worker_tier_local.context import LocalContext
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

@@ -43,8 +43,8 @@ def test_the_local_command_without_the_local_extra_says_to_install_it(tmp_path):
 
 def test_the_tracing_middleware_without_the_tracing_extra_says_to_install_it(tmp_path):
     # GIVEN the runtime without the tracing extra  WHEN a worker builds the tracing middleware
-    result = _without(("opentelemetry",), "from worker_tier.worker.tracing import TracingMiddleware; TracingMiddleware()", tmp_path)
+    result = _without(("opentelemetry",), "from worker_tier.pipeline.tracing import TracingMiddleware; TracingMiddleware()", tmp_path)
     # THEN it fails naming the missing module and the install command
     assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == ("ModuleNotFoundError: worker_tier.worker.tracing.TracingMiddleware needs opentelemetry, "
+    assert result.stderr.splitlines()[-1] == ("ModuleNotFoundError: worker_tier.pipeline.tracing.TracingMiddleware needs opentelemetry, "
                                               "which is not installed; install the tracing extra: pip install 'worker-tier[tracing]'")

@@ -8,7 +8,7 @@ import time
 from tests.support.aws_world import AwsWorld
 from worker_tier.container.consumer import Consumer
 from worker_tier.container.protection import TaskProtection
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

@@ -8,7 +8,7 @@ from tests.support.aws_world import AwsWorld
 from tests.support.strict_sqs import StrictSQS
 from worker_tier import Task
 from worker_tier.core.message import FAILURE_ATTRIBUTE
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 

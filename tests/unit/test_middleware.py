@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from worker_tier.core.errors import MiddlewareError, TaskRegistrationError
-from worker_tier.worker.middleware import Middleware, Pipeline, load
-from worker_tier.core.registry import Registry
+from worker_tier.pipeline.middleware import Middleware, Pipeline, load
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings, SettingsError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_the_chain_nests_the_first_middleware_outermost_and_leaves_out_those_tha
 
 def test_the_setting_loads_a_class_or_an_instance_by_its_reference():
     # GIVEN references to a class and to an instance  WHEN loaded  THEN each is a Middleware, the class built
-    loaded = load(["worker_tier.worker.middleware:Middleware", " tests.unit.test_middleware:INSTANCE "])
+    loaded = load(["worker_tier.pipeline.middleware:Middleware", " tests.unit.test_middleware:INSTANCE "])
     assert type(loaded[0]) is Middleware and loaded[1] is INSTANCE
 
 
@@ -64,10 +64,10 @@ INSTANCE = OnlyBefore()
     ("no_such_module:Thing", "middleware 'no_such_module:Thing' could not be loaded (ModuleNotFoundError: No module named "
      "'no_such_module'); each entry must be 'module:attribute' naming a Middleware subclass or instance in a deployed module: "
      "fix the name or deploy the module"),
-    ("worker_tier.worker.middleware:Nothing", "middleware 'worker_tier.worker.middleware:Nothing' could not be loaded (AttributeError: module "
-     "'worker_tier.worker.middleware' has no attribute 'Nothing'); each entry must be 'module:attribute' naming a Middleware subclass or "
+    ("worker_tier.pipeline.middleware:Nothing", "middleware 'worker_tier.pipeline.middleware:Nothing' could not be loaded (AttributeError: module "
+     "'worker_tier.pipeline.middleware' has no attribute 'Nothing'); each entry must be 'module:attribute' naming a Middleware subclass or "
      "instance in a deployed module: fix the name or deploy the module"),
-    ("worker_tier.worker.middleware:load", "middleware 'worker_tier.worker.middleware:load' is function <function load at"),
+    ("worker_tier.pipeline.middleware:load", "middleware 'worker_tier.pipeline.middleware:load' is function <function load at"),
 ])
 def test_a_reference_that_is_not_a_middleware_is_refused_naming_it(reference, message):
     with pytest.raises(MiddlewareError) as error:
@@ -77,15 +77,15 @@ def test_a_reference_that_is_not_a_middleware_is_refused_naming_it(reference, me
 
 def test_the_setting_must_be_module_attribute_references():
     with pytest.raises(SettingsError) as error:
-        Settings(middleware="worker_tier.worker.tracing.TracingMiddleware")
+        Settings(middleware="worker_tier.pipeline.tracing.TracingMiddleware")
     assert str(error.value) == ("middleware must be comma-separated 'module:attribute' references like "
-                                "'worker_tier.worker.tracing:TracingMiddleware,billing.audit:Audit', got "
-                                "'worker_tier.worker.tracing.TracingMiddleware'")
+                                "'worker_tier.pipeline.tracing:TracingMiddleware,billing.audit:Audit', got "
+                                "'worker_tier.pipeline.tracing.TracingMiddleware'")
 
 
 def test_the_setting_round_trips_through_the_environment():
-    settings = Settings(middleware="worker_tier.worker.tracing:TracingMiddleware,audit:Audit")
-    assert settings.to_environment()["WORKER_TIER_MIDDLEWARE"] == "worker_tier.worker.tracing:TracingMiddleware,audit:Audit"
+    settings = Settings(middleware="worker_tier.pipeline.tracing:TracingMiddleware,audit:Audit")
+    assert settings.to_environment()["WORKER_TIER_MIDDLEWARE"] == "worker_tier.pipeline.tracing:TracingMiddleware,audit:Audit"
     assert Settings.from_environment(settings.to_environment()).middleware == settings.middleware
 
 
@@ -96,7 +96,7 @@ def test_a_tasks_middleware_must_be_a_list_of_middleware():
     with pytest.raises(TaskRegistrationError) as error:
         Registry().task("/t", middleware=[OnlyBefore, "audit:Audit"])
     assert str(error.value) == ("middleware 1 for '/t' is str 'audit:Audit', not a middleware; it must be a "
-                                "worker_tier.worker.middleware.Middleware subclass or instance")
+                                "worker_tier.pipeline.middleware.Middleware subclass or instance")
 
 
 def test_a_tasks_middleware_class_is_built_once_at_registration():

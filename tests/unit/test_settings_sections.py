@@ -13,7 +13,10 @@ from worker_tier.core.settings import SECTIONS, AppSettings, DeploymentSettings,
 def test_settings_is_made_of_the_sections_in_order():
     # GIVEN / WHEN Settings' bases  THEN they are the three sections, as SECTIONS lists them for the docs page
     assert (RuntimeSettings, DeploymentSettings, AppSettings) == SECTIONS
-    assert Settings.__bases__ == SECTIONS
+    assert Settings.__bases__ == tuple(reversed(SECTIONS))  # reversed, so the fields come in SECTIONS' order
+    # AND the fields, and so each function's environment, run section by section in that order
+    names = [field.name for field in dataclasses.fields(Settings)]
+    assert names == [field.name for section in SECTIONS for field in dataclasses.fields(section)]
 
 
 def test_every_setting_belongs_to_exactly_one_section():

@@ -12,7 +12,7 @@ from worker_tier.core.envelope import dead_letter_attributes
 from worker_tier.core.message import failure_reason
 from worker_tier.core.contract import FAILURE_ATTRIBUTE
 from worker_tier.worker.idempotency import record_key
-from worker_tier.core.registry import MAX_IDEMPOTENT_PATH_BYTES, Registry
+from worker_tier.worker.registry import MAX_IDEMPOTENT_PATH_BYTES, Registry
 
 EVENT = json.loads((Path(__file__).parent.parent / "events" / "sqs_eb_scheduled.json").read_text())
 

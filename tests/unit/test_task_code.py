@@ -140,7 +140,7 @@ def test_a_middleware_module_must_be_deployed_unless_it_is_worker_tiers_own(tmp_
     (tmp_path / "tasks" / "audit.py").write_text("")
     code = TaskCode.from_directories(str(tmp_path / "tasks"))
     # WHEN the middleware setting names it and Worker Tier's tracing  THEN it passes
-    code.check_middleware("tasks.audit:Audit, worker_tier.worker.tracing:TracingMiddleware")
+    code.check_middleware("tasks.audit:Audit, worker_tier.pipeline.tracing:TracingMiddleware")
     # AND a module no directory deploys is refused, naming the setting and the fix
     with pytest.raises(TaskCodeError) as error:
         code.check_middleware("billing.audit:Audit")

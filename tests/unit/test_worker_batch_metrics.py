@@ -10,7 +10,7 @@ import pytest
 from tests.support.fakes import FakeSQS
 from worker_tier.core.contract import METRIC_MESSAGE_AGE, METRIC_TASK_DURATION, METRIC_TASK_DURATION_MAX
 from worker_tier.core.observability import BatchMetrics, metrics
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
 from worker_tier.worker.batch import Worker

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.fakes import FakeSQS
 from worker_tier.core.observability import logger
-from worker_tier.core.registry import Registry
+from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
 from worker_tier.worker.batch import Worker

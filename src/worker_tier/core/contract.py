@@ -191,7 +191,7 @@ ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 # retry re-sent through the delay table, so retention_period counts from the original (worker_tier.app.sqsd).
 FIRST_RECEIVED_ATTRIBUTE = "worker_tier.first_received_at"
 # The X-Ray trace header: an SQS message *system* attribute (not one of the 10, outside the size), SendMessage's
-# MessageSystemAttributes, a received message's Attributes and a Lambda record's "attributes" (worker_tier.worker.tracing):
+# MessageSystemAttributes, a received message's Attributes and a Lambda record's "attributes" (worker_tier.pipeline.tracing):
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html
 TRACE_HEADER_SYSTEM_ATTRIBUTE = "AWSTraceHeader"
 

@@ -200,7 +200,7 @@ class RuntimeSettings:
         "",
         "Middleware the worker runs after its built-in ones, in this order (docs/middleware.md); each a Middleware "
         "subclass (built with no arguments) or instance, in a module the stack deploys.",
-        allowed="comma-separated `module:attribute` references, e.g. `worker_tier.worker.tracing:TracingMiddleware`",
+        allowed="comma-separated `module:attribute` references, e.g. `worker_tier.pipeline.tracing:TracingMiddleware`",
     )
     http_path: str = _setting(
         DEFAULT_HTTP_PATH,
@@ -482,7 +482,7 @@ class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
         if self.middleware != "" and not all(_is_app_reference(m) for m in str(self.middleware).split(",")):
             raise SettingsError(
                 "middleware must be comma-separated 'module:attribute' references like "
-                f"'worker_tier.worker.tracing:TracingMiddleware,billing.audit:Audit', got {self.middleware!r}"
+                f"'worker_tier.pipeline.tracing:TracingMiddleware,billing.audit:Audit', got {self.middleware!r}"
             )
         self._check_container_strings()
         self._check_app_strings()

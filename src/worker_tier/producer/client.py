@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier.delays import cancellation, dedupe, delay
 from worker_tier.core import contract, limits, message
-from worker_tier.worker import middleware
+from worker_tier.pipeline import middleware
 from worker_tier.producer import outgoing as checks
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage

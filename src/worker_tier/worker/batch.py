@@ -20,7 +20,7 @@ A message whose path no task is registered for goes to the EB worker app, when t
 failure meets the same fates as a task's.
 
 The decisions themselves live in ``worker_tier.worker.fates`` (``Fates``, which ``Worker`` extends).
-Each batch and message goes through the worker's middleware pipeline (``worker_tier.worker.middleware``):
+Each batch and message goes through the worker's middleware pipeline (``worker_tier.pipeline.middleware``):
 logging keys, metrics, heartbeats and idempotency are its built-in middleware
 (``worker_tier.worker.builtin_middleware``), then the ``middleware`` setting's and a task's own.
 All visibility changes of a batch go out together, 10 per ChangeMessageVisibilityBatch call;
@@ -48,9 +48,7 @@ import dataclasses
 import functools
 import os
 import random as _random
-import sys
 import time
-import traceback
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 from worker_tier.core import contract, limits, message
@@ -58,7 +56,7 @@ from worker_tier.worker import fates
 from worker_tier.app import sqsd
 from worker_tier.app import target_from_settings
 from worker_tier.app.app_target import AppTarget
-from worker_tier.worker import middleware as _middleware
+from worker_tier.pipeline import middleware as _middleware
 from worker_tier.core.aws import LazyClient, new_heartbeat_client
 from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbeats, Idempotency, LogKeys
 from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
@@ -73,12 +71,14 @@ from worker_tier.worker.fates import (
     _MessageHooks,
 )
 from worker_tier.core.message import safe_repr
-from worker_tier.worker.middleware import Middleware, Pipeline
+from worker_tier.pipeline.middleware import Middleware, Pipeline
 from worker_tier.core.observability import logger, running_record
-from worker_tier.core.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
+from worker_tier.worker.registry import DEFAULT_REGISTRY, Registry, TaskDefinition
 from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
 from worker_tier.core.visibility import change_visibility
+from worker_tier.worker.forked_child import end_forked_child, handler_call
+from worker_tier.worker.records import fifo_stopped, split_unreadable
 
 # The shortest time an app is given for a message that started (the invocation's end may leave less).
 MIN_APP_TIMEOUT_SECONDS = 1.0
@@ -264,7 +264,7 @@ class Worker(Fates):
         """Run one record with its message id and path on every log line written meanwhile.
 
         ``Task.from_record`` and ``message.record_path``, inlined: this is the hot path of every
-        message. Its ``messageAttributes`` is a dict (``_split_unreadable`` set aside the others).
+        message. Its ``messageAttributes`` is a dict (``split_unreadable`` set aside the others).
         """
         message_id = record["messageId"]
         attributes = record["messageAttributes"]
@@ -318,12 +318,12 @@ class Worker(Fates):
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
                 error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
             if fates.ThisProcess.pid != invocation.pid:
-                _end_forked_child(error)
+                end_forked_child(error)
             if self._fail_safely(record, task, invocation, error):
                 raise TaskFailedError(_describe(error)) from error
         else:
             if fates.ThisProcess.pid != invocation.pid:
-                _end_forked_child(None)
+                end_forked_child(None)
             if _listeners or hooks.after_task:
                 self._emit(invocation, OUTCOME_SUCCEEDED, task)
 
@@ -349,7 +349,7 @@ class Worker(Fates):
     def _route(self, definition: TaskDefinition | None) -> _MessageHooks:
         """The hooks of a task's messages (``definition`` None: the app's), built on its first message and kept."""
         pipeline = self.pipeline.extended(definition.middleware) if definition is not None else self.pipeline
-        innermost = self._deliver if definition is None else _handler_call(definition.handler)
+        innermost = self._deliver if definition is None else handler_call(definition.handler)
         if self._idempotency.wraps(definition):  # innermost of all, so a skipped duplicate meets every other middleware
             innermost = functools.partial(self._idempotency.around_task, call_next=innermost)
         call = pipeline.chain(definition, innermost)
@@ -411,7 +411,7 @@ class Worker(Fates):
         their groups (of every group, when an unreadable record's group cannot be read) are
         released, as the batch loop stops a group after a failure.
         """
-        records, unreadable = _split_unreadable(named)
+        records, unreadable = split_unreadable(named)
         if not unreadable:
             return records, []
         for record in unreadable:
@@ -420,7 +420,7 @@ class Worker(Fates):
             invocation.metrics.count(contract.METRIC_MALFORMED_RECORDS)
             if type(record.get("receiptHandle")) is str:
                 invocation.set_visibility(record, self._backoff_first())
-        stopped = _fifo_stopped(named, unreadable) if self.settings.fifo else []
+        stopped = fifo_stopped(named, unreadable) if self.settings.fifo else []
         for record in stopped:
             task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
             self._release(record, task, invocation, "an earlier message of its group could not be read")
@@ -456,47 +456,8 @@ class Worker(Fates):
 
 
 
-def _handler_call(handler: Callable[[Task], object]) -> Callable[[_Invocation, Task], None]:
-    """The innermost link of a task's chain: its handler, ending a forked child of it right where the child comes back
-    from it, before any middleware (the idempotency layer, which would delete the parent's INPROGRESS record with the
-    inherited client) sees its end."""
-
-    def call(invocation: _Invocation, task: Task) -> None:
-        try:
-            handler(task)
-        except BaseException as error:
-            if fates.ThisProcess.pid != invocation.pid:
-                _end_forked_child(error)
-            raise
-        if fates.ThisProcess.pid != invocation.pid:
-            _end_forked_child(None)
-
-    return call
 
 
-def _end_forked_child(error: BaseException | None) -> NoReturn:
-    """End a task's forked child that came back to the worker (it returned, or raised: ``sys.exit`` too) as Python
-    would end it, there and then: it must not decide its message's fate, nor run the rest of the batch.
-
-    ``sys.exit(code)`` gives ``code`` (None: 0; any other object is printed and gives 1), as does a SystemExit an app's
-    failure carries; any other exception is printed with its traceback and gives 1; returning gives 0.
-    """
-    cause = error.__cause__ if error is not None and not isinstance(error, SystemExit) else None
-    if isinstance(cause, SystemExit):
-        error = cause
-    status = 0
-    if isinstance(error, SystemExit):
-        if isinstance(error.code, int):
-            status = error.code
-        elif error.code is not None:
-            print(error.code, file=sys.stderr)
-            status = 1
-    elif error is not None:
-        traceback.print_exception(error)
-        status = 1
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(status)
 
 
 def _carry_source_id(envelope: Envelope, task: Task) -> None:
@@ -517,40 +478,10 @@ def _carry_source_id(envelope: Envelope, task: Task) -> None:
     attributes[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
 
 
-def _split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
-    """Records the batch loop and the heartbeat can read, and those they cannot (no receipt handle, or
-    ``attributes`` / ``messageAttributes`` that are not objects): those must not reach either."""
-    none = _NO_ATTRIBUTES  # ``.__class__ is`` rather than type(): this runs for every record of every batch
-    unreadable = [
-        r for r in records
-        if r.get("receiptHandle").__class__ is not str
-        or r.get("attributes", none).__class__ is not dict
-        or r.get("messageAttributes", none).__class__ is not dict
-    ]
-    if not unreadable:
-        return records, unreadable
-    kept = {id(r) for r in unreadable}
-    return [r for r in records if id(r) not in kept], unreadable
 
 
-_NO_ATTRIBUTES: dict[str, Any] = {}
 
 
-def _fifo_stopped(named: list[Any], unreadable: list[Any]) -> list[Any]:
-    """Readable records that follow an unreadable one of their FIFO group (any group, when its group is unknown)."""
-    unreadable_ids = {id(r) for r in unreadable}
-    stopped_groups: set[str | None] = set()  # None: a record whose group is unknown
-    every_group = False
-    stopped = []
-    for record in named:
-        system = record.get("attributes")
-        group = system.get("MessageGroupId") if isinstance(system, dict) else None
-        if id(record) in unreadable_ids:
-            every_group = every_group or group is None
-            stopped_groups.add(group)
-        elif every_group or group in stopped_groups:
-            stopped.append(record)
-    return stopped
 
 
 def _is_reason_record(task: Task) -> bool:

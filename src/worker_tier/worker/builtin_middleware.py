@@ -16,13 +16,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from worker_tier.core import contract, message
-from worker_tier.worker.middleware import CallNext, Middleware
+from worker_tier.pipeline.middleware import CallNext, Middleware
 from worker_tier.core.observability import running_record
 
 if TYPE_CHECKING:
     from worker_tier.worker.fates import _Invocation as Batch
     from worker_tier.worker.idempotency import IdempotentRunner
-    from worker_tier.core.registry import TaskDefinition
+    from worker_tier.worker.registry import TaskDefinition
     from worker_tier.core.task import Task
     from worker_tier.worker.batch import Worker
 

@@ -43,7 +43,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from worker_tier.core import contract, limits, message
-from worker_tier.worker import middleware
+from worker_tier.pipeline import middleware
 from worker_tier.core.aws import error_code
 from worker_tier.core.envelope import Envelope, body_md5, dead_letter_attributes, message_bytes
 from worker_tier.core.errors import DeadLetterError

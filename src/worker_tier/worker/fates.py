@@ -4,7 +4,7 @@
 lost) and ``_Invocation`` the state they write to (visibility changes, metrics, what is
 already dead-lettered); ``Worker`` routes and runs each record, then calls on them.
 Outcome listeners (the local environment prints them) and the middleware's ``after_task`` hooks
-(``worker_tier.worker.middleware``) hear every decision.
+(``worker_tier.pipeline.middleware``) hear every decision.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
     from worker_tier.worker.idempotency import LeaseContext
-    from worker_tier.worker.middleware import Pipeline
+    from worker_tier.pipeline.middleware import Pipeline
 
 OUTCOME_SUCCEEDED = "succeeded"
 OUTCOME_RETRYING = "retrying"

@@ -35,7 +35,7 @@ from typing import Any, Callable
 from worker_tier.core import contract
 from worker_tier.core.aws import is_condition_failure
 from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
-from worker_tier.core.registry import TaskDefinition
+from worker_tier.worker.registry import TaskDefinition
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.core.task import Task
 

@@ -8,9 +8,9 @@ it to the worker in ``record["attributes"]["AWSTraceHeader"]``; the container wo
 
 ``TracingMiddleware`` runs each task in a span of the OpenTelemetry API whose parent is the message's
 header, and puts the current span's header on every message the worker or a task's ``Client`` sends.
-A producer outside the worker gets the header from ``worker_tier.worker.middleware.on_send`` whenever its
+A producer outside the worker gets the header from ``worker_tier.pipeline.middleware.on_send`` whenever its
 process has imported OpenTelemetry. Enable it in the worker with the ``middleware`` setting
-(``worker_tier.worker.tracing:TracingMiddleware``); it needs the ``tracing`` extra
+(``worker_tier.pipeline.tracing:TracingMiddleware``); it needs the ``tracing`` extra
 (``opentelemetry-api``, ``opentelemetry-propagator-aws-xray``), imported only when it is used.
 
 Not carried: a message sent with a delay over SQS's 15 minutes waits in the delay table, which keeps
@@ -19,64 +19,29 @@ its body and message attributes only, so it arrives without the header (a new tr
 
 from __future__ import annotations
 
-import functools
-import logging
 from typing import TYPE_CHECKING, Any
 
 from worker_tier.core import contract
-from worker_tier.worker.middleware import CallNext, Middleware
+from worker_tier.pipeline.middleware import CallNext, Middleware
+from worker_tier.pipeline.trace_header import add_trace_header, xray_propagator
 
 if TYPE_CHECKING:
     from worker_tier.core.envelope import Envelope
     from worker_tier.worker.fates import _Invocation as Batch
     from worker_tier.core.task import Task
 
-__all__ = ["TracingMiddleware", "add_trace_header", "trace_header"]
+__all__ = ["TracingMiddleware"]
 
-_log = logging.getLogger(__name__)
 # The span's name and attributes follow OpenTelemetry's messaging conventions:
 # https://opentelemetry.io/docs/specs/semconv/messaging/messaging-spans/
 SPAN_NAME_PREFIX = "process "
 MESSAGING_SYSTEM = "aws_sqs"
 
 
-@functools.lru_cache(maxsize=1)
-def _propagator() -> Any:
-    """The X-Ray propagator, imported on first use; None (said once) when the ``tracing`` extra is not installed."""
-    try:
-        from opentelemetry.propagators.aws import AwsXRayPropagator
-    except ImportError:
-        _log.warning("OpenTelemetry is imported but opentelemetry-propagator-aws-xray is not installed: messages are sent "
-                     "without a trace header; install worker-tier[tracing]")
-        return None
-    return AwsXRayPropagator()
 
 
-def trace_header(context: Any = None) -> str | None:
-    """The X-Ray header of the current span (or of ``context``); None when there is no valid span.
-
-    Examples
-    --------
-    >>> trace_header() is None  # no span is current
-    True
-    """
-    propagator = _propagator()
-    if propagator is None:
-        return None
-    from opentelemetry.propagators.aws.aws_xray_propagator import TRACE_HEADER_KEY
-
-    carrier: dict[str, str] = {}
-    propagator.inject(carrier, context=context)
-    return carrier.get(TRACE_HEADER_KEY)
 
 
-def add_trace_header(message: Envelope) -> None:
-    """Put the current span's header on an outgoing message's system attributes (``AWSTraceHeader``)."""
-    header = trace_header()
-    if header is None:
-        return
-    message.system_attributes = {**(message.system_attributes or {}),
-                                 contract.TRACE_HEADER_SYSTEM_ATTRIBUTE: {"DataType": "String", "StringValue": header}}
 
 
 class TracingMiddleware(Middleware):
@@ -97,12 +62,12 @@ class TracingMiddleware(Middleware):
             from opentelemetry.propagators.aws import AwsXRayPropagator  # noqa: F401 - here only to say what is missing
         except ImportError as error:
             raise ModuleNotFoundError(
-                f"worker_tier.worker.tracing.TracingMiddleware needs {error.name}, which is not installed; install the tracing "
+                f"worker_tier.pipeline.tracing.TracingMiddleware needs {error.name}, which is not installed; install the tracing "
                 "extra: pip install 'worker-tier[tracing]'"
             ) from None
         self._tracer = trace.get_tracer("worker_tier", tracer_provider=tracer_provider)
         self._consumer = trace.SpanKind.CONSUMER
-        self._propagator = _propagator()
+        self._propagator = xray_propagator()
 
     def around_task(self, batch: Batch, task: Task, call_next: CallNext) -> None:
         from opentelemetry.propagators.aws.aws_xray_propagator import TRACE_HEADER_KEY

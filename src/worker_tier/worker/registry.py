@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, TypeVar
 from worker_tier.core import limits
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.core.errors import MiddlewareError, TaskRegistrationError
-from worker_tier.worker.middleware import Middleware, checked
+from worker_tier.pipeline.middleware import Middleware, checked
 from worker_tier.core.task import Task
 
 # A task returns nothing that matters: returning is success, whatever it returns.
@@ -36,7 +36,7 @@ class TaskDefinition:
     idempotency_expiry: int = DEFAULT_IDEMPOTENCY_EXPIRY_SECONDS
     heartbeat: bool = False
     container: bool = False
-    middleware: tuple[Middleware, ...] = ()  # the task's own, innermost but for idempotency (worker_tier.worker.middleware)
+    middleware: tuple[Middleware, ...] = ()  # the task's own, innermost but for idempotency (worker_tier.pipeline.middleware)
 
 
 _OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat", "container", "middleware")
@@ -186,7 +186,7 @@ def task(path: str, **options: Any) -> Callable[[HandlerT], HandlerT]:
         A long task (over Lambda's 15 minutes): the Lambda worker forwards its messages to the
         container worker's queue (``Resources.container_queue_url`` in ``worker_tier.core.contract``), where it runs.
     middleware:
-        The task's own middleware (``worker_tier.worker.middleware.Middleware`` subclasses or instances),
+        The task's own middleware (``worker_tier.pipeline.middleware.Middleware`` subclasses or instances),
         run for its messages after the worker's, innermost but for idempotency (``docs/middleware.md``).
 
     Examples

@@ -34,7 +34,7 @@ from worker_tier.core.errors import MiddlewareError
 if TYPE_CHECKING:
     from worker_tier.core.envelope import Envelope
     from worker_tier.worker.fates import Outcome, _Invocation as Batch
-    from worker_tier.core.registry import TaskDefinition
+    from worker_tier.worker.registry import TaskDefinition
     from worker_tier.core.task import Task
 
 __all__ = ["Middleware", "Pipeline", "load", "on_send"]
@@ -139,13 +139,13 @@ def on_send(message: Envelope) -> Envelope:
     """Run the ``on_send`` hooks on an outgoing message, and return it.
 
     Inside a worker: the worker's pipeline. Outside one (a producer): the trace header of the
-    current OpenTelemetry span, when the process has imported OpenTelemetry (``worker_tier.worker.tracing``);
+    current OpenTelemetry span, when the process has imported OpenTelemetry (``worker_tier.pipeline.tracing``);
     a process that never did has no span to carry, and pays one dictionary lookup.
     """
     hooks = _sending.get()
     if hooks is None:
         if "opentelemetry.trace" in sys.modules:
-            from worker_tier.worker.tracing import add_trace_header
+            from worker_tier.pipeline.trace_header import add_trace_header
 
             add_trace_header(message)
         return message
@@ -180,6 +180,6 @@ def checked(value: Any, what: str) -> Middleware:
     if isinstance(value, Middleware):
         return value
     raise MiddlewareError(
-        f"{what} is {type(value).__name__} {value!r:.60}, not a middleware; it must be a worker_tier.worker.middleware.Middleware "
+        f"{what} is {type(value).__name__} {value!r:.60}, not a middleware; it must be a worker_tier.pipeline.middleware.Middleware "
         "subclass or instance"
     )

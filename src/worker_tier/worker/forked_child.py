@@ -1,0 +1,61 @@
+"""A task's forked child (``os.fork``) that comes back to the worker ends there and then, as Python would end it.
+
+It must not decide its message's fate nor run the rest of the batch: ``handler_call`` is the innermost link
+of a task's chain and ends such a child where it comes back from the handler, before any middleware sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Callable, NoReturn
+
+from worker_tier.worker import fates
+from worker_tier.worker.fates import (
+    _Invocation,
+)
+from worker_tier.core.task import Task
+
+
+def handler_call(handler: Callable[[Task], object]) -> Callable[[_Invocation, Task], None]:
+    """The innermost link of a task's chain: its handler, ending a forked child of it right where the child comes back
+    from it, before any middleware (the idempotency layer, which would delete the parent's INPROGRESS record with the
+    inherited client) sees its end."""
+
+    def call(invocation: _Invocation, task: Task) -> None:
+        try:
+            handler(task)
+        except BaseException as error:
+            if fates.ThisProcess.pid != invocation.pid:
+                end_forked_child(error)
+            raise
+        if fates.ThisProcess.pid != invocation.pid:
+            end_forked_child(None)
+
+    return call
+
+
+def end_forked_child(error: BaseException | None) -> NoReturn:
+    """End a task's forked child that came back to the worker (it returned, or raised: ``sys.exit`` too) as Python
+    would end it, there and then: it must not decide its message's fate, nor run the rest of the batch.
+
+    ``sys.exit(code)`` gives ``code`` (None: 0; any other object is printed and gives 1), as does a SystemExit an app's
+    failure carries; any other exception is printed with its traceback and gives 1; returning gives 0.
+    """
+    cause = error.__cause__ if error is not None and not isinstance(error, SystemExit) else None
+    if isinstance(cause, SystemExit):
+        error = cause
+    status = 0
+    if isinstance(error, SystemExit):
+        if isinstance(error.code, int):
+            status = error.code
+        elif error.code is not None:
+            print(error.code, file=sys.stderr)
+            status = 1
+    elif error is not None:
+        traceback.print_exception(error)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)

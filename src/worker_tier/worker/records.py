@@ -1,0 +1,46 @@
+"""A batch's records before the batch loop reads them: those it cannot read, and the FIFO records behind them.
+
+A record without a receipt handle, or whose ``attributes`` / ``messageAttributes`` are not objects, must reach
+neither the batch loop nor the heartbeat; a readable record of its FIFO group that follows it must not run first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+
+def split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Records the batch loop and the heartbeat can read, and those they cannot (no receipt handle, or
+    ``attributes`` / ``messageAttributes`` that are not objects): those must not reach either."""
+    none = _NO_ATTRIBUTES  # ``.__class__ is`` rather than type(): this runs for every record of every batch
+    unreadable = [
+        r for r in records
+        if r.get("receiptHandle").__class__ is not str
+        or r.get("attributes", none).__class__ is not dict
+        or r.get("messageAttributes", none).__class__ is not dict
+    ]
+    if not unreadable:
+        return records, unreadable
+    kept = {id(r) for r in unreadable}
+    return [r for r in records if id(r) not in kept], unreadable
+
+
+_NO_ATTRIBUTES: dict[str, Any] = {}
+
+
+def fifo_stopped(named: list[Any], unreadable: list[Any]) -> list[Any]:
+    """Readable records that follow an unreadable one of their FIFO group (any group, when its group is unknown)."""
+    unreadable_ids = {id(r) for r in unreadable}
+    stopped_groups: set[str | None] = set()  # None: a record whose group is unknown
+    every_group = False
+    stopped = []
+    for record in named:
+        system = record.get("attributes")
+        group = system.get("MessageGroupId") if isinstance(system, dict) else None
+        if id(record) in unreadable_ids:
+            every_group = every_group or group is None
+            stopped_groups.add(group)
+        elif every_group or group in stopped_groups:
+            stopped.append(record)
+    return stopped
