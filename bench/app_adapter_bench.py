@@ -68,7 +68,7 @@ def minimal_asgi_app() -> Any:
 
 def _event(count: int) -> dict[str, Any]:
     """A Lambda SQS event of ``count`` JSON task bodies, with no route: each goes to the app's http_path."""
-    from worker_tier.core.message import lambda_record
+    from worker_tier.core.envelope import lambda_record
 
     sent_ms = str(int(time.time() * 1000))
     received = [

@@ -16,7 +16,7 @@ Where the figures come from (``ROUND_TRIP_SECONDS``, ``CLIENT_CPU_SECONDS``):
   or UpdateItem at 8 ms (writes wait for two of three replicas), GetItem at 5 ms. SQS
   SendMessageBatch of 10 is put at 20 ms: SoftwareMill's in-region measurements of
   batched sends (https://softwaremill.com/amazon-sqs-performance-latency/) show
-  tens of milliseconds at the median; 20 ms is the figure issue #11 proposes.
+  tens of milliseconds at the median; 20 ms is the figure the delay path is designed for.
 - client CPU: measured here (``measure_client_cpu``: botocore against a local moto
   server, the client process's CPU only), on this machine's cores, which a 1,769 MB
   Lambda function matches: "at 1,769 MB, a function has the equivalent of one vCPU"

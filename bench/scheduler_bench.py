@@ -384,7 +384,7 @@ RUN_JITTER_SECONDS = 2.0  # EventBridge fires a run within the first seconds of 
 # of DelaySeconds up to whole seconds (at most send_moment.ALIGNED_ROUNDING_MS for a batch sent at its moment, up to
 # 1 s for one spread too wide to have one) plus the time from the clock read for DelaySeconds to SQS receiving the
 # call, which under a full CPU (the model's one GIL at a fraction of a vCPU) grows with the wave: at 256 MB a wave's
-# last call goes ~0.3 s after its clock read. The p99 against issue #11's 1 s is a figure of its own (GOALS).
+# last call goes ~0.3 s after its clock read. The p99 against the 1 s goal is a figure of its own (GOALS).
 ON_TIME_P99_SECONDS = 2.0
 SEARCH_STEP_MESSAGES = 500  # the largest on-time minute is found to within this
 GOAL_MINUTE_MESSAGES = 1_000_000
@@ -802,7 +802,7 @@ def _model_run(messages: int, round_trip: dict[str, float], client_cpu: dict[str
 
 GOALS = {
     "cost_ratio_vs_eventbridge_scheduler": ("<=", 0.5),
-    # issue #11, fanned out: the goal minute on time (each minute's p99 due -> visible <= ON_TIME_P99_SECONDS, 0 early,
+    # the delay path's goal, fanned out: the goal minute on time (each minute's p99 due -> visible <= ON_TIME_P99_SECONDS, 0 early,
     # no run stopped for time) at the smallest G that carries it; its p99 against the issue's 1 s; its cost
     "largest_on_time_minute_fanned_out": (">=", GOAL_MINUTE_MESSAGES),
     "fanout_p99_lateness_s_worst_minute": ("<=", 1.0),

@@ -82,7 +82,7 @@ def cold_import_ratio(pairs: int) -> dict[str, float]:
 
 def _event(count: int) -> dict[str, Any]:
     """A Lambda SQS event of ``count`` records for the /noop task."""
-    from worker_tier.core.message import lambda_record
+    from worker_tier.core.envelope import lambda_record
 
     received = [
         {
@@ -164,7 +164,7 @@ def _count_retry_calls(handler_factory: Callable[[Any, str, int], Callable[[dict
     """Send, receive and handle ``messages`` in events of ``per_event``; return the SQS calls the handler made."""
     import boto3
 
-    from worker_tier.core.message import lambda_record
+    from worker_tier.core.envelope import lambda_record
 
     sqs = boto3.client("sqs", region_name="us-east-1")
     url = sqs.create_queue(QueueName=f"bench-{handler_factory.__name__}")["QueueUrl"]

@@ -21,7 +21,7 @@ from typing import Any
 from tests.support.fakes import FakeSQS
 from worker_tier import Task
 from worker_tier.worker.idempotency import STATE_TABLE_PARTITION_KEY
-from worker_tier.core.message import lambda_record
+from worker_tier.core.envelope import lambda_record
 from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker

@@ -82,7 +82,7 @@ RUN_WORKER = '''
 
     import worker_tier
     from worker_tier import Client
-    from worker_tier.core.message import lambda_record
+    from worker_tier.core.envelope import lambda_record
     from worker_tier.core.settings import Settings
     from worker_tier_local.context import LocalContext
 

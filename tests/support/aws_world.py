@@ -16,7 +16,7 @@ import boto3
 from tests.support import stacks
 from tests.support.strict_dynamodb import StrictDynamoDB
 from worker_tier.worker.idempotency import STATE_TABLE_PARTITION_KEY, STATE_TABLE_TTL_ATTRIBUTE
-from worker_tier.core.message import lambda_record
+from worker_tier.core.envelope import lambda_record
 from worker_tier.core.settings import Settings
 
 REGION = "us-east-1"

@@ -13,7 +13,7 @@ import pytest
 from worker_tier.core import contract
 from worker_tier.app.app_target import AppResponse, SqsdRequest
 from worker_tier.core.errors import AppExceptionError, AppStatusError, RetentionExpiredError, RetryLater
-from worker_tier.core.message import lambda_record
+from worker_tier.core.envelope import lambda_record
 from worker_tier.core.settings import Settings
 from worker_tier.app.sqsd import USER_AGENT, check_response, check_retention, request_for, retry_after_seconds, unwrap_sns
 from worker_tier.core.task import Task

@@ -6,8 +6,8 @@ Attributes travel in two shapes. The Lambda SQS event spells them
 ``{"stringValue": ..., "dataType": ...}``; the SQS API (boto3) spells them
 ``{"StringValue": ..., "DataType": ...}``. The functions here read a Lambda record for its task
 (path, String attributes, times); a message sent or sent again is a ``worker_tier.core.envelope.Envelope``,
-which converts between the two shapes and counts SQS's quotas. ``lambda_record`` (the record Lambda
-builds from a received message) is the envelope's, named here too.
+which converts between the two shapes, builds the record Lambda would (``lambda_record``) and counts
+SQS's quotas.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from worker_tier.core.contract import (
     SQSD_ATTRIBUTE_PREFIX,
     WORKER_TIER_ATTRIBUTE_PREFIX,
 )
-from worker_tier.core.envelope import lambda_record as lambda_record  # the README's import
 from worker_tier.core.envelope import sqs_attributes
 from worker_tier.core.errors import AppStatusError, MalformedEventError
 

@@ -149,7 +149,7 @@ class RuntimeSettings:
     imports, and how it reads a message (default route, content type, SNS envelope).
 
     Read at run time, from the ``WORKER_TIER_*`` variables, by the worker in a function or in the container
-    worker (``worker.py``, ``fates.py``, ``container.py``) as it handles each message. The stack reads some of
+    worker (``worker_tier.worker``, and the container worker around it) as it handles each message. The stack reads some of
     them too, to match the queue and the function to the worker: the visibility timeout, the function's
     timeout, the redrive policy.
     """

@@ -5,7 +5,7 @@ One idea, kept whole: one stream batch read, judged item by item, and each misse
 The dispatcher (``worker_tier.delays.dispatcher``) reads each minute of the delay table once,
 in order, from its watermark. Two kinds of item can escape that read:
 
-- a **late write** (issue #8, item 6): an item stored in a minute the dispatcher had
+- a **late write**: an item stored in a minute the dispatcher had
   already started reading, because the producer's clock was more than
   ``delay.MAX_CLOCK_SKEW_SECONDS`` behind;
 - an **expired** item (item 2): deleted by the table's TTL
