@@ -148,8 +148,8 @@ class RuntimeSettings:
     """How the worker runs each message: its timeouts, retries and backoff, heartbeats, the task modules it
     imports, and how it reads a message (default route, content type, SNS envelope).
 
-    Read at run time, from the ``WORKER_TIER_*`` variables, by the worker in a function or in the container
-    worker (``worker_tier.worker``, and the container worker around it) as it handles each message. The stack reads some of
+    Read at run time, from the ``WORKER_TIER_*`` variables, by the worker (``worker_tier.worker``), in a
+    function or in the container worker, as it handles each message. The stack reads some of
     them too, to match the queue and the function to the worker: the visibility timeout, the function's
     timeout, the redrive policy.
     """
