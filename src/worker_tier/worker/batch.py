@@ -58,7 +58,7 @@ from worker_tier.app import target_from_settings
 from worker_tier.app.app_target import AppTarget
 from worker_tier.pipeline import middleware as _middleware
 from worker_tier.core.aws import LazyClient, new_heartbeat_client
-from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbeats, Idempotency, LogKeys
+from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbeats, Idempotency
 from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.worker.dead_letter import DeadLetterQueueSize
 from worker_tier.core.envelope import Envelope
@@ -77,7 +77,7 @@ from worker_tier.worker.registry import DEFAULT_REGISTRY, Registry, TaskDefiniti
 from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
 from worker_tier.core.visibility import change_visibility
-from worker_tier.worker.forked_child import end_forked_child, handler_call
+from worker_tier.worker.forked_child import end_forked_child, innermost_call
 from worker_tier.worker.records import fifo_stopped, split_unreadable
 
 # The shortest time an app is given for a message that started (the invocation's end may leave less).
@@ -147,7 +147,7 @@ class Worker(Fates):
         if middleware is None:
             middleware = _middleware.load(settings.middleware.split(","))
         self._idempotency = Idempotency(self)
-        self.pipeline = Pipeline([LogKeys(), BatchMetricsPublisher(clock), Heartbeats(self), *middleware])
+        self.pipeline = Pipeline([BatchMetricsPublisher(clock), Heartbeats(self), *middleware])
         self._unrouted = _MessageHooks.of(self.pipeline)
         self._routes: dict[int, tuple[TaskDefinition | None, _MessageHooks]] = {}  # id(definition) → its hooks
 
@@ -278,6 +278,7 @@ class Worker(Fates):
             self.settings.mime_type, record, None, invocation.remaining_ms,
             invocation.leases.get(message_id) if invocation.leases else None,
         )
+        running_record.set(task)  # every log line from here on names the message, a middleware's too
         invocation.hooks = self._unrouted
         before = self.pipeline.before_task
         if before:
@@ -349,7 +350,7 @@ class Worker(Fates):
     def _route(self, definition: TaskDefinition | None) -> _MessageHooks:
         """The hooks of a task's messages (``definition`` None: the app's), built on its first message and kept."""
         pipeline = self.pipeline.extended(definition.middleware) if definition is not None else self.pipeline
-        innermost = self._deliver if definition is None else handler_call(definition.handler)
+        innermost = self._deliver if definition is None else innermost_call(definition, pipeline, self._idempotency)
         if self._idempotency.wraps(definition):  # innermost of all, so a skipped duplicate meets every other middleware
             innermost = functools.partial(self._idempotency.around_task, call_next=innermost)
         call = pipeline.chain(definition, innermost)

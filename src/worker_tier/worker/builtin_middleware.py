@@ -1,8 +1,7 @@
 """The middleware every Worker runs, in this order (``docs/middleware.md``), before any of the user's:
 
-1. ``LogKeys``: names the running message (``message_id``, ``path``) on every log line meanwhile.
-2. ``BatchMetricsPublisher``: the batch's counts and timings, published once per batch (``observability.BatchMetrics``).
-3. ``Heartbeats``: holds the batch's messages while they run, when the settings or a task ask (``worker_tier.worker.heartbeat``).
+1. ``BatchMetricsPublisher``: the batch's counts and timings, published once per batch (``observability.BatchMetrics``).
+2. ``Heartbeats``: holds the batch's messages while they run, when the settings or a task ask (``worker_tier.worker.heartbeat``).
 
 then the ``middleware`` setting's, then a task's own (``@task(middleware=...)``), and innermost
 ``Idempotency`` (``worker_tier.worker.idempotency``), which wraps idempotent tasks only. The heavy parts
@@ -17,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from worker_tier.core import contract, message
 from worker_tier.pipeline.middleware import CallNext, Middleware
-from worker_tier.core.observability import running_record
 
 if TYPE_CHECKING:
     from worker_tier.worker.fates import _Invocation as Batch
@@ -25,13 +23,6 @@ if TYPE_CHECKING:
     from worker_tier.worker.registry import TaskDefinition
     from worker_tier.core.task import Task
     from worker_tier.worker.batch import Worker
-
-
-class LogKeys(Middleware):
-    """Each log line written while a message runs carries its ``message_id`` and ``path`` (``observability.running_record``)."""
-
-    def before_task(self, batch: Batch, task: Task) -> None:
-        running_record.set(task)
 
 
 class BatchMetricsPublisher(Middleware):

@@ -9,13 +9,18 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 from worker_tier.worker import fates
 from worker_tier.worker.fates import (
     _Invocation,
 )
 from worker_tier.core.task import Task
+from worker_tier.pipeline.middleware import CallNext, Middleware, Pipeline
+from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Idempotency
+
+if TYPE_CHECKING:
+    from worker_tier.worker.registry import TaskDefinition
 
 
 def handler_call(handler: Callable[[Task], object]) -> Callable[[_Invocation, Task], None]:
@@ -59,3 +64,24 @@ def end_forked_child(error: BaseException | None) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(status)
+
+
+def innermost_call(definition: TaskDefinition, pipeline: Pipeline, idempotency: Idempotency) -> CallNext:
+    """A task's handler as the innermost link of its chain.
+
+    Guarded against a forked child coming back (``forked_child.handler_call``) when a middleware that could act on
+    the child's return wraps it: idempotency, or the user's own. Otherwise ``_run`` ends such a child as it
+    always did, and the common chain pays no check of its own.
+    """
+    wrapped = idempotency.wraps(definition) or any(
+        type(m).around_task is not Middleware.around_task and not isinstance(m, BatchMetricsPublisher) and m.wraps(definition)
+        for m in pipeline.middleware
+    )
+    if wrapped:
+        return handler_call(definition.handler)
+    handler = definition.handler
+
+    def call(invocation: _Invocation, task: Task) -> None:
+        handler(task)
+
+    return call
