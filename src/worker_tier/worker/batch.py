@@ -149,7 +149,8 @@ class Worker(Fates):
         self._idempotency = Idempotency(self)
         self.pipeline = Pipeline([BatchMetricsPublisher(clock), Heartbeats(self), *middleware])
         self._unrouted = _MessageHooks.of(self.pipeline)
-        self._routes: dict[int, tuple[TaskDefinition | None, _MessageHooks]] = {}  # id(definition) → its hooks
+        # id(definition) → (definition, its hooks, forwarded to the container worker, its parser)
+        self._routes: dict[int, tuple[TaskDefinition | None, _MessageHooks, bool, Any]] = {}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
@@ -305,15 +306,19 @@ class Worker(Fates):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
             definition = self.registry.get(task.path)  # a registered path wins; the app, if any, gets the rest
-            if definition is not None and definition.container and self._container_queue_url:
-                self._forward(record, task, invocation, self._container_queue_url)
-                return
             route = self._routes.get(id(definition))
-            hooks = invocation.hooks = route[1] if route is not None and route[0] is definition else self._route(definition)
-            if definition is not None and definition.parser is not None:
-                self._parse(definition.parser, task)
-            for hook in hooks.before_task:
-                hook(invocation, task)
+            if route is None or route[0] is not definition:
+                route = self._route(definition)
+            _, hooks, forwarded, parser = route
+            if forwarded:
+                self._forward(record, task, invocation, self._container_queue_url)  # type: ignore[arg-type]
+                return
+            invocation.hooks = hooks
+            if parser is not None:
+                self._parse(parser, task)
+            if hooks.before_task:
+                for hook in hooks.before_task:
+                    hook(invocation, task)
             hooks.call(invocation, task)  # type: ignore[misc]  # a routed message's hooks always have a call
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
@@ -347,8 +352,9 @@ class Worker(Fates):
         if _listeners or self._unrouted.after_task:
             self._emit(invocation, OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
 
-    def _route(self, definition: TaskDefinition | None) -> _MessageHooks:
-        """The hooks of a task's messages (``definition`` None: the app's), built on its first message and kept."""
+    def _route(self, definition: TaskDefinition | None) -> tuple[TaskDefinition | None, _MessageHooks, bool, Any]:
+        """How a task's messages run (``definition`` None: the app's), worked out on its first message and kept:
+        its hooks, whether it is forwarded to the container worker, its parser."""
         pipeline = self.pipeline.extended(definition.middleware) if definition is not None else self.pipeline
         innermost = self._deliver if definition is None else innermost_call(definition, pipeline, self._idempotency)
         if self._idempotency.wraps(definition):  # innermost of all, so a skipped duplicate meets every other middleware
@@ -356,8 +362,9 @@ class Worker(Fates):
         call = pipeline.chain(definition, innermost)
         own = Pipeline(definition.middleware) if definition is not None and definition.middleware else None
         hooks = _MessageHooks.of(pipeline, call, own)
-        self._routes[id(definition)] = (definition, hooks)
-        return hooks
+        forwarded = definition is not None and definition.container and bool(self._container_queue_url)
+        route = self._routes[id(definition)] = (definition, hooks, forwarded, definition.parser if definition else None)
+        return route
 
     def _deliver(self, invocation: _Invocation, task: Task) -> None:
         """POST the message to the app as sqsd would and judge its answer by sqsd's rules; UnknownPathError without an app."""

@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 
 
 class BatchMetricsPublisher(Middleware):
-    """Counts the batch's messages and their age when it starts, times each task, and publishes the batch's metrics.
+    """Counts the batch's messages and their age when it starts, and publishes the batch's metrics after it.
 
-    The fates count their own decisions (retried, dead-lettered...) into the same ``batch.metrics``.
+    The core times each task's handler where it calls it (``TaskDuration``: the task's own time, without the
+    middleware around it), and the fates count their own decisions (retried, dead-lettered...), into the same
+    ``batch.metrics``.
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -39,13 +41,6 @@ class BatchMetricsPublisher(Middleware):
         oldest_ms = _oldest_sent_ms(batch.received)
         if oldest_ms is not None:
             batch.metrics.message_age(max(0.0, self._clock() * 1000 - oldest_ms))
-
-    def around_task(self, batch: Batch, task: Task, call_next: CallNext) -> None:
-        started = time.perf_counter()
-        try:
-            call_next(batch, task)
-        finally:
-            batch.metrics.task_duration((time.perf_counter() - started) * 1000)
 
     def after_batch(self, batch: Batch) -> None:
         """Succeeded: reported done, less those reported done because they were dead-lettered or replaced; then publish."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from typing import TYPE_CHECKING, Callable, NoReturn
 
@@ -17,7 +18,7 @@ from worker_tier.worker.fates import (
 )
 from worker_tier.core.task import Task
 from worker_tier.pipeline.middleware import CallNext, Middleware, Pipeline
-from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Idempotency
+from worker_tier.worker.builtin_middleware import Idempotency
 
 if TYPE_CHECKING:
     from worker_tier.worker.registry import TaskDefinition
@@ -26,15 +27,18 @@ if TYPE_CHECKING:
 def handler_call(handler: Callable[[Task], object]) -> Callable[[_Invocation, Task], None]:
     """The innermost link of a task's chain: its handler, ending a forked child of it right where the child comes back
     from it, before any middleware (the idempotency layer, which would delete the parent's INPROGRESS record with the
-    inherited client) sees its end."""
+    inherited client) sees its end. It times the handler (``TaskDuration``)."""
 
     def call(invocation: _Invocation, task: Task) -> None:
+        started = time.perf_counter()
         try:
             handler(task)
         except BaseException as error:
             if fates.ThisProcess.pid != invocation.pid:
                 end_forked_child(error)
             raise
+        finally:
+            invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
         if fates.ThisProcess.pid != invocation.pid:
             end_forked_child(None)
 
@@ -74,14 +78,17 @@ def innermost_call(definition: TaskDefinition, pipeline: Pipeline, idempotency: 
     always did, and the common chain pays no check of its own.
     """
     wrapped = idempotency.wraps(definition) or any(
-        type(m).around_task is not Middleware.around_task and not isinstance(m, BatchMetricsPublisher) and m.wraps(definition)
-        for m in pipeline.middleware
+        type(m).around_task is not Middleware.around_task and m.wraps(definition) for m in pipeline.middleware
     )
     if wrapped:
         return handler_call(definition.handler)
     handler = definition.handler
 
     def call(invocation: _Invocation, task: Task) -> None:
-        handler(task)
+        started = time.perf_counter()
+        try:
+            handler(task)
+        finally:  # the task's own time, for TaskDuration (BatchMetricsPublisher publishes it)
+            invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
 
     return call
