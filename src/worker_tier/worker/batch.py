@@ -78,7 +78,7 @@ from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
 from worker_tier.core.visibility import change_visibility
 from worker_tier.worker.forked_child import end_forked_child, innermost_call
-from worker_tier.worker.records import fifo_stopped, split_unreadable
+from worker_tier.worker.records import is_reason_record, fifo_stopped, split_unreadable
 
 # The shortest time an app is given for a message that started (the invocation's end may leave less).
 MIN_APP_TIMEOUT_SECONDS = 1.0
@@ -300,7 +300,7 @@ class Worker(Fates):
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         if task.lease is not None and task.lease.is_set():
             raise self._lease_lost(task, invocation)
-        if contract.FAILURE_ATTRIBUTE in attributes and _is_reason_record(task):
+        if contract.FAILURE_ATTRIBUTE in attributes and is_reason_record(task):
             return
         if contract.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
@@ -484,23 +484,3 @@ def _carry_source_id(envelope: Envelope, task: Task) -> None:
         )
         return
     attributes[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}
-
-
-
-
-
-
-
-
-def _is_reason_record(task: Task) -> bool:
-    """Whether a message is a DLQ reason record moved into the work queue by a redrive that moves everything
-    (StartMessageMoveTask): logged and dropped (reported done, so deleted), never run nor dead-lettered again.
-    Its message was moved with it and runs; the record only described why that message died."""
-    from worker_tier.worker.dead_letter import reason_record  # only a message from the DLQ gets here
-
-    record = reason_record(task.body, task.record.get("messageAttributes") or {})
-    if record is None:
-        return False
-    logger.warning("a DLQ reason record arrived as work (a redrive moved it from the DLQ); dropped, not run",
-                   extra={"reason_record_for": record.get("source_message_id")})
-    return True

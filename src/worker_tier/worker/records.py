@@ -1,4 +1,5 @@
-"""A batch's records before the batch loop reads them: those it cannot read, and the FIFO records behind them.
+"""A batch's records before the batch loop reads them: those it cannot read, and the FIFO records behind them;
+and a DLQ reason record a redrive moved into the work queue (``is_reason_record``).
 
 A record without a receipt handle, or whose ``attributes`` / ``messageAttributes`` are not objects, must reach
 neither the batch loop nor the heartbeat; a readable record of its FIFO group that follows it must not run first.
@@ -6,7 +7,12 @@ neither the batch loop nor the heartbeat; a readable record of its FIFO group th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from worker_tier.core.observability import logger
+
+if TYPE_CHECKING:
+    from worker_tier.core.task import Task
 
 
 
@@ -44,3 +50,18 @@ def fifo_stopped(named: list[Any], unreadable: list[Any]) -> list[Any]:
         elif every_group or group in stopped_groups:
             stopped.append(record)
     return stopped
+
+
+def is_reason_record(task: Task) -> bool:
+    """Whether a message is a DLQ reason record moved into the work queue by a redrive that moves everything
+    (StartMessageMoveTask): logged and dropped (reported done, so deleted), never run nor dead-lettered again.
+    Its message was moved with it and runs; the record only described why that message died."""
+    from worker_tier.worker.dead_letter import reason_record  # only a message from the DLQ gets here
+
+    record = reason_record(task.body, task.record.get("messageAttributes") or {})
+    if record is None:
+        return False
+    logger.warning("a DLQ reason record arrived as work (a redrive moved it from the DLQ); dropped, not run",
+                   extra={"reason_record_for": record.get("source_message_id")})
+    return True
+
