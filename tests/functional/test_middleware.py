@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from tests.support.aws_world import AwsWorld
-from tests.support.worker_world import dead_letter_sends, failure_ids, one_task, reason_of, send, worker_for
-from worker_tier import Client, NonRetryableError, Task
+from tests.support.strict_sqs import StrictSQS
+from tests.support.worker_world import dead_letter_sends, failure_ids, one_task, raise_, reason_of, send, worker_for
+from worker_tier import Client, MiddlewareError, NonRetryableError, Task, TaskRegistrationError
+from worker_tier.core.contract import FAILURE_ATTRIBUTE
 from worker_tier.core.envelope import Envelope
-from worker_tier.pipeline.middleware import Middleware
+from worker_tier.pipeline.middleware import Middleware, load
 from worker_tier.worker.registry import Registry
 
 
@@ -166,7 +168,7 @@ class Stamp(Middleware):
         message.attributes["stamp"] = {"DataType": "String", "StringValue": "stamped"}
 
 
-def test_on_send_sees_a_tasks_follow_up_and_the_dead_letter_copy(aws):
+def test_on_send_sees_a_tasks_follow_up_and_not_the_dead_letter_copy(aws):
     # GIVEN a task that sends a follow-up, then refuses
     tasks = Registry()
 
@@ -178,10 +180,11 @@ def test_on_send_sees_a_tasks_follow_up_and_the_dead_letter_copy(aws):
     send(aws, "/work")
     # WHEN it runs with a middleware that stamps every send
     run(aws, tasks, [Stamp()])
-    # THEN the follow-up and the dead-letter copy both carry the stamp
+    # THEN the follow-up carries the stamp, and the dead-letter copy goes as it came
     [follow_up] = [e for p in aws.params("SendMessageBatch") for e in p["Entries"]]
     assert follow_up["MessageAttributes"]["stamp"]["StringValue"] == "stamped"
-    assert [d["MessageAttributes"]["stamp"]["StringValue"] for d in dead_letter_sends(aws)][-1] == "stamped"
+    [copy] = dead_letter_sends(aws)
+    assert "stamp" not in copy["MessageAttributes"]
     # AND a send outside any worker does not go through it
     Client(aws.queue_url, sqs=aws.sqs).send("/later", "{}")
     assert "stamp" not in aws.params("SendMessageBatch")[-1]["Entries"][0]["MessageAttributes"]
@@ -206,3 +209,47 @@ def test_a_tasks_own_middleware_runs_for_its_messages_only_inside_the_workers(aw
     ]
     assert not [line for line in seen if line.startswith("own.") and "/other" in line]
     assert "own.before_batch(2)" not in seen
+
+
+class EleventhAttribute(Middleware):
+    """Breaks every message it sees: SQS refuses an 11th attribute."""
+
+    def on_send(self, message: Envelope) -> None:
+        for n in range(11):
+            message.attributes[f"extra{n}"] = {"DataType": "String", "StringValue": "x"}
+
+
+def test_an_on_send_that_breaks_messages_keeps_none_from_the_dead_letter_queue(aws):
+    # GIVEN a task that refuses its message, under a middleware whose on_send SQS would refuse
+    aws.sqs = StrictSQS(aws.sqs)
+    tasks = one_task("/refuse", raise_(NonRetryableError("order 42 is gone")))
+    send(aws, "/refuse")
+    # WHEN the worker runs it
+    failed = run(aws, tasks, [EleventhAttribute()])
+    # THEN the message is in the DLQ all the same, with its reason
+    assert failed == set()
+    [copy] = dead_letter_sends(aws)
+    assert "order 42 is gone" in copy["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"]
+
+
+class NeedsArguments(Middleware):
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+
+def test_a_middleware_class_that_cannot_be_built_without_arguments_is_refused_in_one_line():
+    # GIVEN a middleware class whose constructor needs an argument WHEN a task names it
+    with pytest.raises(TaskRegistrationError) as refused:
+        Registry().task("/x", middleware=[NeedsArguments])(lambda t: None)
+    # THEN the error names it, what went wrong and the fix, on one line
+    text = str(refused.value)
+    assert "NeedsArguments()" in text and "no arguments" in text and "\n" not in text
+
+
+def test_a_middleware_module_that_raises_on_import_is_refused_naming_the_reference(tmp_path, monkeypatch):
+    # GIVEN a module that raises as it is imported
+    (tmp_path / "broken_middleware.py").write_text("raise NameError('oops at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # WHEN the middleware setting names it THEN the error names the reference and the module's error
+    with pytest.raises(MiddlewareError, match=r"middleware 'broken_middleware:Thing' could not be loaded \(NameError: oops at import\)"):
+        load(["broken_middleware:Thing"])

@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.support.aws_world import AwsWorld
 from tests.support.container import consumer_for, depth, run_until
 from tests.support.strict_sqs import StrictSQS
-from worker_tier import Client, Task
+from worker_tier import Client, NonRetryableError, Task
+from worker_tier.core.contract import FAILURE_ATTRIBUTE
 from worker_tier.worker.registry import Registry
 from worker_tier.core.settings import Settings
 from worker_tier.pipeline.tracing import TracingMiddleware
@@ -119,6 +120,53 @@ def test_a_forward_to_the_container_worker_keeps_the_message_trace_header(aws, s
     # WHEN it forwards the message
     assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
     # THEN the forward carries the producer's trace header as it came
+    [forward] = [p for p in aws.params("SendMessage") if p["QueueUrl"] == long_queue]
+    header = forward["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"]
+    assert header.endswith(f"Parent={producing.get_span_context().span_id:016x};Sampled=1")
+
+
+class Unprintable(NonRetryableError):
+    def __str__(self) -> str:
+        raise RuntimeError("str exploded")
+
+
+def test_a_task_error_that_cannot_be_printed_keeps_its_fate_under_tracing(aws, spans):
+    # GIVEN a traced task that refuses its message with an error whose str() raises
+    provider, exporter = spans
+    registry = Registry()
+
+    @registry.task("/refuse")
+    def refuse(task: Task) -> None:
+        raise Unprintable()
+
+    Client(aws.queue_url, sqs=aws.sqs).send("/refuse", "go")
+    worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+                    registry=registry, sqs=aws.sqs, middleware=[TracingMiddleware(tracer_provider=provider)])
+    # WHEN the worker runs it
+    assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
+    # THEN it is dead-lettered as the task asked, its reason naming its own error, and the span ends in error
+    [copy] = [p for p in aws.params("SendMessage") if p["QueueUrl"] == aws.dead_letter_queue_url]
+    assert "Unprintable" in copy["MessageAttributes"][FAILURE_ATTRIBUTE]["StringValue"]
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "process /refuse"]
+    assert span.status.status_code.name == "ERROR"
+
+
+def test_a_forward_keeps_the_message_trace_header_inside_another_span(aws, spans):
+    # GIVEN a traced message for a container task, forwarded while another span is current (as a Lambda layer's is)
+    provider, _ = spans
+    aws.sqs = StrictSQS(aws.sqs)
+    long_queue = aws.sqs.create_queue(QueueName="long")["QueueUrl"]
+    registry = Registry()
+    registry.task("/long", container=True)(lambda t: None)
+    with provider.get_tracer("producer").start_as_current_span("produce") as producing:
+        Client(aws.queue_url, sqs=aws.sqs).send("/long", "go")
+    worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+                    registry=registry, sqs=aws.sqs, container_queue_url=long_queue,
+                    middleware=[TracingMiddleware(tracer_provider=provider)])
+    # WHEN it forwards the message inside an invocation's own span
+    with provider.get_tracer("layer").start_as_current_span("invocation"):
+        assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
+    # THEN the forward carries the producer's header, not the invocation's
     [forward] = [p for p in aws.params("SendMessage") if p["QueueUrl"] == long_queue]
     header = forward["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"]
     assert header.endswith(f"Parent={producing.get_span_context().span_id:016x};Sampled=1")

@@ -165,21 +165,35 @@ def _loaded(reference: str, setting: str) -> Middleware:
         found: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError) as error:
+    except Exception as error:  # not only ImportError: a module may raise anything as it is imported
         raise MiddlewareError(
-            f"{setting} {reference!r} could not be loaded ({type(error).__name__}: {error}); each entry must be "
+            f"{setting} {reference!r} could not be loaded ({type(error).__name__}: {_text(error)}); each entry must be "
             "'module:attribute' naming a Middleware subclass or instance in a deployed module: fix the name or deploy the module"
-        ) from None
+        ) from error
     return checked(found, f"{setting} {reference!r}")
 
 
 def checked(value: Any, what: str) -> Middleware:
     """``value`` as a Middleware: an instance as it is, a subclass built with no arguments; MiddlewareError otherwise."""
     if isinstance(value, type) and issubclass(value, Middleware):
-        return value()
+        try:
+            return value()
+        except Exception as error:
+            raise MiddlewareError(
+                f"{what}: {value.__name__}() raised {type(error).__name__}: {_text(error)}; a middleware named by its class "
+                "is built with no arguments: give its parameters defaults, or name an instance (module:instance)"
+            ) from error
     if isinstance(value, Middleware):
         return value
     raise MiddlewareError(
         f"{what} is {type(value).__name__} {value!r:.60}, not a middleware; it must be a worker_tier.pipeline.middleware.Middleware "
         "subclass or instance"
     )
+
+
+def _text(error: BaseException) -> str:
+    """An error's text on one line, even when its ``__str__`` raises."""
+    try:
+        return " ".join(str(error).split())[:300]
+    except Exception:
+        return f"<str() of {type(error).__name__} raised>"

@@ -50,7 +50,10 @@ def trace_header(context: Any = None) -> str | None:
 
 
 def add_trace_header(message: Envelope) -> None:
-    """Put the current span's header on an outgoing message's system attributes (``AWSTraceHeader``)."""
+    """Put the current span's header on an outgoing message's system attributes (``AWSTraceHeader``), unless it
+    has one: a message forwarded to the container worker keeps its own trace, whatever span is current here."""
+    if message.system_attributes and contract.TRACE_HEADER_SYSTEM_ATTRIBUTE in message.system_attributes:
+        return
     header = trace_header()
     if header is None:
         return

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from worker_tier.core import contract
+from worker_tier.core import contract, message
 from worker_tier.pipeline.middleware import CallNext, Middleware
 from worker_tier.pipeline.trace_header import add_trace_header, xray_propagator
 
@@ -76,10 +76,21 @@ class TracingMiddleware(Middleware):
         parent = self._propagator.extract({TRACE_HEADER_KEY: header}) if isinstance(header, str) and self._propagator else None
         attributes = {"messaging.system": MESSAGING_SYSTEM, "messaging.message.id": task.message_id,
                       "messaging.operation.type": "process", "worker_tier.path": task.path}
+        # OpenTelemetry's own recording formats the error with str(), which may raise and replace the task's error:
+        # the span records it here instead, with the text the dead-letter reason uses.
         with self._tracer.start_as_current_span(
-            SPAN_NAME_PREFIX + task.path, context=parent, kind=self._consumer, attributes=attributes
-        ):
-            call_next(batch, task)
+            SPAN_NAME_PREFIX + task.path, context=parent, kind=self._consumer, attributes=attributes,
+            record_exception=False, set_status_on_exception=False,
+        ) as span:
+            try:
+                call_next(batch, task)
+            except BaseException as error:
+                from opentelemetry.trace import Status, StatusCode
+
+                text = message.error_text(error, message.MAX_LOGGED_ERROR_CHARS)
+                span.add_event("exception", {"exception.type": type(error).__name__, "exception.message": text})
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {text}"))
+                raise
 
     def on_send(self, message: Envelope) -> None:
         add_trace_header(message)

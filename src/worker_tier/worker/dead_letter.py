@@ -43,7 +43,6 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from worker_tier.core import contract, limits, message
-from worker_tier.pipeline import middleware
 from worker_tier.core.aws import error_code
 from worker_tier.core.envelope import Envelope, body_md5, dead_letter_attributes, message_bytes
 from worker_tier.core.errors import DeadLetterError
@@ -216,10 +215,12 @@ def _request(queue_url: str, record: Mapping[str, Any], envelope: Envelope, dedu
 
 
 def _send(sqs: Any, queue_url: str, record: Mapping[str, Any], copy: Envelope, message_id: Any, dedupe_suffix: str = "") -> str:
-    """One SendMessage of ``copy`` to the DLQ, through the middleware's on_send hooks; DeadLetterError when SQS
-    refuses it (or a hook raises)."""
+    """One SendMessage of ``copy`` to the DLQ; DeadLetterError when SQS refuses it.
+
+    Not through the middleware's on_send hooks: a hook that breaks or bloats the copy would keep every message
+    from the DLQ, and its reason with it. Middleware hears of it in ``on_dead_letter``.
+    """
     try:
-        middleware.on_send(copy)
         return str(sqs.send_message(**_request(queue_url, record, copy, dedupe_suffix))["MessageId"])
     except Exception as failure:  # any AWS or network error: keep the source copy
         raise DeadLetterError(f"dead-letter queue refused message {message_id}: {failure}") from failure
