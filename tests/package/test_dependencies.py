@@ -40,7 +40,7 @@ LAZY_IMPORTS = {
     ("worker_tier", "yaml"): ("src/worker_tier/periodic/cron_yaml.py",),
     ("worker_tier", "croniter"): ("src/worker_tier/periodic/cron_preview.py",),
     # The tracing extra: only a worker whose middleware setting names the TracingMiddleware, or a process that traces.
-    ("worker_tier", "opentelemetry"): ("src/worker_tier/pipeline/tracing.py",),
+    ("worker_tier", "opentelemetry"): ("src/worker_tier/pipeline/tracing.py", "src/worker_tier/pipeline/trace_header.py"),
 }
 
 
