@@ -109,20 +109,10 @@ def test_a_failing_task_ends_its_span_with_the_error(aws, spans):
 def test_a_forward_to_the_container_worker_keeps_the_message_trace_header(aws, spans):
     # GIVEN a traced message for a container task, on the Lambda worker
     provider, _ = spans
-    aws.sqs = StrictSQS(aws.sqs)
-    long_queue = aws.sqs.create_queue(QueueName="long")["QueueUrl"]
-    registry = Registry()
-    registry.task("/long", container=True)(lambda t: None)
-    with provider.get_tracer("producer").start_as_current_span("produce") as producing:
-        Client(aws.queue_url, sqs=aws.sqs).send("/long", "go")
-    worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
-                    registry=registry, sqs=aws.sqs, container_queue_url=long_queue)
     # WHEN it forwards the message
-    assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
+    header, producing = forward_trace_header(aws, provider, [])
     # THEN the forward carries the producer's trace header as it came
-    [forward] = [p for p in aws.params("SendMessage") if p["QueueUrl"] == long_queue]
-    header = forward["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"]
-    assert header.endswith(f"Parent={producing.get_span_context().span_id:016x};Sampled=1")
+    assert header.endswith(f"Parent={producing:016x};Sampled=1")
 
 
 class Unprintable(NonRetryableError):
@@ -154,6 +144,16 @@ def test_a_task_error_that_cannot_be_printed_keeps_its_fate_under_tracing(aws, s
 def test_a_forward_keeps_the_message_trace_header_inside_another_span(aws, spans):
     # GIVEN a traced message for a container task, forwarded while another span is current (as a Lambda layer's is)
     provider, _ = spans
+    # WHEN it forwards the message inside an invocation's own span
+    with provider.get_tracer("layer").start_as_current_span("invocation"):
+        header, producing = forward_trace_header(aws, provider, [TracingMiddleware(tracer_provider=provider)])
+    # THEN the forward carries the producer's header, not the invocation's
+    assert header.endswith(f"Parent={producing:016x};Sampled=1")
+
+
+def forward_trace_header(aws: AwsWorld, provider: TracerProvider, middleware: list[TracingMiddleware]) -> tuple[str, int]:
+    """Send a container task's message in a producer span, let the Lambda worker forward it: the forward's
+    AWSTraceHeader, and the producer span's id."""
     aws.sqs = StrictSQS(aws.sqs)
     long_queue = aws.sqs.create_queue(QueueName="long")["QueueUrl"]
     registry = Registry()
@@ -161,12 +161,7 @@ def test_a_forward_keeps_the_message_trace_header_inside_another_span(aws, spans
     with provider.get_tracer("producer").start_as_current_span("produce") as producing:
         Client(aws.queue_url, sqs=aws.sqs).send("/long", "go")
     worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
-                    registry=registry, sqs=aws.sqs, container_queue_url=long_queue,
-                    middleware=[TracingMiddleware(tracer_provider=provider)])
-    # WHEN it forwards the message inside an invocation's own span
-    with provider.get_tracer("layer").start_as_current_span("invocation"):
-        assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
-    # THEN the forward carries the producer's header, not the invocation's
+                    registry=registry, sqs=aws.sqs, container_queue_url=long_queue, middleware=middleware)
+    assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
     [forward] = [p for p in aws.params("SendMessage") if p["QueueUrl"] == long_queue]
-    header = forward["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"]
-    assert header.endswith(f"Parent={producing.get_span_context().span_id:016x};Sampled=1")
+    return forward["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"], producing.get_span_context().span_id

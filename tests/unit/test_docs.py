@@ -115,14 +115,8 @@ def test_link_checker_sees_a_broken_link(tmp_path):
 def test_readme_task_test_passes(tmp_path):
     # GIVEN the README's example test of a task, as a test file of its own
     [example] = [block for block in code_blocks(README, "python") if "def test_" in block]
-    (tmp_path / "test_readme_example.py").write_text(example, encoding="utf-8")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    path = os.pathsep.join([str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
     # WHEN pytest runs it, from a clean process, with this repository's tasks importable
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120, check=False,
-    )
+    run = run_as_test_file(example, tmp_path)
     # THEN every test in it passes
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 passed" in run.stdout
@@ -160,14 +154,19 @@ def test_design_states_the_python_versions_the_code_uses():
 def test_the_middleware_pages_example_passes(tmp_path):
     # GIVEN docs/middleware.md's example, as a test file of its own
     [example] = [block for block in code_blocks(DOCS / "middleware.md", "python") if "def test_" in block]
-    (tmp_path / "test_middleware_example.py").write_text(example, encoding="utf-8")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    path = os.pathsep.join([str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
     # WHEN pytest runs it, from a clean process
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120, check=False,
-    )
+    run = run_as_test_file(example, tmp_path)
     # THEN it passes
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
+
+
+def run_as_test_file(example: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """pytest over ``example`` saved as a test file, in a clean process with this repository importable."""
+    (tmp_path / "test_example.py").write_text(example, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    path = os.pathsep.join([str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120, check=False,
+    )
