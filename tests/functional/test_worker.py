@@ -163,6 +163,30 @@ def test_unknown_path_dead_letters_with_reason(aws, registry):
     assert reason["error_message"] == "no task is registered for path '/nobody'; registered paths: /boom, /ok"
 
 
+def test_a_handler_registered_again_after_the_worker_started_is_the_one_that_runs(aws):
+    # GIVEN a worker that has already run a message of one task
+    ran: list[str] = []
+
+    def handler_for(tag: str):
+        def handler(task: Task) -> None:  # one qualified name, so registering it again replaces it (a module reloaded)
+            ran.append(tag)
+        return handler
+
+    tasks = Registry()
+    tasks.task("/work")(handler_for("old"))
+    worker = make_worker(aws, tasks)
+    Client(aws.queue_url, sqs=aws.sqs).send("/work", "{}")
+    assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
+    # WHEN the path's handler is registered again, and a task for a new path too
+    tasks.task("/work")(handler_for("new"))
+    tasks.task("/later")(lambda t: ran.append("later"))
+    for path in ("/work", "/later"):
+        Client(aws.queue_url, sqs=aws.sqs).send(path, "{}")
+        assert worker.handle(aws.receive_event(), None) == {"batchItemFailures": []}
+    # THEN the new handler runs, and so does the new path's task: the worker's routes follow the registry
+    assert ran == ["old", "new", "later"]
+
+
 def test_body_the_parser_rejects_dead_letters_as_malformed(aws):
     # GIVEN a task that declares a JSON parser and a body that is not JSON
     tasks = Registry()

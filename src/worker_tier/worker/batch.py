@@ -51,7 +51,7 @@ import random as _random
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
-from worker_tier.core import contract, limits, message
+from worker_tier.core import contract, message
 from worker_tier.worker import fates
 from worker_tier.app import sqsd
 from worker_tier.app import target_from_settings
@@ -61,7 +61,6 @@ from worker_tier.core.aws import LazyClient, new_heartbeat_client
 from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbeats, Idempotency
 from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
 from worker_tier.worker.dead_letter import DeadLetterQueueSize
-from worker_tier.core.envelope import Envelope
 from worker_tier.worker.fates import (
     OUTCOME_SUCCEEDED,
     Fates,
@@ -78,6 +77,7 @@ from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
 from worker_tier.core.visibility import change_visibility
 from worker_tier.worker.forked_child import end_forked_child, innermost_call
+from worker_tier.worker.forward import forward_request
 from worker_tier.worker.records import is_reason_record, fifo_stopped, split_unreadable
 
 # The shortest time an app is given for a message that started (the invocation's end may leave less).
@@ -86,6 +86,10 @@ MIN_APP_TIMEOUT_SECONDS = 1.0
 if TYPE_CHECKING:
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
+
+# (hooks if not the starting ones, forwarded, parser, chain, own before_task hooks, heard by after_task)
+_Route = tuple["_MessageHooks | None", bool, Any, Callable[[Any, Task], None], tuple[Callable[..., None], ...], bool]
+
 
 class InvocationEndingError(WorkerTierError):
     """The invocation's remaining time fell below the safety margin before this record started."""
@@ -149,8 +153,12 @@ class Worker(Fates):
         self._idempotency = Idempotency(self)
         self.pipeline = Pipeline([BatchMetricsPublisher(clock), Heartbeats(self), *middleware])
         self._unrouted = _MessageHooks.of(self.pipeline)
+        self._before_task = self.pipeline.before_task
         # id(definition) → (definition, its hooks, forwarded to the container worker, its parser)
         self._routes: dict[int, tuple[TaskDefinition | None, _MessageHooks, bool, Any]] = {}
+        # A registered path's route, unpacked for the hot path (``_routed``), until the registry changes.
+        self._task_routes: dict[str, _Route] = {}
+        self._routes_generation = -1
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
@@ -281,7 +289,7 @@ class Worker(Fates):
         )
         running_record.set(task)  # every log line from here on names the message, a middleware's too
         invocation.hooks = self._unrouted
-        before = self.pipeline.before_task
+        before = self._before_task
         if before:
             try:
                 for hook in before:
@@ -305,21 +313,21 @@ class Worker(Fates):
         if contract.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
             raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
         try:
-            definition = self.registry.get(task.path)  # a registered path wins; the app, if any, gets the rest
-            route = self._routes.get(id(definition))
-            if route is None or route[0] is not definition:
-                route = self._route(definition)
-            _, hooks, forwarded, parser = route
+            if self.registry.generation != self._routes_generation:  # a task registered since: work routes out again
+                self._task_routes.clear()
+                self._routes_generation = self.registry.generation
+            hooks, forwarded, parser, call, before, hears = self._task_routes.get(task.path) or self._routed(task.path)
             if forwarded:
                 self._forward(record, task, invocation, self._container_queue_url)  # type: ignore[arg-type]
                 return
-            invocation.hooks = hooks
+            if hooks is not None:
+                invocation.hooks = hooks
             if parser is not None:
                 self._parse(parser, task)
-            if hooks.before_task:
-                for hook in hooks.before_task:
+            if before:
+                for hook in before:
                     hook(invocation, task)
-            hooks.call(invocation, task)  # type: ignore[misc]  # a routed message's hooks always have a call
+            call(invocation, task)
         except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
             if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
                 error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
@@ -330,27 +338,33 @@ class Worker(Fates):
         else:
             if fates.ThisProcess.pid != invocation.pid:
                 end_forked_child(None)
-            if _listeners or hooks.after_task:
+            if hears or _listeners:
                 self._emit(invocation, OUTCOME_SUCCEEDED, task)
 
     def _forward(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, queue_url: str) -> None:
         """Hand a long task to the container worker's queue, as it came; an error retries it here."""
-        envelope, dropped = Envelope.from_record(record, body=task.body)
-        if dropped:
-            logger.warning("attributes SQS would refuse were left out of the forward", extra={"dropped_attributes": dropped})
-        _carry_source_id(envelope, task)
-        trace_header = record["attributes"].get(contract.TRACE_HEADER_SYSTEM_ATTRIBUTE)
-        if isinstance(trace_header, str):  # the trace goes on with it (a system attribute: outside SQS's 10 and the size)
-            envelope.system_attributes = {contract.TRACE_HEADER_SYSTEM_ATTRIBUTE: {"DataType": "String", "StringValue": trace_header}}
-        _middleware.on_send(envelope)
-        if task.group_id is None:
-            request = envelope.request(queue_url)
-        else:  # a FIFO queue: keep the group, and deduplicate on the source message
-            request = envelope.request(queue_url, MessageGroupId=task.group_id, MessageDeduplicationId=task.message_id)
-        self._sqs.get().send_message(**request)
+        self._sqs.get().send_message(**forward_request(record, task, queue_url))
         invocation.metrics.count(contract.METRIC_FORWARDED)
         if _listeners or self._unrouted.after_task:
             self._emit(invocation, OUTCOME_SUCCEEDED, task, "forwarded to the container worker")
+
+    def _routed(self, path: str) -> _Route:
+        """A path's route: a registered path wins (kept by path); the app, if any, gets the rest (one route for all).
+
+        Unpacked for ``_run``: the hooks when they differ from those every message starts with (else None), whether
+        it is forwarded, its parser, its chain, its own middleware's before_task hooks, whether after_task hooks hear it.
+        """
+        definition = self.registry.get(path)
+        route = self._routes.get(id(definition))
+        if route is None or route[0] is not definition:
+            route = self._route(definition)
+        _, hooks, forwarded, parser = route
+        unrouted = self._unrouted
+        same = hooks.after_task == unrouted.after_task and hooks.on_dead_letter == unrouted.on_dead_letter
+        unpacked = (None if same else hooks, forwarded, parser, hooks.call, hooks.before_task, bool(hooks.after_task))
+        if definition is not None:
+            self._task_routes[path] = unpacked  # type: ignore[assignment]
+        return unpacked  # type: ignore[return-value]
 
     def _route(self, definition: TaskDefinition | None) -> tuple[TaskDefinition | None, _MessageHooks, bool, Any]:
         """How a task's messages run (``definition`` None: the app's), worked out on its first message and kept:
@@ -461,26 +475,3 @@ class Worker(Fates):
             _, _, _, _, account, name = records[0]["eventSourceARN"].split(":", 5)
             self._queue_url = self._sqs.get().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
         return self._queue_url
-
-
-
-
-
-
-
-def _carry_source_id(envelope: Envelope, task: Task) -> None:
-    """Add ``worker_tier.source_message_id`` to a forward's attributes (kept when it already has one), room permitting.
-
-    The container's default idempotency key is this id, so a source message delivered twice runs once.
-    """
-    attributes = envelope.attributes
-    if contract.SOURCE_MESSAGE_ID_ATTRIBUTE in attributes:
-        return
-    if envelope.room() < 1:
-        logger.warning(
-            "no room for the source message id on the forward: the container's default idempotency key is the "
-            "forwarded message's own id",
-            extra={"attribute_count": len(attributes), "limit": limits.SQS_MAX_MESSAGE_ATTRIBUTES},
-        )
-        return
-    attributes[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = {"DataType": "String", "StringValue": task.message_id}

@@ -56,6 +56,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._definitions: dict[str, TaskDefinition] = {}
+        self.generation = 0  # counts registrations: a worker's routes by path are worked out again after one
 
     def task(self, path: str, **options: Any) -> Callable[[HandlerT], HandlerT]:
         """Decorator registering ``handler`` for ``path`` (see ``worker_tier.core.task``)."""
@@ -84,6 +85,7 @@ class Registry:
                 f"cannot register {_qualified_name(definition.handler)} too"
             )
         self._definitions[definition.path] = definition
+        self.generation += 1
 
     def get(self, path: str) -> TaskDefinition | None:
         """The definition for ``path``, or None."""
