@@ -29,13 +29,19 @@ TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 
 
 class World:
-    def __init__(self) -> None:
+    """The delay table and the state table on in-memory DynamoDB, SQS, a producer and one clock.
+
+    ``state_table``: the producer's, for cancellable sends (None: it sends none).
+    """
+
+    def __init__(self, state_table: str | None = None) -> None:
         self.now = START
         self.dynamodb = StrictDynamoDB(FakeDynamoDB())
         self.dynamodb.create_table("delay", "pk", "sk")
         self.dynamodb.create_table("state", "pk")
         self.sqs = FakeSQS(clock=lambda: self.now)
-        self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now, sleep=lambda s: None)
+        self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now, sleep=lambda s: None,
+                             state_table=state_table)
 
     def scheduler(self, sqs=None) -> DelayDispatcher:
         return DelayDispatcher(

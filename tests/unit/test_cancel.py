@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.dispatcher import stream_record
-from tests.support.fake_dynamodb import FakeDynamoDB
-from tests.support.strict_dynamodb import StrictDynamoDB
-from tests.support.fakes import FakeSQS
+from tests.support import dispatcher as support
+from tests.support.dispatcher import DLQ, QUEUE, START, stream_record
 from worker_tier import Client
 from worker_tier.delays.cancellation import (
     CANCELLABLE_MIN_DELAY_SECONDS,
@@ -24,28 +22,17 @@ from worker_tier.delays.delay import BUCKET_SECONDS, CANCELLABLE_SHARD, TTL_ATTR
 from worker_tier.delays.dispatch_state import LAYOUT_KEY, DispatchGroup, group_of, minute_key
 from worker_tier.delays.dedupe import marker_key
 from worker_tier.delays.delay_recovery import DelayRecovery
-from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.core.errors import MessageError, SendError
 
-START = 1_800_000_000.0  # a minute boundary
-QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
-DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq"
 HOUR = 3600
 
 
-class World:
+class World(support.World):
     """A producer (the Client), the delay dispatcher, the safety net beside it and one clock, on in-memory DynamoDB and SQS."""
 
     def __init__(self) -> None:
-        self.now = START
-        self.dynamodb = StrictDynamoDB(FakeDynamoDB())
-        self.dynamodb.create_table("delay", "pk", "sk")
-        self.dynamodb.create_table("state", "pk")
-        self.sqs = FakeSQS(clock=lambda: self.now)
-        self.client = Client(QUEUE, "delay", sqs=self.sqs, dynamodb=self.dynamodb, clock=lambda: self.now,
-                             sleep=lambda s: None, state_table="state")
-        self.dispatcher = DelayDispatcher("delay", "state", QUEUE, dead_letter_queue_url=DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
-                                          clock=lambda: self.now, sleep=lambda s: None, parallel=False)
+        super().__init__(state_table="state")
+        self.dispatcher = self.scheduler()
         self.recovery = DelayRecovery("state", QUEUE, DLQ, sqs=self.sqs, dynamodb=self.dynamodb,
                                       clock=lambda: self.now, sleep=lambda s: None)
 
