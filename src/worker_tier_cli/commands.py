@@ -17,7 +17,7 @@ from worker_tier_cli.cron import cron_group
 from worker_tier_cli.output import emit_json, progress_bar, table
 from worker_tier_cli.session import Runtime, Session, parse_time
 from worker_tier_cli.tail import tail_command
-from worker_tier_cli.target import Target, TargetError, default_stack_name
+from worker_tier_cli.target import OPTION_NAMES, STACK_OUTPUTS, STACK_VARIABLE, VARIABLES, WORKER_VARIABLE, Target, TargetError
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cannot be found or a refused message
@@ -44,6 +44,53 @@ class UsageFailure(click.ClickException):
     exit_code = EXIT_CODE_USAGE
 
 
+def json_option(command: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")(command)
+
+
+def _session() -> Session:
+    session: Session = click.get_current_context().find_object(Session)  # type: ignore[assignment]
+    return session
+
+
+RESOURCE_NAMES = {
+    "queue_url": "The work queue", "dlq_url": "The dead-letter queue", "state_table": "The state table",
+    "delay_table": "The delay table", "container_queue_url": "The container worker's queue",
+    "worker_log_group": "The worker's log group", "schedule_group": "The periodic tasks' schedule group",
+}
+# The options naming the deployment: accepted before the subcommand and after it (the later one wins).
+# (flags, parameter name, help)
+DEPLOYMENT_OPTIONS = (
+    ("--endpoint-url", "endpoint_url", "AWS endpoint, e.g. the local environment's (default: AWS_ENDPOINT_URL)."),
+    ("--region", "region", "AWS region (default: the AWS configuration's)."),
+    ("--stack", "stack", f"The stack whose outputs name the queues and tables (or {STACK_VARIABLE}); with it the "
+                         "WORKER_TIER_* variables are ignored. Default: the variables when set, else cdk.json's "
+                         "context.worker_tier_stack, else WorkerTier."),
+    ("--worker", "worker", f"The WorkerQueue construct id whose outputs to read, in a stack with several (or {WORKER_VARIABLE})."),
+    *((OPTION_NAMES[resource], resource, f"{RESOURCE_NAMES[resource]} (or {VARIABLES[resource]}), instead of the stack's "
+       f"{STACK_OUTPUTS[resource]} output.") for resource in STACK_OUTPUTS),
+)
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """A deployment option's value, onto the session's target (or its endpoint and region) when given."""
+    if value is None:
+        return
+    session = ctx.find_object(Session)
+    if session is None:  # the group's own options: the session is made from them in cli()
+        ctx.meta.setdefault("worker_tier.deployment", {})[param.name] = value
+    elif param.name in ("endpoint_url", "region"):
+        setattr(session, str(param.name), value)
+    else:
+        session.target.give(str(param.name), value)
+
+
+def deployment_options() -> list[click.Option]:
+    """The deployment options, for the group and for each subcommand that reaches the deployment."""
+    return [click.Option([flags, name], help=text, expose_value=False, callback=_remember)
+            for flags, name, text in DEPLOYMENT_OPTIONS]
+
+
 class _Group(click.Group):
     """Turns AWS and target errors into one-line messages instead of tracebacks."""
 
@@ -56,39 +103,21 @@ class _Group(click.Group):
             raise click.ClickException(str(error)) from error
 
 
-def json_option(command: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")(command)
-
-
-def _session() -> Session:
-    session: Session = click.get_current_context().find_object(Session)  # type: ignore[assignment]
-    return session
-
-
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--endpoint-url", help="AWS endpoint, e.g. the local environment's (make run prints it).")
-@click.option("--region", help="AWS region (default: the AWS configuration's).")
-@click.option("--stack", help="The stack whose outputs name the queues and tables (default: cdk.json's "
-                              "context.worker_tier_stack, else WorkerTier).")
-@click.option("--queue-url", help="The work queue, instead of the stack's QueueUrl output.")
-@click.option("--dlq-url", help="The dead-letter queue, instead of the stack's DeadLetterQueueUrl output.")
-@click.option("--state-table", help="The state table, instead of the stack's StateTableName output.")
-@click.option("--delay-table", help="The delay table, instead of the stack's DelayTableName output.")
-@click.option("--log-group", "worker_log_group", help="The worker's log group, instead of the stack's WorkerLogGroupName output.")
-@click.option("--schedule-group", help="The periodic tasks' schedule group, instead of the stack's ScheduleGroupName output.")
 @click.pass_context
-def cli(ctx: click.Context, /, endpoint_url: str | None, region: str | None, stack: str | None, **given: str | None) -> None:
+def cli(ctx: click.Context, /) -> None:
     """Operate a Worker Tier deployment: its queues, its dead letters and the delay dispatcher.
 
-    Resources given as options are used as given. The others come from the stack's outputs; with
-    explicit resources and no --stack, no stack is read. `python -m worker_tier worker` runs the
-    container worker.
+    The deployment is named, first found wins, by options (before or after the subcommand), by --stack's
+    outputs, by the WORKER_TIER_* variables (make run's banner prints them; Client.from_env() reads the same),
+    else by the default stack's outputs. `python -m worker_tier worker` runs the container worker.
     """
     runtime = ctx.obj if isinstance(ctx.obj, Runtime) else Runtime()
-    session = Session(runtime, endpoint_url, region)
-    explicit = any(given.values())
-    stack_name = stack or (None if explicit else default_stack_name(Path.cwd()))
-    session.target = Target(stack_name, lambda: session.client("cloudformation"), given)
+    given = ctx.meta.pop("worker_tier.deployment", {})
+    session = Session(runtime, given.pop("endpoint_url", None), given.pop("region", None))
+    session.target = Target(lambda: session.client("cloudformation"), environ=runtime.environ)
+    for name, value in given.items():
+        session.target.give(name, value)
     ctx.obj = session
 
 
@@ -354,7 +383,7 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
                  dedupe_key: str | None, group_id: str | None, as_json: bool) -> None:
     """Send BODY to the task at PATH through worker_tier.Client, with its checks."""
     from worker_tier import Client
-    from worker_tier.core.errors import MessageError, SendError
+    from worker_tier.core.errors import MessageError, MissingResourceError, SendError
 
     session = _session()
     try:
@@ -365,9 +394,13 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     target = session.target
     try:
         client = Client(target.required("queue_url"), target.optional("delay_table"),
-                        sqs=session.client("sqs"), dynamodb=session.client("dynamodb"), clock=session.runtime.clock)
+                        sqs=session.client("sqs"), dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
+                        state_table=target.optional("state_table"))
         message_id = client.send(path, body, delay=delay, at=at, attributes=attributes or None,
                                  dedupe_key=dedupe_key, group_id=group_id)
+    except MissingResourceError as error:  # say how the command line names it: option, variable or stack output
+        target.required(error.resource)
+        raise UsageFailure(str(error)) from error
     except MessageError as error:
         raise UsageFailure(str(error)) from error
     except SendError as error:
@@ -408,6 +441,23 @@ def import_eb_command(path: Path, cdk_json: Path, dry_run: bool) -> None:
 
 cli.add_command(cron_group)
 cli.add_command(tail_command)
+# Commands that never reach a deployment: cron next reads cron.yaml, import-eb writes cdk.json.
+OFFLINE_COMMANDS = frozenset({"cron", "import-eb"})
+
+
+def _with_deployment_options(group: click.Group) -> None:
+    """The deployment options on the group and on every command under it, so they may follow the subcommand."""
+    group.params.extend(deployment_options())
+    pending = [command for name, command in group.commands.items() if name not in OFFLINE_COMMANDS]
+    while pending:
+        command = pending.pop()
+        if isinstance(command, click.Group):
+            pending.extend(command.commands.values())
+        else:
+            command.params.extend(deployment_options())
+
+
+_with_deployment_options(cli)
 
 
 def main(argv: list[str] | None = None, runtime: Runtime | None = None) -> int:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import boto3
 
@@ -37,6 +37,8 @@ class Runtime:
     wait_seconds: int = RECEIVE_WAIT_SECONDS
     # Where redrive keeps its journal (what a stopped run sent): $XDG_STATE_HOME/worker-tier, else ~/.local/state/...
     state_dir: Path | None = field(default_factory=default_state_dir)
+    # The WORKER_TIER_* variables naming the deployment (worker_tier_cli.target), as Client.from_env() reads them.
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
 
 @dataclass

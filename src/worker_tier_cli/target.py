@@ -1,8 +1,18 @@
-"""Where the command line points: explicit URLs and names, else the stack's CloudFormation outputs.
+"""Where the command line points: the deployment's ``WORKER_TIER_*`` variables, options, or a stack's outputs.
 
-Each resource comes from its option (or its ``WORKER_TIER_*`` variable) when given, else from the stack's
-outputs (``worker_tier_cdk.stack``: ``QueueUrl``, ``DeadLetterQueueUrl``, ...), read once with
-DescribeStacks the first time a command needs a resource it was not given.
+One configuration names a deployment everywhere: the ``WORKER_TIER_*`` variables that ``make run``'s banner
+exports and ``Client.from_env()`` reads (``worker_tier.core.contract``) are read by every command too.
+Where a resource comes from, first found wins:
+
+1. its option (``--queue-url``; before or after the subcommand);
+2. with ``--stack`` (or ``WORKER_TIER_STACK``): that stack's outputs, and the variables are ignored, so a
+   shell set up for the local environment cannot mix its queues into a deployed stack's;
+3. its ``WORKER_TIER_*`` variable;
+4. when no resource was given either way: the default stack's outputs (``cdk.json``'s
+   ``context.worker_tier_stack``, else ``WorkerTier``), read once with DescribeStacks on first need.
+
+A stack holding several ``WorkerQueue`` constructs publishes the first one's outputs under the plain names and
+the others' with their construct id in front (``InvoicesQueueUrl``); ``--worker Invoices`` picks those.
 """
 
 from __future__ import annotations
@@ -10,14 +20,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from worker_tier.core import contract
 from worker_tier.core.errors import WorkerTierError
 
 DEFAULT_STACK_NAME = "WorkerTier"  # app.py's stack
 # cdk.json's context key naming the stack, for an app that deploys it under another name.
 STACK_CONTEXT_KEY = "worker_tier_stack"
-# Resource -> the stack's output that carries it (worker_tier_cdk.stack.WorkerTierStack's CfnOutputs).
+STACK_VARIABLE = "WORKER_TIER_STACK"
+WORKER_VARIABLE = "WORKER_TIER_WORKER"
+# Resource -> the stack's output that carries it (published by the constructs: worker_tier_cdk.outputs).
 STACK_OUTPUTS = {
     "queue_url": "QueueUrl",
     "dlq_url": "DeadLetterQueueUrl",
@@ -31,6 +44,16 @@ OPTION_NAMES = {
     "queue_url": "--queue-url", "dlq_url": "--dlq-url", "state_table": "--state-table",
     "delay_table": "--delay-table", "container_queue_url": "--container-queue-url",
     "worker_log_group": "--log-group", "schedule_group": "--schedule-group",
+}
+# Resource -> the variable naming it: the runtime's contract where the runtime has one, else the command line's own.
+VARIABLES = {
+    "queue_url": contract.QUEUE_URL_VARIABLE,
+    "dlq_url": contract.DLQ_URL_VARIABLE,
+    "state_table": contract.STATE_TABLE_VARIABLE,
+    "delay_table": contract.DELAY_TABLE_VARIABLE,
+    "container_queue_url": contract.CONTAINER_QUEUE_URL_VARIABLE,
+    "worker_log_group": "WORKER_TIER_LOG_GROUP",
+    "schedule_group": "WORKER_TIER_SCHEDULE_GROUP",
 }
 
 
@@ -50,42 +73,87 @@ def default_stack_name(directory: Path) -> str:
 
 @dataclass
 class Target:
-    """The resources given explicitly, and the stack to ask for the others (``cloudformation`` makes its client).
+    """The resources given as options, the environment, and the stack to ask for the others.
 
-    With no ``stack_name`` (resources given and no ``--stack``), no stack is read.
+    ``cloudformation`` makes the client; ``directory`` is where ``cdk.json`` names the default stack.
+    Options may be added until the first resource is read (the subcommand's own come after the group's).
     """
 
-    stack_name: str | None
     cloudformation: Callable[[], Any]
-    given: dict[str, str | None] = field(default_factory=dict)
+    given: dict[str, str] = field(default_factory=dict)
+    environ: Mapping[str, str] = field(default_factory=dict)
+    stack: str | None = None
+    worker: str | None = None
+    directory: Path = field(default_factory=Path.cwd)
     _outputs: dict[str, str] | None = None
+
+    def give(self, resource: str, value: str | None) -> None:
+        """An option's value (``stack`` and ``worker`` included); None (not passed) changes nothing."""
+        if value:
+            if resource in ("stack", "worker"):
+                setattr(self, resource, value)
+            else:
+                self.given[resource] = value
+
+    @property
+    def stack_name(self) -> str | None:
+        """The stack to read, or None when the resources are named without one."""
+        if self._explicit_stack:
+            return self._explicit_stack
+        if self.given or self._from_environment():
+            return None
+        return default_stack_name(self.directory)
 
     def optional(self, resource: str) -> str | None:
         """The resource, or None when neither given nor in the stack (a stack that does not exist is an error)."""
         value = self.given.get(resource)
         if value:
             return value
-        return self.outputs().get(STACK_OUTPUTS[resource])
+        if not self._explicit_stack:
+            value = self._from_environment().get(resource)
+            if value:
+                return value
+        return self.outputs().get(self._output_key(resource))
 
     def required(self, resource: str) -> str:
-        """The resource, else TargetError naming the option and the stack output that would give it."""
+        """The resource, else TargetError naming the option, the variable and the stack output that would give it."""
         value = self.optional(resource)
         if not value:
-            where = (f"stack {self.stack_name!r} has no {STACK_OUTPUTS[resource]} output" if self.stack_name
-                     else "no stack is read when resources are given without --stack")
-            raise TargetError(f"no {resource}: pass {OPTION_NAMES[resource]} ({where})")
+            raise TargetError(f"no {resource}: pass {OPTION_NAMES[resource]} or set {VARIABLES[resource]} "
+                              f"({self._where(resource)})")
         return value
 
     def outputs(self) -> dict[str, str]:
         """The stack's outputs by key, read once."""
-        if self.stack_name is None:
+        name = self.stack_name
+        if name is None:
             return {}
         if self._outputs is None:
             try:
-                stacks = self.cloudformation().describe_stacks(StackName=self.stack_name)["Stacks"]
+                stacks = self.cloudformation().describe_stacks(StackName=name)["Stacks"]
             except Exception as error:  # botocore's ClientError (no such stack), or no credentials/endpoint
-                raise TargetError(f"cannot read stack {self.stack_name!r} ({error}); pass --stack NAME, or the "
-                                  "resources themselves (--queue-url, --dlq-url, --state-table)") from error
+                raise TargetError(f"cannot read stack {name!r} ({error}); pass --stack NAME, set the "
+                                  f"deployment's variables ({contract.QUEUE_URL_VARIABLE}, {contract.DLQ_URL_VARIABLE}, "
+                                  "...: make run prints them), or pass the resources (--queue-url, --dlq-url, "
+                                  "--state-table)") from error
             outputs = (stacks[0].get("Outputs") or []) if stacks else []
             self._outputs = {o["OutputKey"]: o["OutputValue"] for o in outputs}
         return self._outputs
+
+    @property
+    def _explicit_stack(self) -> str | None:
+        return self.stack or self.environ.get(STACK_VARIABLE) or None
+
+    def _from_environment(self) -> dict[str, str]:
+        return {resource: self.environ[name] for resource, name in VARIABLES.items() if self.environ.get(name)}
+
+    def _output_key(self, resource: str) -> str:
+        worker = self.worker or self.environ.get(WORKER_VARIABLE) or ""
+        return f"{worker}{STACK_OUTPUTS[resource]}"
+
+    def _where(self, resource: str) -> str:
+        name = self.stack_name
+        if name is None:
+            return "no stack is read when resources are given without --stack"
+        keys = sorted(self.outputs())
+        return f"stack {name!r} has no {self._output_key(resource)} output" + (f"; it has {', '.join(keys)}" if keys else "")

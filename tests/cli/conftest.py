@@ -60,6 +60,6 @@ def lossy(tmp_path):
     proxy = LossyProxy(port)
     sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
     yield Lossy(sqs, proxy, sqs.create_queue(QueueName="work")["QueueUrl"], sqs.create_queue(QueueName="dlq")["QueueUrl"],
-                Runtime(interactive=lambda: False, wait_seconds=0, state_dir=tmp_path / "state"))
+                Runtime(interactive=lambda: False, wait_seconds=0, state_dir=tmp_path / "state", environ={}))
     proxy.close()
     server.stop()

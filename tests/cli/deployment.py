@@ -96,7 +96,8 @@ def deployment(tmp_path):
                               AttributeDefinitions=[{"AttributeName": contract.STATE_PARTITION_KEY, "AttributeType": "S"}])
         yield Deployment(
             sqs, dynamodb, sqs.create_queue(QueueName="work")["QueueUrl"], sqs.create_queue(QueueName="dlq")["QueueUrl"],
-            "state", Runtime(clock=NOW.timestamp, interactive=lambda: False, wait_seconds=0, state_dir=tmp_path / "state"),
+            "state", Runtime(clock=NOW.timestamp, interactive=lambda: False, wait_seconds=0, state_dir=tmp_path / "state",
+                    environ={}),
         )
 
 

@@ -97,7 +97,7 @@ def test_delays_up_to_fifteen_minutes_use_delay_seconds(kwargs, delay):
     [
         ({"at": datetime(2030, 1, 1)}, "message 0 for '/x': at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got datetime.datetime(2030, 1, 1, 0, 0)"),
         ({"delay": -1}, "message 0 for '/x': delay must be a non-negative number of seconds or a timedelta, got -1"),
-        ({"delay": 901}, ("message 0 for '/x': a delay of 901 s is over SQS's 900 s maximum and needs the delay table; "
+        ({"delay": 901}, ("a delay of 901 s is over SQS's 900 s maximum and needs the delay table; "
                           f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})")),
         ({"delay": 5, "at": datetime.now(timezone.utc)}, "message 0 for '/x': give delay or at, not both"),
         ({"attributes": {"AWS.trace": "x"}}, "message 0 for '/x': attribute name 'AWS.trace' is not allowed"),
@@ -455,7 +455,7 @@ def test_dedupe_key_on_a_standard_queue_needs_the_delay_table():
         client(sqs).send("/x", "b", dedupe_key="k")
     # THEN the error names the key and the setting
     assert str(error.value) == (
-        "message 0 for '/x': dedupe_key 'k' on a standard queue needs the delay table, which keeps the key; "
+        "dedupe_key 'k' on a standard queue needs the delay table, which keeps the key; "
         f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
     )
     assert sqs.calls == []

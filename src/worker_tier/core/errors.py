@@ -81,6 +81,14 @@ class MessageError(WorkerTierError, ValueError):
     """A message given to ``Client`` breaks an SQS rule (size, attributes, delay)."""
 
 
+class MissingResourceError(MessageError):
+    """A send needs a resource the Client was not given (``resource``: ``delay_table`` or ``state_table``)."""
+
+    def __init__(self, message: str, resource: str) -> None:
+        super().__init__(message)
+        self.resource = resource
+
+
 class SendError(WorkerTierError):
     """SQS refused a message, after retries where the failure was retryable."""
 

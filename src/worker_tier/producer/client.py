@@ -29,7 +29,7 @@ from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.limits import attribute_room
-from worker_tier.core.errors import MessageError, SendError
+from worker_tier.core.errors import MessageError, MissingResourceError, SendError
 from worker_tier.producer.outgoing import OutgoingMessage, due_in_seconds
 from worker_tier.core.retry import SEND_ENTRIES, batches
 
@@ -224,6 +224,8 @@ class Client:
         for index, outgoing in enumerate(messages):
             try:
                 routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit))
+            except MissingResourceError:  # the Client's configuration, not this message: the same for every one
+                raise
             except MessageError as error:
                 problems.append(f"message {index} for {checks.shown(outgoing.path)}: {error}")
         problems += dedupe.repeated_keys([m.dedupe_key for m in messages])
@@ -286,9 +288,9 @@ class Client:
                 "(SQS has no per-message delay on FIFO); send it without a delay or to a standard queue"
             )
         if not self.delay_table:
-            raise MessageError(
+            raise MissingResourceError(
                 f"a delay of {wait} s is over SQS's {limits.SQS_MAX_DELAY_SECONDS} s maximum and needs the delay table; "
-                f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
+                f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})", "delay_table"
             )
         if wait > delay.MAX_DELAY_SECONDS:
             raise MessageError(f"a delay of {wait} s is beyond the {delay.MAX_DELAY_SECONDS} s (366 days) maximum")
@@ -306,8 +308,9 @@ class Client:
         if outgoing.dedupe_key is None:
             raise MessageError("cancellable=True needs a dedupe_key: cancel and reschedule find the message by it")
         if not self.state_table:
-            raise MessageError("cancellable=True needs the state table, where the delay dispatcher records the minutes it "
-                               f"has started; pass state_table (or set {contract.STATE_TABLE_VARIABLE})")
+            raise MissingResourceError("cancellable=True needs the state table, where the delay dispatcher records the "
+                                       f"minutes it has started; pass state_table (or set {contract.STATE_TABLE_VARIABLE})",
+                                       "state_table")
         cancellation.check_delay(seconds)
 
     def cancel(self, dedupe_key: str) -> bool:
@@ -342,8 +345,10 @@ class Client:
     def cancellations(self) -> cancellation.Cancellations:
         """Cancel and reschedule with their outcome and reason (the command line's ``delayed cancel``)."""
         if not self.delay_table or not self.state_table:
-            raise MessageError("cancel and reschedule need the delay table and the state table; pass delay_table and state_table "
-                               f"(or set {contract.DELAY_TABLE_VARIABLE} and {contract.STATE_TABLE_VARIABLE})")
+            raise MissingResourceError(
+                "cancel and reschedule need the delay table and the state table; pass delay_table and state_table "
+                f"(or set {contract.DELAY_TABLE_VARIABLE} and {contract.STATE_TABLE_VARIABLE})",
+                "state_table" if self.delay_table else "delay_table")
         return cancellation.Cancellations(self.delay_table, self.state_table, self._dynamodb.get(), self._clock)
 
     def _queue_limit_reader(self) -> Callable[[], tuple[int | None, str]]:
@@ -397,9 +402,9 @@ class Client:
             options: dict[str, Any] = {"DelaySeconds": delay_seconds} if delay_seconds else {}
             if outgoing.dedupe_key is not None:
                 if not self.delay_table:
-                    raise MessageError(
+                    raise MissingResourceError(
                         f"dedupe_key {outgoing.dedupe_key!r} on a standard queue needs the delay table, which keeps "
-                        f"the key; pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})"
+                        f"the key; pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})", "delay_table"
                     )
                 options.update(_dedupe_key=outgoing.dedupe_key, _due=due)
             return options
