@@ -41,6 +41,7 @@ from constructs import Construct
 
 from worker_tier_cdk import defaults
 from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
+from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items, grant_signing_secret
 from worker_tier_cdk.settings import Settings
@@ -140,6 +141,8 @@ class ContainerWorker(Construct):
             grant_signing_secret(task_definition.task_role, settings.app_signing_secret_arn)
         self._grant_task_protection(task_definition.task_role)
         self.scaling_policy = self._scaling(settings)
+        if not self.forwarding:  # forwarding: the queue it reads is the work queue, published as such
+            publish(self, "container_queue_url", self.queue.queue_url)
 
     def _new_vpc(self, public: bool) -> ec2.Vpc:
         """Two AZs, flow logs on; private subnets behind one NAT gateway unless tasks are public."""

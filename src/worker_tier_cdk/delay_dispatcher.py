@@ -10,6 +10,7 @@ from constructs import Construct
 
 from worker_tier_cdk.alarms import count_alarm
 from worker_tier_cdk.delay_recovery import DelayRecovery, DelayRecoveryProps
+from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import (
     REFILE_ACTIONS,
@@ -80,6 +81,7 @@ class DelayDispatcher(Construct):
             dynamo_stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        publish(self, "delay_table", self.table.table_name)
         dispatcher = ServiceFunction(
             self,
             "Scheduler",

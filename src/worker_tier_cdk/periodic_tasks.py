@@ -34,6 +34,7 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.alarms import count_alarm, queue_not_empty_alarm
 from worker_tier.periodic.cron_config import CronEntry, check_sendable
 from worker_tier.periodic.cron_expression import parse
+from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import TICK_ACTIONS, grant_items
 from worker_tier_cdk.settings import Settings
@@ -119,6 +120,7 @@ class PeriodicTasks(Construct):
         for alarm in (self.dead_letter_alarm, self.errors_alarm, self.mark_failed_alarm):
             alarm.add_alarm_action(*props.alarm_actions)
         self.schedule_group = scheduler.ScheduleGroup(self, "Group", removal_policy=RemovalPolicy.DESTROY)
+        publish(self, "schedule_group", self.schedule_group.schedule_group_name)  # worker-tier status: the ticks
         role = self._scheduler_role(self.dead_letter_queue)
         self.schedules = [
             self._schedule(index, position, entry, expression, role, self.dead_letter_queue)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from aws_cdk import CfnOutput, Stack, aws_dynamodb as dynamodb
+from aws_cdk import Stack, aws_dynamodb as dynamodb
 from constructs import Construct
 
 from worker_tier.periodic import cron_config
@@ -87,7 +87,6 @@ class WorkerTierStack(Stack):
         for name, value in dispatcher.producer_environment(self.settings).items():
             self.worker.function.add_environment(name, value)
         dispatcher.grant_produce(self.worker.function)
-        CfnOutput(self, "DelayTableName", value=dispatcher.table.table_name)
         return dispatcher
 
     def _container_worker(self) -> ContainerWorker | None:
@@ -109,7 +108,6 @@ class WorkerTierStack(Stack):
         if not container.forwarding:  # forwarding: it reads the work queue itself, so nothing is forwarded to it
             self.worker.function.add_environment(CONTAINER_QUEUE_URL_VARIABLE, container.queue.queue_url)
             container.queue.grant_send_messages(self.worker.function)
-            CfnOutput(self, "ContainerQueueUrl", value=container.queue.queue_url)
         if self.delay_dispatcher is not None:
             self.delay_dispatcher.grant_produce(container.service.task_definition.task_role)
             for name, value in self.delay_dispatcher.producer_environment(self.settings).items():
@@ -117,13 +115,7 @@ class WorkerTierStack(Stack):
         return container
 
     def _outputs(self) -> None:
-        CfnOutput(self, "QueueUrl", value=self.worker.queue.queue_url)
-        CfnOutput(self, "DeadLetterQueueUrl", value=self.worker.dead_letter_queue.queue_url)
-        CfnOutput(self, "StateTableName", value=self.state_table.table_name)
-        CfnOutput(self, "WorkerFunctionName", value=self.worker.function.function_name)
-        CfnOutput(self, "WorkerLogGroupName", value=self.worker.log_group.log_group_name)  # worker-tier tail
-        if self.periodic_tasks is not None:  # worker-tier status: the periodic tasks' ticks
-            CfnOutput(self, "ScheduleGroupName", value=self.periodic_tasks.schedule_group.schedule_group_name)
+        """The constructs publish the stack outputs (worker_tier_cdk.outputs); the stack adds its dashboard widgets."""
         add_stack_widgets(self.worker.dashboard, self.worker, self.delay_dispatcher, self.periodic_tasks)
 
 

@@ -14,6 +14,7 @@ from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
+from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.settings import Settings
 from worker_tier.core import contract
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
@@ -103,6 +104,16 @@ class WorkerQueue(Construct):
         for advice in settings.advisories():
             Annotations.of(self).add_warning_v2(SETTINGS_ADVICE_WARNING_ID, advice)
         self._add_alarms(settings, props.alarm_actions)
+        self._publish(props.state_table)
+
+    def _publish(self, state_table: dynamodb.ITableV2 | None) -> None:
+        """The stack outputs ``worker-tier --stack`` reads: the queues, the function and its logs, the state table."""
+        publish(self, "queue_url", self.queue.queue_url)
+        publish(self, "dlq_url", self.dead_letter_queue.queue_url)
+        publish(self, "worker_function", self.function.function_name)
+        publish(self, "worker_log_group", self.log_group.log_group_name)  # worker-tier tail
+        if state_table is not None:
+            publish(self, "state_table", state_table.table_name)
 
     def _new_queue(self, settings: Settings, overrides: Mapping[str, Any]) -> sqs.Queue:
         """The work queue, its redrive policy the backstop behind the worker's own dead-lettering."""

@@ -30,16 +30,8 @@ DEFAULT_STACK_NAME = "WorkerTier"  # app.py's stack
 STACK_CONTEXT_KEY = "worker_tier_stack"
 STACK_VARIABLE = "WORKER_TIER_STACK"
 WORKER_VARIABLE = "WORKER_TIER_WORKER"
-# Resource -> the stack's output that carries it (published by the constructs: worker_tier_cdk.outputs).
-STACK_OUTPUTS = {
-    "queue_url": "QueueUrl",
-    "dlq_url": "DeadLetterQueueUrl",
-    "state_table": "StateTableName",
-    "delay_table": "DelayTableName",
-    "container_queue_url": "ContainerQueueUrl",
-    "worker_log_group": "WorkerLogGroupName",
-    "schedule_group": "ScheduleGroupName",
-}
+# Resource -> the stack's output that carries it, for the resources a command reads.
+STACK_OUTPUTS = {resource: key for resource, key in contract.STACK_OUTPUTS.items() if resource != "worker_function"}
 OPTION_NAMES = {
     "queue_url": "--queue-url", "dlq_url": "--dlq-url", "state_table": "--state-table",
     "delay_table": "--delay-table", "container_queue_url": "--container-queue-url",

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import shlex
 import sys
 import time
 from datetime import datetime
@@ -20,7 +21,6 @@ from worker_tier_local.environment import (
 )
 from worker_tier_local import messages
 from worker_tier_local.messages import ExampleMessage
-from worker_tier.core import contract
 from worker_tier.core.errors import SettingsError
 from worker_tier.core.settings import Settings
 
@@ -51,8 +51,6 @@ DEFAULT_CRON_YAML = Path(CRON_YAML)
 # What the local extra adds to a runtime-only install that this command imports (moto, and PyYAML for cron.yaml).
 LOCAL_EXTRA_MODULES = ("moto", "yaml")
 LOCAL_EXTRA_INSTALL = "pip install 'worker-tier[local]'"
-# moto accepts any credentials; these are the values its docs use.
-EXAMPLE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 MAX_PORT = 65535
 _MARKS = {
     OUTCOME_SUCCEEDED: "ok  ",
@@ -184,20 +182,21 @@ def _print_banner(env: LocalEnvironment) -> None:
     if env.container_queue_url is not None:
         _say(f"container queue  {env.container_queue_url}  (the container worker, in this process, consumes it)")
     _say(f"tables           {env.state_table} (state), {env.delay_table} (delays)")
-    _say("from another shell, paste these two lines: the export, then an AWS CLI command that works as printed")
+    _say("from another shell, paste this line: then `worker-tier`, `Client.from_env()` and the AWS CLI reach this "
+         "environment with no other flag")
     print(f"  {_export_line(env)}")
+    _say("for example")
+    print("  worker-tier status")
     print(f"  {_aws_example(env.endpoint_url, env.queue_url)}", flush=True)
 
 
 def _export_line(env: LocalEnvironment) -> str:
-    """The ``export`` a shell needs: region (both variables), any credentials, the endpoint, and the queue.
-
-    With it, boto3 and the AWS CLI reach moto (``AWS_ENDPOINT_URL``), and ``Client.from_env()`` sends
-    to the work queue.
-    """
-    values = {"AWS_DEFAULT_REGION": LOCAL_REGION, "AWS_REGION": LOCAL_REGION, **EXAMPLE_CREDENTIALS,
-              "AWS_ENDPOINT_URL": env.endpoint_url, contract.QUEUE_URL_VARIABLE: env.queue_url}
-    return "export " + " ".join(f"{name}={value}" for name, value in values.items())
+    """The ``export`` of ``env.shell_environment()``, one line pasted as printed; run from a virtual environment,
+    its ``bin`` first on PATH too, so ``worker-tier`` and ``python`` there are the ones with this checkout's code."""
+    values = [f"{name}={shlex.quote(value)}" for name, value in env.shell_environment().items()]
+    if sys.prefix != sys.base_prefix:
+        values.append(f'PATH={shlex.quote(str(Path(sys.prefix) / "bin"))}:"$PATH"')
+    return "export " + " ".join(values)
 
 
 def _aws_example(endpoint_url: str, queue_url: str) -> str:

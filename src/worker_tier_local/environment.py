@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -20,6 +21,8 @@ from worker_tier_local.pending import Pending, queue_backlog, undispatched
 from worker_tier.core.settings import Settings
 
 LOCAL_REGION = "us-east-1"
+# moto accepts any credentials; these are the values its docs use.
+EXAMPLE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PREFIX = "worker-tier-local"
@@ -155,7 +158,20 @@ class LocalEnvironment:
             clock=clock,
             delay_shards=self.settings.delay_shards,
             long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS,
+            state_table=self.state_table,
         )
+
+    def shell_environment(self) -> dict[str, str]:
+        """What another shell needs to reach this environment: with it, ``Client.from_env()``, every
+        ``worker-tier`` command, boto3 and the AWS CLI find the endpoint, the region, the queues and the tables.
+
+        The deployment's variables are the ones the stack gives a producer (``worker_tier.core.contract``),
+        without the dispatch horizon, which only the local dispatcher reads.
+        """
+        deployment = dataclasses.replace(self.resources(), delay_horizon_seconds=None).to_environment()
+        return {"AWS_DEFAULT_REGION": LOCAL_REGION, "AWS_REGION": LOCAL_REGION, **EXAMPLE_CREDENTIALS,
+                "AWS_ENDPOINT_URL": self.endpoint_url, **deployment,
+                contract.DELAY_SHARDS_VARIABLE: str(self.settings.delay_shards)}
 
     def resources(self) -> contract.Resources:
         """The resources the stack names to the Lambda functions, plus the local dispatch horizon.

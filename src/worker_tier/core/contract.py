@@ -57,6 +57,19 @@ DELAY_HORIZON_VARIABLE = "WORKER_TIER_DELAY_HORIZON"
 DELAY_SHARDS_VARIABLE = setting_variable("delay_shards")
 # A setting, read alone by the delay dispatcher: how many shard groups run each minute (worker_tier.delays.dispatch_state).
 DISPATCH_GROUPS_VARIABLE = setting_variable("dispatch_groups")
+# The stack outputs naming a deployment to the command line (worker_tier_cli.target), each published by the construct
+# that makes the resource (worker_tier_cdk.outputs): resource -> output key. The first construct of its kind in a
+# stack publishes the plain key; a later one puts its construct id in front (InvoicesQueueUrl).
+STACK_OUTPUTS = {
+    "queue_url": "QueueUrl",
+    "dlq_url": "DeadLetterQueueUrl",
+    "state_table": "StateTableName",
+    "delay_table": "DelayTableName",
+    "container_queue_url": "ContainerQueueUrl",
+    "worker_function": "WorkerFunctionName",
+    "worker_log_group": "WorkerLogGroupName",
+    "schedule_group": "ScheduleGroupName",
+}
 # The field of the delay dispatcher's event naming its shard group ({"group": g}); an event without it is group 0.
 DISPATCH_GROUP_FIELD = "group"
 
