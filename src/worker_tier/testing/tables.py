@@ -1,7 +1,6 @@
 """``MemoryTables``: an in-memory DynamoDB for the calls Worker Tier makes, for ``TaskWorld``.
 
-The calls and their rules are those of ``tests/support/fake_dynamodb.py``, which ``tests/functional/
-test_dynamodb_rules.py`` holds against moto: PutItem, GetItem, DeleteItem and UpdateItem (``SET #a = :v, ...``),
+The calls and their rules are those of ``tests/support/fake_dynamodb.py``, the unit tests' stand-in: PutItem, GetItem, DeleteItem and UpdateItem (``SET #a = :v, ...``),
 Query on the partition key (``pk = :pk``, paged by ``Limit``), BatchWriteItem, TransactWriteItems (Put, Delete,
 ConditionCheck: all or none) and Scan, with the condition expressions Worker Tier and Powertools write
 (``attribute_not_exists``, ``attribute_exists``, ``=``, ``<``, ``AND``, ``OR``, parentheses, ``#names``, ``:values``).
@@ -17,6 +16,8 @@ import re
 from typing import Any
 
 from botocore.exceptions import ClientError
+
+from worker_tier.core.errors import WorkerTierError
 
 # DynamoDB's page: 1 MB of items; a page of this many items stands for it.
 PAGE_ITEMS = 100
@@ -142,7 +143,7 @@ class MemoryTables:
         return tuple(item[name]["S"] for name in self.keys[table])
 
 
-class UnsupportedCallError(NotImplementedError):
+class UnsupportedCallError(WorkerTierError, NotImplementedError):
     """A call or an expression the in-memory stand-ins do not model."""
 
 

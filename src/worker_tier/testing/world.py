@@ -175,12 +175,13 @@ class TaskWorld:
 
         The clock stops at each moment something is due (a message's visibility, a delayed message's
         dispatch, a tick), runs it there, and ends on the target with a ``run()``. A message that shows
-        within ``DUE_SLACK_SECONDS`` after the target runs too, the clock stopping there.
+        due by the target (``worker_tier.due_at``) that shows within ``DUE_SLACK_SECONDS`` after it runs too,
+        the clock stopping there.
         """
         target = self._now + (delta or timedelta(**parts)).total_seconds()
         result, start = RunResult(), len(self.outcomes)
-        while (moment := self._next_moment()) is not None and moment <= target + DUE_SLACK_SECONDS:
-            self._now = max(self._now, moment)
+        while (next_moment := self._next_moment()) is not None and next_moment[1] <= target:
+            self._now = max(self._now, next_moment[0])
             self.run()
         self._now = max(self._now, target)
         self.run()
@@ -264,14 +265,14 @@ class TaskWorld:
                 self.queues.delete_message(self.queue_url, message["ReceiptHandle"])
         return True
 
-    def _next_moment(self) -> float | None:
-        """The earliest time after now that something falls due: a message's visibility, a dispatch, a tick."""
+    def _next_moment(self) -> tuple[float, float] | None:
+        """The earliest time after now that something happens (a message shows, a dispatch, a tick), and when it was due."""
         queue = self.queues.queues[self.queue_url]
-        moments = [stored.visible_at for stored in queue.messages.values() if stored.visible_at > self._now]
-        moments += [_dispatch_moment(due, self._now) for due in self._delayed_dues() if due > self._now]
+        moments = [(stored.visible_at, _due(stored)) for stored in queue.messages.values() if stored.visible_at > self._now]
+        moments += [(moment, moment) for moment in (_dispatch_moment(due, self._now) for due in self._delayed_dues() if due > self._now)]
         tick = self._ticks.next_due()
         if tick is not None:
-            moments.append(tick.timestamp())
+            moments.append((tick.timestamp(), tick.timestamp()))
         return min(moments, default=None)
 
     def _link_dispatched(self) -> None:
@@ -297,6 +298,15 @@ def _dispatch_moment(due: float, now: float) -> float:
     """The first minute's start at which the delay dispatcher's horizon reaches ``due``, after ``now``."""
     reach = math.floor((due - DISPATCH_HORIZON_SECONDS) / BUCKET_SECONDS + 1) * BUCKET_SECONDS
     return max(reach, (math.floor(now / BUCKET_SECONDS) + 1) * BUCKET_SECONDS)
+
+
+def _due(stored: Stored) -> float:
+    """When a message was due: its ``worker_tier.due_at`` when it shows within DUE_SLACK_SECONDS of it, else when it shows."""
+    due_at = stored.attributes.get(contract.DUE_AT_ATTRIBUTE, {}).get("StringValue")
+    if due_at is None:
+        return stored.visible_at
+    due = datetime.fromisoformat(due_at.replace("Z", "+00:00")).timestamp()
+    return due if 0 <= stored.visible_at - due <= DUE_SLACK_SECONDS else stored.visible_at
 
 
 def _dead_letter(stored: Stored) -> DeadLetter:
