@@ -25,6 +25,7 @@ ALLOWED = {
     "container": {"core", "worker"},
     "periodic": {"core", "app"},
     "handlers": {"core", "worker", "delays", "periodic"},
+    "testing": {"core", "worker", "delays", "periodic", "producer"},
 }
 MAX_LINES = 500
 

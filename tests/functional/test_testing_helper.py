@@ -1,0 +1,182 @@
+"""worker_tier.testing: the real worker, delay dispatcher and ticks in-process, on the world's clock, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from worker_tier import Client, NonRetryableError, RetryLater, Task
+from worker_tier.periodic.cron_config import parse
+from worker_tier.testing import TaskWorld, lambda_record
+from worker_tier.worker.registry import Registry
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tasks():
+    registry = Registry()
+
+    @registry.task("/ok")
+    def ok(task: Task) -> None:
+        pass
+
+    @registry.task("/later")
+    def later(task: Task) -> None:
+        if task.receive_count == 1:
+            raise RetryLater(30, "upstream not ready")
+
+    @registry.task("/poison")
+    def poison(task: Task) -> None:
+        raise NonRetryableError(f"order {task.json()['order_id']} references a deleted customer")
+
+    @registry.task("/signup")
+    def signup(task: Task) -> None:
+        Client.from_env().send("/ok", {"welcome": task.json()["user"]})
+
+    return registry
+
+
+@pytest.fixture
+def world(tasks):
+    with TaskWorld((), registry=tasks) as world:
+        yield world
+
+
+def test_a_message_that_succeeds(world):
+    # GIVEN a message for a task that returns
+    message_id = world.client.send("/ok", {})
+    # WHEN the world runs what is due
+    result = world.run()
+    # THEN the worker reported it done and the queue is empty
+    assert result.outcome(message_id).status == "succeeded"
+    assert world.fate(message_id) == "succeeded"
+    assert world.pending() == 0
+
+
+def test_a_retried_message_waits_its_delay_then_succeeds(world):
+    # GIVEN a task that asks for a retry in 30 s on its first receive
+    message_id = world.client.send("/later", {})
+    # WHEN it runs
+    retried = world.run().outcome(message_id)
+    # THEN it is retried with that delay, and nothing runs before the delay is over
+    assert (retried.status, retried.visibility_seconds, retried.detail) == ("retrying", 30, "RetryLater: upstream not ready")
+    assert world.advance(seconds=29).outcomes == []
+    # WHEN the clock reaches the delay THEN its second receive succeeds
+    assert world.advance(seconds=1).outcome(message_id).status == "succeeded"
+    assert [outcome.receive_count for outcome in world.history(message_id)] == [1, 2]
+
+
+def test_a_failing_message_backs_off_with_the_ceiling_of_its_backoff(tasks):
+    # GIVEN a task that raises, and the world's default jitter (each backoff's ceiling)
+    tasks.task("/flaky")(lambda task: (_ for _ in ()).throw(ConnectionError("upstream down")))
+    with TaskWorld((), registry=tasks) as world:
+        message_id = world.client.send("/flaky", {})
+        # WHEN it runs THEN it is retried after the first backoff's ceiling (error_visibility_timeout)
+        outcome = world.run().outcome(message_id)
+    assert (outcome.status, outcome.visibility_seconds) == ("retrying", world.settings.error_visibility_timeout)
+
+
+def test_a_refused_message_is_dead_lettered_with_its_reason(world):
+    # GIVEN a task that refuses its input
+    message_id = world.client.send("/poison", {"order_id": 42})
+    # WHEN it runs
+    world.run()
+    # THEN it is in the DLQ with the worker's reason, and no longer in the queue
+    assert world.fate(message_id) == "dead_lettered"
+    [dead] = world.dead_letters
+    assert (dead.path, dead.body) == ("/poison", '{"order_id":42}')
+    assert dead.reason is not None
+    assert (dead.reason["error_type"], dead.reason["error_message"]) == ("NonRetryableError", "order 42 references a deleted customer")
+    assert world.pending() == 0
+
+
+def test_a_three_day_delay_goes_through_the_delay_table_and_runs_when_due(world):
+    # GIVEN a message sent three days ahead (past SQS's 15 minutes: the delay table)
+    message_id = world.client.send("/ok", {}, delay=timedelta(days=3))
+    assert world.tables.tables["worker-tier-testing-delays"]
+    # WHEN the clock moves two days THEN nothing ran
+    assert world.advance(days=2).outcomes == []
+    # WHEN it moves to the due time THEN the delay dispatcher sent it and the worker ran it, by the id send returned
+    assert world.advance(days=1).statuses() == ["succeeded"]
+    assert world.fate(message_id) == "succeeded"
+
+
+def test_a_cron_yaml_entry_ticks_at_its_times(tasks):
+    # GIVEN an hourly periodic task
+    seen = []
+    tasks.task("/report")(lambda task: seen.append((task.task_name, task.scheduled_at)))
+    entries = parse('version: 1\ncron:\n - name: "hourly-report"\n   url: "/report"\n   schedule: "0 * * * *"\n')
+    with TaskWorld((), registry=tasks, cron=entries) as world:
+        # WHEN three hours pass
+        result = world.advance(hours=3)
+    # THEN it ran once per hour, with its name and tick
+    assert result.statuses() == ["succeeded"] * 3
+    assert [name for name, _ in seen] == ["hourly-report"] * 3
+    assert [at.hour for _, at in seen] == [1, 2, 3]
+
+
+def test_a_tasks_follow_up_send_through_client_from_env_is_caught(world):
+    # GIVEN a task that sends a follow-up with Client.from_env(), as in a deployed worker
+    world.client.send("/signup", {"user": "ada"})
+    # WHEN the world runs
+    result = world.run()
+    # THEN the follow-up reached the world's queue and ran too
+    assert [(outcome.path, outcome.status) for outcome in result.outcomes] == [("/signup", "succeeded"), ("/ok", "succeeded")]
+
+
+def test_closing_the_world_restores_the_environment(tasks):
+    # GIVEN no queue in the environment
+    before = os.environ.get("WORKER_TIER_QUEUE_URL")
+    # WHEN a world opens and closes THEN the variable was set while it lived, and is as before after
+    with TaskWorld((), registry=tasks) as world:
+        assert os.environ["WORKER_TIER_QUEUE_URL"] == world.queue_url
+    assert os.environ.get("WORKER_TIER_QUEUE_URL") == before
+
+
+def test_lambda_record_is_the_public_path_to_an_event_record(world):
+    # GIVEN a received message
+    world.client.send("/ok", "hi")
+    [received] = world.queues.receive_message(world.queue_url)["Messages"]
+    # WHEN it is shaped as Lambda's record THEN it carries the id, body and path
+    record = lambda_record(received, world.queue_arn, "us-east-1")
+    assert (record["messageId"], record["body"]) == (received["MessageId"], "hi")
+    assert record["messageAttributes"]["beanstalk.sqsd.path"]["stringValue"] == "/ok"
+
+
+def test_a_user_project_uses_the_fixture_from_pytest(tmp_path):
+    # GIVEN a project outside this repository with its own tasks package and a test using the fixture
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").write_text(textwrap.dedent("""
+        from worker_tier import NonRetryableError, Task, task
+
+        @task("/charge")
+        def charge(t: Task) -> None:
+            if t.json()["cents"] < 0:
+                raise NonRetryableError("a negative charge")
+    """))
+    (tmp_path / "test_shop.py").write_text(textwrap.dedent("""
+        def test_charges(worker_tier_world):
+            world = worker_tier_world(task_modules="shop")
+            good = world.client.send("/charge", {"cents": 100})
+            bad = world.client.send("/charge", {"cents": -1})
+            world.run()
+            assert world.fate(good) == "succeeded"
+            assert world.fate(bad) == "dead_lettered"
+            assert world.dead_letters[0].reason["error_message"] == "a negative charge"
+    """))
+    # WHEN pytest runs there, with the plugin the pytest11 entry point names
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(tmp_path)])}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "worker_tier.testing.pytest_plugin", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    # THEN the test passes
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
