@@ -3,16 +3,14 @@
 
 from pathlib import Path
 
-import aws_cdk as cdk
-
 from worker_tier_cdk import TaskCode
+from worker_tier_cdk.cdk_app import App
 from worker_tier_cdk.nag import add_checks
-from worker_tier_cdk.settings import app_context
 from worker_tier_cdk.stack import WorkerTierStack
 
 HERE = Path(__file__).resolve().parent
 
-app = cdk.App(context=app_context(HERE / "cdk.json"))
+app = App(cdk_json=HERE / "cdk.json")  # cdk.json's settings under `python app.py` too; errors in one line
 WorkerTierStack(app, "WorkerTier", task_code=TaskCode.from_directories(HERE / "tasks"), cron_file=HERE / "cron.yaml")
 add_checks(app)
 app.synth()

@@ -2,8 +2,10 @@
 
 Add the whole stack, or any one construct, to your own CDK app::
 
-    from worker_tier_cdk import TaskCode, WorkerTierStack
+    from worker_tier_cdk import App, TaskCode, WorkerTierStack
+    app = App()  # ./cdk.json's settings under `python app.py` too; Worker Tier's errors in one line
     WorkerTierStack(app, "Jobs", task_code=TaskCode.from_directories("tasks"), cron_file="cron.yaml")
+    app.synth()
 
 The functions and the container image run the installed ``worker_tier`` runtime plus
 the task code you name (``worker_tier_cdk.code``). See docs/design.md.
@@ -17,6 +19,7 @@ CDK_EXTRA_INSTALL = "pip install 'worker-tier[cdk]'"
 
 # Each construct's home, imported on first use (``__getattr__``).
 _LAZY_HOMES = {
+    "App": "worker_tier_cdk.cdk_app",
     "WorkerTierStack": "worker_tier_cdk.stack",
     "WorkerQueue": "worker_tier_cdk.worker_queue",
     "WorkerQueueProps": "worker_tier_cdk.worker_queue",
@@ -31,6 +34,7 @@ _LAZY_HOMES = {
 }
 
 __all__ = [
+    "App",
     "ContainerWorker",
     "ContainerWorkerProps",
     "DelayDispatcher",

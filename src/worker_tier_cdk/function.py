@@ -39,6 +39,7 @@ class ServiceFunction(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: ServiceFunctionProps) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION)
+        self.code_directory = stage(self, props.task_code)  # the staged asset: the runtime, and the tasks if any
         self.role = iam.Role(
             self,
             "Role",
@@ -60,7 +61,7 @@ class ServiceFunction(Construct):
             runtime=LAMBDA_RUNTIME,
             architecture=LAMBDA_ARCHITECTURE,
             handler=props.handler,
-            code=lambda_.Code.from_asset(str(stage(self, props.task_code))),
+            code=lambda_.Code.from_asset(str(self.code_directory)),
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", powertools_layer_arn())],
             timeout=Duration.seconds(props.timeout_seconds),
             memory_size=props.memory_mb,

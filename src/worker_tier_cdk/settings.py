@@ -17,6 +17,8 @@ CONTEXT_KEY = "worker_tier"
 
 # Set by the CDK CLI for the app it runs: cdk.json's context merged with cdk.context.json and --context.
 CLI_CONTEXT_VARIABLE = "CDK_CONTEXT_JSON"
+# Set by the CDK CLI beside it when the context is too large for a variable: a file holding the rest.
+CLI_CONTEXT_OVERFLOW_VARIABLE = "CONTEXT_OVERFLOW_LOCATION_ENV"
 
 __all__ = ["CONTEXT_KEY", "Settings", "SettingsError", "app_context", "settings_from_context"]
 
@@ -27,7 +29,7 @@ def app_context(cdk_json: str | os.PathLike[str], environ: Mapping[str, str] = o
     So ``python app.py`` (``make synth``) synthesizes the same settings as ``cdk synth`` and ``cdk deploy``.
     SettingsError names a cdk.json that is not a JSON object with an object ``context``.
     """
-    if CLI_CONTEXT_VARIABLE in environ:
+    if CLI_CONTEXT_VARIABLE in environ or CLI_CONTEXT_OVERFLOW_VARIABLE in environ:
         return {}
     path = Path(cdk_json)
     try:

@@ -15,6 +15,7 @@ from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_al
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
 from worker_tier_cdk.outputs import publish
+from worker_tier_cdk.task_imports import check_imports
 from worker_tier_cdk.settings import Settings
 from worker_tier.core import contract
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
@@ -92,6 +93,7 @@ class WorkerQueue(Construct):
                 task_code=props.task_code,
             ),
         )
+        check_imports(worker.code_directory, props.task_code, settings.task_modules)
         self.function = worker.function
         self.log_group = worker.log_group
         self.dead_letter_queue.grant_send_messages(self.function)

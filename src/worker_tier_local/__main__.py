@@ -21,7 +21,7 @@ from worker_tier_local.environment import (
 )
 from worker_tier_local import messages
 from worker_tier_local.messages import ExampleMessage
-from worker_tier.core.errors import SettingsError
+from worker_tier.core.errors import SettingsError, TaskImportError
 from worker_tier.core.settings import Settings
 
 if "--verbose" not in sys.argv:
@@ -39,6 +39,7 @@ from worker_tier.worker.fates import (
     Outcome,
     add_outcome_listener,
 )
+from worker_tier.worker.registry import DEFAULT_REGISTRY
 
 # Read from the project directory it is started in, like `cdk`; its task modules import from there too.
 # Both are optional: without cdk.json the settings are the defaults, without cron.yaml no cron fires.
@@ -75,10 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     examples = _examples(args, settings, app_directories)
     settings_source = args.settings or (DEFAULT_CDK_JSON if DEFAULT_CDK_JSON.is_file() else "defaults (no ./cdk.json)")
     add_outcome_listener(_print_outcome)
-    with LocalEnvironment(
-        settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run,
-        container=args.container, port=args.port,
-    ) as env:
+    try:
+        env = LocalEnvironment(
+            settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run,
+            container=args.container, port=args.port,
+        ).__enter__()
+    except TaskImportError as error:
+        raise SystemExit(f"worker-tier-local: {error}") from None
+    with env:
         _print_banner(env)
         _say(f"settings from {settings_source}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"cron  {entry.name}: warning: {warning}")
         if env.cron is not None and env.cron.next_due() is not None:
             _say(f"next cron tick at {env.cron.next_due():%H:%M:%S %Z}")
-        for example in examples:
+        for example in _registered(examples, settings):
             _send(env, example)
         _loop(env, args.duration)
         _report_dead_letters(env)
@@ -116,6 +121,33 @@ def _examples(args: argparse.Namespace, settings: Settings, app_directories: lis
         return messages.load(nearest, settings.http_path)
     container = [messages.CONTAINER_TASK_EXAMPLE] if args.container else []
     return [*messages.TASK_EXAMPLES, *container, messages.DELAYED_TASK_EXAMPLE]
+
+
+def _registered(examples: list[ExampleMessage], settings: Settings) -> list[ExampleMessage]:
+    """The examples to send: a messages file's all; this repo's example tasks only where the task modules register them.
+
+    In another project they would only dead-letter (UnknownPathError); one line says so and how to send one.
+    """
+    registered = _project_paths(settings.task_modules)
+    kept = [e for e in examples if e not in messages.BUILT_IN_EXAMPLES or e.path in registered]
+    skipped = sorted({e.path for e in examples if e not in kept})
+    if skipped:
+        path = registered[0] if registered else "/your-task"
+        _say(f"example tasks not sent: task_modules {settings.task_modules!r} registers no {', '.join(skipped)}; send "
+             f"one of yours with: worker-tier send {path} '{{}}' (in a shell with the export line above)")
+    return kept
+
+
+def _project_paths(task_modules: str) -> list[str]:
+    """The registered paths whose handlers are in the task modules (or their submodules), sorted."""
+    modules = tuple(m.strip() for m in task_modules.split(",") if m.strip())
+    definitions = (DEFAULT_REGISTRY.get(path) for path in DEFAULT_REGISTRY.paths())
+    return [d.path for d in definitions
+            if d is not None and any(_within(getattr(d.handler, "__module__", None) or "", m) for m in modules)]
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def _send(env: LocalEnvironment, example: ExampleMessage) -> None:

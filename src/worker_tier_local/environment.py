@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from worker_tier.core import contract, limits
 from worker_tier.producer.client import Client
+from worker_tier.worker.task_imports import import_task_modules
 from worker_tier_local.context import LocalContext
 from worker_tier_local.cron import CronEmulator
 from worker_tier_local.event_source import EventSourceEmulator
@@ -80,14 +81,21 @@ class LocalEnvironment:
         self.endpoint_url = ""
 
     def __enter__(self) -> LocalEnvironment:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # moto's server and the variables set so far
+            raise
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
 
     def start(self) -> None:
-        """Start moto, create the resources, and point this process's AWS clients at them."""
+        """Start moto, create the resources, point this process's AWS clients at them, and import the task modules.
+
+        TaskImportError says in one line which task module cannot be imported, and why, before any message is sent.
+        """
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per API call otherwise
@@ -116,6 +124,8 @@ class LocalEnvironment:
         self.dynamodb = boto3.client("dynamodb")
         self._create_resources()
         self._set_environment({**self.settings.to_environment(), **self.resources().to_environment()})
+        if self._handler is None:  # the real worker imports them on its first batch; a failure would stop every one
+            import_task_modules(self.settings.task_modules.split(","))
         self.client = self.new_client()
         self._dispatcher_handler = _real_dispatcher_handler()
         self.event_source = EventSourceEmulator(

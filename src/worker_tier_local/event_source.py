@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from worker_tier.core import limits
@@ -10,6 +11,10 @@ from worker_tier.core.envelope import lambda_record
 
 SYSTEM_ATTRIBUTES = ["All"]
 POLL_WAIT_SECONDS = 1
+# What a batch the function raised on becomes, as Lambda's event source does with a function error:
+# https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html
+HANDLER_ERROR_LINE = ("the worker function raised on a batch of {count} message(s), which return to the queue after "
+                      "their visibility timeout, as Lambda's do: {error}")
 
 
 class EventSourceEmulator:
@@ -50,7 +55,12 @@ class EventSourceEmulator:
         if not messages:
             return 0
         event = {"Records": [lambda_record(m, self._queue_arn, self._region) for m in messages]}
-        result = self._handler(event, self._context_factory()) or {}
+        try:
+            result = self._handler(event, self._context_factory()) or {}
+        except Exception as error:  # a function error: Lambda returns the whole batch, and goes on polling
+            print(HANDLER_ERROR_LINE.format(count=len(messages), error=f"{type(error).__name__}: {error}"),
+                  file=sys.stderr, flush=True)
+            return len(messages)
         self._delete_succeeded(messages, result)
         return len(messages)
 

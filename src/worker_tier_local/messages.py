@@ -39,6 +39,8 @@ TASK_EXAMPLES = (
 )
 DELAYED_TASK_EXAMPLE = ExampleMessage("/hello", {"name": "Grace, 150 s later"}, delay=150)
 CONTAINER_TASK_EXAMPLE = ExampleMessage("/render", {"frames": 3})
+# This repository's example tasks' messages (tasks/examples.py): sent only where their paths are registered.
+BUILT_IN_EXAMPLES = (*TASK_EXAMPLES, DELAYED_TASK_EXAMPLE, CONTAINER_TASK_EXAMPLE)
 
 
 def load(path: Path, default_path: str) -> list[ExampleMessage]:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 
+import pytest
 from click.testing import CliRunner
 
+from worker_tier.core.errors import TaskImportError
 from worker_tier.core.settings import Settings
 from worker_tier_cli import cli
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
@@ -14,6 +17,7 @@ from worker_tier_cli.session import Runtime
 from worker_tier_cli.tail import NO_LOG_GROUP
 from worker_tier_local import LocalEnvironment
 from worker_tier_local.environment import LOCAL_REGION
+from worker_tier_local.event_source import HANDLER_ERROR_LINE
 
 
 def test_each_command_shows_its_facts_against_the_local_environment(tmp_path):
@@ -59,3 +63,32 @@ def test_each_command_shows_its_facts_against_the_local_environment(tmp_path):
         # AND tail says where the local environment's outcomes are
         assert NO_LOG_GROUP.format(group="/aws/lambda/worker") in " ".join(tail.stderr.split())
 
+
+
+def test_a_task_module_that_cannot_be_imported_stops_the_start_in_one_line_and_leaves_nothing_running(tmp_path, monkeypatch):
+    # GIVEN task_modules naming a module that imports a package that is not installed
+    (tmp_path / "broken_start_jobs.py").write_text("import requestz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    environment, before = LocalEnvironment(Settings(task_modules="broken_start_jobs")), dict(os.environ)
+    # WHEN the environment starts  THEN it stops in one line, before any message, and restores the variables it set
+    with pytest.raises(TaskImportError) as error:
+        environment.__enter__()
+    assert str(error.value) == ("task module 'broken_start_jobs' cannot be imported: No module named 'requestz' "
+                                "(broken_start_jobs.py line 1); add it to requirements.txt or fix the import")
+    assert environment._server is None and dict(os.environ) == before
+
+
+def test_a_worker_function_that_raises_returns_its_batch_and_the_environment_goes_on(capsys):
+    # GIVEN a worker function that raises, as one whose task modules fail at its start would
+    def raising(event, context):
+        raise RuntimeError("init failed")
+
+    with LocalEnvironment(Settings(), handler=raising) as env:
+        env.client.send("/hello", "{}")
+        # WHEN the event source invokes it
+        given = env.poll_once(wait_seconds=5)
+        # THEN polling goes on, one line says what became of the batch, and the message stays in the queue, as
+        # Lambda returns a batch its function raised on
+        assert given == 1
+        assert capsys.readouterr().err == HANDLER_ERROR_LINE.format(count=1, error="RuntimeError: init failed") + "\n"
+        assert env.queue_depth() == 1

@@ -14,12 +14,13 @@ version: 1
 cron:
  - name: "feeds"
    url: "update/feeds"
-   schedule: "0 * * * * 2030"
+   schedule: "0 * * * *"
+   description: "hourly feeds"
 """
 
 
 def test_each_entry_warning_is_a_synth_warning_on_the_periodic_tasks(tmp_path):
-    # GIVEN an entry with a url without '/' and a 6th schedule field (both deploy as EB reads them)
+    # GIVEN an entry with a url without '/' and a key EB ignores (both deploy as EB reads them)
     [entry] = parse(EB_CRON)
     # WHEN the stack is synthesized
     stack, _ = synth(settings=Settings(), cron_entries=[entry], outdir=str(tmp_path))

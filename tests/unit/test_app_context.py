@@ -7,7 +7,7 @@ import json
 import pytest
 
 from worker_tier.core.errors import SettingsError
-from worker_tier_cdk.settings import CLI_CONTEXT_VARIABLE, app_context
+from worker_tier_cdk.settings import CLI_CONTEXT_OVERFLOW_VARIABLE, CLI_CONTEXT_VARIABLE, app_context
 
 
 def test_without_the_cli_the_context_is_cdk_jsons(tmp_path):
@@ -35,3 +35,11 @@ def test_a_context_that_is_not_an_object_is_refused_with_the_file_named(tmp_path
         app_context(cdk_json, environ={})
     assert str(error.value) == (f"{str(cdk_json)!r} must be a JSON object whose 'context' is an object, "
                                 "got {'context': []}")
+
+
+def test_under_the_cli_with_a_context_too_large_for_its_variable_the_app_adds_nothing(tmp_path):
+    # GIVEN the CLI's overflow variable only (it writes a large context to a file and names it there)
+    cdk_json = tmp_path / "cdk.json"
+    cdk_json.write_text(json.dumps({"context": {"worker_tier": {"max_retries": 5}}}))
+    # WHEN / THEN the app adds nothing of its own: the CDK reads that file itself
+    assert app_context(cdk_json, environ={CLI_CONTEXT_OVERFLOW_VARIABLE: str(tmp_path / "overflow.json")}) == {}

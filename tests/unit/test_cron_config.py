@@ -242,6 +242,29 @@ def test_a_schedule_that_never_fires_or_croniter_reads_differently_fails_synth(s
     assert str(error.value) == f"cron.yaml line 3, entry 'a': schedule {shown}: {message}"
 
 
+@pytest.mark.parametrize(
+    "schedule, advice",
+    [
+        ("cron(0 3 * * ? *)", "write '0 3 * * *'"),
+        ("cron(0/15 9-17 ? * 2-6 *)", "write '0/15 9-17 * * 1-5'"),  # EventBridge's MON-FRI are 2-6, standard cron's 1-5
+        ("cron(0 12 ? * MON#1 *)", "write it as 5 fields (minute hour day-of-month month day-of-week)"),
+        ("cron(0 12 * * ? 2030)", "write it as 5 fields (minute hour day-of-month month day-of-week)"),
+        ("rate(5 minutes)", "write '*/5 * * * *'"),
+        ("rate(1 hour)", "write '0 * * * *'"),
+        ("rate(7 minutes)", "write it as 5 fields (minute hour day-of-month month day-of-week)"),
+    ],
+)
+def test_an_eventbridge_schedule_is_refused_with_its_5_field_equivalent(schedule, advice):
+    # GIVEN an entry whose schedule is EventBridge's cron(...) or rate(...), as a CDK or console user would write it
+    text = _one(f" - name: a\n   url: /a\n   schedule: '{schedule}'\n")
+    # WHEN parsed  THEN synth says it is EventBridge's syntax, with the 5-field line when one fires the same
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    kind = schedule.partition("(")[0]
+    assert str(error.value) == (f"cron.yaml line 3, entry 'a': schedule {schedule!r} {kind}(...) is EventBridge's "
+                                f"syntax, not cron.yaml's (5 fields: minute hour day-of-month month day-of-week); {advice}")
+
+
 def test_a_file_that_is_not_utf8_is_refused_naming_the_line_and_byte(tmp_path):
     # GIVEN a cron.yaml saved as Latin-1 (formerly: a bare UnicodeDecodeError)
     path = tmp_path / "cron.yaml"

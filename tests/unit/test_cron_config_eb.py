@@ -99,21 +99,31 @@ def test_a_number_and_a_string_naming_two_entries_alike_are_refused():
     )
 
 
-@pytest.mark.parametrize("sixth", ["2030", "*", "banana"])
-def test_a_sixth_schedule_field_is_ignored_as_parse_cron_ignores_it(sixth):
-    # GIVEN a schedule with a 6th field (parse-cron takes 5 or 6 fields and reads the first 5)
-    [entry] = parse(_one(f" - name: a\n   url: /a\n   schedule: '0 12 * * MON {sixth}'\n"))
-    # WHEN parsed  THEN the first five deploy, and synth says the 6th was ignored
-    assert (entry.schedule, entry.expressions) == ("0 12 * * MON", ("cron(0 12 ? * MON *)",))
-    assert entry.warnings == (
-        f"schedule '0 12 * * MON {sixth}' has a 6th field '{sixth}', which EB's parse-cron ignores (it is no year "
-        "and no seconds field there); so does Worker Tier, which deploys '0 12 * * MON': write that to silence this warning",
-    )
+@pytest.mark.parametrize(
+    "schedule, mistake",
+    [
+        ("0 0 3 * * *", "the first field '0' looks like seconds (Quartz or Spring cron): then write '0 3 * * *'; EB's "
+                        "parse-cron would drop the 6th field and run '0 0 3 * *'"),
+        ("0 12 * * MON 2030", "the 6th field '2030' looks like a year (EventBridge's), which cron.yaml has none of; "
+                              "write '0 12 * * MON'"),
+        ("0 3 * * ? *", "these look like EventBridge's fields (the 6th is the year), write '0 3 * * *'"),
+        ("0 12 * * MON banana", "EB's parse-cron ignores a 6th field; write '0 12 * * MON'"),
+    ],
+)
+def test_a_six_field_schedule_is_refused_naming_the_likely_dialect_and_the_5_field_line(schedule, mistake):
+    # GIVEN a schedule with 6 fields: EB documents 5, and its parse-cron silently drops the 6th, so Quartz's
+    # daily 03:00 (seconds first) would run monthly
+    text = _one(f" - name: a\n   url: /a\n   schedule: '{schedule}'\n")
+    # WHEN parsed  THEN it is refused, naming the likely mistake and the 5-field line to write
+    with pytest.raises(CronConfigError) as error:
+        parse(text)
+    assert str(error.value) == (f"cron.yaml line 3, entry 'a': schedule '{schedule}' has 6 fields, but cron.yaml's "
+                                f"schedule has 5 (minute hour day-of-month month day-of-week); {mistake}")
 
 
 def test_one_entry_may_carry_several_warnings():
-    [entry] = parse(_one(" - name: a\n   url: a\n   schedule: '* * * * * *'\n   description: x\n"))
-    assert [w.split(" ")[0] for w in entry.warnings] == ["ignored", "url", "schedule"]
+    [entry] = parse(_one(" - name: a\n   url: a\n   schedule: '* * * * *'\n   description: x\n"))
+    assert [w.split(" ")[0] for w in entry.warnings] == ["ignored", "url"]
 
 
 @pytest.mark.parametrize(
@@ -156,7 +166,7 @@ version: 1
 cron:
  - name: "update-hourly"
    url: "update/hourly"
-   schedule: "0 * * * * *"
+   schedule: "0 * * * *"
    description: "refresh the hourly feeds"
  - name: 2
    url: "/cleanup/"
@@ -183,10 +193,10 @@ def test_a_file_written_for_eb_loads_with_every_difference_warned(tmp_path):
 
 
 def test_the_preview_shows_the_schedule_that_deploys_and_each_warning():
-    # GIVEN an entry with a 6th field  WHEN previewed (make cron-next)
-    entries = parse(_one(" - name: a\n   url: /a\n   schedule: '0 12 * * * 2030'\n"))
+    # GIVEN an entry with a url without '/'  WHEN previewed (make cron-next)
+    entries = parse(_one(" - name: a\n   url: a\n   schedule: '0 12 * * *'\n"))
     lines = render(entries, datetime(2026, 1, 1, tzinfo=timezone.utc), count=1).splitlines()
-    # THEN the 5 fields that deploy, their next run, and the warning
+    # THEN the schedule that deploys, its next run, and the warning
     assert lines == [
         "a  '0 12 * * *' (UTC) -> /a",
         "  EventBridge: cron(0 12 * * ? *)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,36 @@ def test_a_cron_file_named_on_the_command_line_must_exist(tmp_path, monkeypatch)
     assert command._cron_entries(None, fifo=False) == []
     with pytest.raises(CronConfigError, match=r"cron file 'cron.yml' \(resolved to .*\) does not exist"):
         command._cron_entries(Path("cron.yml"), fifo=False)
+
+
+def _project(tmp_path, monkeypatch, package: str, module: str) -> None:
+    """A project directory whose cdk.json names ``package`` as task_modules, its __init__.py being ``module``."""
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text(module)
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": {"worker_tier": {"task_modules": package}}}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_task_module_that_cannot_be_imported_stops_the_command_in_one_line(tmp_path, monkeypatch):
+    # GIVEN a project whose task module imports a package that is not installed, on its line 2
+    _project(tmp_path, monkeypatch, "billing_jobs_missing_import", "import json\nimport requestz\n")
+    # WHEN the command starts  THEN it stops before any message, in one line naming the module, the name and the line
+    with pytest.raises(SystemExit) as stop:
+        command.main(["--duration", "0"])
+    assert str(stop.value) == ("worker-tier-local: task module 'billing_jobs_missing_import' cannot be imported: No "
+                               "module named 'requestz' (billing_jobs_missing_import/__init__.py line 2); add it to "
+                               "requirements.txt or fix the import")
+
+
+def test_in_another_project_the_example_tasks_are_not_sent_and_one_line_says_how_to_send_one(tmp_path, monkeypatch, capsys):
+    # GIVEN a project of its own, whose one task is /own-invoice (not this repo's /hello, /flaky, /poison)
+    _project(tmp_path, monkeypatch, "own_invoice_jobs",
+             "from worker_tier import task\n\n\n@task('/own-invoice')\ndef invoice(t):\n    return None\n")
+    # WHEN the local environment starts there
+    assert command.main(["--duration", "0"]) == 0
+    # THEN no example is sent (each would dead-letter as UnknownPathError), and one line says how to send one
+    lines = [line.split("  ", 1)[1] for line in capsys.readouterr().out.splitlines() if "  " in line]
+    assert not [line for line in lines if line.startswith("sent ")]
+    assert ("example tasks not sent: task_modules 'own_invoice_jobs' registers no /flaky, /hello, /poison; send one of "
+            "yours with: worker-tier send /own-invoice '{}' (in a shell with the export line above)") in lines

@@ -57,7 +57,7 @@ DELAY_HORIZON_VARIABLE = "WORKER_TIER_DELAY_HORIZON"
 DELAY_SHARDS_VARIABLE = setting_variable("delay_shards")
 # A setting, read alone by the delay dispatcher: how many shard groups run each minute (worker_tier.delays.dispatch_state).
 DISPATCH_GROUPS_VARIABLE = setting_variable("dispatch_groups")
-# The stack outputs naming a deployment to the command line (worker_tier_cli.target), each published by the construct
+# The stack outputs naming a deployment to the command line (`worker-tier --stack`), each published by the construct
 # that makes the resource (worker_tier_cdk.outputs): resource -> output key. The first construct of its kind in a
 # stack publishes the plain key; a later one puts its construct id in front (InvoicesQueueUrl).
 STACK_OUTPUTS = {

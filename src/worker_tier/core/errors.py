@@ -178,3 +178,14 @@ class LeaseLostError(WorkerTierError):
 
 class MiddlewareError(ConfigurationError):
     """The ``middleware`` setting, or a task's ``middleware`` option, names something that is not a middleware."""
+
+
+class TaskImportError(ConfigurationError):
+    """A module of the ``task_modules`` setting raised ImportError; the message names it, the missing name and the line.
+
+    ``file``: the file that raised it, relative to its ``sys.path`` entry (``tasks/billing.py``), or "" if unknown.
+    """
+
+    def __init__(self, message: str, file: str = "") -> None:
+        super().__init__(message)
+        self.file = file

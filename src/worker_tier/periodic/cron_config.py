@@ -15,13 +15,16 @@ runs in that zone's local time, DST handled by EventBridge Scheduler), ``body``
 What EB's sqsd accepts (``schedule_parser.rb`` with the ``parse-cron`` gem) deploys
 with EB's meaning and a synth warning (``CronEntry.warnings``) where the meaning is
 not what the file seems to say: an extra entry key is ignored, a ``url`` without a
-leading ``/`` is posted to ``/`` + url, a 6th schedule field is ignored, and of
+leading ``/`` is posted to ``/`` + url, and of
 entries sharing a name only the last deploys. A plain decimal ``name`` (``name: 42``)
 is the name ``'42'``, as on EB, without a warning. Refused, with what EB would have
 done: an extra key that looks like a misspelt one of ours, an extra top-level key, a
 number written any other way (``0x1F``, ``1_000``, ``1.5``, ``yes``) as a name, a
 full URL as ``url``, a number and a string naming two entries alike (EB runs both), and
-day fields parse-cron reads otherwise than standard cron (``0 0 *,5 * MON``).
+day fields parse-cron reads otherwise than standard cron (``0 0 *,5 * MON``), and a schedule
+in another dialect: EventBridge's ``cron(...)``/``rate(...)``, or 6 fields (Quartz's seconds, a year),
+named with the 5-field line it meant (``cron_dialects``; EB's parse-cron ignores a 6th field, which
+turns Quartz's daily ``0 0 3 * * *`` into a monthly ``0 0 3 * *``).
 docs/periodic-tasks.md has the table, with the reasons.
 
 Stricter than EB where EB would silently do something else: a repeated key, a
@@ -43,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-
+from worker_tier.periodic import cron_dialects
 from worker_tier.periodic.cron_expression import MACROS, WEEKDAY_NAMES, CronExpressionError, to_eventbridge
 from worker_tier.periodic.cron_expression import parse as parse_expression
 from worker_tier.core import limits, sqs_rules
@@ -61,8 +64,6 @@ DEFAULT_SOURCE = "cron.yaml"
 _REQUIRED = ("name", "url", "schedule")
 _OPTIONAL = ("timezone", "body", "enabled")
 _TOP_LEVEL = ("version", "cron")
-# parse-cron takes 5 or 6 fields and reads only the first 5 (its validate_source and time_specs).
-EB_MAX_SCHEDULE_FIELDS = 6
 # An extra key this close to one of ours (difflib's ratio) is taken for a misspelling, not a note like 'description'.
 MISSPELLING_CUTOFF = 0.8
 # A YAML integer whose text is this is the same name on EB (Ruby's Integer#to_s) and here (str(int)).
@@ -264,7 +265,7 @@ def _entry(raw: Any, index: int, line: int, source: str) -> CronEntry:
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise CronConfigError(f"{where}: '{key}' is required and must be a non-empty string")
     url, url_warning = _url(raw["url"], where)
-    schedule, schedule_warning = _schedule(raw["schedule"])
+    schedule = _schedule(raw["schedule"], where)
     try:
         expressions = tuple(to_eventbridge(schedule))
     except CronExpressionError as error:
@@ -282,7 +283,7 @@ def _entry(raw: Any, index: int, line: int, source: str) -> CronEntry:
         enabled=_boolean(raw, "enabled", where),
         line=line,
         source=source,
-        warnings=tuple(w for w in (*warnings, url_warning, schedule_warning) if w),
+        warnings=tuple(w for w in (*warnings, url_warning) if w),
     )
 
 
@@ -342,17 +343,12 @@ def _url(url: str, where: str) -> tuple[str, str | None]:
     )
 
 
-def _schedule(schedule: str) -> tuple[str, str | None]:
-    """The schedule that deploys: a 6th field is dropped as parse-cron ignores it, with a warning."""
-    fields = schedule.split()
-    if len(fields) != EB_MAX_SCHEDULE_FIELDS or schedule.strip().startswith("@"):
-        return schedule, None
-    deployed = " ".join(fields[:5])
-    return deployed, (
-        f"schedule {show(schedule)} has a 6th field {show(fields[5])}, which EB's parse-cron ignores (it is "
-        f"no year and no seconds field there); so does Worker Tier, which deploys {show(deployed)}: write that "
-        "to silence this warning"
-    )
+def _schedule(schedule: str, where: str) -> str:
+    """The schedule; CronConfigError naming the 5-field line when it is in another dialect (``cron_dialects``)."""
+    mistake = cron_dialects.problem(schedule)
+    if mistake is not None:
+        raise CronConfigError(f"{where}: schedule {show(schedule)} {mistake}")
+    return schedule
 
 
 def _day_fields_problem(schedule: str) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -10,6 +9,7 @@ from worker_tier.core import limits
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.core.errors import MiddlewareError, TaskRegistrationError
 from worker_tier.pipeline.middleware import Middleware, checked
+from worker_tier.worker.task_imports import import_task_modules
 from worker_tier.core.task import Task
 
 # A task returns nothing that matters: returning is success, whatever it returns.
@@ -100,11 +100,8 @@ class Registry:
         return sorted(self._definitions)
 
     def import_modules(self, modules: Iterable[str]) -> None:
-        """Import task modules so that their ``@task`` decorators run."""
-        for module in modules:
-            name = module.strip()
-            if name:
-                importlib.import_module(name)
+        """Import task modules so that their ``@task`` decorators run; TaskImportError says a failure in one line."""
+        import_task_modules(modules)
 
 
 def _check_definition(definition: TaskDefinition) -> None:

@@ -1,0 +1,69 @@
+"""Synth imports the worker's task modules from its staged asset, as Lambda will, and says a failing import in one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+
+from worker_tier.core.errors import TaskImportError
+from worker_tier.core.settings import Settings
+from worker_tier_cdk.code import TaskCode
+from worker_tier_cdk.stack import WorkerTierStack
+from worker_tier_cdk.task_imports import UNREACHABLE_ENDPOINT_URL
+
+TASK = "from worker_tier import task\n\n\n@task('/bill')\ndef bill(t):\n    return None\n"
+
+
+def _synth(tmp_path: Path, billing: str) -> WorkerTierStack:
+    """A stack whose task code is ./tasks with ``billing`` as tasks/billing.py, the module task_modules names."""
+    tasks = tmp_path / "project" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "__init__.py").write_text("")
+    (tasks / "billing.py").write_text(billing)
+    app = cdk.App(outdir=str(tmp_path / "cdk.out"))
+    return WorkerTierStack(app, "Jobs", settings=Settings(task_modules="tasks.billing"),
+                           task_code=TaskCode.from_directories(tasks))
+
+
+def test_a_task_module_importing_a_missing_package_fails_synth_naming_the_module_the_name_and_the_line(tmp_path):
+    # GIVEN tasks/billing.py importing a package that exists nowhere, on its line 3
+    # WHEN the stack is synthesized  THEN synth fails in one line: the module, the missing name, the line, what to do
+    with pytest.raises(TaskImportError) as error:
+        _synth(tmp_path, "import json\n\nimport requestz\n" + TASK)
+    assert str(error.value) == ("task module 'tasks.billing' cannot be imported: No module named 'requestz' "
+                                "(tasks/billing.py line 3); add it to requirements.txt or fix the import")
+
+
+def test_a_package_only_the_synth_environment_has_fails_synth_as_it_would_fail_in_lambda(tmp_path):
+    # GIVEN a task importing requests, which this venv has but neither the requirements nor Lambda's runtime bring
+    assert importlib.util.find_spec("requests") is not None
+    # WHEN synthesized  THEN it fails as the deployed worker would
+    with pytest.raises(TaskImportError, match=r"^task module 'tasks.billing' cannot be imported: No module named "
+                                              r"'requests' \(tasks/billing.py line 1\)"):
+        _synth(tmp_path, "import requests\n" + TASK)
+
+
+def test_a_name_missing_from_a_module_says_to_fix_the_import(tmp_path):
+    # GIVEN a task importing a name its module does not define
+    # WHEN synthesized  THEN the error says so, at its line
+    with pytest.raises(TaskImportError, match=r"^task module 'tasks.billing' cannot be imported: cannot import name "
+                                              r"'tusk' from 'worker_tier' .*\(tasks/billing.py line 1\); fix the import$"):
+        _synth(tmp_path, "from worker_tier import tusk\n" + TASK)
+
+
+def test_the_import_at_synth_reaches_no_aws_account_and_other_import_errors_are_lambdas_to_judge(tmp_path):
+    # GIVEN a task module that records the AWS settings it sees, then reads a variable only Lambda sets
+    seen = tmp_path / "seen.json"
+    module = (f"import json, os\nopen({str(seen)!r}, 'w').write(json.dumps({{k: v for k, v in os.environ.items() "
+              "if k.startswith('AWS_')}))\nQUEUE = os.environ['WORKER_TIER_QUEUE_URL']\n" + TASK)
+    # WHEN synthesized
+    _synth(tmp_path, module)
+    # THEN synth passes (a KeyError at import is not an import that fails), and the import saw no real credentials
+    aws = json.loads(seen.read_text())
+    assert aws["AWS_ENDPOINT_URL"] == UNREACHABLE_ENDPOINT_URL
+    assert aws["AWS_ACCESS_KEY_ID"] == "synth-import-check" and "AWS_SESSION_TOKEN" not in aws
+    assert aws["AWS_CONFIG_FILE"] == aws["AWS_SHARED_CREDENTIALS_FILE"] == "/dev/null"
