@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from constructs import Construct
 
 RUNTIME_PACKAGE = "worker_tier"
+# Parts of the runtime a deployed function or image never imports: the testing helper (users' tests only).
+RUNTIME_LEFT_OUT = ("worker_tier/testing/",)
 DOCKER_DIR = Path(__file__).resolve().parent / "docker"
 DOCKERFILE = "worker.Dockerfile"
 CONTAINER_REQUIREMENTS = "requirements.txt"
@@ -185,7 +187,8 @@ def stage(scope: Construct, task_code: TaskCode = TaskCode(), *, container: bool
     is one asset, and the directory outlives this process (``cdk synth --no-staging`` points at it).
     It is staged again when it is missing.
     """
-    files = dict(_files(runtime_directory(), RUNTIME_PACKAGE))
+    files = {relative: path for relative, path in _files(runtime_directory(), RUNTIME_PACKAGE)
+             if not relative.startswith(RUNTIME_LEFT_OUT)}
     outdir = _outdir(scope)
     for directory in task_code.directories:
         _check_outside(directory, outdir)

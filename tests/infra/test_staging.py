@@ -12,6 +12,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
+import worker_tier
+
 from worker_tier_cdk.code import RUNTIME_PACKAGE, STAGING_DIRECTORY, TaskCode, TaskCodeError, stage
 from worker_tier_cdk.stack import WorkerTierStack
 
@@ -53,6 +55,15 @@ def test_staging_leaves_out_dot_entries_dependencies_build_output_and_bytecode(t
     staged = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.parts[len(root.parts)] == "tasks"}
     assert staged == {"tasks/__init__.py", "tasks/alias.py", "tasks/sub/file.py"}
     assert (root / RUNTIME_PACKAGE / "__init__.py").is_file()
+
+
+def test_the_runtime_is_staged_without_its_testing_helper(tmp_path, tasks):
+    # WHEN the runtime is staged for a function
+    root = stage(_app(tmp_path), TaskCode.from_directories(tasks))
+    # THEN the worker is there, and worker_tier.testing (users' tests only, with its in-memory AWS) is not
+    assert (root / RUNTIME_PACKAGE / "worker" / "batch.py").is_file()
+    assert (Path(worker_tier.__file__).parent / "testing" / "world.py").is_file()
+    assert not (root / RUNTIME_PACKAGE / "testing").exists()
 
 
 def test_a_symlinked_directory_pointing_outside_the_task_directory_is_refused(tmp_path, tasks):
