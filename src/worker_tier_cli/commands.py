@@ -160,7 +160,8 @@ def filter_options(command: F) -> F:
     return click.option("--path", help="Only this task path (e.g. /resize).")(command)
 
 
-@dlq_group.command("list", help=f"Dead letters grouped by path and error type.\n\n{PEEK_NOTE}")
+@dlq_group.command("list", help="Dead letters grouped by path and error type, each group with a sample message id "
+                   f"(--json lists every id) for `dlq show`.\n\n{PEEK_NOTE}")
 @filter_options
 @click.option("--limit", type=click.IntRange(1), default=dead_letters.DEFAULT_PEEK_LIMIT, show_default=True,
               help="Read at most this many messages.")
@@ -181,10 +182,11 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
                    "reason_records_joined": sum(len(m.records) for m in dead),
                    "reason_records_unjoined": [m.message_id for m in unjoined],
                    "delay_pointers": [{"message_id": m.message_id, **(m.points_to or {})} for m in pointers],
-                   "groups": [{k: v for k, v in vars(g).items() if k != "message_ids"} for g in groups]})
+                   "groups": [vars(g) for g in groups]})
         return
-    rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.sample_reason) for g in groups]
-    click.echo(table(("path", "error", "count", "first failed", "last failed", "sample reason"), rows))
+    rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.message_ids[0], g.sample_reason)
+            for g in groups]
+    click.echo(table(("path", "error", "count", "first failed", "last failed", "sample id", "sample reason"), rows))
     more = " (the limit: there may be more)" if len(letters) >= limit else ""
     click.echo(f"{sum(g.count for g in groups)} matching of {len(dead)} read{more} from {dlq_url}; all released")
     for pointer in pointers:
