@@ -63,7 +63,17 @@ def test_list_for_people_is_a_table_with_what_it_read(delayed):
     header, row, summary = result.stdout.splitlines()
     assert header.split() == ["DUE", "IN", "PATH", "DEDUPE", "KEY", "CANCELLABLE", "ID"]
     assert row.split()[:5] == ["2026-11-22T13:01:30.000Z", "1h01m", "/a", "k", "yes"]
-    assert summary == "1 shown, read 2026-11-22T12:00:00.000Z to 2026-11-22T14:01:00.000Z"
+    assert summary == "1 shown, read the minutes 2026-11-22T12:00:00.000Z through 2026-11-22T14:00:00.000Z"
+
+
+def test_list_names_the_same_minutes_read_in_its_footer_and_its_json(delayed):
+    # GIVEN a message due in an hour
+    delayed.client.send("/a", "1", delay=HOUR)
+    # WHEN the next two hours are listed, as text and as JSON
+    text = run(delayed, "delayed", "list", "--within", "120").stdout.splitlines()[-1]
+    listing = parsed(run(delayed, "delayed", "list", "--within", "120", "--json"))
+    # THEN the footer names the first and the last minute read that the JSON names
+    assert text.endswith(f"read the minutes {listing['from_minute']} through {listing['to_minute']}")
 
 
 def test_list_starts_at_the_watermark_past_what_was_dispatched(delayed):
