@@ -6,12 +6,17 @@ command that walks many messages shows a progress bar on a terminal (never with 
 
 from __future__ import annotations
 
+import sys
+import uuid
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
+from worker_tier.core import limits
+from worker_tier.delays.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
+from worker_tier_cli import body as message_body
 from worker_tier_cli import dead_letters, delayed, redrive, report, status
 from worker_tier_cli.cron import cron_group
 from worker_tier_cli.output import emit_json, progress_bar, table
@@ -351,10 +356,18 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
 @click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="A String message attribute; repeatable.")
 @click.option("--dedupe-key", help="At most one message per key is accepted.")
 @click.option("--group", "group_id", help="The MessageGroupId (FIFO queues only, and required there).")
+@click.option("--cancellable", is_flag=True,
+              help="Keep it in the delay table so `delayed cancel KEY` can cancel it: KEY is --dedupe-key, else one "
+                   f"made up and printed; due more than {CANCELLABLE_MIN_DELAY_SECONDS} s ahead; needs the state table.")
 @json_option
 def send_command(path: str, body: str, delay: float | None, at_text: str | None, attrs: tuple[str, ...],
-                 dedupe_key: str | None, group_id: str | None, as_json: bool) -> None:
-    """Send BODY to the task at PATH through worker_tier.Client, with its checks."""
+                 dedupe_key: str | None, group_id: str | None, cancellable: bool, as_json: bool) -> None:
+    """Send BODY to the task at PATH through worker_tier.Client, with its checks.
+
+    BODY is the text to send, - to read it from stdin, or @PATH to read a file (@@TEXT sends @TEXT). A body
+    SQS would refuse (too large for the queue, not UTF-8, a character SQS does not carry) is refused before
+    anything is sent.
+    """
     from worker_tier import Client
     from worker_tier.core.errors import MessageError, SendError
 
@@ -364,20 +377,39 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     except ValueError as problem:
         raise click.BadParameter(str(problem), param_hint="--at") from None
     attributes = dict(_attribute(a) for a in attrs)
-    target = session.target
+    target, sqs = session.target, session.client("sqs")
+    queue_url = target.required("queue_url")
+    maximum = _maximum_message_size(sqs, queue_url)
     try:
-        client = Client(target.required("queue_url"), target.optional("delay_table"),
-                        sqs=session.client("sqs"), dynamodb=session.client("dynamodb"), clock=session.runtime.clock)
-        message_id = client.send(path, body, delay=delay, at=at, attributes=attributes or None,
-                                 dedupe_key=dedupe_key, group_id=group_id)
+        text = message_body.read_body(body, sys.stdin.buffer, maximum or limits.SQS_MAX_MESSAGE_BYTES)
+    except message_body.BodyError as error:
+        raise UsageFailure(str(error)) from error
+    dedupe_key = dedupe_key or (uuid.uuid4().hex if cancellable else None)  # `delayed cancel` finds it by its key
+    state_table = target.required("state_table") if cancellable else None
+    delay_table = target.required("delay_table") if cancellable else target.optional("delay_table")
+    try:
+        client = Client(queue_url, delay_table, sqs=sqs, dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
+                        maximum_message_size=maximum, state_table=state_table)
+        message_id = client.send(path, text, delay=delay, at=at, attributes=attributes or None,
+                                 dedupe_key=dedupe_key, group_id=group_id, cancellable=cancellable)
     except MessageError as error:
         raise UsageFailure(str(error)) from error
     except SendError as error:
         raise click.ClickException(str(error)) from error
     if as_json:
-        emit_json({"message_id": message_id, "path": path, "queue_url": client.queue_url})
+        emit_json({"message_id": message_id, "path": path, "queue_url": client.queue_url, "dedupe_key": dedupe_key,
+                   "cancellable": cancellable})
     else:
-        click.echo(f"sent {path} {message_id}")
+        click.echo(f"sent {path} {message_id}" + (f" (cancel: worker-tier delayed cancel {dedupe_key})" if cancellable else ""))
+
+
+def _maximum_message_size(sqs: Any, queue_url: str) -> int | None:
+    """The queue's MaximumMessageSize, or None when it cannot be read (the Client then checks against SQS's largest)."""
+    try:
+        attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["MaximumMessageSize"])["Attributes"]
+        return int(attributes["MaximumMessageSize"])
+    except (BotoCoreError, ClientError, KeyError, ValueError):
+        return None
 
 
 def _attribute(text: str) -> tuple[str, str]:

@@ -99,6 +99,40 @@ def test_cancel_removes_a_cancellable_message_and_exits_0(delayed):
     assert parsed(run(delayed, "delayed", "list", "--within", str(25 * 60), "--json"))["messages"] == []
 
 
+def test_a_cancellable_send_prints_the_key_that_delayed_cancel_takes(delayed):
+    # GIVEN a message sent from the command line, cancellable, due tomorrow, without a key of its own
+    sent = run(delayed, "send", "/remind", "r", "--delay", str(24 * HOUR), "--cancellable")
+    assert sent.exit_code == 0, sent.output
+    key = sent.stdout.split("worker-tier delayed cancel ")[1].rstrip(")\n")
+    # WHEN the printed cancel runs
+    cancelled = run(delayed, "delayed", "cancel", key)
+    # THEN it is cancelled, and the table holds nothing for it any more
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stdout.startswith(f"{key}: cancelled: it was due 2026-11-23T12:00:00.000Z")
+    assert parsed(run(delayed, "delayed", "list", "--within", str(25 * 60), "--json"))["messages"] == []
+
+
+def test_a_cancellable_send_keeps_its_own_key_and_names_it_in_json(delayed):
+    # WHEN a cancellable message is sent with a dedupe key, as JSON
+    sent = parsed(run(delayed, "send", "/remind", "r", "--delay", str(2 * HOUR), "--cancellable", "--dedupe-key", "remind-7",
+                      "--json"))
+    # THEN the JSON names the key, and delayed list shows the message cancellable under it
+    assert (sent["dedupe_key"], sent["cancellable"]) == ("remind-7", True)
+    [listed] = parsed(run(delayed, "delayed", "list", "--within", "180", "--json"))["messages"]
+    assert (listed["dedupe_key"], listed["cancellable"], listed["message_id"]) == ("remind-7", True, sent["message_id"])
+
+
+def test_a_cancellable_send_without_the_state_table_is_a_usage_error(delayed):
+    result = delayed.run("--delay-table", "delay", "send", "/remind", "r", "--delay", "3600", "--cancellable", state=False)
+    assert result.exit_code == 2 and "no state_table: pass --state-table" in result.stderr
+
+
+def test_a_cancellable_send_due_too_soon_is_refused_naming_the_window(delayed):
+    result = run(delayed, "send", "/remind", "r", "--delay", "60", "--cancellable")
+    assert result.exit_code == 2
+    assert "Error: a cancellable message must be due more than 840 s ahead, got 60 s" in result.stderr
+
+
 def test_cancel_that_lost_the_race_exits_3_with_a_clear_line(delayed):
     # GIVEN a cancellable message whose minute the delay dispatcher has started
     delayed.client.send("/remind", "r", delay=HOUR, dedupe_key="k", cancellable=True)
