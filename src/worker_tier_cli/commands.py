@@ -246,7 +246,7 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
 
     With a filter: one batch at a time, receive, send, and delete from the DLQ only what was sent, so no
     message is lost; it reports moved, skipped and failed. Without one: SQS's StartMessageMoveTask,
-    followed to the end (where it is unavailable, as on the local environment, the batch move).
+    followed to the end (where it is unavailable, as on moto's own server, the batch move).
     Asks first on a terminal; --yes skips the question. Ctrl-C stops after the batch in hand; a journal on this
     machine names what a stopped run sent, so a rerun sends nothing twice.
     """

@@ -17,6 +17,7 @@ from worker_tier_local.context import LocalContext
 from worker_tier_local.cron import CronEmulator
 from worker_tier_local.event_source import EventSourceEmulator
 from worker_tier_local.pending import Pending, queue_backlog, undispatched
+from worker_tier_local.server import LocalServer
 from worker_tier.core.settings import Settings
 
 LOCAL_REGION = "us-east-1"
@@ -85,13 +86,11 @@ class LocalEnvironment:
 
     def start(self) -> None:
         """Start moto, create the resources, and point this process's AWS clients at them."""
-        from moto.server import ThreadedMotoServer
-
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per API call otherwise
         port = self._port
         if port and not _port_free(port):  # moto's server thread would fail to bind, and start() wait forever
             self.unavailable_port, port = port, 0
-        self._server = ThreadedMotoServer(ip_address=LOCAL_HOST, port=port, verbose=False)
+        self._server = LocalServer(LOCAL_HOST, port, LOCAL_REGION)  # moto, and the move tasks it lacks
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
