@@ -74,6 +74,7 @@ class LocalEnvironment:
         self.consumer: Any = None
         self._consumer_thread: threading.Thread | None = None
         self._server: Any = None
+        self.schedule_group = ""  # cron.yaml's schedules in moto's Scheduler, for `worker-tier status` (set by start)
         self._saved_environment: dict[str, str | None] = {}
         self.endpoint_url = ""
 
@@ -111,6 +112,7 @@ class LocalEnvironment:
         self.sqs = boto3.client("sqs")
         self.dynamodb = boto3.client("dynamodb")
         self._create_resources()
+        self.schedule_group = self._create_schedules()
         self._set_environment({**self.settings.to_environment(), **self.resources().to_environment()})
         self.client = self.new_client()
         self._dispatcher_handler = _real_dispatcher_handler()
@@ -265,6 +267,25 @@ class LocalEnvironment:
         self._create_table(self.state_table, [contract.STATE_PARTITION_KEY], contract.STATE_TTL_ATTRIBUTE)
         self.delay_table = f"{LOCAL_PREFIX}-delays"
         self._create_table(self.delay_table, [contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY], contract.DELAY_TTL_ATTRIBUTE)
+
+    def _create_schedules(self) -> str:
+        """cron.yaml's schedules in moto's EventBridge Scheduler, as ``PeriodicTasks`` deploys them (one per expression,
+        its description naming the entry), so ``worker-tier status --schedule-group`` reads them; the ticks themselves
+        are fired by ``CronEmulator``, not by moto. Returns the schedule group's name."""
+        import boto3
+
+        scheduler, group = boto3.client("scheduler"), f"{LOCAL_PREFIX}-periodic"
+        scheduler.create_schedule_group(Name=group)
+        target = {"Arn": f"arn:aws:lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{LOCAL_PREFIX}-periodic",
+                  "RoleArn": f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{LOCAL_PREFIX}-scheduler"}
+        for index, entry in enumerate(self._cron_entries):
+            for position, expression in enumerate(entry.expressions):
+                scheduler.create_schedule(
+                    Name=f"{LOCAL_PREFIX}-entry{index}-{position}", GroupName=group, ScheduleExpression=expression,
+                    ScheduleExpressionTimezone=entry.timezone, Description=entry.description,
+                    State="ENABLED" if entry.enabled else "DISABLED", FlexibleTimeWindow={"Mode": "OFF"},
+                    Target={**target, "Input": json.dumps({"name": entry.name, "url": entry.url, "body": entry.body})})
+        return group
 
     def _create_queue(self, name: str, attributes: dict[str, str]) -> str:
         suffix = contract.FIFO_QUEUE_SUFFIX if self.settings.fifo else ""
