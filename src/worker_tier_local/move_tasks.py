@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from worker_tier.core import limits
+from worker_tier.core.envelope import Envelope
 
 TARGET_PREFIX = "AmazonSQS."
 ACTIONS = ("StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask")
@@ -151,8 +152,8 @@ def _move(task: MoveTask, sqs: Any, source_url: str, destination_url: str, sleep
         if not received:
             return
         for message in received:
-            sqs.send_message(QueueUrl=destination_url, MessageBody=message["Body"],
-                             MessageAttributes=_attributes(message), **_fifo_options(message, fifo))
+            sqs.send_message(**Envelope(message["Body"], _attributes(message)).request(destination_url,
+                                                                                        **_fifo_options(message, fifo)))
             sqs.delete_message(QueueUrl=source_url, ReceiptHandle=message["ReceiptHandle"])
             task.moved += 1
         if task.rate:

@@ -94,7 +94,7 @@ class CronEntry:
 
     @property
     def description(self) -> str:
-        """Its schedules' description, which ``worker-tier status`` reads back (``worker_tier_cli.ticks``)."""
+        """Its schedules' description, which ``worker-tier status`` reads back to show the entry."""
         return f"cron.yaml {self.name}: {self.schedule} ({self.timezone}) -> {self.url}"[:SCHEDULE_DESCRIPTION_MAX_CHARS]
 
     @property
