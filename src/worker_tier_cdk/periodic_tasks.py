@@ -219,7 +219,7 @@ class PeriodicTasks(Construct):
             target=target,
             schedule_group=self.schedule_group,
             enabled=entry.enabled,
-            description=f"cron.yaml {entry.name}: {entry.schedule} ({entry.timezone}) -> {entry.url}"[:512],
+            description=entry.description,
         )
 
 

@@ -6,12 +6,17 @@ command that walks many messages shows a progress bar on a terminal (never with 
 
 from __future__ import annotations
 
+import sys
+import uuid
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
+from worker_tier.core import limits
+from worker_tier.delays.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
+from worker_tier_cli import body as message_body
 from worker_tier_cli import dead_letters, delayed, redrive, report, status
 from worker_tier_cli.cron import cron_group
 from worker_tier_cli.output import emit_json, progress_bar, table
@@ -189,7 +194,8 @@ def filter_options(command: F) -> F:
     return click.option("--path", help="Only this task path (e.g. /resize).")(command)
 
 
-@dlq_group.command("list", help=f"Dead letters grouped by path and error type.\n\n{PEEK_NOTE}")
+@dlq_group.command("list", help="Dead letters grouped by path and error type, each group with a sample message id "
+                   f"(--json lists every id) for `dlq show`.\n\n{PEEK_NOTE}")
 @filter_options
 @click.option("--limit", type=click.IntRange(1), default=dead_letters.DEFAULT_PEEK_LIMIT, show_default=True,
               help="Read at most this many messages.")
@@ -210,10 +216,11 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
                    "reason_records_joined": sum(len(m.records) for m in dead),
                    "reason_records_unjoined": [m.message_id for m in unjoined],
                    "delay_pointers": [{"message_id": m.message_id, **(m.points_to or {})} for m in pointers],
-                   "groups": [{k: v for k, v in vars(g).items() if k != "message_ids"} for g in groups]})
+                   "groups": [vars(g) for g in groups]})
         return
-    rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.sample_reason) for g in groups]
-    click.echo(table(("path", "error", "count", "first failed", "last failed", "sample reason"), rows))
+    rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.message_ids[0], g.sample_reason)
+            for g in groups]
+    click.echo(table(("path", "error", "count", "first failed", "last failed", "sample id", "sample reason"), rows))
     more = " (the limit: there may be more)" if len(letters) >= limit else ""
     click.echo(f"{sum(g.count for g in groups)} matching of {len(dead)} read{more} from {dlq_url}; all released")
     for pointer in pointers:
@@ -268,7 +275,7 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
 
     With a filter: one batch at a time, receive, send, and delete from the DLQ only what was sent, so no
     message is lost; it reports moved, skipped and failed. Without one: SQS's StartMessageMoveTask,
-    followed to the end (where it is unavailable, as on the local environment, the batch move).
+    followed to the end (where it is unavailable, as on moto's own server, the batch move).
     Asks first on a terminal; --yes skips the question. Ctrl-C stops after the batch in hand; a journal on this
     machine names what a stopped run sent, so a rerun sends nothing twice.
     """
@@ -378,10 +385,18 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
 @click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="A String message attribute; repeatable.")
 @click.option("--dedupe-key", help="At most one message per key is accepted.")
 @click.option("--group", "group_id", help="The MessageGroupId (FIFO queues only, and required there).")
+@click.option("--cancellable", is_flag=True,
+              help="Keep it in the delay table so `delayed cancel KEY` can cancel it: KEY is --dedupe-key, else one "
+                   f"made up and printed; due more than {CANCELLABLE_MIN_DELAY_SECONDS} s ahead; needs the state table.")
 @json_option
 def send_command(path: str, body: str, delay: float | None, at_text: str | None, attrs: tuple[str, ...],
-                 dedupe_key: str | None, group_id: str | None, as_json: bool) -> None:
-    """Send BODY to the task at PATH through worker_tier.Client, with its checks."""
+                 dedupe_key: str | None, group_id: str | None, cancellable: bool, as_json: bool) -> None:
+    """Send BODY to the task at PATH through worker_tier.Client, with its checks.
+
+    BODY is the text to send, - to read it from stdin, or @PATH to read a file (@@TEXT sends @TEXT). A body
+    SQS would refuse (too large for the queue, not UTF-8, a character SQS does not carry) is refused before
+    anything is sent.
+    """
     from worker_tier import Client
     from worker_tier.core.errors import MessageError, MissingResourceError, SendError
 
@@ -391,13 +406,21 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     except ValueError as problem:
         raise click.BadParameter(str(problem), param_hint="--at") from None
     attributes = dict(_attribute(a) for a in attrs)
-    target = session.target
+    target, sqs = session.target, session.client("sqs")
+    queue_url = target.required("queue_url")
+    maximum = _maximum_message_size(sqs, queue_url)
     try:
-        client = Client(target.required("queue_url"), target.optional("delay_table"),
-                        sqs=session.client("sqs"), dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
-                        state_table=target.optional("state_table"))
-        message_id = client.send(path, body, delay=delay, at=at, attributes=attributes or None,
-                                 dedupe_key=dedupe_key, group_id=group_id)
+        text = message_body.read_body(body, sys.stdin.buffer, maximum or limits.SQS_MAX_MESSAGE_BYTES)
+    except message_body.BodyError as error:
+        raise UsageFailure(str(error)) from error
+    dedupe_key = dedupe_key or (uuid.uuid4().hex if cancellable else None)  # `delayed cancel` finds it by its key
+    state_table = target.required("state_table") if cancellable else None
+    delay_table = target.required("delay_table") if cancellable else target.optional("delay_table")
+    try:
+        client = Client(queue_url, delay_table, sqs=sqs, dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
+                        maximum_message_size=maximum, state_table=state_table)
+        message_id = client.send(path, text, delay=delay, at=at, attributes=attributes or None,
+                                 dedupe_key=dedupe_key, group_id=group_id, cancellable=cancellable)
     except MissingResourceError as error:  # say how the command line names it: option, variable or stack output
         target.required(error.resource)
         raise UsageFailure(str(error)) from error
@@ -406,9 +429,19 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     except SendError as error:
         raise click.ClickException(str(error)) from error
     if as_json:
-        emit_json({"message_id": message_id, "path": path, "queue_url": client.queue_url})
+        emit_json({"message_id": message_id, "path": path, "queue_url": client.queue_url, "dedupe_key": dedupe_key,
+                   "cancellable": cancellable})
     else:
-        click.echo(f"sent {path} {message_id}")
+        click.echo(f"sent {path} {message_id}" + (f" (cancel: worker-tier delayed cancel {dedupe_key})" if cancellable else ""))
+
+
+def _maximum_message_size(sqs: Any, queue_url: str) -> int | None:
+    """The queue's MaximumMessageSize, or None when it cannot be read (the Client then checks against SQS's largest)."""
+    try:
+        attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["MaximumMessageSize"])["Attributes"]
+        return int(attributes["MaximumMessageSize"])
+    except (BotoCoreError, ClientError, KeyError, ValueError):
+        return None
 
 
 def _attribute(text: str) -> tuple[str, str]:

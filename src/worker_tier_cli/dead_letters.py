@@ -265,7 +265,7 @@ def peek(sqs: Any, queue_url: str, limit: int = DEFAULT_PEEK_LIMIT, wait_seconds
 
 @dataclass
 class Group:
-    """Dead letters of one path and error type: how many, first and last failed_at, one sample reason."""
+    """Dead letters of one path and error type: how many, first and last failed_at, one sample reason, their message ids."""
 
     path: str
     error_type: str

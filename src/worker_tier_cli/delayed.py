@@ -69,14 +69,13 @@ def list_command(path: str | None, limit: int, within_minutes: int, as_json: boo
             found.append(_row(message, now))
             if len(found) == limit:
                 break
+    window = {"from_minute": _minute(start), "to_minute": _minute(last)}  # the first and the last minute read
     if as_json:
-        emit_json({"messages": [vars(c) for c in found], "from_minute": format_due_at(start * delay.BUCKET_SECONDS * 1000),
-                   "to_minute": format_due_at(last * delay.BUCKET_SECONDS * 1000)})
+        emit_json({"messages": [vars(c) for c in found], **window})
         return
     rows = [(c.due, _ahead(c.in_seconds), c.path, c.dedupe_key, "yes" if c.cancellable else "no", c.message_id) for c in found]
     click.echo(table(("due", "in", "path", "dedupe key", "cancellable", "id"), rows))
-    click.echo(f"{len(found)} shown, read {format_due_at(start * delay.BUCKET_SECONDS * 1000)} to "
-               f"{format_due_at((last + 1) * delay.BUCKET_SECONDS * 1000)}")
+    click.echo(f"{len(found)} shown, read the minutes {window['from_minute']} through {window['to_minute']}")
 
 
 @delayed_group.command("cancel")
@@ -153,6 +152,11 @@ def _shard(dynamodb: Any, table_name: str, bucket: int, shard: int, after: str |
         if "LastEvaluatedKey" not in page:
             return messages
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _minute(bucket: int) -> str:
+    """A minute of the delay table by its start: ``2026-11-22T12:00:00.000Z``."""
+    return format_due_at(bucket * delay.BUCKET_SECONDS * 1000)
 
 
 def _path(message: delay.DelayedMessage) -> str:

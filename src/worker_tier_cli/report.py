@@ -73,9 +73,9 @@ def _dispatcher_lines(dispatcher: dict[str, Any] | None, backlog: dict[str, Any]
         lines = ["delay dispatcher: no state table (pass --state-table or --stack)"]
     elif dispatcher["watermark"] is None:
         lines = [f"delay dispatcher: {dispatcher['note']}"]
-    elif dispatcher["lag_minutes"] < 0:  # it dispatches minutes ahead of now, within SQS's 15-minute DelaySeconds
-        lines = [f"delay dispatcher: watermark {dispatcher['watermark']}, {-dispatcher['lag_minutes']} min ahead "
-                 "of now (dispatched ahead, on time), lag 0 min"]
+    elif dispatcher["ahead_minutes"]:
+        lines = [f"delay dispatcher: watermark {dispatcher['watermark']}, {dispatcher['ahead_minutes']} min ahead "
+                 f"of now (dispatched ahead, on time), lag {dispatcher['lag_minutes']} min"]
     else:
         lines = [f"delay dispatcher: watermark {dispatcher['watermark']}, lag {dispatcher['lag_minutes']} min"]
     if backlog is None:

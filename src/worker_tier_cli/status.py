@@ -56,24 +56,25 @@ def oldest_age_seconds(cloudwatch: Any, queue_url: str, now: float) -> int | Non
 
 
 def watermark(dynamodb: Any, state_table: str, now: float) -> dict[str, Any]:
-    """The delay dispatcher's watermark (the earliest of its groups'): its minute (ISO and number) and its lag behind
-    ``now`` in minutes."""
+    """The delay dispatcher's watermark (the earliest of its groups'): its minute (ISO and number), its lag behind
+    ``now`` in minutes and how many minutes ahead of ``now`` it dispatches (one of the two is 0)."""
     read = state_reader(dynamodb, state_table)
 
     try:
         groups = read_positions(read)
     except StateError as error:
-        return {"watermark": None, "minute": None, "lag_minutes": None, "note": str(error)}
+        return {"watermark": None, "minute": None, "lag_minutes": None, "ahead_minutes": None, "note": str(error)}
     count = groups.layout.groups
     notes = [f"group {index} of {count} has not run (no watermark of epoch {groups.layout.epoch})" for index in groups.not_run]
     notes += [f"group {index} of {count}: {error}" for index, error in sorted(groups.unreadable.items())]
     minutes = [position[0] for position in groups.positions.values() if position is not None]
     if not minutes:
-        return {"watermark": None, "minute": None, "lag_minutes": None,
+        return {"watermark": None, "minute": None, "lag_minutes": None, "ahead_minutes": None,
                 "note": "; ".join(notes) if count > 1 or groups.unreadable else "no watermark yet: the delay dispatcher has not run"}
     minute = min(minutes)
-    return {"watermark": _iso(minute * SECONDS_PER_MINUTE), "minute": minute,
-            "lag_minutes": int(now // SECONDS_PER_MINUTE) - minute, "note": "; ".join(notes)}
+    behind = int(now // SECONDS_PER_MINUTE) - minute  # negative: it dispatches ahead, within SQS's 15-minute DelaySeconds
+    return {"watermark": _iso(minute * SECONDS_PER_MINUTE), "minute": minute, "lag_minutes": max(0, behind),
+            "ahead_minutes": max(0, -behind), "note": "; ".join(notes)}
 
 
 def delay_backlog(dynamodb: Any, delay_table: str, now: float, watermark_minute: int | None) -> dict[str, Any]:

@@ -44,8 +44,8 @@ VARIABLES = {
     "state_table": contract.STATE_TABLE_VARIABLE,
     "delay_table": contract.DELAY_TABLE_VARIABLE,
     "container_queue_url": contract.CONTAINER_QUEUE_URL_VARIABLE,
-    "worker_log_group": "WORKER_TIER_LOG_GROUP",
-    "schedule_group": "WORKER_TIER_SCHEDULE_GROUP",
+    "worker_log_group": contract.LOG_GROUP_VARIABLE,
+    "schedule_group": contract.SCHEDULE_GROUP_VARIABLE,
 }
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from worker_tier.core.contract import STATE_PARTITION_KEY
 from worker_tier.periodic.ticks import STATUS_ATTRIBUTE, Tick
 
-# worker_tier_cdk.periodic_tasks's schedule description: "cron.yaml <name>: <schedule> (<zone>) -> <url>".
+# A schedule's description (worker_tier.periodic.cron_config.CronEntry.description, written by
+# worker_tier_cdk.periodic_tasks and the local environment): "cron.yaml <name>: <schedule> (<zone>) -> <url>".
 _DESCRIPTION = re.compile(r"cron\.yaml (?P<name>.+?): (?P<schedule>.+) \((?P<zone>[^()]+)\) -> (?P<url>\S+)")
 CRONITER_MISSING = "{missing} not installed; the periodic tasks' ticks need the cli extra: pip install 'worker-tier[cli]'"
 NOT_ENQUEUED = "not enqueued"

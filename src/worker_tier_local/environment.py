@@ -19,6 +19,7 @@ from worker_tier_local.context import LocalContext
 from worker_tier_local.cron import CronEmulator
 from worker_tier_local.event_source import EventSourceEmulator
 from worker_tier_local.pending import Pending, queue_backlog, undispatched
+from worker_tier_local.server import LocalServer
 from worker_tier.core.settings import Settings
 
 LOCAL_REGION = "us-east-1"
@@ -77,6 +78,7 @@ class LocalEnvironment:
         self.consumer: Any = None
         self._consumer_thread: threading.Thread | None = None
         self._server: Any = None
+        self.schedule_group = ""  # cron.yaml's schedules in moto's Scheduler, for `worker-tier status` (set by start)
         self._saved_environment: dict[str, str | None] = {}
         self.endpoint_url = ""
 
@@ -96,13 +98,11 @@ class LocalEnvironment:
 
         TaskImportError says in one line which task module cannot be imported, and why, before any message is sent.
         """
-        from moto.server import ThreadedMotoServer
-
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per API call otherwise
         port = self._port
         if port and not _port_free(port):  # moto's server thread would fail to bind, and start() wait forever
             self.unavailable_port, port = port, 0
-        self._server = ThreadedMotoServer(ip_address=LOCAL_HOST, port=port, verbose=False)
+        self._server = LocalServer(LOCAL_HOST, port, LOCAL_REGION)  # moto, and the move tasks it lacks
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
@@ -123,6 +123,7 @@ class LocalEnvironment:
         self.sqs = boto3.client("sqs")
         self.dynamodb = boto3.client("dynamodb")
         self._create_resources()
+        self.schedule_group = self._create_schedules()
         self._set_environment({**self.settings.to_environment(), **self.resources().to_environment()})
         if self._handler is None:  # the real worker imports them on its first batch; a failure would stop every one
             import_task_modules(self.settings.task_modules.split(","))
@@ -179,9 +180,10 @@ class LocalEnvironment:
         without the dispatch horizon, which only the local dispatcher reads.
         """
         deployment = dataclasses.replace(self.resources(), delay_horizon_seconds=None).to_environment()
+        schedules = {contract.SCHEDULE_GROUP_VARIABLE: self.schedule_group} if self.schedule_group else {}
         return {"AWS_DEFAULT_REGION": LOCAL_REGION, "AWS_REGION": LOCAL_REGION, **EXAMPLE_CREDENTIALS,
                 "AWS_ENDPOINT_URL": self.endpoint_url, **deployment,
-                contract.DELAY_SHARDS_VARIABLE: str(self.settings.delay_shards)}
+                contract.DELAY_SHARDS_VARIABLE: str(self.settings.delay_shards), **schedules}
 
     def resources(self) -> contract.Resources:
         """The resources the stack names to the Lambda functions, plus the local dispatch horizon.
@@ -292,6 +294,25 @@ class LocalEnvironment:
         self._create_table(self.state_table, [contract.STATE_PARTITION_KEY], contract.STATE_TTL_ATTRIBUTE)
         self.delay_table = f"{LOCAL_PREFIX}-delays"
         self._create_table(self.delay_table, [contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY], contract.DELAY_TTL_ATTRIBUTE)
+
+    def _create_schedules(self) -> str:
+        """cron.yaml's schedules in moto's EventBridge Scheduler, as ``PeriodicTasks`` deploys them (one per expression,
+        its description naming the entry), so ``worker-tier status --schedule-group`` reads them; the ticks themselves
+        are fired by ``CronEmulator``, not by moto. Returns the schedule group's name."""
+        import boto3
+
+        scheduler, group = boto3.client("scheduler"), f"{LOCAL_PREFIX}-periodic"
+        scheduler.create_schedule_group(Name=group)
+        target = {"Arn": f"arn:aws:lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{LOCAL_PREFIX}-periodic",
+                  "RoleArn": f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{LOCAL_PREFIX}-scheduler"}
+        for index, entry in enumerate(self._cron_entries):
+            for position, expression in enumerate(entry.expressions):
+                scheduler.create_schedule(
+                    Name=f"{LOCAL_PREFIX}-entry{index}-{position}", GroupName=group, ScheduleExpression=expression,
+                    ScheduleExpressionTimezone=entry.timezone, Description=entry.description,
+                    State="ENABLED" if entry.enabled else "DISABLED", FlexibleTimeWindow={"Mode": "OFF"},
+                    Target={**target, "Input": json.dumps({"name": entry.name, "url": entry.url, "body": entry.body})})
+        return group
 
     def _create_queue(self, name: str, attributes: dict[str, str]) -> str:
         suffix = contract.FIFO_QUEUE_SUFFIX if self.settings.fifo else ""

@@ -63,7 +63,17 @@ def test_list_for_people_is_a_table_with_what_it_read(delayed):
     header, row, summary = result.stdout.splitlines()
     assert header.split() == ["DUE", "IN", "PATH", "DEDUPE", "KEY", "CANCELLABLE", "ID"]
     assert row.split()[:5] == ["2026-11-22T13:01:30.000Z", "1h01m", "/a", "k", "yes"]
-    assert summary == "1 shown, read 2026-11-22T12:00:00.000Z to 2026-11-22T14:01:00.000Z"
+    assert summary == "1 shown, read the minutes 2026-11-22T12:00:00.000Z through 2026-11-22T14:00:00.000Z"
+
+
+def test_list_names_the_same_minutes_read_in_its_footer_and_its_json(delayed):
+    # GIVEN a message due in an hour
+    delayed.client.send("/a", "1", delay=HOUR)
+    # WHEN the next two hours are listed, as text and as JSON
+    text = run(delayed, "delayed", "list", "--within", "120").stdout.splitlines()[-1]
+    listing = parsed(run(delayed, "delayed", "list", "--within", "120", "--json"))
+    # THEN the footer names the first and the last minute read that the JSON names
+    assert text.endswith(f"read the minutes {listing['from_minute']} through {listing['to_minute']}")
 
 
 def test_list_starts_at_the_watermark_past_what_was_dispatched(delayed):
@@ -87,6 +97,40 @@ def test_cancel_removes_a_cancellable_message_and_exits_0(delayed):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("remind-7: cancelled: it was due 2026-11-23T12:00:00.000Z; it will never be delivered")
     assert parsed(run(delayed, "delayed", "list", "--within", str(25 * 60), "--json"))["messages"] == []
+
+
+def test_a_cancellable_send_prints_the_key_that_delayed_cancel_takes(delayed):
+    # GIVEN a message sent from the command line, cancellable, due tomorrow, without a key of its own
+    sent = run(delayed, "send", "/remind", "r", "--delay", str(24 * HOUR), "--cancellable")
+    assert sent.exit_code == 0, sent.output
+    key = sent.stdout.split("worker-tier delayed cancel ")[1].rstrip(")\n")
+    # WHEN the printed cancel runs
+    cancelled = run(delayed, "delayed", "cancel", key)
+    # THEN it is cancelled, and the table holds nothing for it any more
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stdout.startswith(f"{key}: cancelled: it was due 2026-11-23T12:00:00.000Z")
+    assert parsed(run(delayed, "delayed", "list", "--within", str(25 * 60), "--json"))["messages"] == []
+
+
+def test_a_cancellable_send_keeps_its_own_key_and_names_it_in_json(delayed):
+    # WHEN a cancellable message is sent with a dedupe key, as JSON
+    sent = parsed(run(delayed, "send", "/remind", "r", "--delay", str(2 * HOUR), "--cancellable", "--dedupe-key", "remind-7",
+                      "--json"))
+    # THEN the JSON names the key, and delayed list shows the message cancellable under it
+    assert (sent["dedupe_key"], sent["cancellable"]) == ("remind-7", True)
+    [listed] = parsed(run(delayed, "delayed", "list", "--within", "180", "--json"))["messages"]
+    assert (listed["dedupe_key"], listed["cancellable"], listed["message_id"]) == ("remind-7", True, sent["message_id"])
+
+
+def test_a_cancellable_send_without_the_state_table_is_a_usage_error(delayed):
+    result = delayed.run("--delay-table", "delay", "send", "/remind", "r", "--delay", "3600", "--cancellable", state=False)
+    assert result.exit_code == 2 and "no state_table: pass --state-table" in result.stderr
+
+
+def test_a_cancellable_send_due_too_soon_is_refused_naming_the_window(delayed):
+    result = run(delayed, "send", "/remind", "r", "--delay", "60", "--cancellable")
+    assert result.exit_code == 2
+    assert "Error: a cancellable message must be due more than 840 s ahead, got 60 s" in result.stderr
 
 
 def test_cancel_that_lost_the_race_exits_3_with_a_clear_line(delayed):

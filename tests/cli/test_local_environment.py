@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from worker_tier.core.errors import TaskImportError
+from tests.cli.deployment import NOW
 from worker_tier.core.settings import Settings
+from worker_tier.periodic.cron_config import parse
 from worker_tier_cli import cli
 from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.session import Runtime
@@ -56,9 +58,9 @@ def test_each_command_shows_its_facts_against_the_local_environment(tmp_path):
         assert "order 42 references a deleted customer" in listed.stdout
         assert (group["path"], group["error_type"], group["count"]) == ("/poison", "NonRetryableError", 1)
         assert shown["body"] == '{"order_id": 42}' and shown["reason"]["error_type"] == "NonRetryableError"
-        # AND the redrive moves it (batches: moto has no move task), without its reason
-        assert MOVE_TASK_FALLBACK_NOTE in moved.stderr
-        assert json.loads(moved.stdout)["moved"] == 1
+        # AND the redrive moves it with the move task the local environment answers (moto has none)
+        assert MOVE_TASK_FALLBACK_NOTE not in moved.stderr
+        assert json.loads(moved.stdout)["task"]["ApproximateNumberOfMessagesMoved"] == 1
         assert env.queue_depth() == 1 and env.queue_depth(env.dead_letter_queue_url) == 0
         # AND tail says where the local environment's outcomes are
         assert NO_LOG_GROUP.format(group="/aws/lambda/worker") in " ".join(tail.stderr.split())
@@ -92,3 +94,27 @@ def test_a_worker_function_that_raises_returns_its_batch_and_the_environment_goe
         assert given == 1
         assert capsys.readouterr().err == HANDLER_ERROR_LINE.format(count=1, error="RuntimeError: init failed") + "\n"
         assert env.queue_depth() == 1
+
+
+def test_status_shows_the_local_environments_periodic_tasks_from_its_schedule_group(tmp_path):
+    # GIVEN the local environment with two cron.yaml entries, one of them disabled, whose first ticks it fired
+    entries = parse("version: 1\ncron:\n - name: backup\n   url: /backup\n   schedule: '* * * * *'\n"
+                    " - name: report\n   url: /report\n   schedule: '30 9 * * *'\n   timezone: Europe/Paris\n"
+                    "   enabled: false\n")
+    clock = [NOW.timestamp() - 61]
+    with LocalEnvironment(Settings(), cron_entries=entries, cron_clock=lambda: clock[0]) as env:
+        clock[0] = NOW.timestamp()
+        env.cron.fire_due()
+        given = ["--endpoint-url", env.endpoint_url, "--region", LOCAL_REGION, "--queue-url", env.queue_url,
+                 "--dlq-url", env.dead_letter_queue_url, "--state-table", env.state_table,
+                 "--schedule-group", env.schedule_group]
+        runtime = Runtime(clock=NOW.timestamp, interactive=lambda: False, wait_seconds=0, state_dir=tmp_path)
+        # WHEN status runs with the local environment's schedule group, as JSON and as text
+        shown = json.loads(CliRunner().invoke(cli, [*given, "status", "--json"], obj=runtime).stdout)
+        text = CliRunner().invoke(cli, [*given, "status"], obj=runtime).stdout
+    # THEN both name each entry, its state, and the last tick's fate the local environment's ticks left
+    backup, report = shown["periodic_tasks"]["entries"]
+    assert (backup["name"], backup["path"], backup["state"], backup["last_tick"], backup["last_tick_fate"]) == (
+        "backup", "/backup", "ENABLED", "2026-11-22T12:00:00+00:00", "sent")
+    assert (report["name"], report["timezone"], report["state"]) == ("report", "Europe/Paris", "DISABLED")
+    assert "none deployed" not in text and "backup" in text and "Europe/Paris" in text

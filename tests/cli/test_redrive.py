@@ -671,3 +671,37 @@ def test_redrive_never_moves_a_message_dead_lettered_after_it_began(deployment):
     dead = _bodies(deployment.drain(deployment.dlq_url))
     # THEN "late", dead-lettered after the redrive began, was not moved: it is still in the DLQ
     assert dead.get("late") == 1, (report, dead)
+
+
+def test_redrive_against_the_local_environment_runs_a_move_task_quietly(tmp_path, capfd):
+    # GIVEN the local environment (its moto server) with three dead letters, the DLQ its work queue's
+    from click.testing import CliRunner
+
+    from worker_tier.core.settings import Settings
+    from worker_tier_cli import cli
+    from worker_tier_cli.session import Runtime
+    from worker_tier_local import LocalEnvironment
+    from worker_tier_local.environment import LOCAL_REGION
+
+    with LocalEnvironment(Settings()) as env:
+        for n in range(3):
+            original = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/poison"}}
+            reason = message.failure_reason(NonRetryableError(f"bad {n}"), attempts=3, path="/poison", failed_at=NOW)
+            env.sqs.send_message(QueueUrl=env.dead_letter_queue_url, MessageBody=f"b{n}",
+                                 MessageAttributes=envelope.dead_letter_attributes(original, reason))
+        given = ["--endpoint-url", env.endpoint_url, "--region", LOCAL_REGION, "--queue-url", env.queue_url,
+                 "--dlq-url", env.dead_letter_queue_url]
+        runtime = Runtime(interactive=lambda: False, wait_seconds=0, state_dir=tmp_path, sleep=lambda seconds: None)
+        # WHEN an unfiltered redrive runs
+        result = CliRunner().invoke(cli, [*given, "redrive", "--json"], obj=runtime)
+        # THEN SQS's move task (answered by the local environment) moved all three, as they were, to the work queue
+        assert result.exit_code == 0, result.output
+        shown = json.loads(result.stdout)
+        assert shown["method"] == "move_task" and MOVE_TASK_FALLBACK_NOTE not in result.stderr
+        assert (shown["task"]["Status"], shown["task"]["ApproximateNumberOfMessagesMoved"]) == ("COMPLETED", 3)
+        moved = env.sqs.receive_message(QueueUrl=env.queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+        assert sorted(m["Body"] for m in moved["Messages"]) == ["b0", "b1", "b2"]
+        assert all(contract.FAILURE_ATTRIBUTE in m["MessageAttributes"] for m in moved["Messages"])
+        assert env.queue_depth(env.dead_letter_queue_url) == 0
+    # AND nothing was printed to the terminal running the environment: no traceback of moto's
+    assert "Traceback" not in capfd.readouterr().err

@@ -43,6 +43,78 @@ def test_send_attr_without_equals_is_a_usage_error(deployment):
     assert result.exit_code == 2 and "expected NAME=VALUE, got 'tenant'" in result.stderr
 
 
+def test_send_reads_the_body_from_stdin_with_a_dash(deployment):
+    # WHEN send's BODY is "-" and the body comes on stdin
+    result = deployment.run("send", "/hello", "-", "--json", input='{"name": "Ada"}\n')
+    # THEN the stdin's text is the body, as it came
+    sent = parsed(result)
+    [got] = deployment.drain(deployment.queue_url)
+    assert got["MessageId"] == sent["message_id"] and got["Body"] == '{"name": "Ada"}\n'
+
+
+def test_send_reads_the_body_from_a_file_with_at_and_sends_a_literal_at_with_two(deployment, tmp_path):
+    # GIVEN a body of 300 KB in a file, more than a shell argument comfortably carries
+    body = tmp_path / "big.json"
+    body.write_text('{"pad": "' + "x" * 200_000 + '"}')
+    deployment.sqs.set_queue_attributes(QueueUrl=deployment.queue_url, Attributes={"MaximumMessageSize": str(1024 * 1024)})
+    # WHEN send's BODY is @big.json, and then @@hello
+    from_file = deployment.run("send", "/hello", f"@{body}")
+    literal = deployment.run("send", "/hello", "@@hello")
+    # THEN the file's text is sent, and "@hello" is sent as written with one "@"
+    assert from_file.exit_code == 0 and literal.exit_code == 0, from_file.output + literal.output
+    assert sorted(m["Body"] for m in deployment.drain(deployment.queue_url)) == ["@hello", body.read_text()]
+
+
+def test_send_refuses_a_body_file_that_cannot_be_read_naming_it_and_the_escape(deployment, tmp_path):
+    # WHEN BODY names a file that does not exist
+    result = deployment.run("send", "/hello", f"@{tmp_path}/missing.json")
+    # THEN it is a usage error naming the file and how to send a body starting with @, and nothing is sent
+    assert result.exit_code == 2
+    assert (f"Error: cannot read the body file '{tmp_path}/missing.json' (No such file or directory): @PATH reads a file; "
+            "write @@TEXT to send a body starting with @") in result.stderr
+    assert deployment.drain(deployment.queue_url) == []
+
+
+def test_send_refuses_a_body_over_the_queues_maximum_before_sending(deployment, tmp_path):
+    # GIVEN a queue taking at most 1,024 bytes, and a body file of 2,000
+    deployment.sqs.set_queue_attributes(QueueUrl=deployment.queue_url, Attributes={"MaximumMessageSize": "1024"})
+    body = tmp_path / "big.txt"
+    body.write_text("x" * 2_000)
+    # WHEN it is sent from the file, and as an argument
+    from_file = deployment.run("send", "/hello", f"@{body}")
+    argument = deployment.run("send", "/hello", "x" * 2_000)
+    # THEN each is refused on one line naming the source, the size, the rule and the fix; nothing is sent
+    assert from_file.exit_code == argument.exit_code == 2
+    assert from_file.stderr == (f"Error: the body from file {body} is over 1,024 bytes; the queue takes at most 1,024 (its "
+                                "MaximumMessageSize, with the attributes): keep the payload elsewhere (e.g. S3) and send its key\n")
+    assert "the body from argument is 2,000 bytes; the queue takes at most 1,024" in argument.stderr
+    assert deployment.drain(deployment.queue_url) == []
+
+
+def test_send_refuses_a_body_that_is_not_utf8_or_has_a_character_sqs_refuses(deployment, tmp_path):
+    # GIVEN a binary file and a text with a NUL
+    binary, nul = tmp_path / "image.png", tmp_path / "nul.txt"
+    binary.write_bytes(b"\x89PNG\r\n")
+    nul.write_bytes(b"a\x00b")
+    # WHEN each is sent
+    results = [deployment.run("send", "/hello", f"@{path}") for path in (binary, nul)]
+    # THEN each is refused before sending, naming the byte or the character and what to do instead
+    assert [r.exit_code for r in results] == [2, 2]
+    assert (f"Error: the body from file {binary} is not UTF-8 (byte 0x89 at offset 0): SQS carries text only; "
+            "base64-encode binary data, or send its S3 key") in results[0].stderr
+    assert (f"Error: the body from file {nul}: body has character '\\x00' (U+0000) at offset 1, which SQS does not allow"
+            in results[1].stderr and results[1].stderr.rstrip().endswith("; remove it, or base64-encode the body"))
+    assert deployment.drain(deployment.queue_url) == []
+
+
+def test_send_error_of_a_single_message_names_no_batch_index(deployment):
+    # WHEN one message is refused by the Client
+    result = deployment.run("send", "/hello", "hi", "--delay", "-1")
+    # THEN the error is the rule itself, with no "message 0" of a batch the user never made
+    assert result.exit_code == 2
+    assert result.stderr == "Error: delay must be a non-negative number of seconds or a timedelta, got -1.0\n"
+
+
 def test_status_shows_queue_counts_dlq_depth_and_the_watermark_lag(deployment):
     # GIVEN two visible and one delayed message, one dead letter, and a watermark 3 minutes behind
     for body in ("a", "b"):

@@ -54,6 +54,17 @@ def test_status_counts_the_delay_backlog_by_hour_after_the_watermark(deployment)
     assert "2026-11-22T13:00:00Z  2" in text
 
 
+def test_status_text_and_json_name_the_same_lag_for_a_watermark_ahead_of_now(deployment):
+    # GIVEN a watermark 2 minutes ahead of now (the delay dispatcher dispatches ahead, on time)
+    _watermark(deployment, MINUTE + 2)
+    # WHEN status runs, as JSON and as text
+    shown = parsed(deployment.run("status", "--json"))["delay_dispatcher"]
+    text = deployment.run("status").stdout
+    # THEN both say lag 0 and 2 minutes ahead
+    assert (shown["lag_minutes"], shown["ahead_minutes"]) == (0, 2)
+    assert "delay dispatcher: watermark 2026-11-22T12:02:00Z, 2 min ahead of now (dispatched ahead, on time), lag 0 min" in text
+
+
 def test_status_shows_the_oldest_message_ages_from_cloudwatch(deployment):
     # GIVEN CloudWatch's ApproximateAgeOfOldestMessage for the work queue only
     cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")

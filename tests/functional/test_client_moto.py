@@ -85,7 +85,7 @@ def test_a_delayed_message_is_checked_against_the_queues_own_maximum(moto):
         client.send("/x", "a" * 5000, delay=3600)
     # THEN it is refused at send with the size the queue reported
     assert str(error.value) == (
-        "message 0 for '/x': message is 5075 bytes with its attributes with worker_tier.due_at (added at dispatch); "
+        "message is 5075 bytes with its attributes with worker_tier.due_at (added at dispatch); "
         "the queue allows at most 4096 (MaximumMessageSize)"
     )
 

@@ -15,6 +15,7 @@ from tests.support.fakes import FakeSQS
 from tests.support.strict_sqs import StrictSQS
 from worker_tier.core import contract
 from worker_tier import Client, MessageError, OutgoingMessage, SendError
+from worker_tier.producer.client import MESSAGE_ERROR_CODE
 from worker_tier.delays.dedupe import DEDUPE_MARKER_LEASE_SECONDS, DEDUPE_RETENTION_SECONDS, DEDUPE_SEND_WINDOW_SECONDS
 from worker_tier.delays.delay import DelayedMessage, new_message_id
 from worker_tier.core.limits import SQS_MAX_MESSAGE_BYTES
@@ -95,17 +96,17 @@ def test_delays_up_to_fifteen_minutes_use_delay_seconds(kwargs, delay):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"at": datetime(2030, 1, 1)}, "message 0 for '/x': at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got datetime.datetime(2030, 1, 1, 0, 0)"),
-        ({"delay": -1}, "message 0 for '/x': delay must be a non-negative number of seconds or a timedelta, got -1"),
+        ({"at": datetime(2030, 1, 1)}, "at must be a timezone-aware datetime (for example datetime.now(timezone.utc)), got datetime.datetime(2030, 1, 1, 0, 0)"),
+        ({"delay": -1}, "delay must be a non-negative number of seconds or a timedelta, got -1"),
         ({"delay": 901}, ("a delay of 901 s is over SQS's 900 s maximum and needs the delay table; "
                           f"pass delay_table (or set {contract.DELAY_TABLE_VARIABLE})")),
-        ({"delay": 5, "at": datetime.now(timezone.utc)}, "message 0 for '/x': give delay or at, not both"),
-        ({"attributes": {"AWS.trace": "x"}}, "message 0 for '/x': attribute name 'AWS.trace' is not allowed"),
-        ({"attributes": {"beanstalk.sqsd.path": "/y"}}, "message 0 for '/x': attribute 'beanstalk.sqsd.path' is set from the path argument; do not pass it"),
-        ({"attributes": {"empty": ""}}, "message 0 for '/x': attribute 'empty' of type String needs a non-empty StringValue (and no BinaryValue), got {'DataType': 'String', 'StringValue': ''}"),
-        ({"attributes": {"flag": True}}, "message 0 for '/x': attribute 'flag' is a bool"),
-        ({"attributes": {f"a{i}": "v" for i in range(10)}}, "message 0 for '/x': 10 attributes given; SQS allows 10 per message and Worker Tier uses one for the path, so at most 9"),
-        ({"group_id": "g"}, "message 0 for '/x': group_id applies to FIFO queues (a queue URL ending in .fifo)"),
+        ({"delay": 5, "at": datetime.now(timezone.utc)}, "give delay or at, not both"),
+        ({"attributes": {"AWS.trace": "x"}}, "attribute name 'AWS.trace' is not allowed"),
+        ({"attributes": {"beanstalk.sqsd.path": "/y"}}, "attribute 'beanstalk.sqsd.path' is set from the path argument; do not pass it"),
+        ({"attributes": {"empty": ""}}, "attribute 'empty' of type String needs a non-empty StringValue (and no BinaryValue), got {'DataType': 'String', 'StringValue': ''}"),
+        ({"attributes": {"flag": True}}, "attribute 'flag' is a bool"),
+        ({"attributes": {f"a{i}": "v" for i in range(10)}}, "10 attributes given; SQS allows 10 per message and Worker Tier uses one for the path, so at most 9"),
+        ({"group_id": "g"}, "group_id applies to FIFO queues (a queue URL ending in .fifo)"),
     ],
 )
 def test_bad_input_is_refused_naming_value_and_rule(kwargs, message):
@@ -121,7 +122,7 @@ def test_oversized_body_is_refused_before_sending():
     with pytest.raises(MessageError) as error:
         client(sqs).send("/x", "a" * SQS_MAX_MESSAGE_BYTES)
     assert str(error.value) == (
-        f"message 0 for '/x': message is {SQS_MAX_MESSAGE_BYTES + len('beanstalk.sqsd.path') + len('String') + 2} "
+        f"message is {SQS_MAX_MESSAGE_BYTES + len('beanstalk.sqsd.path') + len('String') + 2} "
         f"bytes with its attributes; the queue allows at most {SQS_MAX_MESSAGE_BYTES} (MaximumMessageSize)"
     )
     assert sqs.calls == []
@@ -137,7 +138,7 @@ def test_oversized_body_is_refused_before_sending():
 def test_bodies_sqs_refuses_are_refused(body, message):
     with pytest.raises(MessageError) as error:
         client().send("/x", body)
-    assert str(error.value) == f"message 0 for '/x': {message}"
+    assert str(error.value) == f"{message}"
 
 
 def test_bad_path_is_refused():
@@ -253,8 +254,8 @@ def test_attributes_sqs_refuses_are_refused_at_send_direct_or_delayed(delay, att
     # WHEN a message with an attribute SQS refuses is sent now or in an hour
     with pytest.raises(MessageError) as error:
         table_client(sqs, dynamodb).send("/x", "b", delay=delay, attributes=attributes)
-    # THEN it is refused at send, naming the message, the attribute, the value and the rule, and nothing is sent or stored
-    assert str(error.value).startswith(f"message 0 for '/x': {rule}")
+    # THEN it is refused at send, naming the attribute, the value and the rule, and nothing is sent or stored
+    assert str(error.value).startswith(f"{rule}")
     assert sqs.calls == [] and stored(dynamodb) == []
 
 
@@ -265,7 +266,7 @@ def test_the_path_is_held_to_the_string_rules_too():
     with pytest.raises(MessageError) as error:
         client(sqs).send("/x\x01", "b")
     # THEN the path's attribute is named
-    assert str(error.value).startswith("message 0 for '/x\\x01': attribute 'beanstalk.sqsd.path' value has character '\\x01'")
+    assert str(error.value).startswith("attribute 'beanstalk.sqsd.path' value has character '\\x01'")
 
 
 def test_numbers_go_to_sqs_as_plain_decimals():
@@ -308,7 +309,7 @@ def test_a_delayed_message_must_fit_the_queues_maximum_with_its_due_at():
         c.send("/x", "a" * (fits + 1), delay=3600)
     # THEN the first is stored, the second refused at send, and the queue was asked once
     assert str(error.value) == (
-        "message 0 for '/x': message is 2049 bytes with its attributes with worker_tier.due_at (added at dispatch); "
+        "message is 2049 bytes with its attributes with worker_tier.due_at (added at dispatch); "
         "the queue allows at most 2048 (MaximumMessageSize)"
     )
     assert len(stored(dynamodb)) == 1
@@ -341,7 +342,7 @@ def test_a_failed_read_of_the_maximum_is_not_kept(caplog):
     # THEN the small one is stored while the maximum is unknown; the large one is checked against the queue's real
     # maximum, read again, and refused at send rather than stored and refused by SQS at dispatch
     assert str(error.value) == (
-        "message 0 for '/x': message is 300075 bytes with its attributes with worker_tier.due_at (added at dispatch); "
+        "message is 300075 bytes with its attributes with worker_tier.due_at (added at dispatch); "
         "the queue allows at most 262144 (MaximumMessageSize)"
     )
     assert [len(item["body"]["S"]) for item in stored(dynamodb)] == [1000]
@@ -422,7 +423,7 @@ def test_fifo_ids_sqs_refuses_are_refused_at_send(kwargs, rule):
     sqs = StrictSQS(FakeSQS())
     with pytest.raises(MessageError) as error:
         client(sqs, queue=FIFO_QUEUE).send("/x", "b", **kwargs)
-    assert str(error.value) == f"message 0 for '/x': {rule}"
+    assert str(error.value) == f"{rule}"
     assert sqs.calls == []
 
 
@@ -477,16 +478,17 @@ def test_a_short_delay_dedupe_key_sends_once_and_marks_the_key_sent():
 
 
 @pytest.mark.parametrize("queue, extra", [(QUEUE, {}), (FIFO_QUEUE, {"group_id": "g"})], ids=["standard", "fifo"])
-def test_the_same_dedupe_key_twice_in_one_batch_is_refused_naming_both(queue, extra):
+def test_the_same_dedupe_key_twice_in_one_batch_fails_both_naming_them_and_sends_the_rest(queue, extra):
     # GIVEN a Client with a delay table
     sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
     # WHEN one batch carries the key "k" at indexes 0 and 2 (which of the two is meant is ambiguous)
     batch = [OutgoingMessage("/x", "a", dedupe_key="k", **extra), OutgoingMessage("/x", "b", **extra), OutgoingMessage("/x", "c", dedupe_key="k", **extra)]
-    with pytest.raises(MessageError) as error:
-        table_client(sqs, dynamodb, queue=queue).send_batch(batch)
-    # THEN the batch is refused before anything is sent or claimed, naming both indexes and the key
-    assert str(error.value) == "messages 0 and 2 have the same dedupe_key 'k': a batch may carry each key once; send one of them"
-    assert sqs.calls == [] and dynamodb.calls == []
+    results = table_client(sqs, dynamodb, queue=queue).send_batch(batch)
+    # THEN both fail, naming both indexes and the key, before the key is claimed; the other message is sent
+    rule = "messages 0, 2 have the same dedupe_key 'k': a batch may carry each key once; send one of them"
+    assert [(r.ok, r.code, r.error) for r in results] == [(False, MESSAGE_ERROR_CODE, rule), (True, None, None),
+                                                          (False, MESSAGE_ERROR_CODE, rule)]
+    assert [e["MessageBody"] for e in sqs.sent] == ["b"] and dynamodb.calls == []
 
 
 class Killed(BaseException):
@@ -672,7 +674,7 @@ def test_reserved_attribute_names_are_refused_with_the_rule(name, delay):
         table_client(sqs, dynamodb).send("/x", "b", delay=delay, attributes={name: "2020-01-01"})
     # THEN it is refused at send with the rule
     assert str(error.value) == (
-        f"message 0 for '/x': attribute name {name!r} is reserved: names starting with 'worker_tier.' or "
+        f"attribute name {name!r} is reserved: names starting with 'worker_tier.' or "
         "'beanstalk.sqsd.' are set by Worker Tier and sqsd; rename it"
     )
     assert sqs.calls == [] and stored(dynamodb) == []
@@ -714,14 +716,23 @@ def test_a_periodic_tasks_copy_keeps_its_sqsd_attributes():
         ({0: {"beanstalk.sqsd.path": "/y"}}, "_internal_attributes: name 'beanstalk.sqsd.path' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
         ({0: {"worker_tier.attempts": 4}}, "_internal_attributes: 'worker_tier.attempts' must be a string, got int"),
         ({1: {"worker_tier.attempts": "4"}}, "_internal_attributes: index 1 is not a message of this batch (0..0)"),
-        ({0: {"worker_tier.attempts": "4\x00"}}, "message 0 for '/x': attribute 'worker_tier.attempts' value has character '\\x00'"),
     ],
 )
-def test_internal_attributes_obey_their_rule_and_sqs_rules(internal, rule):
+def test_internal_attributes_obey_their_rule(internal, rule):
     sqs = StrictSQS(FakeSQS())
     with pytest.raises(MessageError) as error:
         client(sqs).send_batch([OutgoingMessage("/x", "b")], _internal_attributes=internal)
     assert str(error.value).startswith(rule)
+    assert sqs.calls == []
+
+
+def test_an_internal_attribute_sqs_refuses_fails_its_message():
+    # WHEN an internal attribute's value has a character SQS refuses
+    sqs = StrictSQS(FakeSQS())
+    [result] = client(sqs).send_batch([OutgoingMessage("/x", "b")], _internal_attributes={0: {"worker_tier.attempts": "4\x00"}})
+    # THEN its message fails with SQS's rule, unsent
+    assert (result.ok, result.code) == (False, MESSAGE_ERROR_CODE)
+    assert result.error.startswith("attribute 'worker_tier.attempts' value has character '\\x00'")
     assert sqs.calls == []
 
 
@@ -779,9 +790,8 @@ def test_what_the_client_accepts_sqs_accepts_now_and_at_dispatch(body, attribute
     # GIVEN a Client with a delay table, in front of a strict SQS
     sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
     # WHEN a message with arbitrary attributes is sent now, soon, or through the delay table
-    try:
-        [result] = table_client(sqs, dynamodb).send_batch([OutgoingMessage("/x", body, delay=delay, attributes=attributes, dedupe_key=dedupe_key)])
-    except MessageError:
+    [result] = table_client(sqs, dynamodb).send_batch([OutgoingMessage("/x", body, delay=delay, attributes=attributes, dedupe_key=dedupe_key)])
+    if result.code == MESSAGE_ERROR_CODE:
         event(f"refused, delay {delay}")
         assert sqs.calls == [] and stored(dynamodb) == []
         return
@@ -825,11 +835,11 @@ def nested_list(depth: int) -> list:
 @pytest.mark.parametrize(
     "send, message",
     [
-        (lambda c: c.send("/x", "b", attributes={"n": 10**5000}), "message 0 for '/x': attribute 'n' has Number value '1000000000"),
-        (lambda c: c.send("/x", nested_list(100_000)), "message 0 for '/x': body must be a string or JSON-serializable, got list: maximum recursion depth exceeded"),
-        (lambda c: c.send("/x", "b", delay=10**400), "message 0 for '/x': delay must be a non-negative number of seconds or a timedelta, got 1000"),
-        (lambda c: c.send("/x", "b", attributes=[("a", "b")]), "message 0 for '/x': attributes must be a mapping of name to value, got list"),
-        (lambda c: c.send("/x", "b", attributes={"n": Decimal("NaN")}), "message 0 for '/x': attribute 'n' must be a finite number, got Decimal('NaN')"),
+        (lambda c: c.send("/x", "b", attributes={"n": 10**5000}), "attribute 'n' has Number value '1000000000"),
+        (lambda c: c.send("/x", nested_list(100_000)), "body must be a string or JSON-serializable, got list: maximum recursion depth exceeded"),
+        (lambda c: c.send("/x", "b", delay=10**400), "delay must be a non-negative number of seconds or a timedelta, got 1000"),
+        (lambda c: c.send("/x", "b", attributes=[("a", "b")]), "attributes must be a mapping of name to value, got list"),
+        (lambda c: c.send("/x", "b", attributes={"n": Decimal("NaN")}), "attribute 'n' must be a finite number, got Decimal('NaN')"),
         (lambda c: c.send_batch([{"path": "/x", "body": "b"}]), "send_batch takes OutgoingMessage objects: message 0 is a dict"),
         (lambda c: c.send_batch(OutgoingMessage("/x", "b")), "send_batch takes an iterable of OutgoingMessage, got OutgoingMessage"),
     ],
@@ -903,24 +913,33 @@ def test_a_decimal_attribute_is_sent_as_its_digits():
     }
 
 
-# -- a batch's MessageError names every invalid message ------------------------------------------------
+# -- a message of a batch that fails a check fails alone ----------------------------------------------
 
 
-def test_a_batch_error_names_every_invalid_message_and_sends_none():
-    # GIVEN a batch of 15 with 12 invalid bodies and a repeated dedupe key
+def test_a_batch_fails_each_invalid_message_with_its_check_and_sends_the_others():
+    # GIVEN a batch of 15 with 12 invalid bodies and a valid message too large for the queue
     sqs, dynamodb = StrictSQS(FakeSQS()), delay_table()
-    batch = [OutgoingMessage("/ok", "fine", dedupe_key="k"), OutgoingMessage("/ok", "fine", dedupe_key="k"), OutgoingMessage("/ok", "fine")]
+    batch = [OutgoingMessage("/ok", "fine", dedupe_key="k"), OutgoingMessage("/big", "a" * SQS_MAX_MESSAGE_BYTES),
+             OutgoingMessage("/ok", "fine")]
     batch += [OutgoingMessage(f"/bad{i}", "a\x00") for i in range(12)]
     # WHEN it is sent
+    results = table_client(sqs, dynamodb).send_batch(batch)
+    # THEN each invalid one fails with the MessageError code and its check's message, and the two valid ones are sent
+    assert [r.ok for r in results] == [True, False, True] + [False] * 12
+    assert {r.code for r in results if not r.ok} == {MESSAGE_ERROR_CODE}
+    assert results[1].error == (f"message is {SQS_MAX_MESSAGE_BYTES + len('beanstalk.sqsd.path') + len('String') + 4} "
+                                f"bytes with its attributes; the queue allows at most {SQS_MAX_MESSAGE_BYTES} (MaximumMessageSize)")
+    assert results[3].error.startswith("body has character '\\x00' (U+0000) at offset 1")
+    assert sorted(e["MessageBody"] for e in sqs.sent) == ["fine", "fine"]
+
+
+def test_a_batch_that_is_no_list_of_outgoing_messages_raises_for_the_whole_call():
+    # WHEN send_batch gets a list with a dict in it  THEN the call raises naming the item, and nothing is sent
+    sqs = StrictSQS(FakeSQS())
     with pytest.raises(MessageError) as error:
-        table_client(sqs, dynamodb).send_batch(batch)
-    # THEN one error lists the first ten problems, one per line, and counts the rest; nothing was sent or claimed
-    lines = str(error.value).split("\n")
-    assert lines[0] == "13 problems in a batch of 15 messages; none was sent or stored:"
-    assert lines[1].startswith("message 3 for '/bad0': body has character '\\x00' (U+0000) at offset 1")
-    assert lines[10].startswith("message 12 for '/bad9': body has character")
-    assert lines[11:] == ["... and 3 more"]
-    assert sqs.calls == [] and dynamodb.calls == []
+        client(sqs).send_batch([OutgoingMessage("/x", "b"), {"path": "/x", "body": "b"}])
+    assert str(error.value) == "send_batch takes OutgoingMessage objects: message 1 is a dict"
+    assert sqs.calls == []
 
 
 def test_delayed_messages_are_written_before_slow_direct_sends_eat_their_margin():

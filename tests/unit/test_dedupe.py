@@ -144,12 +144,10 @@ def test_the_lease_covers_the_skew_and_one_full_send_call():
     assert list(late_claims(claims, NOW_MS)) == ["1"]
 
 
-def test_repeated_keys_name_both_indexes():
-    assert repeated_keys(["a", None, "b", "a", ["unhashable"], "b", "a"]) == [
-        "messages 0 and 3 have the same dedupe_key 'a': a batch may carry each key once; send one of them",
-        "messages 2 and 5 have the same dedupe_key 'b': a batch may carry each key once; send one of them",
-        "messages 0 and 6 have the same dedupe_key 'a': a batch may carry each key once; send one of them",
-    ]
+def test_repeated_keys_name_every_index_sharing_a_key():
+    a = "messages 0, 3, 6 have the same dedupe_key 'a': a batch may carry each key once; send one of them"
+    b = "messages 2, 5 have the same dedupe_key 'b': a batch may carry each key once; send one of them"
+    assert repeated_keys(["a", None, "b", "a", ["unhashable"], "b", "a"]) == {0: a, 3: a, 6: a, 2: b, 5: b}
 
 
 def test_store_delayed_stores_the_message_with_its_marker_or_names_why_not():

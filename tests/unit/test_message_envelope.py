@@ -56,7 +56,7 @@ def test_the_client_refuses_a_tenth_user_attribute_naming_the_budget():
     with pytest.raises(MessageError) as error:
         client.send("/x", "b", attributes={f"a{i}": "v" for i in range(10)})
     assert str(error.value) == (
-        "message 0 for '/x': 10 attributes given; SQS allows 10 per message and Worker Tier uses one for the path, so at most 9"
+        "10 attributes given; SQS allows 10 per message and Worker Tier uses one for the path, so at most 9"
     )
 
 

@@ -57,6 +57,10 @@ DELAY_HORIZON_VARIABLE = "WORKER_TIER_DELAY_HORIZON"
 DELAY_SHARDS_VARIABLE = setting_variable("delay_shards")
 # A setting, read alone by the delay dispatcher: how many shard groups run each minute (worker_tier.delays.dispatch_state).
 DISPATCH_GROUPS_VARIABLE = setting_variable("dispatch_groups")
+# Read only by the command line, with the resource variables above: the worker's log group (`worker-tier tail`)
+# and the periodic tasks' schedule group (`worker-tier status`); the local environment exports the second.
+LOG_GROUP_VARIABLE = "WORKER_TIER_LOG_GROUP"
+SCHEDULE_GROUP_VARIABLE = "WORKER_TIER_SCHEDULE_GROUP"
 # The stack outputs naming a deployment to the command line (`worker-tier --stack`), each published by the construct
 # that makes the resource (worker_tier_cdk.outputs): resource -> output key. The first construct of its kind in a
 # stack publishes the plain key; a later one puts its construct id in front (InvoicesQueueUrl).

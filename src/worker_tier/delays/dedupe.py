@@ -161,15 +161,17 @@ def late_claims(claims: Mapping[str, tuple[str, int]], now_ms: int) -> dict[str,
     }
 
 
-def repeated_keys(keys: list[Any]) -> list[str]:
-    """One problem per batch index whose dedupe key an earlier one already has: which of the two is meant is ambiguous."""
-    first: dict[str, int] = {}
-    problems = []
+def repeated_keys(keys: list[Any]) -> dict[int, str]:
+    """The problem of each batch index whose dedupe key another index has too (which of them is meant is ambiguous)."""
+    indexes: dict[str, list[int]] = {}
     for index, key in enumerate(keys):
-        if isinstance(key, str) and key in first:
-            problems.append(f"messages {first[key]} and {index} have the same dedupe_key {key!r}: a batch may carry each key once; send one of them")
-        elif isinstance(key, str):
-            first[key] = index
+        if isinstance(key, str):
+            indexes.setdefault(key, []).append(index)
+    problems = {}
+    for key, shared in indexes.items():
+        for index in shared if len(shared) > 1 else []:
+            problems[index] = (f"messages {', '.join(map(str, shared))} have the same dedupe_key {key!r}: a batch may carry "
+                               "each key once; send one of them")
     return problems
 
 

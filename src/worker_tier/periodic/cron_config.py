@@ -64,6 +64,9 @@ DEFAULT_SOURCE = "cron.yaml"
 _REQUIRED = ("name", "url", "schedule")
 _OPTIONAL = ("timezone", "body", "enabled")
 _TOP_LEVEL = ("version", "cron")
+# EventBridge Scheduler's Description: at most 512 characters.
+# https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html
+SCHEDULE_DESCRIPTION_MAX_CHARS = 512
 # An extra key this close to one of ours (difflib's ratio) is taken for a misspelling, not a note like 'description'.
 MISSPELLING_CUTOFF = 0.8
 # A YAML integer whose text is this is the same name on EB (Ruby's Integer#to_s) and here (str(int)).
@@ -89,6 +92,11 @@ class CronEntry:
     source: str = DEFAULT_SOURCE
     # Where the entry deploys with EB's meaning though the file seems to say otherwise; synth shows each.
     warnings: tuple[str, ...] = ()
+
+    @property
+    def description(self) -> str:
+        """Its schedules' description, which ``worker-tier status`` reads back to show the entry."""
+        return f"cron.yaml {self.name}: {self.schedule} ({self.timezone}) -> {self.url}"[:SCHEDULE_DESCRIPTION_MAX_CHARS]
 
     @property
     def where(self) -> str:

@@ -42,6 +42,8 @@ DUE_AT_ATTRIBUTE_BYTES = len(contract.DUE_AT_ATTRIBUTE) + len("String") + len("2
 QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
 # A send whose answer was lost (read timeout, closed connection, 5xx): SQS may or may not have the message.
 OUTCOME_UNKNOWN_CODE = "SendOutcomeUnknown"
+# A message of send_batch that failed a check before anything was sent (Client.send raises it as MessageError).
+MESSAGE_ERROR_CODE = "MessageError"
 
 
 
@@ -181,6 +183,8 @@ class Client:
         """
         outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id, cancellable)
         result = self.send_batch([outgoing])[0]
+        if result.code == MESSAGE_ERROR_CODE:
+            raise MessageError(result.error or "")
         if result.message_id is None:  # not result.ok
             raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
         return result.message_id
@@ -193,11 +197,25 @@ class Client:
     ) -> list[SendResult]:
         """Send many messages in SendMessageBatch calls; return one SendResult per message, in order.
 
-        Every message is checked before any is sent: one MessageError names every
-        invalid message (up to ``MAX_LISTED_PROBLEMS``). Entries SQS fails on its
-        side are retried with backoff; entries that still fail, or that SQS
-        refuses as the sender's fault, come back with ``ok`` False, the reason and
-        the code, and so does each message the delay table did not store.
+        Each message is checked before anything is sent or stored, and one that
+        fails a check (a rule ``Client.send`` raises MessageError for, or a
+        dedupe key another message of the batch carries too) comes back with
+        ``ok`` False, code ``MESSAGE_ERROR_CODE`` and the check's message as its
+        error, while the others are sent. Entries SQS fails on its side are
+        retried with backoff; entries that still fail, or that SQS refuses as the
+        sender's fault, come back with ``ok`` False, the reason and the code, and
+        so does each message the delay table did not store. Only a call that is
+        wrong as a whole raises MessageError: ``messages`` not an iterable of
+        OutgoingMessage, or bad ``_internal_attributes``; and a Client lacking a
+        table a message needs (a long delay or ``dedupe_key`` without
+        ``delay_table``, ``cancellable`` without ``state_table``) raises
+        MissingResourceError, before anything is sent.
+
+        Examples
+        --------
+        >>> results = client.send_batch([OutgoingMessage("/hello", "hi"), OutgoingMessage("/hello", "")])  # doctest: +SKIP
+        >>> [(r.ok, r.code) for r in results]  # doctest: +SKIP
+        [(True, None), (False, 'MessageError')]
 
         ``_internal_attributes`` is for Worker Tier itself (the worker re-sending
         a message with ``worker_tier.attempts``), never for users: message index →
@@ -218,19 +236,19 @@ class Client:
         return [results[index] for index in range(len(messages))]
 
     def _route(self, messages: list[OutgoingMessage], now: float, internal: Mapping[int, Mapping[str, str]]) -> list[Any]:
-        """Each message's entry, delayed message or early SendResult; one MessageError naming every invalid message."""
+        """Each message's entry, delayed message or early SendResult (a failed ``MESSAGE_ERROR_CODE`` one when it fails a check)."""
         queue_limit = self._queue_limit_reader()
-        routed, problems = [], []
+        repeated = dedupe.repeated_keys([m.dedupe_key for m in messages])
+        routed: list[Any] = []
         for index, outgoing in enumerate(messages):
             try:
+                if index in repeated:
+                    raise MessageError(repeated[index])
                 routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit))
             except MissingResourceError:  # the Client's configuration, not this message: the same for every one
                 raise
             except MessageError as error:
-                problems.append(f"message {index} for {checks.shown(outgoing.path)}: {error}")
-        problems += dedupe.repeated_keys([m.dedupe_key for m in messages])
-        if problems:
-            raise MessageError(checks.problem_list(problems, len(messages)))
+                routed.append(SendResult(index, error=str(error), code=MESSAGE_ERROR_CODE))
         return routed
 
     def _build_entry(

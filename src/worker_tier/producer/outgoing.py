@@ -22,7 +22,7 @@ from worker_tier.core.errors import MessageError
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
 RESERVED_ATTRIBUTE_PREFIXES = ("worker_tier.", "beanstalk.sqsd.")
 MAX_DELAY_SECONDS_ = delay.MAX_DELAY_SECONDS  # due_in_seconds's parameter is named delay
-# A batch's MessageError names at most this many invalid messages, one per line.
+# send_batch's MessageError for items that are not OutgoingMessage names at most this many of them.
 MAX_LISTED_PROBLEMS = 10
 
 
@@ -69,15 +69,6 @@ def outgoing_messages(messages: Any) -> list[OutgoingMessage]:
     if wrong:
         raise MessageError(f"send_batch takes OutgoingMessage objects: {', '.join(wrong[:MAX_LISTED_PROBLEMS])}")
     return listed
-
-
-def problem_list(problems: list[str], count: int) -> str:
-    """One problem as it is; several as one line each, capped at MAX_LISTED_PROBLEMS."""
-    if len(problems) == 1:
-        return problems[0]
-    listed = problems[:MAX_LISTED_PROBLEMS]
-    more = [f"... and {len(problems) - len(listed)} more"] if len(problems) > len(listed) else []
-    return "\n".join([f"{len(problems)} problems in a batch of {count} messages; none was sent or stored:", *listed, *more])
 
 
 def shown(value: Any, limit: int = 60) -> str:
