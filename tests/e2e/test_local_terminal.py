@@ -179,3 +179,58 @@ def _aws_cli_runs() -> bool:
     if shutil.which("aws") is None:
         return False
     return subprocess.run(["aws", "--version"], capture_output=True, timeout=30, check=False).returncode == 0
+
+
+# Another shell, as a person uses it: the banner's export line pasted, then the README's commands, no other flag.
+# The Python lines are the README's Client.from_env() snippet with a 3-day delay.
+ANOTHER_SHELL = r"""
+set -eu
+{export_line}
+worker-tier status
+first_id=$(worker-tier dlq list --json | python -c 'import json, sys; print(json.load(sys.stdin)["groups"][0]["message_ids"][0])')
+worker-tier dlq show "$first_id"
+worker-tier send /hello '{{"name": "Ada"}}' --delay 3600 --cancellable --dedupe-key greet-ada
+worker-tier delayed cancel greet-ada
+worker-tier redrive --yes
+python - <<'PYTHON'
+from datetime import timedelta
+from worker_tier import Client
+client = Client.from_env()
+print("sent in 3 days", client.send("/hello", '{{"name": "Ada"}}', delay=timedelta(days=3)))
+PYTHON
+"""
+
+
+def test_the_banners_one_line_configures_another_shell_for_every_command_and_the_client():
+    # GIVEN `make run` with its examples, until /poison is dead-lettered
+    with _make_run("--port", "0", "--duration", "600") as process:
+        banner = _read_until(process, re.compile(r"DLQ +/poison"), seconds=60)
+        export_line = next(line for line in banner.splitlines() if line.startswith("  export ")).strip()
+        # WHEN another shell, with no AWS or Worker Tier variable of its own, pastes the line and runs the commands
+        shell = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "WORKER_TIER_"))}
+        shell["PATH"] = "/usr/bin:/bin"  # worker-tier and python come from the line's PATH, as in a fresh shell
+        ran = subprocess.run(["bash", "-c", ANOTHER_SHELL.format(export_line=export_line)], capture_output=True,
+                             text=True, timeout=240, env={**shell, **_environment_paths()}, cwd=REPO, check=False)
+        exported = _exported(banner)
+        dynamodb = boto3.client("dynamodb", endpoint_url=exported["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                                aws_access_key_id="any", aws_secret_access_key="any")
+        delayed = dynamodb.scan(TableName=exported["WORKER_TIER_DELAY_TABLE"])["Items"]
+        process.kill()
+        process.communicate()
+    # THEN every command worked as printed
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    out = ran.stdout
+    assert re.search(r"^DLQ +1 ", out, re.MULTILINE), out                       # status found the DLQ
+    assert re.search(r"^minutely-report +/report +\* \* \* \* \* ", out, re.MULTILINE), out  # and cron.yaml's tasks
+    assert "NonRetryableError" in out and "order 42 references a deleted customer" in out  # dlq show
+    assert "cancel: worker-tier delayed cancel greet-ada" in out and "cancelled" in out.lower()
+    assert "move task COMPLETED: 1 moved" in out                                 # redrive, by the local move task
+    sent = re.search(r"sent in 3 days (\S+)", out)
+    assert sent, out
+    # AND the 3-day message waits in the local environment's delay table
+    assert sent.group(1) in json.dumps(delayed), delayed
+
+
+def _environment_paths() -> dict[str, str]:
+    """PYTHONPATH for a checkout that is not installed (the venv's editable install makes it unneeded)."""
+    return {"PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
