@@ -76,6 +76,23 @@ def test_destroy_keeps_the_dead_letter_queue_and_the_dead_letters_in_it(stack, t
     assert (dead_letter_queue["DeletionPolicy"], dead_letter_queue["UpdateReplacePolicy"]) == ("Retain", "Retain")
 
 
+# What docs/operations.md's "What cdk destroy keeps" calls each kind of resource the stack retains.
+KEPT_BY_DESTROY = {"AWS::SQS::Queue": "dead-letter queue", "AWS::DynamoDB::GlobalTable": "table", "AWS::Logs::LogGroup": "log group"}
+
+
+def test_destroy_keeps_what_operations_md_says_it_keeps(stack, template):
+    # GIVEN the synthesized stack and the "kept" column of operations.md's table of what cdk destroy keeps
+    resources = template.to_json()["Resources"]
+    section = (REPO / "docs" / "operations.md").read_text(encoding="utf-8").split("## What cdk destroy keeps", 1)[1].split("\n## ", 1)[0]
+    kept_column = " ".join(row.split("|")[1] for row in section.splitlines() if row.startswith("| ")).lower()
+    # WHEN the resources destroy retains are listed
+    retained = {logical_id: resource["Type"] for logical_id, resource in resources.items() if resource.get("DeletionPolicy") == "Retain"}
+    # THEN they are the kinds the docs name as kept, and the work queue, whose messages are lost with it, is not among them
+    assert set(retained.values()) == set(KEPT_BY_DESTROY)
+    assert all(word in kept_column for word in KEPT_BY_DESTROY.values()), kept_column
+    assert stack.get_logical_id(stack.worker.queue.node.default_child) not in retained
+
+
 def test_a_dead_letter_queue_removal_policy_prop_lets_destroy_delete_it():
     # GIVEN a WorkerQueue whose dead_letter_queue_props say DESTROY
     stack = cdk.Stack(cdk.App(), "Billing")
