@@ -15,6 +15,8 @@ from worker_tier.core.contract import (
 from worker_tier.core.settings import Settings
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+# What `cdk destroy` does with a dead-letter queue: keeps it, and the dead letters in it (docs/operations.md).
+DEAD_LETTER_QUEUE_REMOVAL_POLICY = RemovalPolicy.RETAIN
 
 
 def queue_props(settings: Settings) -> dict[str, Any]:
@@ -29,11 +31,16 @@ def queue_props(settings: Settings) -> dict[str, Any]:
 
 
 def dead_letter_queue_props(settings: Settings) -> dict[str, Any]:
-    """A dead-letter queue: SSE-SQS, TLS only, kept for SQS's maximum 14 days."""
+    """A dead-letter queue: SSE-SQS, TLS only, kept for SQS's maximum 14 days, and kept by ``cdk destroy``.
+
+    Retained so that destroying a stack never deletes its dead letters with it (the tables and log groups are
+    retained too); ``dead_letter_queue_props={"removal_policy": RemovalPolicy.DESTROY}`` deletes it instead.
+    """
     return {
         "encryption": sqs.QueueEncryption.SQS_MANAGED,
         "enforce_ssl": True,
         "retention_period": Duration.seconds(DEAD_LETTER_RETENTION_SECONDS),
+        "removal_policy": DEAD_LETTER_QUEUE_REMOVAL_POLICY,
         **_fifo_props(settings),
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from aws_cdk import Stack, aws_dynamodb as dynamodb
+from aws_cdk import Stack, aws_dynamodb as dynamodb, aws_iam as iam
 from constructs import Construct
 
 from worker_tier.periodic import cron_config
@@ -18,7 +18,7 @@ from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherPro
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from worker_tier_cdk.settings import Settings, settings_from_context
 from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
-from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE
+from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE, Resources
 
 
 class WorkerTierStack(Stack):
@@ -69,6 +69,28 @@ class WorkerTierStack(Stack):
             else None
         )
         self._outputs()
+
+    def grant_produce(self, grantee: iam.IGrantable) -> None:
+        """Let ``grantee`` (a web app's role, another function) send work as ``Client.send`` does, and nothing more.
+
+        The work queue (``WorkerQueue.grant_produce``) and, unless the queue is FIFO, the delay table's messages
+        and dedupe markers (delays past 15 minutes, ``dedupe_key=``), with ``cancel`` and ``reschedule`` of
+        cancellable sends. Point its ``Client.from_env()`` at them with ``producer_environment()``.
+
+        Examples
+        --------
+        >>> stack.grant_produce(web_app_role)  # doctest: +SKIP
+        """
+        self.worker.grant_produce(grantee)
+        if self.delay_dispatcher is not None:
+            self.delay_dispatcher.grant_produce(grantee)
+
+    def producer_environment(self) -> dict[str, str]:
+        """The variables ``Client.from_env()`` reads to send to this stack: the queue, the delay table, the state table."""
+        environment = Resources(queue_url=self.worker.queue.queue_url, state_table=self.state_table.table_name).to_environment()
+        if self.delay_dispatcher is not None:
+            environment.update(self.delay_dispatcher.producer_environment(self.settings))
+        return environment
 
     def _delay_dispatcher(self) -> DelayDispatcher | None:
         """The delay table and its delay dispatcher; tasks may send long delays too."""

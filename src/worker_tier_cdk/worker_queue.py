@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from aws_cdk import Annotations, Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_sqs as sqs
+from aws_cdk import Annotations, Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam, aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
@@ -116,6 +116,19 @@ class WorkerQueue(Construct):
         publish(self, "worker_log_group", self.log_group.log_group_name)  # worker-tier tail
         if state_table is not None:
             publish(self, "state_table", state_table.table_name)
+
+    def grant_produce(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` (a web app's role, another function) send to the work queue, now or up to 15 minutes ahead.
+
+        It gets what ``Client.send`` calls on the queue: SendMessage (batches too), GetQueueAttributes and
+        GetQueueUrl. Longer delays, dedupe keys and cancellable sends also write the delay table:
+        ``WorkerTierStack.grant_produce`` grants both.
+
+        Examples
+        --------
+        >>> worker_queue.grant_produce(web_app_role)  # doctest: +SKIP
+        """
+        return self.queue.grant_send_messages(grantee)
 
     def _new_queue(self, settings: Settings, overrides: Mapping[str, Any]) -> sqs.Queue:
         """The work queue, its redrive policy the backstop behind the worker's own dead-lettering."""

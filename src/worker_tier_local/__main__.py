@@ -21,6 +21,7 @@ from worker_tier_local.environment import (
 )
 from worker_tier_local import messages
 from worker_tier_local.messages import ExampleMessage
+from worker_tier_local.pending import SentLedger
 from worker_tier.core.errors import SettingsError, TaskImportError
 from worker_tier.core.settings import Settings
 
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     examples = _examples(args, settings, app_directories)
     settings_source = args.settings or (DEFAULT_CDK_JSON if DEFAULT_CDK_JSON.is_file() else "defaults (no ./cdk.json)")
     add_outcome_listener(_print_outcome)
+    ledger = SentLedger()
+    add_outcome_listener(lambda outcome: _settle(ledger, outcome))
     try:
         env = LocalEnvironment(
             settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run,
@@ -98,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         if env.cron is not None and env.cron.next_due() is not None:
             _say(f"next cron tick at {env.cron.next_due():%H:%M:%S %Z}")
         for example in _registered(examples, settings):
-            _send(env, example)
+            ledger.sent(example.path, _send(env, example), example.delay)
         _loop(env, args.duration)
         _report_dead_letters(env)
-        for line in env.pending().lines():
+        for line in dataclasses.replace(env.pending(), unhandled=ledger.unhandled()).lines():
             _say(line)
     return 0
 
@@ -150,8 +153,8 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def _send(env: LocalEnvironment, example: ExampleMessage) -> None:
-    """Send one example message and say so, with what is special about it."""
+def _send(env: LocalEnvironment, example: ExampleMessage) -> str:
+    """Send one example message and say so, with what is special about it; return its id."""
     message_id = env.client.send(example.path, example.text, delay=example.delay, attributes=example.attributes or None)
     note = ""
     if example == messages.CONTAINER_TASK_EXAMPLE:
@@ -162,6 +165,7 @@ def _send(env: LocalEnvironment, example: ExampleMessage) -> None:
     elif example.delay:
         note = f"  delay {example.delay:g} s"
     _say(f"sent  {example.path:<8} {message_id[:8]}  {example.text}{note}")
+    return message_id
 
 
 def _check_task_modules(settings: Settings) -> None:
@@ -244,6 +248,12 @@ def _loop(env: LocalEnvironment, duration: float | None) -> None:
             env.poll_once(wait_seconds=1)
     except KeyboardInterrupt:
         _say("stopping (Ctrl-C)")
+
+
+def _settle(ledger: SentLedger, outcome: Outcome) -> None:
+    """A message that succeeded or was dead-lettered is handled; the other fates bring it back."""
+    if outcome.status in (OUTCOME_SUCCEEDED, OUTCOME_DEAD_LETTERED):
+        ledger.finished(outcome.message_id, outcome.path)
 
 
 def _report_dead_letters(env: LocalEnvironment) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,23 @@ def test_make_run_prints_each_outcome(tmp_path):
     assert any(" ok   /flaky " in line and "receive 3" in line for line in lines), result.stdout
     assert any(" DLQ  /poison " in line and "NonRetryableError" in line for line in lines), result.stdout
     assert any("in DLQ:" in line and "references a deleted customer" in line for line in lines), result.stdout
+
+
+def test_make_run_stopped_before_the_delayed_example_names_it_with_its_due_time(tmp_path):
+    # GIVEN `make run` with the example tasks, the delayed one due 150 s after it is sent
+    environment = {**os.environ, "PYTHONPATH": stacks.subprocess_pythonpath()}
+    # WHEN its duration ends long before that
+    result = subprocess.run(
+        [sys.executable, "-m", "worker_tier_local", "--duration", "2", "--port", "0", "--settings", str(REPO / "cdk.json")],
+        capture_output=True, text=True, timeout=60, env=environment, cwd=REPO, check=False,
+    )
+    # THEN the exit message names the delayed example by path and id, with its due time and how long until then
+    assert result.returncode == 0, result.stderr
+    [sent] = [line for line in result.stdout.splitlines() if "Grace, 150 s later" in line]
+    message_id = sent.split()[3]
+    [named] = [line for line in result.stdout.splitlines() if f"/hello   {message_id}  due at " in line]
+    assert re.search(r"due at \d\d:\d\d:\d\d \(due in 1[45]\d s\)$", named), result.stdout
+    assert "sent by this run and not finished (a longer --duration sees them through):" in result.stdout
 
 
 def test_cron_entry_tick_reaches_its_task(outcomes):

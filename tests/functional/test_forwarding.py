@@ -427,10 +427,10 @@ def test_the_documented_checks_return_false_on_malformed_headers(timestamp, sign
 
 
 def test_the_documented_v2_check_refuses_a_newline_or_a_non_text_part():
-    # GIVEN a valid v2 signature for one request
-    verify_v2 = documented_verify("verify_v2")
-    headers = {"X-Worker-Tier-Timestamp": NOW, "X-Aws-Sqsd-Msgid": "m-1",
-               contract.SIGNATURE_V2_HEADER: signature_v2(SECRET.encode(), "POST", "/work", "m-1", NOW, b"{}")}
+    # GIVEN a valid v2 signature for one request, made now (not at import: a long run would outlast its 300 s tolerance)
+    verify_v2, now = documented_verify("verify_v2"), str(int(time.time()))
+    headers = {"X-Worker-Tier-Timestamp": now, "X-Aws-Sqsd-Msgid": "m-1",
+               contract.SIGNATURE_V2_HEADER: signature_v2(SECRET.encode(), "POST", "/work", "m-1", now, b"{}")}
     assert verify_v2(SECRET.encode(), "POST", "/work", headers, b"{}") is True
 
     # WHEN a part is not text, holds a newline, or the body is not bytes  THEN it says no, without raising

@@ -36,7 +36,7 @@ from worker_tier_cdk.grants import (
 )
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX
 from worker_tier_cdk.runtime import LAMBDA_RUNTIME, PYTHON_VERSION, POWERTOOLS_VERSION, powertools_layer_arn
-from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueueProps, WorkerQueuePropsError
+from worker_tier_cdk.worker_queue import SETTINGS_ADVICE_WARNING_ID, WorkerQueue, WorkerQueueProps, WorkerQueuePropsError
 from tests.support.synth import actions_of, dynamodb_statements, on_table, synth
 from worker_tier.delays import delay, dispatch_state as dispatcher
 from worker_tier.core.settings import DEFAULT_CONTAINER_BASE_IMAGE, Settings, SettingsError
@@ -67,6 +67,41 @@ def test_dead_letter_queue_keeps_fourteen_days(template):
     template.has_resource_properties(
         "AWS::SQS::Queue", {"SqsManagedSseEnabled": True, "MessageRetentionPeriod": 1209600, "RedrivePolicy": Match.absent()}
     )
+
+
+def test_destroy_keeps_the_dead_letter_queue_and_the_dead_letters_in_it(stack, template):
+    # GIVEN the synthesized stack  WHEN `cdk destroy` reads the DLQ's policies
+    dead_letter_queue = template.find_resources("AWS::SQS::Queue")[stack.get_logical_id(stack.worker.dead_letter_queue.node.default_child)]
+    # THEN it keeps the queue, as it keeps the tables and log groups
+    assert (dead_letter_queue["DeletionPolicy"], dead_letter_queue["UpdateReplacePolicy"]) == ("Retain", "Retain")
+
+
+# What docs/operations.md's "What cdk destroy keeps" calls each kind of resource the stack retains.
+KEPT_BY_DESTROY = {"AWS::SQS::Queue": "dead-letter queue", "AWS::DynamoDB::GlobalTable": "table", "AWS::Logs::LogGroup": "log group"}
+
+
+def test_destroy_keeps_what_operations_md_says_it_keeps(stack, template):
+    # GIVEN the synthesized stack and the "kept" column of operations.md's table of what cdk destroy keeps
+    resources = template.to_json()["Resources"]
+    section = (REPO / "docs" / "operations.md").read_text(encoding="utf-8").split("## What cdk destroy keeps", 1)[1].split("\n## ", 1)[0]
+    kept_column = " ".join(row.split("|")[1] for row in section.splitlines() if row.startswith("| ")).lower()
+    # WHEN the resources destroy retains are listed
+    retained = {logical_id: resource["Type"] for logical_id, resource in resources.items() if resource.get("DeletionPolicy") == "Retain"}
+    # THEN they are the kinds the docs name as kept, and the work queue, whose messages are lost with it, is not among them
+    assert set(retained.values()) == set(KEPT_BY_DESTROY)
+    assert all(word in kept_column for word in KEPT_BY_DESTROY.values()), kept_column
+    assert stack.get_logical_id(stack.worker.queue.node.default_child) not in retained
+
+
+def test_a_dead_letter_queue_removal_policy_prop_lets_destroy_delete_it():
+    # GIVEN a WorkerQueue whose dead_letter_queue_props say DESTROY
+    stack = cdk.Stack(cdk.App(), "Billing")
+    worker = WorkerQueue(stack, "Invoices", WorkerQueueProps(settings=Settings(), task_code=TASK_CODE,
+                                                             dead_letter_queue_props={"removal_policy": cdk.RemovalPolicy.DESTROY}))
+    # WHEN synthesized
+    queues = Template.from_stack(stack).find_resources("AWS::SQS::Queue")
+    # THEN `cdk destroy` deletes that DLQ
+    assert queues[stack.get_logical_id(worker.dead_letter_queue.node.default_child)]["DeletionPolicy"] == "Delete"
 
 
 def test_every_queue_refuses_plain_http(template):

@@ -24,6 +24,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -182,6 +184,7 @@ class CancelMachine(RuleBasedStateMachine):
         assert set(delivered) <= set(self.live.values()) | (set(self.due_ms) - self.cancelled)
 
 
+@pytest.mark.slow  # tens of seconds: out of make test-fast
 def test_cancel_and_reschedule_hold_over_random_interleavings_with_dispatch():
     run_state_machine_as_test(
         CancelMachine,

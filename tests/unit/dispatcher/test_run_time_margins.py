@@ -137,6 +137,7 @@ close = st.builds(lambda first, offsets: [first + o for o in offsets], st.intege
                   st.lists(st.integers(0, MAX_SPREAD_MS), min_size=1, max_size=10))
 
 
+@pytest.mark.slow  # 2,000 examples: out of make test-fast
 @settings(max_examples=2_000, deadline=None)
 @given(close, st.floats(1_001, 899_000, allow_nan=False), st.integers(0, 999_999))
 def test_after_waiting_exactly_its_wait_a_batch_is_at_its_moment(dues, ahead_ms, micro):
@@ -151,6 +152,7 @@ def test_after_waiting_exactly_its_wait_a_batch_is_at_its_moment(dues, ahead_ms,
         assert wait_ms(batch, after_ms) == 0, f"still {wait_ms(batch, after_ms)} ms to wait after sleeping {wait} ms"
 
 
+@pytest.mark.slow  # 3,000 examples: out of make test-fast
 @settings(max_examples=3_000, deadline=None)
 @given(st.lists(st.integers(0, 4_000_000_000_000), min_size=1, max_size=10),
        st.floats(-1e13, 5e12, allow_nan=False, allow_infinity=False))

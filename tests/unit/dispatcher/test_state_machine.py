@@ -474,6 +474,7 @@ class DelayMachine(RuleBasedStateMachine):
 # ~80 s alone, but 310-345 s measured with two copies on a loaded 2-core machine: past pytest.ini's 300 s, pytest-timeout
 # raised inside an example, which Hypothesis took for a failure it then could not replay (FlakyFailure). Every call here
 # is simulated (no sleep, no socket), so only CPU time bounds it; the hung-test guard stays, with room for a loaded machine.
+@pytest.mark.slow  # out of make test-fast
 @pytest.mark.timeout(1200)
 def test_delay_path_invariants_hold_over_random_interleavings():
     steps_taken[0] = examples_run[0] = 0
