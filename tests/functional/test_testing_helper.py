@@ -180,3 +180,60 @@ def test_a_user_project_uses_the_fixture_from_pytest(tmp_path):
     # THEN the test passes
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
+
+
+# -- audit19: hostile review reproductions ---------------------------------------------------------
+
+
+def test_a_tasks_follow_up_with_a_three_day_delay_waits_three_world_days(tasks):
+    # GIVEN a task whose follow-up is sent three days ahead with Client.from_env(), as a deployed task does
+    tasks.task("/remind-later")(lambda task: Client.from_env().send("/ok", {"remind": 1}, delay=timedelta(days=3)))
+    with TaskWorld((), registry=tasks) as world:
+        world.client.send("/remind-later", {})
+        assert world.run().statuses() == ["succeeded"]
+        # WHEN one world day passes THEN the follow-up has not run: it is due in three days of the world's clock
+        early = world.advance(days=1)
+        assert [(o.path, o.status) for o in early.outcomes] == [], "follow-up ran days early (real clock, not the world's)"
+        # WHEN the third day passes THEN it ran
+        assert [(o.path, o.status) for o in world.advance(days=2, minutes=1).outcomes] == [("/ok", "succeeded")]
+
+
+def test_a_second_world_does_not_see_the_first_worlds_outcomes(tasks):
+    # GIVEN two worlds open at once (the fixture makes as many as a test asks for)
+    with TaskWorld((), registry=tasks) as first, TaskWorld((), registry=tasks) as second:
+        # WHEN a message runs in the second
+        second.client.send("/ok", {})
+        second.run()
+        # THEN the first world heard nothing
+        assert first.outcomes == []
+
+
+def test_a_task_module_making_its_client_at_import_is_routed_to_the_world(tmp_path, monkeypatch):
+    # GIVEN a task module that makes its producer at import time (a common pattern: one client per process)
+    (tmp_path / "importtime_tasks.py").write_text(textwrap.dedent("""
+        from worker_tier import Client, Task, task
+        CLIENT = Client.from_env()
+
+        @task("/chain")
+        def chain(t: Task) -> None:
+            CLIENT.send("/end", {})
+
+        @task("/end")
+        def end(t: Task) -> None:
+            pass
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("WORKER_TIER_QUEUE_URL", raising=False)
+    # WHEN a world imports it THEN it imports (the world's variables are set before its task modules import)
+    with TaskWorld("importtime_tasks", registry=Registry()) as world:
+        world.client.send("/chain", {})
+        assert [o.path for o in world.run().outcomes] == ["/chain", "/end"]
+
+
+def test_a_world_needs_no_aws_profile(tasks, monkeypatch):
+    # GIVEN a developer shell whose AWS_PROFILE names a profile this machine does not have (CI, another account)
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile-worker-tier-audit")
+    # WHEN a world opens THEN it works: it needs no AWS account or configuration
+    with TaskWorld((), registry=tasks) as world:
+        world.client.send("/ok", {})
+        assert world.run().statuses() == ["succeeded"]
