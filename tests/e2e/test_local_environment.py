@@ -220,3 +220,17 @@ def _wait_for_line(process: subprocess.Popen, expected: str, seconds: float = 30
             if selector.select(timeout=min(left, 1.0)):
                 read += process.stdout.readline()
     return read
+
+
+# -- audit19: hostile review reproductions ---------------------------------------------------------
+
+
+def test_a_stale_container_queue_variable_from_an_earlier_export_line_does_not_reach_the_worker(outcomes, monkeypatch):
+    # GIVEN a shell where an earlier `make run --container`'s export line was pasted, then `make run` started in it
+    monkeypatch.setenv(contract.CONTAINER_QUEUE_URL_VARIABLE, "http://127.0.0.1:4577/123456789012/worker-tier-local-container")
+    with LocalEnvironment(Settings(task_modules="tasks")) as env:
+        # WHEN a container task is sent to this run, which has no container worker
+        message_id = env.client.send("/render", {"frames": 1})
+        env.poll_until(lambda: any(o.message_id == message_id for o in outcomes), timeout_seconds=30)
+    # THEN the Lambda worker ran it itself, as it does with no container queue (not forwarded to the stale queue)
+    assert [(o.status, o.detail[:40]) for o in outcomes if o.message_id == message_id][0][0] == OUTCOME_SUCCEEDED, outcomes

@@ -234,3 +234,49 @@ def test_the_banners_one_line_configures_another_shell_for_every_command_and_the
 def _environment_paths() -> dict[str, str]:
     """PYTHONPATH for a checkout that is not installed (the venv's editable install makes it unneeded)."""
     return {"PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+
+
+# -- audit19: hostile review reproductions ---------------------------------------------------------
+
+
+def _exported_shell(env) -> dict[str, str]:
+    """A fresh shell's environment after the banner's export line (as _export_line prints it) was pasted."""
+    from worker_tier_local.__main__ import _export_line
+
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "WORKER_TIER_"))}
+    ran = subprocess.run(["bash", "-c", f"{_export_line(env)}; env -0"], capture_output=True, env=shell, check=True)
+    pairs = [item.split(b"=", 1) for item in ran.stdout.split(b"\0") if b"=" in item]
+    return {**{k.decode(): v.decode() for k, v in pairs}, **_environment_paths()}
+
+
+def test_a_stack_run_in_a_shell_with_the_export_line_does_not_silently_ask_the_local_endpoint():
+    # GIVEN the local environment, and a shell with its export line pasted
+    with LocalEnvironment(Settings(task_modules="tasks")) as env:
+        shell = _exported_shell(env)
+        # WHEN the operator looks at the deployed stack from that shell with --stack (which "ignores the variables")
+        ran = subprocess.run([sys.executable, "-m", "worker_tier", "--stack", "Prod", "status"], capture_output=True,
+                             text=True, env=shell, cwd=REPO, timeout=60, check=False)
+    # THEN it does not report the production stack missing after asking moto with the line's test credentials:
+    # it asks AWS, or it says which endpoint it asked and which variable sent it there
+    assert ran.returncode != 0
+    assert "Stack with id Prod does not exist" not in ran.stderr or "AWS_ENDPOINT_URL" in ran.stderr, ran.stderr
+
+
+def test_send_with_stdin_closed_and_a_literal_body_sends_it_without_a_traceback():
+    # GIVEN the local environment, and a shell with its export line pasted whose stdin is closed (cron, `<&-`)
+    with LocalEnvironment(Settings(task_modules="tasks")) as env:
+        shell = _exported_shell(env)
+        # WHEN a literal body is sent (stdin is not asked for)
+        ran = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m worker_tier send /hello hi <&-"],
+                             capture_output=True, text=True, env=shell, cwd=REPO, timeout=60, check=False)
+    # THEN it is sent, with no traceback
+    assert "Traceback" not in ran.stderr, ran.stderr
+    assert ran.returncode == 0 and ran.stdout.startswith("sent /hello "), ran.stdout + ran.stderr
+
+
+def test_send_from_a_closed_stdin_is_refused_in_one_line_naming_stdin():
+    with LocalEnvironment(Settings(task_modules="tasks")) as env:
+        shell = _exported_shell(env)
+        ran = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m worker_tier send /hello - <&-"],
+                             capture_output=True, text=True, env=shell, cwd=REPO, timeout=60, check=False)
+    assert "Traceback" not in ran.stderr and "stdin" in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
