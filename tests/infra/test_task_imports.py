@@ -67,3 +67,31 @@ def test_the_import_at_synth_reaches_no_aws_account_and_other_import_errors_are_
     assert aws["AWS_ENDPOINT_URL"] == UNREACHABLE_ENDPOINT_URL
     assert aws["AWS_ACCESS_KEY_ID"] == "synth-import-check" and "AWS_SESSION_TOKEN" not in aws
     assert aws["AWS_CONFIG_FILE"] == aws["AWS_SHARED_CREDENTIALS_FILE"] == "/dev/null"
+
+
+# -- audit19: hostile review reproductions ---------------------------------------------------------
+
+
+def test_a_task_module_that_writes_to_stdout_without_a_newline_then_fails_import_fails_synth_in_one_line(tmp_path):
+    # GIVEN a task module that prints a progress mark (no newline) at import, then imports a missing package
+    # WHEN synthesized  THEN synth still fails with the one-line TaskImportError (not a JSONDecodeError traceback)
+    with pytest.raises(TaskImportError, match=r"No module named 'requestz'"):
+        _synth(tmp_path, "import sys\nsys.stdout.write('loading billing... ')\nimport requestz\n" + TASK)
+
+
+def test_a_task_module_that_exits_at_import_fails_synth_in_one_line_naming_the_module(tmp_path):
+    # GIVEN a task module that calls sys.exit(3) at import (a script-style guard) -- 3 is the check's own failure code
+    # WHEN synthesized  THEN synth fails with one line naming the module (not an IndexError traceback)
+    with pytest.raises(TaskImportError, match=r"tasks.billing"):
+        _synth(tmp_path, "import sys\nsys.exit(3)\n" + TASK)
+
+
+def test_a_task_module_that_hangs_at_import_fails_synth_in_one_line_naming_the_module(tmp_path, monkeypatch):
+    # GIVEN a task module whose import waits (a network call to a host that does not answer), and a short timeout
+    from worker_tier_cdk import task_imports
+
+    monkeypatch.setattr(task_imports, "IMPORT_TIMEOUT_SECONDS", 3)
+    # WHEN synthesized  THEN synth fails with a WorkerTierError line naming the module and the timeout,
+    # not subprocess.TimeoutExpired's traceback
+    with pytest.raises(TaskImportError, match=r"tasks.billing"):
+        _synth(tmp_path, "import time\ntime.sleep(60)\n" + TASK)
