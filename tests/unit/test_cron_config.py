@@ -393,3 +393,19 @@ def test_a_directory_is_no_cron_file_even_when_optional(tmp_path):
     (tmp_path / "cron.yaml").mkdir()
     with pytest.raises(CronConfigError, match=r"does not exist or is not a file"):
         load(tmp_path / "cron.yaml", missing_ok=True)
+
+
+# -- audit19: hostile review reproductions ---------------------------------------------------------
+
+
+def test_quartzs_daily_noon_line_is_not_rewritten_as_a_monthly_schedule():
+    # GIVEN Quartz/Spring's canonical "every day at noon", 6 fields: second minute hour day-of-month month day-of-week
+    from worker_tier.core.errors import CronConfigError
+    from worker_tier.periodic.cron_config import parse
+
+    document = 'version: 1\ncron:\n - name: "noon"\n   url: "/x"\n   schedule: "0 0 12 * * ?"\n'
+    # WHEN cron.yaml holds it THEN it is refused, and the 5-field line it names is not '0 0 12 * *' (midnight on the
+    # 12th of each month): it is Quartz's (its 6th field '?' is never a year), so '0 12 * * *'
+    with pytest.raises(CronConfigError) as refused:
+        parse(document)
+    assert "'0 0 12 * *'" not in str(refused.value), str(refused.value)

@@ -69,3 +69,17 @@ def test_in_another_project_the_example_tasks_are_not_sent_and_one_line_says_how
     assert not [line for line in lines if line.startswith("sent ")]
     assert ("example tasks not sent: task_modules 'own_invoice_jobs' registers no /flaky, /hello, /poison; send one of "
             "yours with: worker-tier send /own-invoice '{}' (in a shell with the export line above)") in lines
+
+
+# -- audit19: hostile review reproductions ---------------------------------------------------------
+
+
+def test_in_another_project_with_its_own_hello_task_this_repos_examples_are_not_sent_to_it(tmp_path, monkeypatch, capsys):
+    # GIVEN a project of its own whose first task is /hello (the path a newcomer's first task has)
+    _project(tmp_path, monkeypatch, "own_hello_jobs",
+             "from worker_tier import task\n\n\n@task('/hello')\ndef hello(t):\n    return None\n")
+    # WHEN the local environment starts there
+    assert command.main(["--duration", "0"]) == 0
+    # THEN this repo's example bodies ({"name": "Ada"}, "Grace, 150 s later") are not sent to the project's /hello
+    out = capsys.readouterr().out
+    assert "Ada" not in out and "Grace" not in out, out
