@@ -148,3 +148,38 @@ def test_status_before_the_dispatcher_ran_says_so(deployment):
 def test_status_without_a_state_table_says_how_to_give_one(deployment):
     result = deployment.run("status", state=False)
     assert result.exit_code == 0 and "delay dispatcher: no state table (pass --state-table or --stack)" in result.stdout
+
+
+# -- audit19: hostile review reproductions ---------------------------------------------------------
+
+
+def test_send_of_an_empty_body_names_a_fix_that_applies(deployment):
+    # GIVEN an empty body (an empty file, empty stdin, or '')  WHEN sent
+    result = deployment.run("send", "/hello", "")
+    # THEN it is refused in one line whose fix fits an empty body ("remove it, or base64-encode the body" does not)
+    assert result.exit_code == 2
+    assert "base64-encode" not in result.output and "remove it" not in result.output, result.output
+
+
+def test_send_errors_name_the_command_lines_options_not_the_python_api(deployment):
+    # GIVEN a standard queue  WHEN `send --group g` and `send --cancellable` without a delay are run
+    group = deployment.run("send", "/hello", "hi", "--group", "g")
+    cancellable = deployment.run("send", "/hello", "hi", "--cancellable")
+    # THEN each one-line error names the option the person typed (--group, --delay/--cancellable),
+    # not Client.send's parameters (group_id, cancellable=True)
+    assert "--group" in group.output, group.output
+    assert "cancellable=True" not in cancellable.output and "--delay" in cancellable.output, cancellable.output
+
+
+def test_deployment_options_may_sit_between_dlq_and_its_subcommand(deployment):
+    # GIVEN the options "work before or after the subcommand"  WHEN given after `dlq`, before `list`
+    args = deployment.args("dlq", "list")
+    dlq_url = args[args.index("--dlq-url") + 1]
+    del args[args.index("--dlq-url"):args.index("--dlq-url") + 2]
+    args[args.index("dlq") + 1:args.index("dlq") + 1] = ["--dlq-url", dlq_url]
+    from click.testing import CliRunner
+    from worker_tier_cli import cli
+
+    result = CliRunner().invoke(cli, args, obj=deployment.runtime)
+    # THEN it is read (not "No such option")
+    assert result.exit_code == 0, result.output
