@@ -24,9 +24,12 @@ class BodyError(Exception):
     """A body that cannot be read or would be refused; its message is the one line to print."""
 
 
-def read_body(argument: str, stdin: BinaryIO, maximum_bytes: int = limits.SQS_MAX_MESSAGE_BYTES) -> str:
+def read_body(argument: str, stdin: BinaryIO | None, maximum_bytes: int = limits.SQS_MAX_MESSAGE_BYTES) -> str:
     """The body ``argument`` names, checked against SQS's rules and ``maximum_bytes``; BodyError when it cannot be sent."""
     if argument == STDIN_ARGUMENT:
+        if stdin is None:
+            raise BodyError(f"the body is {STDIN_ARGUMENT} (stdin), but stdin is closed: pipe the body in, or give it "
+                            f"as text or {FILE_PREFIX}PATH")
         return _decoded(stdin.read(maximum_bytes + 1), "stdin", maximum_bytes)
     if argument.startswith(FILE_PREFIX) and not argument.startswith(FILE_PREFIX + FILE_PREFIX):
         return _decoded(_read_file(Path(argument[1:]), maximum_bytes), f"file {argument[1:]}", maximum_bytes)
@@ -61,6 +64,9 @@ def _checked(text: str, size: int, source: str, maximum_bytes: int) -> str:
         shown = f"{size:,}" if source == "argument" else f"over {maximum_bytes:,}"
         raise BodyError(f"the body from {source} is {shown} bytes; the queue takes at most {maximum_bytes:,} "
                         f"(its MaximumMessageSize, with the attributes): {TOO_LARGE_FIX}")
+    if not text:
+        raise BodyError(f"the body from {source} is empty: SQS requires at least one character; send '{{}}' for a "
+                        "task that reads no body")
     problem = sqs_rules.body_problem(text)
     if problem:
         raise BodyError(f"the body from {source}: {problem}; remove it, or base64-encode the body")

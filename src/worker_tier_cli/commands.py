@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -22,7 +23,7 @@ from worker_tier_cli.cron import cron_group
 from worker_tier_cli.output import emit_json, progress_bar, table
 from worker_tier_cli.session import Runtime, Session, parse_time
 from worker_tier_cli.tail import tail_command
-from worker_tier_cli.target import OPTION_NAMES, STACK_OUTPUTS, STACK_VARIABLE, VARIABLES, WORKER_VARIABLE, Target, TargetError
+from worker_tier_cli.target import ENDPOINT_VARIABLE, OPTION_NAMES, STACK_OUTPUTS, STACK_VARIABLE, VARIABLES, WORKER_VARIABLE, Target, TargetError
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cannot be found or a refused message
@@ -40,6 +41,9 @@ FIFO_BLOCKED_NOTE = ("FIFO message groups held by messages this run left in the 
                      "or kept): {groups}; SQS hands out no later message of a group while one is in flight, so "
                      "matching messages behind them were not reached: move or delete those first (a redrive "
                      "without a filter moves them all), then run again")
+MOVE_TASK_ALREADY_RUNNING = ("a move task is already running on this DLQ (task handle {handle}), and SQS runs one at a "
+                             "time: wait for it (aws sqs list-message-move-tasks), or stop it (aws sqs "
+                             "cancel-message-move-task --task-handle {handle}), then run redrive again")
 EXIT_CODE_INTERRUPTED = 130  # a shell's code for a run ended by SIGINT
 
 
@@ -120,7 +124,8 @@ def cli(ctx: click.Context, /) -> None:
     runtime = ctx.obj if isinstance(ctx.obj, Runtime) else Runtime()
     given = ctx.meta.pop("worker_tier.deployment", {})
     session = Session(runtime, given.pop("endpoint_url", None), given.pop("region", None))
-    session.target = Target(lambda: session.client("cloudformation"), environ=runtime.environ)
+    session.target = Target(lambda: session.client("cloudformation"), environ=runtime.environ,
+                            endpoint=lambda: session.endpoint_url or runtime.environ.get(ENDPOINT_VARIABLE))
     for name, value in given.items():
         session.target.give(name, value)
     ctx.obj = session
@@ -319,6 +324,9 @@ def _move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None, shown: 
     except (NotImplementedError, ClientError) as error:
         if isinstance(error, ClientError) and error.response.get("Error", {}).get("Code") not in MOVE_TASK_UNAVAILABLE_CODES:
             raise
+        running = redrive.running_move_task(sqs, dlq_url)  # SQS answers a second task UnsupportedOperation too
+        if running is not None:
+            raise click.ClickException(MOVE_TASK_ALREADY_RUNNING.format(handle=running.get("TaskHandle", "?"))) from error
         click.echo(MOVE_TASK_FALLBACK_NOTE, err=True)
         return None
     try:
@@ -410,9 +418,10 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     queue_url = target.required("queue_url")
     maximum = _maximum_message_size(sqs, queue_url)
     try:
-        text = message_body.read_body(body, sys.stdin.buffer, maximum or limits.SQS_MAX_MESSAGE_BYTES)
+        text = message_body.read_body(body, getattr(sys.stdin, "buffer", None), maximum or limits.SQS_MAX_MESSAGE_BYTES)
     except message_body.BodyError as error:
         raise UsageFailure(str(error)) from error
+    _check_send_options(queue_url, group_id, cancellable, delay, at, session.now())
     dedupe_key = dedupe_key or (uuid.uuid4().hex if cancellable else None)  # `delayed cancel` finds it by its key
     state_table = target.required("state_table") if cancellable else None
     delay_table = target.required("delay_table") if cancellable else target.optional("delay_table")
@@ -442,6 +451,20 @@ def _maximum_message_size(sqs: Any, queue_url: str) -> int | None:
         return int(attributes["MaximumMessageSize"])
     except (BotoCoreError, ClientError, KeyError, ValueError):
         return None
+
+
+def _check_send_options(queue_url: str, group_id: str | None, cancellable: bool, delay: float | None,
+                        at: datetime | None, now: datetime) -> None:
+    """UsageFailure, in the command line's own names, for options the queue or the cancel window cannot take."""
+    if group_id is not None and not queue_url.endswith(".fifo"):
+        raise UsageFailure(f"--group {group_id!r}: a MessageGroupId applies to FIFO queues only, and {queue_url} is a "
+                           "standard queue; drop --group, or send to a FIFO queue (its URL ends in .fifo)")
+    ahead = delay if delay is not None else ((at - now).total_seconds() if at is not None else 0)
+    if cancellable and ahead <= CANCELLABLE_MIN_DELAY_SECONDS:
+        given = "no --delay or --at" if delay is None and at is None else f"due in {ahead:g} s"
+        raise UsageFailure(f"--cancellable with {given}: a cancellable message must be due more than "
+                           f"{CANCELLABLE_MIN_DELAY_SECONDS} s ahead (the delay dispatcher takes it {CANCELLABLE_MIN_DELAY_SECONDS} s "
+                           "before it is due, and it is cancellable only until then); give --delay or --at later than that")
 
 
 def _attribute(text: str) -> tuple[str, str]:
@@ -484,10 +507,9 @@ def _with_deployment_options(group: click.Group) -> None:
     pending = [command for name, command in group.commands.items() if name not in OFFLINE_COMMANDS]
     while pending:
         command = pending.pop()
+        command.params.extend(deployment_options())  # a group's too: `dlq --dlq-url X list`
         if isinstance(command, click.Group):
             pending.extend(command.commands.values())
-        else:
-            command.params.extend(deployment_options())
 
 
 _with_deployment_options(cli)

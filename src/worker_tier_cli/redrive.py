@@ -442,6 +442,15 @@ def start_move_task(sqs: Any, dlq_url: str, queue_url: str, rate: int | None = N
     return str(sqs.start_message_move_task(**request)["TaskHandle"])
 
 
+def running_move_task(sqs: Any, dlq_url: str) -> dict[str, Any] | None:
+    """The DLQ's move task still running, if ListMessageMoveTasks answers and shows one; else None."""
+    try:
+        tasks = sqs.list_message_move_tasks(SourceArn=queue_arn(sqs, dlq_url), MaxResults=1).get("Results") or []
+    except Exception:  # an endpoint without move tasks (moto's server answers 500): nothing can be running
+        return None
+    return next((dict(t) for t in tasks if t.get("Status") in ("RUNNING", "CANCELLING")), None)
+
+
 def follow_move_task(sqs: Any, dlq_url: str, task_handle: str, sleep: Callable[[float], None] = time.sleep,
                      progress: Callable[[dict[str, Any]], None] = lambda task: None) -> dict[str, Any]:
     """Poll ListMessageMoveTasks until the task ends; its last state."""

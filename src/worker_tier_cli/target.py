@@ -29,6 +29,7 @@ DEFAULT_STACK_NAME = "WorkerTier"  # app.py's stack
 # cdk.json's context key naming the stack, for an app that deploys it under another name.
 STACK_CONTEXT_KEY = "worker_tier_stack"
 STACK_VARIABLE = "WORKER_TIER_STACK"
+ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"  # boto3's own: https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html
 WORKER_VARIABLE = "WORKER_TIER_WORKER"
 # Resource -> the stack's output that carries it, for the resources a command reads.
 STACK_OUTPUTS = {resource: key for resource, key in contract.STACK_OUTPUTS.items() if resource != "worker_function"}
@@ -72,6 +73,8 @@ class Target:
     """
 
     cloudformation: Callable[[], Any]
+    # The endpoint the clients ask (--endpoint-url, else AWS_ENDPOINT_URL), named when a stack cannot be read there.
+    endpoint: Callable[[], str | None] = lambda: None
     given: dict[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=dict)
     stack: str | None = None
@@ -124,13 +127,22 @@ class Target:
             try:
                 stacks = self.cloudformation().describe_stacks(StackName=name)["Stacks"]
             except Exception as error:  # botocore's ClientError (no such stack), or no credentials/endpoint
-                raise TargetError(f"cannot read stack {name!r} ({error}); pass --stack NAME, set the "
+                raise TargetError(f"cannot read stack {name!r}{self._asked()} ({error}); pass --stack NAME, set the "
                                   f"deployment's variables ({contract.QUEUE_URL_VARIABLE}, {contract.DLQ_URL_VARIABLE}, "
                                   "...: make run prints them), or pass the resources (--queue-url, --dlq-url, "
                                   "--state-table)") from error
             outputs = (stacks[0].get("Outputs") or []) if stacks else []
             self._outputs = {o["OutputKey"]: o["OutputValue"] for o in outputs}
         return self._outputs
+
+    def _asked(self) -> str:
+        """Where DescribeStacks went, when not to AWS itself: the local environment's export line sets AWS_ENDPOINT_URL."""
+        endpoint = self.endpoint()
+        if not endpoint:
+            return ""
+        source = "--endpoint-url" if endpoint != self.environ.get(ENDPOINT_VARIABLE) else ENDPOINT_VARIABLE
+        return (f" at {endpoint} (from {source}; a shell with make run's export line asks the local environment: "
+                f"unset {ENDPOINT_VARIABLE} to ask AWS)")
 
     @property
     def _explicit_stack(self) -> str | None:

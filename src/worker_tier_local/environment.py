@@ -124,7 +124,10 @@ class LocalEnvironment:
         self.dynamodb = boto3.client("dynamodb")
         self._create_resources()
         self.schedule_group = self._create_schedules()
-        self._set_environment({**self.settings.to_environment(), **self.resources().to_environment()})
+        # Every resource variable is this environment's: one it lacks (no container queue) is unset, not left
+        # as an earlier run's export line set it in this shell.
+        unset = {field.metadata["variable"]: None for field in dataclasses.fields(contract.Resources)}
+        self._set_environment({**unset, **self.settings.to_environment(), **self.resources().to_environment()})
         if self._handler is None:  # the real worker imports them on its first batch; a failure would stop every one
             import_task_modules(self.settings.task_modules.split(","))
         self.client = self.new_client()
@@ -343,10 +346,14 @@ class LocalEnvironment:
             LOCAL_ACCOUNT,
         )
 
-    def _set_environment(self, values: dict[str, str]) -> None:
+    def _set_environment(self, values: dict[str, str | None]) -> None:
+        """Set each variable (None: unset it), keeping its value before for ``stop``."""
         for name, value in values.items():
             self._saved_environment.setdefault(name, os.environ.get(name))
-            os.environ[name] = value
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _port_free(port: int) -> bool:

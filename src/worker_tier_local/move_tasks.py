@@ -35,6 +35,11 @@ JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
+# StartMessageMoveTask's MaxNumberOfMessagesPerSecond range:
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_StartMessageMoveTask.html
+MIN_MOVE_RATE, MAX_MOVE_RATE = 1, 500
+
+
 class MoveTaskError(Exception):
     """A request SQS would refuse: its error code and message."""
 
@@ -99,6 +104,10 @@ class MoveTasks:
         return [body]
 
     def start_message_move_task(self, request: dict[str, Any]) -> dict[str, Any]:
+        rate = request.get("MaxNumberOfMessagesPerSecond")
+        if rate is not None and not (isinstance(rate, int) and MIN_MOVE_RATE <= rate <= MAX_MOVE_RATE):
+            raise MoveTaskError("InvalidParameterValue", f"MaxNumberOfMessagesPerSecond must be {MIN_MOVE_RATE} to "
+                                                         f"{MAX_MOVE_RATE}, got {rate!r}")
         sqs, source = self._sqs_factory(), str(request.get("SourceArn") or "")
         source_url = _queue_url(sqs, source)
         asked = bool(request.get("DestinationArn"))
@@ -108,7 +117,6 @@ class MoveTasks:
             if any(t.source_arn == source and t.status in (RUNNING, CANCELLING) for t in self._tasks):
                 raise MoveTaskError("UnsupportedOperation", f"a message move task is already running on {source}")
             counts = sqs.get_queue_attributes(QueueUrl=source_url, AttributeNames=["ApproximateNumberOfMessages"])
-            rate = request.get("MaxNumberOfMessagesPerSecond")
             task = MoveTask(uuid.uuid4().hex, source, destination, asked, int(rate) if rate is not None else None,
                             int(counts["Attributes"]["ApproximateNumberOfMessages"]), int(self._clock() * 1000))
             self._tasks.insert(0, task)

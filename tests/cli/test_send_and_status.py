@@ -150,9 +150,6 @@ def test_status_without_a_state_table_says_how_to_give_one(deployment):
     assert result.exit_code == 0 and "delay dispatcher: no state table (pass --state-table or --stack)" in result.stdout
 
 
-# -- audit19: hostile review reproductions ---------------------------------------------------------
-
-
 def test_send_of_an_empty_body_names_a_fix_that_applies(deployment):
     # GIVEN an empty body (an empty file, empty stdin, or '')  WHEN sent
     result = deployment.run("send", "/hello", "")
@@ -169,17 +166,3 @@ def test_send_errors_name_the_command_lines_options_not_the_python_api(deploymen
     # not Client.send's parameters (group_id, cancellable=True)
     assert "--group" in group.output, group.output
     assert "cancellable=True" not in cancellable.output and "--delay" in cancellable.output, cancellable.output
-
-
-def test_deployment_options_may_sit_between_dlq_and_its_subcommand(deployment):
-    # GIVEN the options "work before or after the subcommand"  WHEN given after `dlq`, before `list`
-    args = deployment.args("dlq", "list")
-    dlq_url = args[args.index("--dlq-url") + 1]
-    del args[args.index("--dlq-url"):args.index("--dlq-url") + 2]
-    args[args.index("dlq") + 1:args.index("dlq") + 1] = ["--dlq-url", dlq_url]
-    from click.testing import CliRunner
-    from worker_tier_cli import cli
-
-    result = CliRunner().invoke(cli, args, obj=deployment.runtime)
-    # THEN it is read (not "No such option")
-    assert result.exit_code == 0, result.output

@@ -130,3 +130,14 @@ def test_a_long_delay_without_a_delay_table_names_the_option_and_the_variable(de
     assert ("no delay_table: pass --delay-table or set WORKER_TIER_DELAY_TABLE (no stack is read when resources are "
             "given without --stack)") in result.stderr
     assert "pass delay_table (" not in result.stderr
+
+
+def test_deployment_options_may_sit_between_dlq_and_its_subcommand(deployment):
+    # GIVEN the options "work before or after the subcommand"  WHEN given after `dlq`, before `list`
+    args = deployment.args("dlq", "list")
+    dlq_url = args[args.index("--dlq-url") + 1]
+    del args[args.index("--dlq-url"):args.index("--dlq-url") + 2]
+    args[args.index("dlq") + 1:args.index("dlq") + 1] = ["--dlq-url", dlq_url]
+    result = CliRunner().invoke(cli, args, obj=deployment.runtime)
+    # THEN it is read (not "No such option")
+    assert result.exit_code == 0, result.output

@@ -222,9 +222,6 @@ def _wait_for_line(process: subprocess.Popen, expected: str, seconds: float = 30
     return read
 
 
-# -- audit19: hostile review reproductions ---------------------------------------------------------
-
-
 def test_a_stale_container_queue_variable_from_an_earlier_export_line_does_not_reach_the_worker(outcomes, monkeypatch):
     # GIVEN a shell where an earlier `make run --container`'s export line was pasted, then `make run` started in it
     monkeypatch.setenv(contract.CONTAINER_QUEUE_URL_VARIABLE, "http://127.0.0.1:4577/123456789012/worker-tier-local-container")

@@ -1,4 +1,4 @@
-"""audit19: the local environment's own StartMessageMoveTask/List/Cancel (worker_tier_local.move_tasks), attacked
+"""The local environment's own StartMessageMoveTask/List/Cancel (worker_tier_local.move_tasks), attacked
 through moto's real server as the local environment runs it: two redrives, cancel mid-move, out-of-range rates."""
 
 from __future__ import annotations
