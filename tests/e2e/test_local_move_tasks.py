@@ -73,7 +73,7 @@ def test_a_second_redrive_while_a_move_task_runs_is_refused_not_run_as_a_batch_m
 
 def test_a_move_task_cancelled_mid_move_loses_and_duplicates_nothing(server):
     # GIVEN a slow move task that has moved a few messages
-    endpoint, sqs, queue_url, dlq_url, dlq_arn = server
+    _, sqs, queue_url, dlq_url, dlq_arn = server
     handle = sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=2)["TaskHandle"]
     time.sleep(2.5)
     # WHEN it is cancelled
@@ -89,7 +89,7 @@ def test_a_move_task_cancelled_mid_move_loses_and_duplicates_nothing(server):
 @pytest.mark.parametrize("rate", [0, -1, 501])
 def test_a_move_task_rate_outside_sqss_range_is_refused_naming_it(server, rate):
     # GIVEN SQS's range for MaxNumberOfMessagesPerSecond: 1 to 500 (API_StartMessageMoveTask)
-    endpoint, sqs, queue_url, dlq_url, dlq_arn = server
+    _, sqs, _, _, dlq_arn = server
     # WHEN a move task asks for a rate outside it THEN the request is refused with InvalidParameterValue, as SQS does
     with pytest.raises(sqs.exceptions.ClientError) as refused:
         sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=rate)

@@ -165,7 +165,8 @@ def _exported(banner: str) -> dict[str, str]:
     line = next(line for line in banner.splitlines() if line.startswith("  export "))
     words = shlex.split(line)
     assert words[0] == "export"
-    return dict(word.split("=", 1) for word in words[1:])
+    # "$PATH" expands as a shell would: the line puts the venv's bin before the PATH the shell had
+    return {name: value.replace("$PATH", os.environ["PATH"]) for name, value in (w.split("=", 1) for w in words[1:])}
 
 
 def _free_port() -> int:

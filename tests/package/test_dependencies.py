@@ -41,6 +41,8 @@ LAZY_IMPORTS = {
     ("worker_tier", "croniter"): ("src/worker_tier/periodic/cron_preview.py",),
     # The tracing extra: only a worker whose middleware setting names the TracingMiddleware, or a process that traces.
     ("worker_tier", "opentelemetry"): ("src/worker_tier/pipeline/tracing.py", "src/worker_tier/pipeline/trace_header.py"),
+    # The testing helper's fixture: pytest loads it (the pytest11 entry point), so pytest is there whenever it runs.
+    ("worker_tier", "pytest"): ("src/worker_tier/testing/pytest_plugin.py",),
 }
 
 
