@@ -225,7 +225,8 @@ def test_a_task_module_making_its_client_at_import_is_routed_to_the_world(tmp_pa
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("WORKER_TIER_QUEUE_URL", raising=False)
     # WHEN a world imports it THEN it imports (the world's variables are set before its task modules import)
-    with TaskWorld("importtime_tasks", registry=Registry()) as world:
+    # (the module's @task fills the default registry, so the world runs with it: an empty Registry() would hear no path)
+    with TaskWorld("importtime_tasks") as world:
         world.client.send("/chain", {})
         assert [o.path for o in world.run().outcomes] == ["/chain", "/end"]
 
