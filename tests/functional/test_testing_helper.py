@@ -273,3 +273,15 @@ def test_a_client_with_its_default_clock_reads_the_worlds_clock(tasks):
         client.send("/ok", {}, delay=timedelta(days=3))
         assert world.advance(days=2).outcomes == []
         assert world.advance(days=1, minutes=1).statuses() == ["succeeded"]
+
+
+def test_a_delayed_message_stored_in_a_minute_already_passed_still_runs(tasks):
+    # GIVEN a world whose dispatcher has run, and a producer on a clock an hour behind the world's
+    with TaskWorld((), registry=tasks) as world:
+        world.advance(hours=2)
+        behind = Client(world.queue_url, "worker-tier-testing-delays", clock=lambda: world.clock() - 3600,
+                        state_table="worker-tier-testing-state")
+        # WHEN it sends 20 minutes ahead by its clock: due 40 minutes ago by the world's
+        behind.send("/ok", {"late": True}, delay=timedelta(minutes=20))
+        # THEN the world's safety net sends it, and it runs now rather than never
+        assert world.run().statuses() == ["succeeded"]

@@ -15,6 +15,7 @@ from worker_tier.core.envelope import lambda_record
 from worker_tier.core.settings import Settings
 from worker_tier.core.message import format_due_at
 from worker_tier.delays.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS
+from worker_tier.delays.delay_recovery import DelayRecovery
 from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 from worker_tier.producer.client import Client
@@ -139,6 +140,11 @@ class TaskWorld:
             DELAY_TABLE, STATE_TABLE, self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
             sqs=self.queues, dynamodb=self.tables, clock=self.clock, sleep=self.sleep, parallel=False,
         )
+        # The safety net, fed each new delay-table item as the table's stream would: an item stored in a minute the
+        # dispatcher has passed (a producer on another clock) is sent, as in a deployed stack, never silently kept.
+        self._recovery = DelayRecovery(STATE_TABLE, self.queue_url, self.dead_letter_queue_url, sqs=self.queues,
+                                       dynamodb=self.tables, clock=self.clock, sleep=self.sleep, delay_table=DELAY_TABLE)
+        self._streamed: set[tuple[str, str]] = set()  # the delay-table items the safety net has heard of
         self._ticks = _Ticks(cron, self.settings, TickEnqueuer(self.queue_url, STATE_TABLE, sqs=self.queues,
                                                               dynamodb=self.tables, clock=self.clock, sleep=self.sleep))
         self._ticks.start(self.now)
@@ -168,9 +174,10 @@ class TaskWorld:
         result, start = RunResult(), len(self.outcomes)
         self._ticks.fire_due(self.now)
         self._dispatcher.run()
+        self._stream_new_items()
         self._link_dispatched()
         while self._handle_batch():
-            pass
+            self._stream_new_items()
         result.outcomes = self.outcomes[start:]
         return result
 
@@ -301,6 +308,21 @@ class TaskWorld:
                 if item["id"]["S"] not in self._sent_as and item["body"]["S"] == stored.body and format_due_at(int(item["due_ms"]["N"])) == due_at:
                     self._sent_as[item["id"]["S"]] = stored.message_id
                     break
+
+    def _stream_new_items(self) -> None:
+        """Give the safety net an INSERT stream record of each delay-table message item it has not heard of, made now."""
+        records = []
+        for item in self.tables.tables[DELAY_TABLE].values():
+            key = (item[contract.DELAY_PARTITION_KEY]["S"], item[contract.DELAY_SORT_KEY]["S"])
+            if key in self._streamed or "due_ms" not in item:
+                continue
+            self._streamed.add(key)
+            keys = {contract.DELAY_PARTITION_KEY: item[contract.DELAY_PARTITION_KEY], contract.DELAY_SORT_KEY: item[contract.DELAY_SORT_KEY]}
+            records.append({"eventID": str(len(self._streamed)), "eventName": "INSERT", "dynamodb": {
+                "Keys": keys, "NewImage": dict(item), "ApproximateCreationDateTime": math.floor(self._now),
+                "SequenceNumber": str(len(self._streamed))}})
+        if records:
+            self._recovery.process(records)
 
     def _delayed_dues(self) -> list[float]:
         """When each message in the delay table is due (seconds): dispatched ones stay there until their TTL."""
