@@ -69,7 +69,7 @@ class Routing:
             _BEFORE.environment.setdefault(name, os.environ.get(name))
             _set_variable(name, value)
         if self._session is None:  # made once the variables are set: it reads no profile
-            self._session = boto3.Session(region_name=REGION, **CREDENTIALS)
+            self._session = boto3.Session(CREDENTIALS["aws_access_key_id"], CREDENTIALS["aws_secret_access_key"], region_name=REGION)
             for service in self._services:
                 self._session.events.register(f"before-parameter-build.{service}", _keep_params)
                 self._session.events.register(f"before-call.{service}", self._answer)  # type: ignore[arg-type]  # answers are its purpose

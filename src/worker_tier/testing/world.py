@@ -123,6 +123,7 @@ class TaskWorld:
         self.outcomes: list[Outcome] = []
         self._sent_as: dict[str, str] = {}  # a delay-table message's id -> the id SQS gave it at dispatch
         self._routing = Routing({"sqs": self.queues, "dynamodb": self.tables}, self._environment(), self.clock)
+        self._listening = False  # whether its outcome listener is added
         self._open()
         try:  # a task module may make its Client at import: the world's variables, routing and clock are in place
             registry.import_modules(task_modules.split(",") if isinstance(task_modules, str) else task_modules)
