@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -225,7 +226,8 @@ def test_a_task_module_making_its_client_at_import_is_routed_to_the_world(tmp_pa
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("WORKER_TIER_QUEUE_URL", raising=False)
     # WHEN a world imports it THEN it imports (the world's variables are set before its task modules import)
-    with TaskWorld("importtime_tasks", registry=Registry()) as world:
+    # (the module's @task fills the default registry, so the world runs with it: an empty Registry() would hear no path)
+    with TaskWorld("importtime_tasks") as world:
         world.client.send("/chain", {})
         assert [o.path for o in world.run().outcomes] == ["/chain", "/end"]
 
@@ -236,4 +238,50 @@ def test_a_world_needs_no_aws_profile(tasks, monkeypatch):
     # WHEN a world opens THEN it works: it needs no AWS account or configuration
     with TaskWorld((), registry=tasks) as world:
         world.client.send("/ok", {})
+        assert world.run().statuses() == ["succeeded"]
+
+
+def test_worlds_closed_out_of_order_hand_the_process_back_as_it_was(tasks):
+    # GIVEN the process's queue variable, default boto3 session and wall clock before any world
+    import boto3
+
+    from worker_tier.core import wall_clock
+
+    queue_before, session_before = os.environ.get("WORKER_TIER_QUEUE_URL"), boto3.DEFAULT_SESSION
+    first = TaskWorld((), registry=tasks)
+    second = TaskWorld((), registry=tasks, start=first.now + timedelta(days=1))
+    # WHEN the first world closes while the second is open
+    first.close()
+    # THEN the second still holds the process: its variables, its routing and its clock
+    assert os.environ["WORKER_TIER_QUEUE_URL"] == second.queue_url
+    message_id = Client.from_env().send("/ok", {})
+    assert second.run().outcome(message_id).status == "succeeded"
+    assert wall_clock.now() == second.clock()
+    # WHEN the second closes too (and the first again) THEN all is as before the first opened
+    second.close()
+    first.close()
+    assert os.environ.get("WORKER_TIER_QUEUE_URL") == queue_before
+    assert boto3.DEFAULT_SESSION is session_before
+    assert abs(wall_clock.now() - time.time()) < 60
+
+
+def test_a_client_with_its_default_clock_reads_the_worlds_clock(tasks):
+    # GIVEN a Client built by the app under test, not by the world, with its default clock (the wall clock)
+    with TaskWorld((), registry=tasks) as world:
+        client = Client(world.queue_url, "worker-tier-testing-delays", state_table="worker-tier-testing-state")
+        # WHEN it sends three days ahead THEN the message runs after three world days, not before
+        client.send("/ok", {}, delay=timedelta(days=3))
+        assert world.advance(days=2).outcomes == []
+        assert world.advance(days=1, minutes=1).statuses() == ["succeeded"]
+
+
+def test_a_delayed_message_stored_in_a_minute_already_passed_still_runs(tasks):
+    # GIVEN a world whose dispatcher has run, and a producer on a clock an hour behind the world's
+    with TaskWorld((), registry=tasks) as world:
+        world.advance(hours=2)
+        behind = Client(world.queue_url, "worker-tier-testing-delays", clock=lambda: world.clock() - 3600,
+                        state_table="worker-tier-testing-state")
+        # WHEN it sends 20 minutes ahead by its clock: due 40 minutes ago by the world's
+        behind.send("/ok", {"late": True}, delay=timedelta(minutes=20))
+        # THEN the world's safety net sends it, and it runs now rather than never
         assert world.run().statuses() == ["succeeded"]

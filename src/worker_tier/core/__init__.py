@@ -1,1 +1,1 @@
-"""The core every other package stands on: the wire contract, settings, SQS rules and limits, retries, errors, AWS clients, logging and metrics, the state table, messages and tasks. It imports nothing from the rest of the runtime."""
+"""The core every other package stands on: the wire contract, settings, SQS rules and limits, retries, errors, AWS clients, logging and metrics, the state table, messages and tasks, and the wall clock. It imports nothing from the rest of the runtime."""

@@ -79,6 +79,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from worker_tier.core import contract, limits, message, sqs_rules
+from worker_tier.core import wall_clock
 from worker_tier.delays import delay, delivery
 from worker_tier.core.aws import LazyClient
 from worker_tier.delays.delay import DelayedMessage
@@ -313,7 +314,7 @@ class DelayRecovery:
         *,
         sqs: Any = None,
         dynamodb: Any = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_clock.now,
         sleep: Callable[[float], None] = time.sleep,
         delay_table: str | None = None,
     ) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from worker_tier.core import contract, limits, sqs_rules
+from worker_tier.core import wall_clock
 from worker_tier.delays import delay, send_moment
 from worker_tier.core.aws import error_code
 from worker_tier.delays.delay import DelayedMessage
@@ -190,7 +191,7 @@ class Delivery:
     """The dispatcher's sends: batches retried until accepted or refused, and dead letters with their reasons."""
 
     def __init__(self, sqs: Any, dead_letter_queue_url: str, delay_table: str, *,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = wall_clock.now, sleep: Callable[[float], None] = time.sleep) -> None:
         self._sqs = sqs  # a worker_tier.core.aws.LazyClient
         self.dead_letter_queue_url = dead_letter_queue_url
         self.delay_table = delay_table

@@ -83,6 +83,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from worker_tier.core import contract, limits
+from worker_tier.core import wall_clock
 from worker_tier.delays import delay
 from worker_tier.core.aws import AwsService, LazyClient, new_client
 from worker_tier.delays.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS
@@ -142,7 +143,7 @@ class DelayDispatcher:
         dead_letter_queue_url: str,
         sqs: Any = None,
         dynamodb: Any = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_clock.now,
         sleep: Callable[[float], None] = time.sleep,
         parallel: bool = True,
         horizon_seconds: int = DISPATCH_HORIZON_SECONDS,

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from worker_tier.core import contract, message, observability, sqs_rules
+from worker_tier.core import wall_clock
 from worker_tier.core.aws import LazyClient, error_code
 from worker_tier.core.contract import METRIC_TICK_MARK_FAILED, TICK_KEY_PREFIX
 from worker_tier.core.envelope import Envelope
@@ -120,7 +121,7 @@ class TickEnqueuer:
         *,
         sqs: Any = None,
         dynamodb: Any = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_clock.now,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.queue_url = queue_url

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier.delays import cancellation, dedupe, delay
 from worker_tier.core import contract, limits, message
+from worker_tier.core import wall_clock
 from worker_tier.pipeline import middleware
 from worker_tier.producer import outgoing as checks
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
@@ -104,7 +105,7 @@ class Client:
         self.fifo = queue_url.endswith(".fifo")
         self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
-        self._clock = clock or time.time
+        self._clock = clock or wall_clock.now
         self._sleep = sleep
         self._delay_shards = delay_shards
         # Delays above this go to the delay table; only the local environment lowers it (with the horizon).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -15,6 +15,7 @@ from worker_tier.core.envelope import lambda_record
 from worker_tier.core.settings import Settings
 from worker_tier.core.message import format_due_at
 from worker_tier.delays.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS
+from worker_tier.delays.delay_recovery import DelayRecovery
 from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 from worker_tier.producer.client import Client
@@ -33,6 +34,8 @@ STATE_TABLE, DELAY_TABLE = "worker-tier-testing-state", "worker-tier-testing-del
 DUE_SLACK_SECONDS = 1.0
 # Powertools' metrics print one EMF line per flush otherwise: https://docs.powertools.aws.dev/lambda/python/latest/core/metrics/
 METRICS_DISABLED_VARIABLE = "POWERTOOLS_METRICS_DISABLED"
+# The outcome listener is the process's; the world whose worker is handling a batch is the one that hears it.
+_handling: ContextVar[TaskWorld | None] = ContextVar("worker_tier_testing_handling", default=None)
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,16 @@ class TaskWorld:
         self.queues = MemoryQueues(self.clock)
         self.tables = MemoryTables()
         self._create_resources()
-        modules = task_modules.split(",") if isinstance(task_modules, str) else task_modules
-        registry.import_modules(modules)
+        self.outcomes: list[Outcome] = []
+        self._sent_as: dict[str, str] = {}  # a delay-table message's id -> the id SQS gave it at dispatch
+        self._routing = Routing({"sqs": self.queues, "dynamodb": self.tables}, self._environment(), self.clock)
+        self._listening = False  # whether its outcome listener is added
+        self._open()
+        try:  # a task module may make its Client at import: the world's variables, routing and clock are in place
+            registry.import_modules(task_modules.split(",") if isinstance(task_modules, str) else task_modules)
+        except BaseException:
+            self.close()
+            raise
         self.worker = Worker(
             self.settings, queue_url=self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
             state_table=STATE_TABLE, delay_table=DELAY_TABLE, registry=registry, sqs=self.queues,
@@ -130,14 +141,14 @@ class TaskWorld:
             DELAY_TABLE, STATE_TABLE, self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
             sqs=self.queues, dynamodb=self.tables, clock=self.clock, sleep=self.sleep, parallel=False,
         )
+        # The safety net, fed each new delay-table item as the table's stream would: an item stored in a minute the
+        # dispatcher has passed (a producer on another clock) is sent, as in a deployed stack, never silently kept.
+        self._recovery = DelayRecovery(STATE_TABLE, self.queue_url, self.dead_letter_queue_url, sqs=self.queues,
+                                       dynamodb=self.tables, clock=self.clock, sleep=self.sleep, delay_table=DELAY_TABLE)
+        self._streamed: set[tuple[str, str]] = set()  # the delay-table items the safety net has heard of
         self._ticks = _Ticks(cron, self.settings, TickEnqueuer(self.queue_url, STATE_TABLE, sqs=self.queues,
                                                               dynamodb=self.tables, clock=self.clock, sleep=self.sleep))
         self._ticks.start(self.now)
-        self.outcomes: list[Outcome] = []
-        self._sent_as: dict[str, str] = {}  # a delay-table message's id -> the id SQS gave it at dispatch
-        self._routing = Routing({"sqs": self.queues, "dynamodb": self.tables})
-        self._saved_environment: dict[str, str | None] = {}
-        self._open()
 
     # -- time -------------------------------------------------------------------------------
 
@@ -164,9 +175,10 @@ class TaskWorld:
         result, start = RunResult(), len(self.outcomes)
         self._ticks.fire_due(self.now)
         self._dispatcher.run()
+        self._stream_new_items()
         self._link_dispatched()
         while self._handle_batch():
-            pass
+            self._stream_new_items()
         result.outcomes = self.outcomes[start:]
         return result
 
@@ -213,15 +225,15 @@ class TaskWorld:
     # -- lifetime ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop hearing outcomes, and give boto3 and the environment back as they were."""
-        remove_outcome_listener(self.outcomes.append)
+        """Stop hearing outcomes, and let go of the process: boto3, the environment and the wall clock.
+
+        Another world still open holds them then; with none, they are as before the first world opened.
+        Closing twice is closing once.
+        """
+        if self._listening:
+            self._listening = False
+            remove_outcome_listener(self._hear)
         self._routing.stop()
-        for name, value in self._saved_environment.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        self._saved_environment.clear()
 
     def __enter__(self) -> TaskWorld:
         return self
@@ -232,16 +244,22 @@ class TaskWorld:
     # -- helpers ----------------------------------------------------------------------------
 
     def _open(self) -> None:
-        """Hear the worker's outcomes, route boto3 here, and set the variables ``Client.from_env()`` reads."""
-        add_outcome_listener(self.outcomes.append)
+        """Hear this world's worker's outcomes; route boto3, the variables ``Client.from_env()`` reads and the wall clock here."""
+        self._listening = True
+        add_outcome_listener(self._hear)
         self._routing.start()
+
+    def _environment(self) -> dict[str, str | None]:
+        """The variables ``Client.from_env()`` and ``Worker.from_environment()`` read, naming this world's resources."""
         resources = contract.Resources(queue_url=self.queue_url, dlq_url=self.dead_letter_queue_url,
                                        state_table=STATE_TABLE, delay_table=DELAY_TABLE)
-        values = {**resources.to_environment(), contract.DELAY_SHARDS_VARIABLE: str(self.settings.delay_shards),
-                  METRICS_DISABLED_VARIABLE: "true"}
-        for name, value in values.items():
-            self._saved_environment.setdefault(name, os.environ.get(name))
-            os.environ[name] = value
+        return {**resources.to_environment(), contract.DELAY_SHARDS_VARIABLE: str(self.settings.delay_shards),
+                METRICS_DISABLED_VARIABLE: "true"}
+
+    def _hear(self, outcome: Outcome) -> None:
+        """Keep an outcome this world's worker decided; another open world's are not this one's."""
+        if _handling.get() is self:
+            self.outcomes.append(outcome)
 
     def _create_resources(self) -> None:
         attributes = contract.queue_attributes(self.settings)
@@ -259,7 +277,11 @@ class TaskWorld:
         if not messages:
             return False
         event = {"Records": [lambda_record(message, self.queue_arn, REGION) for message in messages]}
-        failed = {item["itemIdentifier"] for item in self.worker.handle(event, None)["batchItemFailures"]}
+        handling = _handling.set(self)
+        try:
+            failed = {item["itemIdentifier"] for item in self.worker.handle(event, None)["batchItemFailures"]}
+        finally:
+            _handling.reset(handling)
         for message in messages:  # the event source deletes what the batch did not report failed
             if message["MessageId"] not in failed:
                 self.queues.delete_message(self.queue_url, message["ReceiptHandle"])
@@ -287,6 +309,21 @@ class TaskWorld:
                 if item["id"]["S"] not in self._sent_as and item["body"]["S"] == stored.body and format_due_at(int(item["due_ms"]["N"])) == due_at:
                     self._sent_as[item["id"]["S"]] = stored.message_id
                     break
+
+    def _stream_new_items(self) -> None:
+        """Give the safety net an INSERT stream record of each delay-table message item it has not heard of, made now."""
+        records = []
+        for item in self.tables.tables[DELAY_TABLE].values():
+            key = (item[contract.DELAY_PARTITION_KEY]["S"], item[contract.DELAY_SORT_KEY]["S"])
+            if key in self._streamed or "due_ms" not in item:
+                continue
+            self._streamed.add(key)
+            keys = {contract.DELAY_PARTITION_KEY: item[contract.DELAY_PARTITION_KEY], contract.DELAY_SORT_KEY: item[contract.DELAY_SORT_KEY]}
+            records.append({"eventID": str(len(self._streamed)), "eventName": "INSERT", "dynamodb": {
+                "Keys": keys, "NewImage": dict(item), "ApproximateCreationDateTime": math.floor(self._now),
+                "SequenceNumber": str(len(self._streamed))}})
+        if records:
+            self._recovery.process(records)
 
     def _delayed_dues(self) -> list[float]:
         """When each message in the delay table is due (seconds): dispatched ones stay there until their TTL."""

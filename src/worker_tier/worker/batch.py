@@ -48,10 +48,10 @@ import dataclasses
 import functools
 import os
 import random as _random
-import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 from worker_tier.core import contract, message
+from worker_tier.core import wall_clock
 from worker_tier.worker import fates
 from worker_tier.app import sqsd
 from worker_tier.app import target_from_settings
@@ -123,7 +123,7 @@ class Worker(Fates):
         registry: Registry = DEFAULT_REGISTRY,
         sqs: Any = None,
         dynamodb: Any = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_clock.now,
         random: Callable[[], float] = _random.random,
         container_queue_url: str | None = None,
         delay_table: str | None = None,

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from worker_tier.core import contract, message
+from worker_tier.core import wall_clock
 from worker_tier.pipeline.middleware import CallNext, Middleware
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class BatchMetricsPublisher(Middleware):
     ``batch.metrics``.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = wall_clock.now) -> None:
         self._clock = clock
 
     def before_batch(self, batch: Batch) -> None:
