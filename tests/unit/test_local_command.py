@@ -83,3 +83,6 @@ def test_in_another_project_with_its_own_hello_task_this_repos_examples_are_not_
     # THEN this repo's example bodies ({"name": "Ada"}, "Grace, 150 s later") are not sent to the project's /hello
     out = capsys.readouterr().out
     assert "Ada" not in out and "Grace" not in out, out
+    assert ("example tasks not sent: task_modules 'own_hello_jobs' registers no /flaky, /poison and its own /hello is "
+            "not this repo's example task; send one of yours with: worker-tier send /hello '{}' (in a shell with the "
+            "export line above)") in out
