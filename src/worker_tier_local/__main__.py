@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import shlex
@@ -127,18 +128,39 @@ def _examples(args: argparse.Namespace, settings: Settings, app_directories: lis
 
 
 def _registered(examples: list[ExampleMessage], settings: Settings) -> list[ExampleMessage]:
-    """The examples to send: a messages file's all; this repo's example tasks only where the task modules register them.
+    """The examples to send: a messages file's all; this repo's example messages only to this repo's example tasks.
 
-    In another project they would only dead-letter (UnknownPathError); one line says so and how to send one.
+    In another project they would dead-letter (UnknownPathError) or reach its own task of the same path with a body
+    written for ours; one line says so and how to send one of its own.
     """
-    registered = _project_paths(settings.task_modules)
-    kept = [e for e in examples if e not in messages.BUILT_IN_EXAMPLES or e.path in registered]
+    ours = _example_task_paths()
+    kept = [e for e in examples if e not in messages.BUILT_IN_EXAMPLES or e.path in ours]
     skipped = sorted({e.path for e in examples if e not in kept})
     if skipped:
+        registered = _project_paths(settings.task_modules)
+        missing = [path for path in skipped if DEFAULT_REGISTRY.get(path) is None]
+        own = [path for path in skipped if path not in missing]
+        reasons = [f"registers no {', '.join(missing)}"] if missing else []
+        reasons += [f"its own {', '.join(own)} {'is' if len(own) == 1 else 'are'} not this repo's example "
+                    f"{'task' if len(own) == 1 else 'tasks'}"] if own else []
         path = registered[0] if registered else "/your-task"
-        _say(f"example tasks not sent: task_modules {settings.task_modules!r} registers no {', '.join(skipped)}; send "
+        _say(f"example tasks not sent: task_modules {settings.task_modules!r} {' and '.join(reasons)}; send "
              f"one of yours with: worker-tier send {path} '{{}}' (in a shell with the export line above)")
     return kept
+
+
+def _example_task_paths() -> set[str]:
+    """The registered paths whose handler is defined in this repo's tasks/examples.py."""
+    definitions = (DEFAULT_REGISTRY.get(path) for path in DEFAULT_REGISTRY.paths())
+    return {d.path for d in definitions if d is not None and _source_file(d.handler) == messages.EXAMPLE_TASKS_FILE}
+
+
+def _source_file(handler: object) -> Path | None:
+    """The resolved file ``handler`` (unwrapped) is defined in; None when it has none (a builtin, a C callable)."""
+    try:
+        return Path(inspect.getfile(inspect.unwrap(handler))).resolve()  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _project_paths(task_modules: str) -> list[str]:

@@ -39,8 +39,11 @@ TASK_EXAMPLES = (
 )
 DELAYED_TASK_EXAMPLE = ExampleMessage("/hello", {"name": "Grace, 150 s later"}, delay=150)
 CONTAINER_TASK_EXAMPLE = ExampleMessage("/render", {"frames": 3})
-# This repository's example tasks' messages (tasks/examples.py): sent only where their paths are registered.
+# This repository's example tasks' messages: sent only to a path whose handler is in EXAMPLE_TASKS_FILE.
 BUILT_IN_EXAMPLES = (*TASK_EXAMPLES, DELAYED_TASK_EXAMPLE, CONTAINER_TASK_EXAMPLE)
+# The file of the tasks they are written for: this checkout's tasks/examples.py (src/worker_tier_local/../../), found
+# by file, not by module name, because another project's `tasks` module (the default task_modules) may have a /hello.
+EXAMPLE_TASKS_FILE = Path(__file__).resolve().parents[2] / "tasks" / "examples.py"
 
 
 def load(path: Path, default_path: str) -> list[ExampleMessage]:

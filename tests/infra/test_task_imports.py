@@ -93,5 +93,34 @@ def test_a_task_module_that_hangs_at_import_fails_synth_in_one_line_naming_the_m
     monkeypatch.setattr(task_imports, "IMPORT_TIMEOUT_SECONDS", 3)
     # WHEN synthesized  THEN synth fails with a WorkerTierError line naming the module and the timeout,
     # not subprocess.TimeoutExpired's traceback
-    with pytest.raises(TaskImportError, match=r"tasks.billing"):
-        _synth(tmp_path, "import time\ntime.sleep(60)\n" + TASK)
+    with pytest.raises(TaskImportError, match=r"tasks.billing") as error:
+        _synth(tmp_path, "import time\nprint('connecting to db', flush=True)\ntime.sleep(60)\n" + TASK)
+    assert str(error.value) == ("task module 'tasks.billing' did not finish importing within 3 s at synth "
+                                "(IMPORT_TIMEOUT_SECONDS); something at import waits (a network call, a lock), and "
+                                "Lambda's init would wait too: move it into the task function; its last output: "
+                                "'connecting to db'")
+
+
+@pytest.mark.parametrize("exit_line, shown", [("sys.exit(1)", "sys.exit(1)"), ("sys.exit(0)", "sys.exit(0)"),
+                                              ("sys.exit('no config')", "sys.exit('no config')")])
+def test_a_task_module_that_exits_at_import_with_any_code_fails_synth_naming_the_line_and_its_output(tmp_path, exit_line,
+                                                                                                    shown):
+    # GIVEN a task module that says why on stderr, then exits at import (Lambda's init would stop there)
+    module = f"import sys\nprint('missing BILLING_URL', file=sys.stderr)\n{exit_line}\n" + TASK
+    # WHEN synthesized  THEN synth fails in one line: the module, the exit, its line, the last output
+    with pytest.raises(TaskImportError) as error:
+        _synth(tmp_path, module)
+    assert str(error.value) == (f"task module 'tasks.billing' exits at import ({shown}) at tasks/billing.py line 3; "
+                                "Lambda's init would stop there too: exit only under `if __name__ == '__main__':`; its "
+                                "last output: 'missing BILLING_URL'")
+
+
+def test_a_task_module_that_ends_the_process_at_import_fails_synth_naming_the_module(tmp_path):
+    # GIVEN a task module that ends its process with os._exit at import: no Python code runs after it
+    # WHEN synthesized  THEN synth fails in one line naming the module and the exit code
+    with pytest.raises(TaskImportError) as error:
+        _synth(tmp_path, "import os\nprint('bye', flush=True)\nos._exit(0)\n" + TASK)
+    assert str(error.value) == ("task module 'tasks.billing' exits at import (the process ended with exit code 0 inside "
+                                "the import: os._exit or a crash); Lambda's init would stop there too; its last output: "
+                                "'bye'")
+

@@ -398,14 +398,42 @@ def test_a_directory_is_no_cron_file_even_when_optional(tmp_path):
 # -- audit19: hostile review reproductions ---------------------------------------------------------
 
 
-def test_quartzs_daily_noon_line_is_not_rewritten_as_a_monthly_schedule():
-    # GIVEN Quartz/Spring's canonical "every day at noon", 6 fields: second minute hour day-of-month month day-of-week
+_ANY_5_FIELDS = "write it as 5 fields (minute hour day-of-month month day-of-week)"
+
+
+@pytest.mark.parametrize(
+    "schedule, false_line, advice",
+    [
+        # Quartz's '?' is in its 4th or 6th field (day-of-month, day-of-week); EventBridge's are the 3rd and 5th
+        ("0 0 12 * * ?", "'0 0 12 * *'", "(Quartz cron, with its '?' day field): then write '0 12 * * *'"),
+        ("0 0 12 ? * MON-FRI", "'0 0 12 * MON-FRI'", "then write '0 12 * * MON-FRI'"),
+        # Quartz counts day-of-week 1-7 from Sunday: its 2-6 is Monday to Friday
+        ("0 0 12 ? * 2-6", "'0 12 * * 2-6'", "then write '0 12 * * 1-5' (its day-of-week counts 1-7 from Sunday"),
+        # more than once a minute: no 5-field line fires as often
+        ("*/10 * * * * *", "write '* * * * *'", f"it fires more than once a minute, which cron.yaml cannot (once a "
+                                                f"minute at most); {_ANY_5_FIELDS}"),
+        ("* * * * * ?", "write '* * * * *'", "it fires more than once a minute"),
+        ("0/15 0 3 * * *", "write '0 3 * * *'", "it fires more than once a minute"),
+        ("0-30 0 3 * * *", "write '0-30 0 3 * *'", "it fires more than once a minute"),
+        # Spring's day-of-week with '#': seconds first, though standard cron cannot say the rest
+        ("0 0 12 * * MON#2", "write '0 0 12 * *'", f"looks like seconds (Quartz or Spring cron): then {_ANY_5_FIELDS}"),
+        # a year: dropping it would run every year
+        ("0 12 * * MON 2030", "write '0 12 * * MON'", f"which cron.yaml has none of (it cannot run in some years only)"
+                                                      f"; {_ANY_5_FIELDS}"),
+        ("0 3 ? * MON 2030", "write '0 3 * * MON'", "which cron.yaml has none of (it cannot run in some years only)"),
+    ],
+)
+def test_a_six_field_schedule_is_not_rewritten_as_a_line_that_fires_differently(schedule, false_line, advice):
+    # GIVEN a 6-field schedule in Quartz/Spring (second minute hour day-of-month month day-of-week) or EventBridge
+    # (minute hour day-of-month month day-of-week year) form
     from worker_tier.core.errors import CronConfigError
     from worker_tier.periodic.cron_config import parse
 
-    document = 'version: 1\ncron:\n - name: "noon"\n   url: "/x"\n   schedule: "0 0 12 * * ?"\n'
-    # WHEN cron.yaml holds it THEN it is refused, and the 5-field line it names is not '0 0 12 * *' (midnight on the
-    # 12th of each month): it is Quartz's (its 6th field '?' is never a year), so '0 12 * * *'
+    document = f'version: 1\ncron:\n - name: "noon"\n   url: "/x"\n   schedule: "{schedule}"\n'
+    # WHEN cron.yaml holds it THEN it is refused, and the 5-field line it names fires as the likely reading does
+    # (Quartz's daily noon '0 0 12 * * ?' is not '0 0 12 * *', midnight on the 12th of each month: a '?' in the 6th
+    # field is never a year), or none is named when cron.yaml cannot say it
     with pytest.raises(CronConfigError) as refused:
         parse(document)
-    assert "'0 0 12 * *'" not in str(refused.value), str(refused.value)
+    assert false_line not in str(refused.value), str(refused.value)
+    assert advice in str(refused.value), str(refused.value)

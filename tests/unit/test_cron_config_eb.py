@@ -104,8 +104,9 @@ def test_a_number_and_a_string_naming_two_entries_alike_are_refused():
     [
         ("0 0 3 * * *", "the first field '0' looks like seconds (Quartz or Spring cron): then write '0 3 * * *'; EB's "
                         "parse-cron would drop the 6th field and run '0 0 3 * *'"),
-        ("0 12 * * MON 2030", "the 6th field '2030' looks like a year (EventBridge's), which cron.yaml has none of; "
-                              "write '0 12 * * MON'"),
+        ("0 12 * * MON 2030", "the 6th field '2030' looks like a year (EventBridge's), which cron.yaml has none of "
+                              "(it cannot run in some years only); write it as 5 fields (minute hour day-of-month month "
+                              "day-of-week)"),
         ("0 3 * * ? *", "these look like EventBridge's fields (the 6th is the year), write '0 3 * * *'"),
         ("0 12 * * MON banana", "EB's parse-cron ignores a 6th field; write '0 12 * * MON'"),
     ],

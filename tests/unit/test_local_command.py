@@ -75,7 +75,11 @@ def test_in_another_project_the_example_tasks_are_not_sent_and_one_line_says_how
 
 
 def test_in_another_project_with_its_own_hello_task_this_repos_examples_are_not_sent_to_it(tmp_path, monkeypatch, capsys):
-    # GIVEN a project of its own whose first task is /hello (the path a newcomer's first task has)
+    # GIVEN a project of its own whose first task is /hello (the path a newcomer's first task has), registered in a copy
+    # of the process's registry, so that tasks/examples.py's /hello can still be registered by a later test
+    from worker_tier.worker.registry import DEFAULT_REGISTRY
+
+    monkeypatch.setattr(DEFAULT_REGISTRY, "_definitions", dict(DEFAULT_REGISTRY._definitions))
     _project(tmp_path, monkeypatch, "own_hello_jobs",
              "from worker_tier import task\n\n\n@task('/hello')\ndef hello(t):\n    return None\n")
     # WHEN the local environment starts there
@@ -83,3 +87,6 @@ def test_in_another_project_with_its_own_hello_task_this_repos_examples_are_not_
     # THEN this repo's example bodies ({"name": "Ada"}, "Grace, 150 s later") are not sent to the project's /hello
     out = capsys.readouterr().out
     assert "Ada" not in out and "Grace" not in out, out
+    assert ("example tasks not sent: task_modules 'own_hello_jobs' registers no /flaky, /poison and its own /hello is "
+            "not this repo's example task; send one of yours with: worker-tier send /hello '{}' (in a shell with the "
+            "export line above)") in out

@@ -181,7 +181,8 @@ class MiddlewareError(ConfigurationError):
 
 
 class TaskImportError(ConfigurationError):
-    """A module of the ``task_modules`` setting raised ImportError; the message names it, the missing name and the line.
+    """A module of the ``task_modules`` setting raised ImportError (or, at synth, exited or hung at import); the message
+    names it, the missing name or the exit, and the line.
 
     ``file``: the file that raised it, relative to its ``sys.path`` entry (``tasks/billing.py``), or "" if unknown.
     """

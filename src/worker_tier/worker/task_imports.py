@@ -1,8 +1,7 @@
 """The task modules imported, and an import that fails said in one line: the module, the missing name, where.
 
 The worker imports them when it is built (``Worker.from_environment``); synth imports them in a subprocess
-on the worker's staged code (``worker_tier_cdk.code.check_imports``, which runs ``python -m
-worker_tier.worker.task_imports``), and the local environment when it starts, so a missing package is
+on the worker's staged code (``worker_tier_cdk.task_imports.check_imports``, which runs ``main``), and the local environment when it starts, so a missing package is
 named before the first message rather than by every message.
 """
 
@@ -14,11 +13,9 @@ import os
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
+from typing import TextIO
 
 from worker_tier.core.errors import TaskImportError
-
-# The subprocess's exit code for a module that cannot be imported (its one line on stdout).
-IMPORT_FAILED_EXIT_CODE = 3
 
 
 def import_task_modules(modules: Iterable[str], roots: Sequence[str] | None = None) -> None:
@@ -52,7 +49,7 @@ def import_failure(module: str, error: ImportError, roots: Sequence[str]) -> Tas
     return TaskImportError(f"task module {module!r} cannot be imported: {error}{where}; {advice}", file)
 
 
-def _raising_line(error: ImportError, roots: Sequence[str]) -> tuple[str, int]:
+def _raising_line(error: BaseException, roots: Sequence[str]) -> tuple[str, int]:
     """(file, line) of the innermost frame outside importlib, the file relative to its root; ("", 0) if none."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<")]
     if not frames or frames[-1].filename == __file__:
@@ -66,13 +63,34 @@ def _raising_line(error: ImportError, roots: Sequence[str]) -> tuple[str, int]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m worker_tier.worker.task_imports MODULE,...``: 0, or IMPORT_FAILED_EXIT_CODE with
-    ``{"message": ..., "file": ...}`` on stdout."""
-    try:
-        import_task_modules(",".join(argv).split(","))
-    except TaskImportError as error:
-        print(json.dumps({"message": str(error), "file": error.file}), flush=True)
-        return IMPORT_FAILED_EXIT_CODE
+    """``python -m worker_tier.worker.task_imports RESULT_FILE MODULE,...``: import each module, saying each step as a
+    JSON line in RESULT_FILE, not on stdout, which the modules may write to.
+
+    ``{"importing": module}`` before each import, then the last line: ``{"ok": true}``, ``{"failed": message,
+    "file": file}`` (ImportError), ``{"exited": "sys.exit(3)", "file": ..., "line": ...}`` (SystemExit) or
+    ``{"raised": ...}`` (any other exception). No last line: the process ended inside an import (os._exit, a crash).
+    """
+    result_file, modules = argv[0], [m.strip() for m in ",".join(argv[1:]).split(",") if m.strip()]
+    with open(result_file, "a", encoding="utf-8") as result:
+        for module in modules:
+            _report(result, importing=module)
+            try:
+                import_task_modules([module])
+            except TaskImportError as error:
+                return _report(result, failed=str(error), file=error.file)
+            except SystemExit as exit_:
+                file, line = _raising_line(exit_, sys.path)
+                code = "" if exit_.code is None else repr(exit_.code)
+                return _report(result, exited=f"sys.exit({code})", file=file, line=line)
+            except Exception as error:  # any other exception at import is Lambda's to judge
+                return _report(result, raised=f"{type(error).__name__}: {error}")
+        return _report(result, ok=True)
+
+
+def _report(result: TextIO, **step: object) -> int:
+    """Write one step as a JSON line, flushed at once (the process may end in the next import); 0."""
+    result.write(json.dumps(step) + "\n")
+    result.flush()
     return 0
 
 
