@@ -237,9 +237,6 @@ def _environment_paths() -> dict[str, str]:
     return {"PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
 
 
-# -- audit19: hostile review reproductions ---------------------------------------------------------
-
-
 def _exported_shell(env) -> dict[str, str]:
     """A fresh shell's environment after the banner's export line (as _export_line prints it) was pasted."""
     from worker_tier_local.__main__ import _export_line

@@ -183,9 +183,6 @@ def test_a_user_project_uses_the_fixture_from_pytest(tmp_path):
     assert "1 passed" in run.stdout
 
 
-# -- audit19: hostile review reproductions ---------------------------------------------------------
-
-
 def test_a_tasks_follow_up_with_a_three_day_delay_waits_three_world_days(tasks):
     # GIVEN a task whose follow-up is sent three days ahead with Client.from_env(), as a deployed task does
     tasks.task("/remind-later")(lambda task: Client.from_env().send("/ok", {"remind": 1}, delay=timedelta(days=3)))

@@ -69,9 +69,6 @@ def test_the_import_at_synth_reaches_no_aws_account_and_other_import_errors_are_
     assert aws["AWS_CONFIG_FILE"] == aws["AWS_SHARED_CREDENTIALS_FILE"] == "/dev/null"
 
 
-# -- audit19: hostile review reproductions ---------------------------------------------------------
-
-
 def test_a_task_module_that_writes_to_stdout_without_a_newline_then_fails_import_fails_synth_in_one_line(tmp_path):
     # GIVEN a task module that prints a progress mark (no newline) at import, then imports a missing package
     # WHEN synthesized  THEN synth still fails with the one-line TaskImportError (not a JSONDecodeError traceback)

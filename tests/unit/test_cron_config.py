@@ -395,9 +395,6 @@ def test_a_directory_is_no_cron_file_even_when_optional(tmp_path):
         load(tmp_path / "cron.yaml", missing_ok=True)
 
 
-# -- audit19: hostile review reproductions ---------------------------------------------------------
-
-
 _ANY_5_FIELDS = "write it as 5 fields (minute hour day-of-month month day-of-week)"
 
 

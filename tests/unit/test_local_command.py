@@ -71,9 +71,6 @@ def test_in_another_project_the_example_tasks_are_not_sent_and_one_line_says_how
             "yours with: worker-tier send /own-invoice '{}' (in a shell with the export line above)") in lines
 
 
-# -- audit19: hostile review reproductions ---------------------------------------------------------
-
-
 def test_in_another_project_with_its_own_hello_task_this_repos_examples_are_not_sent_to_it(tmp_path, monkeypatch, capsys):
     # GIVEN a project of its own whose first task is /hello (the path a newcomer's first task has), registered in a copy
     # of the process's registry, so that tasks/examples.py's /hello can still be registered by a later test
