@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from worker_tier_local.environment import (
     LOCAL_DEFAULT_PORT,
@@ -23,7 +26,7 @@ from worker_tier_local.environment import (
 from worker_tier_local import messages
 from worker_tier_local.messages import ExampleMessage
 from worker_tier_local.pending import SentLedger
-from worker_tier.core.errors import SettingsError, TaskImportError
+from worker_tier.core.errors import SettingsError, TaskImportError, WorkerTierError
 from worker_tier.core.settings import Settings
 
 if "--verbose" not in sys.argv:
@@ -66,8 +69,20 @@ _MARKS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run until --duration passes or Ctrl-C."""
-    args = _parse(argv)
+    """Run until --duration passes, Ctrl-C or SIGTERM; a configuration error ends it in one line."""
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _run(_parse(argv))
+    except _TerminatedError:  # before the run loop: nothing was sent yet
+        raise SystemExit("worker-tier-local: stopped (SIGTERM) while starting") from None
+    except WorkerTierError as error:  # settings, cron.yaml, task code: the line synth prints too
+        raise SystemExit(f"worker-tier-local: {type(error).__name__}: {error}") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``main`` once the arguments are read."""
     _check_local_extra()
     if os.getcwd() not in sys.path:  # the console script does not put the project directory on the path
         sys.path.insert(0, os.getcwd())
@@ -80,14 +95,20 @@ def main(argv: list[str] | None = None) -> int:
     add_outcome_listener(_print_outcome)
     ledger = SentLedger()
     add_outcome_listener(lambda outcome: _settle(ledger, outcome))
+    env = LocalEnvironment(
+        settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run,
+        container=args.container, port=args.port,
+    )
     try:
-        env = LocalEnvironment(
-            settings, cron_entries=entries, on_tick=_print_tick, on_dispatcher_run=_print_dispatcher_run,
-            container=args.container, port=args.port,
-        ).__enter__()
+        env.start()
     except TaskImportError as error:
+        env.stop()
         raise SystemExit(f"worker-tier-local: {error}") from None
-    with env:
+    except BaseException:
+        env.stop()
+        raise
+    with contextlib.ExitStack() as cleanup:  # started once above; stopped however the run ends
+        cleanup.callback(env.stop)
         _print_banner(env)
         _say(f"settings from {settings_source}: max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
@@ -262,14 +283,24 @@ def _aws_example(endpoint_url: str, queue_url: str) -> str:
     return f"aws --endpoint-url {endpoint_url} sqs get-queue-attributes --queue-url {queue_url} --attribute-names All"
 
 
+class _TerminatedError(BaseException):  # as KeyboardInterrupt: no `except Exception` on the way swallows it
+    """SIGTERM (`kill`, a process manager, make's own ending) arrived: stop as Ctrl-C does."""
+
+
 def _loop(env: LocalEnvironment, duration: float | None) -> None:
-    """Poll until the duration passes; Ctrl-C ends it early and cleanly."""
+    """Poll until the duration passes; Ctrl-C or SIGTERM ends it early and cleanly, with the exit summary."""
     deadline = None if duration is None else time.monotonic() + duration
     try:
         while deadline is None or time.monotonic() < deadline:
             env.poll_once(wait_seconds=1)
     except KeyboardInterrupt:
         _say("stopping (Ctrl-C)")
+    except _TerminatedError:
+        _say("stopping (SIGTERM)")
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _TerminatedError
 
 
 def _settle(ledger: SentLedger, outcome: Outcome) -> None:
@@ -348,7 +379,11 @@ def _cdk_json_settings(cdk_json: Path | None) -> Settings:
         raise SystemExit(f"worker-tier-local: --settings {str(cdk_json)!r} (resolved to {str(cdk_json.resolve())!r}) "
                          "is not a file; pass your CDK app's cdk.json, or leave --settings out to use ./cdk.json "
                          "(the default settings when there is none)")
-    context = json.loads(cdk_json.read_text()).get("context", {})
+    try:
+        context = json.loads(cdk_json.read_text()).get("context", {})
+    except ValueError as error:
+        raise SystemExit(f"worker-tier-local: {str(cdk_json)!r} could not be read as JSON: {error}; fix it, or pass "
+                         "--settings with another cdk.json") from None
     return Settings.from_mapping(context.get("worker_tier", {}))
 
 

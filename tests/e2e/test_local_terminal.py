@@ -278,3 +278,18 @@ def test_send_from_a_closed_stdin_is_refused_in_one_line_naming_stdin():
         ran = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m worker_tier send /hello - <&-"],
                              capture_output=True, text=True, env=shell, cwd=REPO, timeout=60, check=False)
     assert "Traceback" not in ran.stderr and "stdin" in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+
+
+def test_sigterm_ends_the_run_with_its_exit_summary_and_the_fixed_port_when_it_is_free():
+    # GIVEN `make run` on a free port asked for
+    port = _free_port()
+    with _make_run("--port", str(port), "--no-examples") as process:
+        banner = _read_until(process, re.compile(r"next cron tick at "))
+        time.sleep(1)  # in its run loop
+        # WHEN it is sent SIGTERM (kill, a process manager)
+        process.terminate()
+        output, errors = process.communicate(timeout=30)
+    # THEN it used that port (started once: no second server took it) and ended as Ctrl-C ends it, with its summary
+    assert f"moto on http://127.0.0.1:{port}," in banner and "is in use" not in banner, banner
+    assert process.returncode == 0, errors
+    assert "stopping (SIGTERM)" in output and "nothing pending at exit" in output, output

@@ -38,6 +38,25 @@ def test_a_cron_file_named_on_the_command_line_must_exist(tmp_path, monkeypatch)
         command._cron_entries(Path("cron.yml"), fifo=False)
 
 
+@pytest.mark.parametrize("files, line", [
+    ({"cron.yaml": "version: 1\ncron:\n - name: a\n   url: /a\n   schedule: 'cron(30 3 * * ? *)'\n"},
+     "worker-tier-local: CronConfigError: cron.yaml line 3, entry 'a': schedule 'cron(30 3 * * ? *)' cron(...) is "
+     "EventBridge's syntax"),
+    ({"cdk.json": json.dumps({"context": {"worker_tier": {"max_retrys": 3}}})},
+     "worker-tier-local: SettingsError: unknown setting 'max_retrys' (did you mean 'max_retries'?)"),
+    ({"cdk.json": '{"context": {"worker_tier": {},}}'}, "worker-tier-local: 'cdk.json' could not be read as JSON: "),
+])
+def test_a_configuration_error_stops_the_command_in_one_line_as_synth_says_it(tmp_path, monkeypatch, files, line):
+    # GIVEN a project with an EventBridge schedule in cron.yaml, a misspelt setting, or a cdk.json that is not JSON
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    # WHEN the command starts  THEN it stops with the one line (no traceback)
+    with pytest.raises(SystemExit) as stop:
+        command.main(["--duration", "0", "--no-examples"])
+    assert str(stop.value).startswith(line) and "\n" not in str(stop.value), stop.value
+
+
 def _project(tmp_path, monkeypatch, package: str, module: str) -> None:
     """A project directory whose cdk.json names ``package`` as task_modules, its __init__.py being ``module``."""
     (tmp_path / package).mkdir()
