@@ -27,9 +27,9 @@ _ASSIGNMENT = re.compile(r"(#?\w+) = (:\w+)")
 Item = dict[str, Any]
 
 
-def client_error(code: str, operation: str, **extra: Any) -> ClientError:
-    """botocore's error for ``code``, as the service would raise it."""
-    response: Any = {"Error": {"Code": code, "Message": f"{code} (worker_tier.testing)"}, **extra}
+def client_error(code: str, operation: str, message: str = "", **extra: Any) -> ClientError:
+    """botocore's error for ``code``, as the service would raise it; ``message`` says why."""
+    response: Any = {"Error": {"Code": code, "Message": f"{message or code} (worker_tier.testing)"}, **extra}
     return ClientError(response, operation)
 
 
