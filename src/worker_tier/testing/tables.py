@@ -64,16 +64,16 @@ class MemoryTables:
                  ExpressionAttributeValues: dict[str, Any] | None = None,
                  ReturnValuesOnConditionCheckFailure: str = "NONE", **_: Any) -> dict[str, Any]:
         self._called("PutItem", locals())
-        key = self._key(TableName, Item, whole_item=True)
+        key = self._key(TableName, Item)
         _check_expressions([ConditionExpression], ExpressionAttributeNames, ExpressionAttributeValues)
         self._check("PutItem", TableName, key, ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues,
                     ReturnValuesOnConditionCheckFailure)
         self._store(TableName, Item)
         return {}
 
-    def get_item(self, TableName: str, Key: Item, **_: Any) -> dict[str, Any]:
+    def get_item(self, TableName: str, Key: Item, ConsistentRead: bool = False, **_: Any) -> dict[str, Any]:
         self._called("GetItem", locals())
-        item = self._table(TableName).get(self._key(TableName, Key))
+        item = self._table(TableName).get(self._key(TableName, Key, exact=True))
         return {"Item": self._copy(item)} if item is not None else {}
 
     def delete_item(self, TableName: str, Key: Item, ConditionExpression: str | None = None,
@@ -81,7 +81,7 @@ class MemoryTables:
                     ExpressionAttributeValues: dict[str, Any] | None = None,
                     ReturnValuesOnConditionCheckFailure: str = "NONE", **_: Any) -> dict[str, Any]:
         self._called("DeleteItem", locals())
-        key = self._key(TableName, Key)
+        key = self._key(TableName, Key, exact=True)
         _check_expressions([ConditionExpression], ExpressionAttributeNames, ExpressionAttributeValues)
         self._check("DeleteItem", TableName, key, ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues,
                     ReturnValuesOnConditionCheckFailure)
@@ -97,7 +97,7 @@ class MemoryTables:
         assignments = [_ASSIGNMENT.fullmatch(part.strip()) for part in UpdateExpression.removeprefix("SET ").split(",")]
         if not UpdateExpression.startswith("SET ") or not all(assignments):
             raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, ...' here, got {UpdateExpression!r}")
-        key = self._key(TableName, Key)
+        key = self._key(TableName, Key, exact=True)
         _check_expressions([UpdateExpression, ConditionExpression], ExpressionAttributeNames, ExpressionAttributeValues)
         self._check("UpdateItem", TableName, key, ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues,
                     ReturnValuesOnConditionCheckFailure)
@@ -144,7 +144,7 @@ class MemoryTables:
                 if "PutRequest" in request:
                     self._store(table, request["PutRequest"]["Item"])
                 else:
-                    self._remove(table, self._key(table, request["DeleteRequest"]["Key"]))
+                    self._remove(table, self._key(table, request["DeleteRequest"]["Key"], exact=True))
             if held:
                 unprocessed[table] = held
         return {"UnprocessedItems": unprocessed}
@@ -160,7 +160,7 @@ class MemoryTables:
             if kind not in ("Put", "Delete", "ConditionCheck"):
                 raise UnsupportedCallError(f"TransactWriteItems takes Put, Delete and ConditionCheck here, got {kind}")
             table = request["TableName"]
-            key = (table, self._key(table, request["Item"], whole_item=True) if kind == "Put" else self._key(table, request["Key"]))
+            key = (table, self._key(table, request["Item"]) if kind == "Put" else self._key(table, request["Key"], exact=True))
             if key in seen:
                 raise client_error("ValidationException", "TransactWriteItems", message="Transaction request cannot include multiple operations on one item")
             seen.add(key)
@@ -189,7 +189,7 @@ class MemoryTables:
 
     def _store(self, table: str, item: Item) -> None:
         """Put ``item`` in ``table`` (a copy)."""
-        self._table(table)[self._key(table, item, whole_item=True)] = self._copy(item)
+        self._table(table)[self._key(table, item)] = self._copy(item)
 
     def _remove(self, table: str, key: tuple[str, ...]) -> None:
         """Take the item at ``key`` out of ``table``, if it is there."""
@@ -223,7 +223,7 @@ class MemoryTables:
             raise client_error("ValidationException", "BatchWriteItem",
                                message=f"BatchWriteItem takes 1..{limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS} requests, got {count}")
         for table, each in requests.items():
-            keys = [self._key(table, r["PutRequest"]["Item"], whole_item=True) if "PutRequest" in r else self._key(table, r["DeleteRequest"]["Key"])
+            keys = [self._key(table, r["PutRequest"]["Item"]) if "PutRequest" in r else self._key(table, r["DeleteRequest"]["Key"], exact=True)
                     for r in each]
             if len(set(keys)) != len(keys):
                 raise client_error("ValidationException", "BatchWriteItem", message="Provided list of item keys contains duplicates")
@@ -243,13 +243,13 @@ class MemoryTables:
             raise client_error("ResourceNotFoundException", "DynamoDB", message=f"Requested resource not found: table {name}")
         return self.tables[name]
 
-    def _key(self, table: str, item: Item, whole_item: bool = False) -> tuple[str, ...]:
-        """``item``'s key in ``table``; DynamoDB's ValidationException when it lacks a key attribute (or, as a Key, has more)."""
+    def _key(self, table: str, item: Item, exact: bool = False) -> tuple[str, ...]:
+        """``item``'s key in ``table``; DynamoDB's ValidationException when it lacks a key attribute (or, ``exact``, has more)."""
         names = self.keys.get(table)
         if names is None:
             self._table(table)
         assert names is not None  # _table raised otherwise
-        if any("S" not in item.get(name, {}) for name in names) or (not whole_item and len(item) != len(names)):
+        if any("S" not in item.get(name, {}) for name in names) or (exact and len(item) != len(names)):
             raise client_error("ValidationException", "DynamoDB", message="The provided key element does not match the schema")
         return tuple(item[name]["S"] for name in names)
 
