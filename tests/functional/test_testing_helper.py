@@ -144,7 +144,7 @@ def test_closing_the_world_restores_the_environment(tasks):
 def test_lambda_record_is_the_public_path_to_an_event_record(world):
     # GIVEN a received message
     world.client.send("/ok", "hi")
-    [received] = world.queues.receive_message(world.queue_url)["Messages"]
+    [received] = world.queues.receive_message(world.queue_url, AttributeNames=["All"], MessageAttributeNames=["All"])["Messages"]
     # WHEN it is shaped as Lambda's record THEN it carries the id, body and path
     record = lambda_record(received, world.queue_arn, "us-east-1")
     assert (record["messageId"], record["body"]) == (received["MessageId"], "hi")

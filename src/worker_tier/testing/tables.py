@@ -1,11 +1,16 @@
-"""``MemoryTables``: an in-memory DynamoDB for the calls Worker Tier makes, for ``TaskWorld``.
+"""``MemoryTables``: an in-memory DynamoDB for the calls Worker Tier makes, for ``TaskWorld`` and the unit tests.
 
-The calls and their rules are those of ``tests/support/fake_dynamodb.py``, the unit tests' stand-in: PutItem, GetItem, DeleteItem and UpdateItem (``SET #a = :v, ...``),
-Query on the partition key (``pk = :pk``, paged by ``Limit``), BatchWriteItem, TransactWriteItems (Put, Delete,
-ConditionCheck: all or none) and Scan, with the condition expressions Worker Tier and Powertools write
-(``attribute_not_exists``, ``attribute_exists``, ``=``, ``<``, ``AND``, ``OR``, parentheses, ``#names``, ``:values``).
-A refused condition raises botocore's ``ClientError`` with DynamoDB's code, and the old item under ``ALL_OLD``.
-Any other call raises ``UnsupportedCallError`` naming it.
+The calls: PutItem, GetItem, DeleteItem and UpdateItem (``SET #a = :v, ...``), each with a condition and
+``ReturnValuesOnConditionCheckFailure``; Query on the partition key (``pk = :pk``, paged by ``Limit``),
+BatchWriteItem, TransactWriteItems (Put, Delete, ConditionCheck: all or none) and Scan (with a
+``ProjectionExpression`` of names). Conditions: ``attribute_not_exists``, ``attribute_exists``, ``NOT``, the six
+comparisons, ``AND``, ``OR``, parentheses, ``#names`` and ``:values``, compared as DynamoDB compares them
+(numbers exactly; values of different types never equal). DynamoDB's validation for these calls is kept: an
+expression name or value unused or undefined, a key not matching the table's, a batch of more than 25 items
+or with one key twice, a transaction naming one item twice. Any other call or expression raises
+``UnsupportedCallError`` naming it. Each rule was checked against moto and dynalite
+(tests/functional/test_testing_stand_ins.py); where moto is laxer than the API reference, the reference and
+dynalite win. ``tests/support/fake_dynamodb.py`` builds on this class for the unit tests.
 """
 
 from __future__ import annotations
@@ -13,23 +18,30 @@ from __future__ import annotations
 import bisect
 import copy
 import re
-from typing import Any
+from decimal import Decimal
+from typing import Any, Iterable
 
 from botocore.exceptions import ClientError
 
+from worker_tier.core import limits
 from worker_tier.core.errors import WorkerTierError
 
 # DynamoDB's page: 1 MB of items; a page of this many items stands for it.
 PAGE_ITEMS = 100
-_TOKENS = re.compile(r"\s*(attribute_not_exists|attribute_exists|AND|OR|\(|\)|=|<|[#:]?[A-Za-z_]\w*)")
+# TransactWriteItems' limit: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+MAX_TRANSACTION_ITEMS = 100
+_KEYWORDS = {"AND", "OR", "NOT", "ATTRIBUTE_EXISTS", "ATTRIBUTE_NOT_EXISTS"}
+_TOKEN = re.compile(r"\s*(<>|<=|>=|=|<|>|\(|\)|,|[#:]?[A-Za-z_][\w.]*)")
 _ASSIGNMENT = re.compile(r"(#?\w+) = (:\w+)")
+_ORDERED = ("N", "S", "B")  # the types <, <=, > and >= compare
+CONDITION_FAILED_MESSAGE = "The conditional request failed"
 
 Item = dict[str, Any]
 
 
-def client_error(code: str, operation: str, **extra: Any) -> ClientError:
-    """botocore's error for ``code``, as the service would raise it."""
-    response: Any = {"Error": {"Code": code, "Message": f"{code} (worker_tier.testing)"}, **extra}
+def client_error(code: str, operation: str, message: str = "", **extra: Any) -> ClientError:
+    """botocore's error for ``code``, as the service would raise it; ``message`` says why."""
+    response: Any = {"Error": {"Code": code, "Message": f"{message or code} (worker_tier.testing)"}, **extra}
     return ClientError(response, operation)
 
 
@@ -39,108 +51,207 @@ class MemoryTables:
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple[str, ...], Item]] = {}
         self.keys: dict[str, tuple[str, ...]] = {}
+        self.page_items = PAGE_ITEMS
 
     def create_table(self, name: str, *key: str) -> None:
         """An empty table keyed by ``key``: its partition key, then its sort key if any."""
         self.tables[name], self.keys[name] = {}, key
 
+    # -- the DynamoDB API (boto3's names and shapes) ----------------------------------------
+
     def put_item(self, TableName: str, Item: Item, ConditionExpression: str | None = None,
                  ExpressionAttributeNames: dict[str, str] | None = None,
                  ExpressionAttributeValues: dict[str, Any] | None = None,
                  ReturnValuesOnConditionCheckFailure: str = "NONE", **_: Any) -> dict[str, Any]:
-        existing = self._table(TableName).get(self._key(TableName, Item))
-        if not _holds(ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues, existing):
-            raise client_error("ConditionalCheckFailedException", "PutItem", **_old(existing, ReturnValuesOnConditionCheckFailure))
-        self._table(TableName)[self._key(TableName, Item)] = copy.deepcopy(Item)
+        self._called("PutItem", locals())
+        key = self._key(TableName, Item)
+        _check_expressions([ConditionExpression], ExpressionAttributeNames, ExpressionAttributeValues)
+        self._check("PutItem", TableName, key, ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues,
+                    ReturnValuesOnConditionCheckFailure)
+        self._store(TableName, Item)
         return {}
 
-    def get_item(self, TableName: str, Key: Item, **_: Any) -> dict[str, Any]:
-        item = self._table(TableName).get(self._key(TableName, Key))
-        return {"Item": copy.deepcopy(item)} if item is not None else {}
+    def get_item(self, TableName: str, Key: Item, ConsistentRead: bool = False, **_: Any) -> dict[str, Any]:
+        self._called("GetItem", locals())
+        item = self._table(TableName).get(self._key(TableName, Key, exact=True))
+        return {"Item": self._copy(item)} if item is not None else {}
 
     def delete_item(self, TableName: str, Key: Item, ConditionExpression: str | None = None,
                     ExpressionAttributeNames: dict[str, str] | None = None,
-                    ExpressionAttributeValues: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
-        key = self._key(TableName, Key)
-        if not _holds(ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues, self._table(TableName).get(key)):
-            raise client_error("ConditionalCheckFailedException", "DeleteItem")
-        self._table(TableName).pop(key, None)
+                    ExpressionAttributeValues: dict[str, Any] | None = None,
+                    ReturnValuesOnConditionCheckFailure: str = "NONE", **_: Any) -> dict[str, Any]:
+        self._called("DeleteItem", locals())
+        key = self._key(TableName, Key, exact=True)
+        _check_expressions([ConditionExpression], ExpressionAttributeNames, ExpressionAttributeValues)
+        self._check("DeleteItem", TableName, key, ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues,
+                    ReturnValuesOnConditionCheckFailure)
+        self._remove(TableName, key)
         return {}
 
-    def update_item(self, TableName: str, Key: Item, UpdateExpression: str,
+    def update_item(self, TableName: str, Key: Item, UpdateExpression: str, ConditionExpression: str | None = None,
                     ExpressionAttributeNames: dict[str, str] | None = None,
-                    ExpressionAttributeValues: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
-        parts = UpdateExpression.removeprefix("SET ").split(",")
-        assignments = [_ASSIGNMENT.fullmatch(part.strip()) for part in parts]
+                    ExpressionAttributeValues: dict[str, Any] | None = None,
+                    ReturnValuesOnConditionCheckFailure: str = "NONE", **_: Any) -> dict[str, Any]:
+        """``SET #a = :v, ...`` on the item, made from its key when missing, if the condition holds."""
+        self._called("UpdateItem", locals())
+        assignments = [_ASSIGNMENT.fullmatch(part.strip()) for part in UpdateExpression.removeprefix("SET ").split(",")]
         if not UpdateExpression.startswith("SET ") or not all(assignments):
             raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, ...' here, got {UpdateExpression!r}")
-        item = self._table(TableName).setdefault(self._key(TableName, Key), copy.deepcopy(Key))
+        key = self._key(TableName, Key, exact=True)
+        _check_expressions([UpdateExpression, ConditionExpression], ExpressionAttributeNames, ExpressionAttributeValues)
+        self._check("UpdateItem", TableName, key, ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues,
+                    ReturnValuesOnConditionCheckFailure)
+        item = copy.deepcopy(self._table(TableName).get(key) or Key)
         for match in assignments:
             assert match is not None  # checked above
-            name = (ExpressionAttributeNames or {}).get(match.group(1), match.group(1))
-            item[name] = copy.deepcopy((ExpressionAttributeValues or {})[match.group(2)])
+            item[(ExpressionAttributeNames or {}).get(match.group(1), match.group(1))] = (ExpressionAttributeValues or {})[match.group(2)]
+        self._store(TableName, item)
         return {}
 
     def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict[str, Any],
-              ExclusiveStartKey: Item | None = None, Limit: int | None = None, **_: Any) -> dict[str, Any]:
+              ExclusiveStartKey: Item | None = None, Limit: int | None = None, ConsistentRead: bool = False,
+              **_: Any) -> dict[str, Any]:
+        """A partition's items in sort key order; a page ends at ``Limit`` (then with a LastEvaluatedKey) or at 1 MB."""
+        self._called("Query", locals())
         if KeyConditionExpression != "pk = :pk":
             raise UnsupportedCallError(f"Query takes 'pk = :pk' here, got {KeyConditionExpression!r}")
-        partition = ExpressionAttributeValues[":pk"]["S"]
-        keys = sorted(key for key in self._table(TableName) if key[0] == partition)
-        return self._page(TableName, keys, ExclusiveStartKey, min(Limit or PAGE_ITEMS, PAGE_ITEMS))
+        _check_expressions([KeyConditionExpression], None, ExpressionAttributeValues)
+        self._table(TableName)
+        items = self._partition(TableName, ExpressionAttributeValues[":pk"]["S"], ConsistentRead)
+        return self._page(TableName, items, ExclusiveStartKey, Limit)
 
-    def scan(self, TableName: str, ExclusiveStartKey: Item | None = None, **_: Any) -> dict[str, Any]:
-        return self._page(TableName, sorted(self._table(TableName)), ExclusiveStartKey, PAGE_ITEMS)
+    def scan(self, TableName: str, ExclusiveStartKey: Item | None = None, ProjectionExpression: str | None = None,
+             ExpressionAttributeNames: dict[str, str] | None = None, **_: Any) -> dict[str, Any]:
+        """The table's items in key order, a page at a time, with only the projection's attributes if one is given."""
+        self._called("Scan", locals())
+        _check_expressions([ProjectionExpression], ExpressionAttributeNames, None)
+        response = self._page(TableName, self._table(TableName), ExclusiveStartKey, None)
+        if ProjectionExpression:
+            names = [(ExpressionAttributeNames or {}).get(name.strip(), name.strip()) for name in ProjectionExpression.split(",")]
+            response["Items"] = [{name: item[name] for name in names if name in item} for item in response["Items"]]
+        return response
 
     def batch_write_item(self, RequestItems: dict[str, list[dict[str, Any]]], **_: Any) -> dict[str, Any]:
+        """Puts and deletes, each table's ``_unprocessed`` ones left for the caller; a batch DynamoDB refuses writes nothing."""
+        self._called("BatchWriteItem", locals())
+        self._check_batch(RequestItems)
+        unprocessed: dict[str, list[dict[str, Any]]] = {}
         for table, requests in RequestItems.items():
+            held = self._unprocessed(requests)
             for request in requests:
+                if any(request is h for h in held):
+                    continue
                 if "PutRequest" in request:
-                    self.put_item(table, request["PutRequest"]["Item"])
+                    self._store(table, request["PutRequest"]["Item"])
                 else:
-                    self.delete_item(table, request["DeleteRequest"]["Key"])
-        return {"UnprocessedItems": {}}
+                    self._remove(table, self._key(table, request["DeleteRequest"]["Key"], exact=True))
+            if held:
+                unprocessed[table] = held
+        return {"UnprocessedItems": unprocessed}
 
     def transact_write_items(self, TransactItems: list[dict[str, Any]], **_: Any) -> dict[str, Any]:
         """Put, Delete and ConditionCheck entries, all or none; one item twice is refused, as DynamoDB does."""
+        self._called("TransactWriteItems", locals())
+        if len(TransactItems) > MAX_TRANSACTION_ITEMS:
+            raise client_error("ValidationException", "TransactWriteItems", message=f"at most {MAX_TRANSACTION_ITEMS} items, got {len(TransactItems)}")
         reasons, seen = [], set()
         for entry in TransactItems:
             [(kind, request)] = entry.items()
+            if kind not in ("Put", "Delete", "ConditionCheck"):
+                raise UnsupportedCallError(f"TransactWriteItems takes Put, Delete and ConditionCheck here, got {kind}")
             table = request["TableName"]
-            key = (table, self._key(table, request.get("Item") or request["Key"]))
-            if kind not in ("Put", "Delete", "ConditionCheck") or key in seen:
-                raise client_error("ValidationException", "TransactWriteItems")
+            key = (table, self._key(table, request["Item"]) if kind == "Put" else self._key(table, request["Key"], exact=True))
+            if key in seen:
+                raise client_error("ValidationException", "TransactWriteItems", message="Transaction request cannot include multiple operations on one item")
             seen.add(key)
+            names, values = request.get("ExpressionAttributeNames"), request.get("ExpressionAttributeValues")
+            _check_expressions([request.get("ConditionExpression")], names, values)
             existing = self._table(table).get(key[1])
-            ok = _holds(request.get("ConditionExpression"), request.get("ExpressionAttributeNames"),
-                        request.get("ExpressionAttributeValues"), existing)
-            old = {} if ok else _old(existing, request.get("ReturnValuesOnConditionCheckFailure", "NONE"))
+            ok = _holds(request.get("ConditionExpression"), names, values, existing)
+            old = {} if ok else {"Message": CONDITION_FAILED_MESSAGE, **_old(existing, request.get("ReturnValuesOnConditionCheckFailure", "NONE"))}
             reasons.append({"Code": "None" if ok else "ConditionalCheckFailed", **old})
         if any(reason["Code"] != "None" for reason in reasons):
-            raise client_error("TransactionCanceledException", "TransactWriteItems", CancellationReasons=reasons)
+            codes = ", ".join(reason["Code"] for reason in reasons)
+            raise client_error("TransactionCanceledException", "TransactWriteItems", CancellationReasons=reasons,
+                               message=f"Transaction cancelled, please refer cancellation reasons for specific reasons [{codes}]")
         for entry in TransactItems:
             [(kind, request)] = entry.items()
             if kind == "Put":
-                self.put_item(request["TableName"], request["Item"])
+                self._store(request["TableName"], request["Item"])
             elif kind == "Delete":
-                self.delete_item(request["TableName"], request["Key"])
+                self._remove(request["TableName"], self._key(request["TableName"], request["Key"]))
         return {}
 
-    def _page(self, table: str, keys: list[tuple[str, ...]], start: Item | None, size: int) -> dict[str, Any]:
+    # -- hooks: what a subclass may change (tests/support/fake_dynamodb.py does) -------------
+
+    def _called(self, operation: str, params: dict[str, Any]) -> None:
+        """Each call, before anything else: its DynamoDB name and its parameters."""
+
+    def _store(self, table: str, item: Item) -> None:
+        """Put ``item`` in ``table`` (a copy)."""
+        self._table(table)[self._key(table, item)] = self._copy(item)
+
+    def _remove(self, table: str, key: tuple[str, ...]) -> None:
+        """Take the item at ``key`` out of ``table``, if it is there."""
+        self._table(table).pop(key, None)
+
+    def _partition(self, table: str, partition: str, consistent: bool) -> dict[tuple[str, ...], Item]:
+        """The items of one partition a Query sees."""
+        return {key: item for key, item in self.tables[table].items() if key[0] == partition}
+
+    def _unprocessed(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The requests of a BatchWriteItem left unprocessed (DynamoDB's throttling): none here."""
+        return []
+
+    def _copy(self, value: Any) -> Any:
+        return copy.deepcopy(value)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _check(self, operation: str, table: str, key: tuple[str, ...], condition: str | None, names: dict[str, str] | None,
+               values: dict[str, Any] | None, return_values: str) -> None:
+        """Raise DynamoDB's refusal when ``condition`` does not hold for the item at ``key``."""
+        existing = self._table(table).get(key)
+        if not _holds(condition, names, values, existing):
+            raise client_error("ConditionalCheckFailedException", operation, message=CONDITION_FAILED_MESSAGE,
+                               **_old(existing, return_values))
+
+    def _check_batch(self, requests: dict[str, list[dict[str, Any]]]) -> None:
+        """BatchWriteItem's own rules: 1..25 requests, no key twice."""
+        count = sum(len(each) for each in requests.values())
+        if not 0 < count <= limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS:
+            raise client_error("ValidationException", "BatchWriteItem",
+                               message=f"BatchWriteItem takes 1..{limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS} requests, got {count}")
+        for table, each in requests.items():
+            keys = [self._key(table, r["PutRequest"]["Item"]) if "PutRequest" in r else self._key(table, r["DeleteRequest"]["Key"], exact=True)
+                    for r in each]
+            if len(set(keys)) != len(keys):
+                raise client_error("ValidationException", "BatchWriteItem", message="Provided list of item keys contains duplicates")
+
+    def _page(self, table: str, items: dict[tuple[str, ...], Item], start: Item | None, limit: int | None) -> dict[str, Any]:
+        keys = sorted(items)
+        size = min(limit or self.page_items, self.page_items)
         first = 0 if start is None else bisect.bisect_right(keys, self._key(table, start))
         page = keys[first:first + size]
-        response: dict[str, Any] = {"Items": [copy.deepcopy(self.tables[table][key]) for key in page], "Count": len(page)}
-        if len(keys) - first > size:
+        response: dict[str, Any] = {"Items": [self._copy(items[key]) for key in page], "Count": len(page), "ScannedCount": len(page)}
+        if len(keys) - first > size or (limit is not None and len(page) == limit):
             response["LastEvaluatedKey"] = {name: {"S": value} for name, value in zip(self.keys[table], page[-1], strict=True)}
         return response
 
     def _table(self, name: str) -> dict[tuple[str, ...], Item]:
         if name not in self.tables:
-            raise client_error("ResourceNotFoundException", "DynamoDB")
+            raise client_error("ResourceNotFoundException", "DynamoDB", message=f"Requested resource not found: table {name}")
         return self.tables[name]
 
-    def _key(self, table: str, item: Item) -> tuple[str, ...]:
-        return tuple(item[name]["S"] for name in self.keys[table])
+    def _key(self, table: str, item: Item, exact: bool = False) -> tuple[str, ...]:
+        """``item``'s key in ``table``; DynamoDB's ValidationException when it lacks a key attribute (or, ``exact``, has more)."""
+        names = self.keys.get(table)
+        if names is None:
+            self._table(table)
+        assert names is not None  # _table raised otherwise
+        if any("S" not in item.get(name, {}) for name in names) or (exact and len(item) != len(names)):
+            raise client_error("ValidationException", "DynamoDB", message="The provided key element does not match the schema")
+        return tuple(item[name]["S"] for name in names)
 
 
 class UnsupportedCallError(WorkerTierError, NotImplementedError):
@@ -149,12 +260,39 @@ class UnsupportedCallError(WorkerTierError, NotImplementedError):
 
 def _old(existing: Item | None, return_values: str) -> dict[str, Any]:
     """What a refused condition returns: the item as it was under ALL_OLD, else nothing."""
+    if return_values not in ("NONE", "ALL_OLD"):
+        raise client_error("ValidationException", "DynamoDB", message=f"ReturnValuesOnConditionCheckFailure takes NONE or ALL_OLD, got {return_values!r}")
     return {"Item": copy.deepcopy(existing)} if return_values == "ALL_OLD" and existing is not None else {}
+
+
+def _tokens(text: str) -> list[str]:
+    """The expression's tokens; UnsupportedCallError at anything this does not read."""
+    tokens, position = [], 0
+    while position < len(text.rstrip()):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise UnsupportedCallError(f"expression {text!r} is not modelled by worker_tier.testing from {text[position:]!r}")
+        tokens.append(match.group(1).upper() if match.group(1).upper() in _KEYWORDS else match.group(1))
+        position = match.end()
+    return tokens
+
+
+def _check_expressions(expressions: Iterable[str | None], names: dict[str, str] | None, values: dict[str, Any] | None) -> None:
+    """DynamoDB's ValidationException for an expression name or value given but unused, used but not given, or an empty map."""
+    used = {token for text in expressions if text for token in _tokens(text) if token[0] in "#:"}
+    for given, sigil, kind in ((names, "#", "ExpressionAttributeNames"), (values, ":", "ExpressionAttributeValues")):
+        if given is not None and not given:
+            raise client_error("ValidationException", "DynamoDB", message=f"{kind} must not be empty")
+        wanted = {token for token in used if token[0] == sigil}
+        if wanted - set(given or {}):
+            raise client_error("ValidationException", "DynamoDB", message=f"{kind} lacks {sorted(wanted - set(given or {}))}")
+        if set(given or {}) - wanted:
+            raise client_error("ValidationException", "DynamoDB", message=f"Value provided in {kind} unused in expressions: {sorted(set(given or {}) - wanted)}")
 
 
 def _holds(text: str | None, names: dict[str, str] | None, values: dict[str, Any] | None, item: Item | None) -> bool:
     """Whether the condition expression ``text`` holds for ``item`` (None: absent); no condition always holds."""
-    return True if not text else _Condition(_TOKENS.findall(text), names or {}, values or {}, item or {}).evaluate()
+    return True if not text else _Condition(_tokens(text), names or {}, values or {}, item or {}).evaluate()
 
 
 class _Condition:
@@ -164,11 +302,20 @@ class _Condition:
         self.tokens, self.names, self.values, self.item, self.position = tokens, names, values, item, 0
 
     def evaluate(self) -> bool:
-        return self._or()
+        result = self._or()
+        if self._peek() is not None:
+            raise client_error("ValidationException", "DynamoDB", message=f"Invalid ConditionExpression: unexpected {self._peek()!r}")
+        return result
 
     def _next(self) -> str:
+        if self.position >= len(self.tokens):
+            raise client_error("ValidationException", "DynamoDB", message="Invalid ConditionExpression: it ends too soon")
         self.position += 1
         return self.tokens[self.position - 1]
+
+    def _expect(self, token: str) -> None:
+        if self._next() != token:
+            raise client_error("ValidationException", "DynamoDB", message=f"Invalid ConditionExpression: expected {token!r}")
 
     def _peek(self) -> str | None:
         return self.tokens[self.position] if self.position < len(self.tokens) else None
@@ -181,31 +328,57 @@ class _Condition:
         return result
 
     def _and(self) -> bool:
-        result = self._atom()
+        result = self._not()
         while self._peek() == "AND":
             self._next()
-            result = self._atom() and result
+            result = self._not() and result
         return result
+
+    def _not(self) -> bool:
+        if self._peek() == "NOT":
+            self._next()
+            return not self._not()
+        return self._atom()
 
     def _atom(self) -> bool:
         token = self._next()
         if token == "(":
             result = self._or()
-            self._next()  # ")"
+            self._expect(")")
             return result
-        if token in ("attribute_not_exists", "attribute_exists"):
-            self._next()  # "("
-            word = self._next()
-            name = self.names.get(word, word)
-            self._next()  # ")"
-            return (name in self.item) == (token == "attribute_exists")
-        operator, operand = self._next(), self._next()
-        left = self.item.get(self.names.get(token, token))
-        return left is not None and _compare(left, self.values[operand], operator)
+        if token in ("ATTRIBUTE_NOT_EXISTS", "ATTRIBUTE_EXISTS"):
+            self._expect("(")
+            name = self._name(self._next())
+            self._expect(")")
+            return (name in self.item) == (token == "ATTRIBUTE_EXISTS")
+        operator, other = self._next(), self._next()
+        if operator not in ("=", "<>", "<", "<=", ">", ">="):
+            raise UnsupportedCallError(f"condition operator {operator!r} is not modelled by worker_tier.testing")
+        return _compare(self._operand(token), self._operand(other), operator)
+
+    def _operand(self, token: str) -> dict[str, Any] | None:
+        """A value (``:v``) or an attribute's value in the item (None when it has none)."""
+        if token.startswith(":"):
+            return dict(self.values[token])
+        return self.item.get(self._name(token))
+
+    def _name(self, token: str) -> str:
+        return self.names.get(token, token)
 
 
-def _compare(left: dict[str, Any], right: dict[str, Any], operator: str) -> bool:
+def _compare(left: dict[str, Any] | None, right: dict[str, Any] | None, operator: str) -> bool:
+    """DynamoDB's comparison: numbers exactly, strings and binary by bytes; values of different types are never equal.
+
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.OperatorsAndFunctions.html
+    """
+    if left is None or right is None or next(iter(left)) != next(iter(right)):
+        return operator == "<>" and not (left is None or right is None)
     (kind, a), (_, b) = next(iter(left.items())), next(iter(right.items()))
     if kind == "N":
-        a, b = float(a), float(b)
-    return bool(a == b if operator == "=" else a < b)
+        a, b = Decimal(a), Decimal(b)
+    elif kind == "S":
+        a, b = a.encode("utf-8"), b.encode("utf-8")
+    elif kind not in _ORDERED:  # a boolean (or null, or collection) is only equal or not: dynalite's answer
+        return operator in ("=", "<>") and (a == b) == (operator == "=")
+    return bool({"=": a == b, "<>": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[operator])
+

@@ -19,7 +19,7 @@ from worker_tier.delays.delay_recovery import DelayRecovery
 from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 from worker_tier.producer.client import Client
-from worker_tier.testing.queues import REGION, MemoryQueues, Stored
+from worker_tier.testing.queues import MAX_RECEIVE_MESSAGES, REGION, MemoryQueues, Stored
 from worker_tier.testing.routing import Routing
 from worker_tier.testing.tables import MemoryTables
 from worker_tier.worker import Outcome, Worker, add_outcome_listener, remove_outcome_listener
@@ -272,8 +272,7 @@ class TaskWorld:
 
     def _handle_batch(self) -> bool:
         """One Lambda invocation on the visible messages, as the event source makes it; False when none was visible."""
-        received = self.queues.receive_message(self.queue_url, MaxNumberOfMessages=self.settings.batch_size)
-        messages = received.get("Messages", [])
+        messages = self._receive_batch()
         if not messages:
             return False
         event = {"Records": [lambda_record(message, self.queue_arn, REGION) for message in messages]}
@@ -286,6 +285,18 @@ class TaskWorld:
             if message["MessageId"] not in failed:
                 self.queues.delete_message(self.queue_url, message["ReceiptHandle"])
         return True
+
+    def _receive_batch(self) -> list[dict[str, Any]]:
+        """Up to ``batch_size`` visible messages, ten a receive as the event source's pollers take them."""
+        messages: list[dict[str, Any]] = []
+        while len(messages) < self.settings.batch_size:
+            wanted = min(self.settings.batch_size - len(messages), MAX_RECEIVE_MESSAGES)
+            received = self.queues.receive_message(self.queue_url, MaxNumberOfMessages=wanted, AttributeNames=["All"],
+                                                   MessageAttributeNames=["All"]).get("Messages", [])
+            messages += received
+            if len(received) < wanted:
+                break
+        return messages
 
     def _next_moment(self) -> tuple[float, float] | None:
         """The earliest time after now that something happens (a message shows, a dispatch, a tick), and when it was due."""

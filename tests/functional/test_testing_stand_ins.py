@@ -1,0 +1,667 @@
+"""The testing helper's SQS and DynamoDB behave as moto and dynalite do for every call the runtime makes.
+
+Each case drives the same boto3 calls through ``worker_tier.testing``'s routing (as ``TaskWorld`` uses it)
+to ``MemoryQueues`` / ``MemoryTables``, and to moto (``mock_aws``) and, for DynamoDB, dynalite (npm
+``dynalite``, an independent implementation: ``npm ci`` in tests/dynalite, else its lane is skipped saying
+why). The same assertions hold on every lane. The stand-ins read the wall clock here, as moto does, so
+delays and visibility are compared with short waits.
+
+Where moto is laxer than AWS's documentation (sizes, ranges, batch rules) the case follows the
+documentation and leaves moto's lane out, saying so; the cases that compare the two lanes directly
+(hypothesis) use only inputs on which moto follows AWS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterator
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from moto import mock_aws
+
+from tests.functional.test_dynamodb_rules import _dynalite_cli, dynalite_endpoint  # noqa: F401  # the fixture
+from worker_tier.core import limits
+from worker_tier.testing.queues import MemoryQueues
+from worker_tier.testing.routing import Routing
+from worker_tier.testing.tables import MemoryTables
+
+REGION = "us-east-1"
+VISIBILITY_TIMEOUT_SECONDS = 30
+MAX_RECEIVE_COUNT = 2
+SMALL = settings(max_examples=25, deadline=None, report_multiple_bugs=False,
+                 suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def code(call: Any) -> str | None:
+    """The error code a call raised, or None when it was answered."""
+    try:
+        call()
+    except ClientError as error:
+        return str(error.response["Error"]["Code"])
+    return None
+
+
+# -- SQS ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SqsLane:
+    name: str
+    client: Any
+    queue_url: str
+    dead_letter_queue_url: str
+
+
+@contextmanager
+def memory_sqs() -> Iterator[SqsLane]:
+    queues = MemoryQueues(time.time)
+    dead = queues.create("dlq", VISIBILITY_TIMEOUT_SECONDS)
+    work = queues.create("work", VISIBILITY_TIMEOUT_SECONDS, dead, MAX_RECEIVE_COUNT)
+    routing = Routing({"sqs": queues})
+    routing.start()
+    try:
+        yield SqsLane("memory", boto3.client("sqs", region_name=REGION), work.url, dead.url)
+    finally:
+        routing.stop()
+
+
+@contextmanager
+def moto_sqs() -> Iterator[SqsLane]:
+    with mock_aws():
+        client = boto3.client("sqs", region_name=REGION)
+        size = {"MaximumMessageSize": str(limits.SQS_MAX_MESSAGE_BYTES)}
+        dead = client.create_queue(QueueName="dlq", Attributes={"VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS), **size})["QueueUrl"]
+        arn = client.get_queue_attributes(QueueUrl=dead, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        work = client.create_queue(QueueName="work", Attributes={
+            "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS), **size,
+            "RedrivePolicy": f'{{"deadLetterTargetArn": "{arn}", "maxReceiveCount": {MAX_RECEIVE_COUNT}}}'})["QueueUrl"]
+        yield SqsLane("moto", client, work, dead)
+
+
+SQS_LANES = {"memory": memory_sqs, "moto": moto_sqs}
+
+
+@pytest.fixture(params=list(SQS_LANES))
+def sqs(request) -> Iterator[SqsLane]:
+    """A queue "work" (redrive to "dlq" after MAX_RECEIVE_COUNT receives): in memory, or on moto."""
+    with SQS_LANES[request.param]() as lane:
+        yield lane
+
+
+def receive(lane: SqsLane, url: str | None = None, **extra: Any) -> list[dict[str, Any]]:
+    response = lane.client.receive_message(QueueUrl=url or lane.queue_url, MaxNumberOfMessages=10, **extra)
+    return list(response.get("Messages", []))
+
+
+ATTRIBUTES = {
+    "beanstalk.sqsd.path": {"DataType": "String", "StringValue": "/work"},
+    "count": {"DataType": "Number", "StringValue": "12.50"},
+    "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xff"},
+}
+
+
+def test_a_sent_message_is_answered_with_its_id_and_the_md5s_of_its_body_and_attributes(sqs):
+    # GIVEN a body with non-ASCII text and attributes of each type
+    body = "héllo ✓"
+    # WHEN it is sent alone and in a batch
+    single = sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody=body, MessageAttributes=ATTRIBUTES)
+    batch = sqs.client.send_message_batch(QueueUrl=sqs.queue_url, Entries=[
+        {"Id": "a", "MessageBody": body, "MessageAttributes": ATTRIBUTES}, {"Id": "b", "MessageBody": "plain"}])
+    # THEN each answer carries the MD5 of the body's UTF-8 and, with attributes, SQS's MD5 of the attributes
+    md5 = hashlib.md5(body.encode(), usedforsecurity=False).hexdigest()
+    assert single["MD5OfMessageBody"] == md5 and single["MD5OfMessageAttributes"] == "d1da9606722db9150a4c1222b5d383a6"
+    successful = {entry["Id"]: entry for entry in batch["Successful"]}
+    assert batch.get("Failed", []) == [] and set(successful) == {"a", "b"}
+    assert successful["a"]["MD5OfMessageAttributes"] == single["MD5OfMessageAttributes"]
+    assert "MD5OfMessageAttributes" not in successful["b"]
+
+
+def test_a_receive_returns_only_the_attributes_it_asks_for(sqs):
+    # GIVEN a message with attributes, in the queue without a redrive policy
+    url = sqs.dead_letter_queue_url
+    sqs.client.send_message(QueueUrl=url, MessageBody="x", MessageAttributes=ATTRIBUTES)
+    # WHEN it is received asking for no attributes, then for some by name, then for all
+    [bare] = receive(sqs, url, VisibilityTimeout=0)
+    [named] = receive(sqs, url, VisibilityTimeout=0, MessageSystemAttributeNames=["ApproximateReceiveCount"],
+                      MessageAttributeNames=["count"])
+    [every] = receive(sqs, url, VisibilityTimeout=0, AttributeNames=["All"], MessageAttributeNames=["All"])
+    # THEN each answer has those and no others
+    assert "Attributes" not in bare and "MessageAttributes" not in bare
+    assert named["Attributes"] == {"ApproximateReceiveCount": "2"} and named["MessageAttributes"] == {"count": ATTRIBUTES["count"]}
+    assert {"ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp", "SenderId"} <= set(every["Attributes"])
+    assert every["Attributes"]["ApproximateReceiveCount"] == "3" and every["MessageAttributes"] == ATTRIBUTES
+    assert bare["MD5OfBody"] == hashlib.md5(b"x", usedforsecurity=False).hexdigest()
+
+
+def test_a_receive_takes_at_most_its_maximum_and_hides_what_it_took(sqs):
+    # GIVEN three messages
+    sqs.client.send_message_batch(QueueUrl=sqs.queue_url, Entries=[{"Id": str(i), "MessageBody": str(i)} for i in range(3)])
+    # WHEN two are received, then the rest
+    first = sqs.client.receive_message(QueueUrl=sqs.queue_url, MaxNumberOfMessages=2)["Messages"]
+    rest = receive(sqs)
+    # THEN the second receive gets only the third message, and then none is left visible
+    assert len(first) == 2 and len(rest) == 1
+    assert {m["Body"] for m in first + rest} == {"0", "1", "2"} and receive(sqs) == []
+
+
+@pytest.mark.parametrize("maximum", [0, 11])
+def test_a_receive_of_a_maximum_outside_1_to_10_is_refused(sqs, maximum):
+    assert code(lambda: sqs.client.receive_message(QueueUrl=sqs.queue_url, MaxNumberOfMessages=maximum)) == "InvalidParameterValue"
+
+
+def test_a_delayed_message_shows_after_its_delay(sqs):
+    # GIVEN a message sent with a one-second delay
+    sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="later", DelaySeconds=1)
+    # WHEN it is received at once, and after the delay
+    at_once = receive(sqs)
+    time.sleep(1.2)
+    after = receive(sqs, AttributeNames=["SentTimestamp"])
+    # THEN it shows only after, with the time it was sent
+    assert at_once == [] and [m["Body"] for m in after] == ["later"]
+    assert abs(int(after[0]["Attributes"]["SentTimestamp"]) / 1000 - time.time()) < 5
+
+
+@pytest.mark.parametrize("delay_seconds", [-1, limits.SQS_MAX_DELAY_SECONDS + 1])
+def test_a_delay_outside_0_to_900_seconds_is_refused(sqs, delay_seconds):
+    if sqs.name == "moto" and delay_seconds < 0:
+        pytest.skip("moto takes a negative delay; AWS's range is 0 to 900: "
+                    "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html")
+    assert code(lambda: sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="x", DelaySeconds=delay_seconds)) == "InvalidParameterValue"
+
+
+def test_a_batch_of_more_than_10_or_of_repeated_ids_is_refused_whole(sqs):
+    eleven = [{"Id": str(i), "MessageBody": "x"} for i in range(11)]
+    repeated = [{"Id": "same", "MessageBody": "x"}, {"Id": "same", "MessageBody": "y"}]
+    assert code(lambda: sqs.client.send_message_batch(QueueUrl=sqs.queue_url, Entries=eleven)) == "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
+    assert code(lambda: sqs.client.send_message_batch(QueueUrl=sqs.queue_url, Entries=repeated)) == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"
+    assert code(lambda: sqs.client.send_message_batch(QueueUrl=sqs.queue_url, Entries=[])) == "AWS.SimpleQueueService.EmptyBatchRequest"
+    assert receive(sqs) == []
+
+
+def test_a_call_to_a_missing_queue_is_refused(sqs):
+    missing = sqs.queue_url.replace("/work", "/missing")
+    assert code(lambda: sqs.client.send_message(QueueUrl=missing, MessageBody="x")) == "AWS.SimpleQueueService.NonExistentQueue"
+    assert code(lambda: sqs.client.get_queue_url(QueueName="missing")) == "AWS.SimpleQueueService.NonExistentQueue"
+    assert sqs.client.get_queue_url(QueueName="work")["QueueUrl"] == sqs.queue_url
+
+
+def test_each_receive_counts_and_gets_a_new_handle_and_the_current_one_deletes(sqs):
+    # GIVEN a message received twice (its visibility ended at once)
+    sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="x")
+    [first] = receive(sqs, VisibilityTimeout=0, AttributeNames=["ApproximateReceiveCount"])
+    [second] = receive(sqs, AttributeNames=["ApproximateReceiveCount"])
+    # WHEN its current handle deletes it
+    deleted = sqs.client.delete_message_batch(QueueUrl=sqs.queue_url, Entries=[{"Id": "0", "ReceiptHandle": second["ReceiptHandle"]}])
+    # THEN the counts were 1 and 2, the handles differ, and the message is gone
+    assert [first["Attributes"]["ApproximateReceiveCount"], second["Attributes"]["ApproximateReceiveCount"]] == ["1", "2"]
+    assert first["ReceiptHandle"] != second["ReceiptHandle"] and first["MessageId"] == second["MessageId"]
+    assert [e["Id"] for e in deleted["Successful"]] == ["0"] and deleted.get("Failed", []) == []
+    assert sqs.client.get_queue_attributes(QueueUrl=sqs.queue_url, AttributeNames=["All"])["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+
+def test_a_stale_handle_is_answered_without_error_and_a_malformed_one_is_refused(sqs):
+    # GIVEN a message received twice, and a handle SQS never gave
+    # (AWS: a stale handle's delete "succeeds, but the message might not be deleted":
+    # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html ; moto deletes it,
+    # the stand-in keeps it, so only the answers are compared)
+    sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="x")
+    [first] = receive(sqs, VisibilityTimeout=0)
+    receive(sqs)
+    # WHEN each is used to delete, alone and in a batch
+    stale = code(lambda: sqs.client.delete_message(QueueUrl=sqs.queue_url, ReceiptHandle=first["ReceiptHandle"]))
+    malformed = code(lambda: sqs.client.delete_message(QueueUrl=sqs.queue_url, ReceiptHandle="not-a-handle"))
+    batch = sqs.client.delete_message_batch(QueueUrl=sqs.queue_url, Entries=[{"Id": "bad", "ReceiptHandle": "not-a-handle"}])
+    # THEN the stale one is answered, the malformed one refused with ReceiptHandleIsInvalid, in the batch as a Failed entry
+    assert stale is None and malformed == "ReceiptHandleIsInvalid"
+    assert batch.get("Successful", []) == [] and [(f["Id"], f["Code"], f["SenderFault"]) for f in batch["Failed"]] == [
+        ("bad", "ReceiptHandleIsInvalid", True)]
+
+
+def test_a_visibility_change_hides_a_message_from_the_call_on(sqs):
+    # GIVEN two received messages
+    sqs.client.send_message_batch(QueueUrl=sqs.queue_url, Entries=[{"Id": "a", "MessageBody": "a"}, {"Id": "b", "MessageBody": "b"}])
+    received = receive(sqs)
+    # WHEN one's visibility is set to 0 and the other's to an hour, with a malformed handle in the batch
+    entries = [{"Id": m["Body"], "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0 if m["Body"] == "a" else 3600} for m in received]
+    answer = sqs.client.change_message_visibility_batch(QueueUrl=sqs.queue_url, Entries=[
+        *entries, {"Id": "bad", "ReceiptHandle": "not-a-handle", "VisibilityTimeout": 0}])
+    # THEN the first shows again at once and the second does not; the malformed handle is a Failed entry
+    assert sorted(e["Id"] for e in answer["Successful"]) == ["a", "b"]
+    assert [(f["Id"], f["Code"], f["SenderFault"]) for f in answer["Failed"]] == [("bad", "ReceiptHandleIsInvalid", True)]
+    assert [m["Body"] for m in receive(sqs)] == ["a"]
+
+
+def test_a_visibility_over_12_hours_is_refused(sqs):
+    # GIVEN a received message
+    sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="x")
+    [message] = receive(sqs)
+    over = limits.SQS_MAX_VISIBILITY_TIMEOUT_SECONDS + 1
+    # WHEN its visibility is set past SQS's 12 hours
+    single = code(lambda: sqs.client.change_message_visibility(QueueUrl=sqs.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=over))
+    # THEN SQS refuses it
+    assert single == "InvalidParameterValue"
+
+
+def test_queue_attributes_are_those_asked_for_and_count_visible_hidden_and_delayed_messages(sqs):
+    # GIVEN one message received (hidden), one visible and one delayed
+    sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="hidden")
+    receive(sqs)
+    sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="visible")
+    sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="delayed", DelaySeconds=60)
+    # WHEN the attributes the runtime reads are asked for, one at a time, and then all
+    size = sqs.client.get_queue_attributes(QueueUrl=sqs.queue_url, AttributeNames=["MaximumMessageSize"])["Attributes"]
+    arn = sqs.client.get_queue_attributes(QueueUrl=sqs.queue_url, AttributeNames=["QueueArn"])["Attributes"]
+    every = sqs.client.get_queue_attributes(QueueUrl=sqs.queue_url, AttributeNames=["All"])["Attributes"]
+    # THEN each answer holds what was asked, and the counts split the three messages
+    assert size == {"MaximumMessageSize": str(limits.SQS_MAX_MESSAGE_BYTES)}
+    assert arn == {"QueueArn": f"arn:aws:sqs:{REGION}:123456789012:work"}
+    counts = {name: every[name] for name in ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed")}
+    assert counts == {"ApproximateNumberOfMessages": "1", "ApproximateNumberOfMessagesNotVisible": "1", "ApproximateNumberOfMessagesDelayed": "1"}
+    assert every["VisibilityTimeout"] == str(VISIBILITY_TIMEOUT_SECONDS) and "RedrivePolicy" in every
+
+
+def test_a_message_received_max_receive_count_times_moves_to_the_dead_letter_queue_on_the_next_receive(sqs):
+    # GIVEN a message with an attribute received MAX_RECEIVE_COUNT times, each visible again at once
+    message_id = sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody="doomed", MessageAttributes=ATTRIBUTES)["MessageId"]
+    counts = [receive(sqs, VisibilityTimeout=0, AttributeNames=["ApproximateReceiveCount"])[0]["Attributes"]["ApproximateReceiveCount"]
+              for _ in range(MAX_RECEIVE_COUNT)]
+    # WHEN it is received once more
+    again = receive(sqs)
+    # THEN it is not received but is in the dead-letter queue, as it was sent
+    [dead] = receive(sqs, sqs.dead_letter_queue_url, MessageAttributeNames=["All"])
+    assert counts == ["1", "2"] and again == []
+    assert (dead["MessageId"], dead["Body"], dead["MessageAttributes"]) == (message_id, "doomed", ATTRIBUTES)
+
+
+def test_a_body_over_the_queues_maximum_size_is_refused(sqs):
+    body = "a" * (limits.SQS_MAX_MESSAGE_BYTES + 1)
+    assert code(lambda: sqs.client.send_message(QueueUrl=sqs.queue_url, MessageBody=body)) == "InvalidParameterValue"
+
+
+# -- SQS, hypothesis: the two lanes answer the same sequence the same way -----------------------
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("send"), st.text(min_size=1, max_size=8), st.sampled_from([0, 0, 3600])),
+    st.tuples(st.just("receive"), st.integers(1, 10), st.sampled_from([0, 3600])),
+    st.tuples(st.just("delete"), st.integers(0, 9), st.booleans()),
+    st.tuples(st.just("hide"), st.integers(0, 9), st.sampled_from([0, 3600])),
+), max_size=12)
+
+
+def _run_steps(lane: SqsLane, steps: list[tuple[Any, ...]]) -> list[Any]:
+    """What the lane answered each step: bodies and receive counts, never ids or handles, which differ by lane.
+
+    Deletes and visibility changes use each message's current handle only: a stale handle's delete differs by
+    lane, as AWS allows (see above). They run on the queue without a redrive policy: once SQS moved a message, the
+    source queue's answer to its old handle is not documented (moto refuses it, the stand-in answers it).
+    """
+    url = lane.dead_letter_queue_url
+    current: dict[str, str] = {}  # body -> its current receipt handle
+    seen = []
+    for kind, a, b in steps:
+        if kind == "send":
+            lane.client.send_message(QueueUrl=url, MessageBody=a, DelaySeconds=0 if b == 0 else 900)
+            seen.append(None)
+        elif kind == "receive":
+            got = lane.client.receive_message(QueueUrl=url, MaxNumberOfMessages=a, VisibilityTimeout=b,
+                                              AttributeNames=["ApproximateReceiveCount"]).get("Messages", [])
+            current.update({m["Body"]: m["ReceiptHandle"] for m in got})
+            seen.append(sorted((m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in got))
+        elif current:
+            body = sorted(current)[a % len(current)]
+            if kind == "delete":
+                answer = lane.client.delete_message_batch(QueueUrl=url, Entries=[{"Id": "0", "ReceiptHandle": current.pop(body)}])
+            else:
+                answer = lane.client.change_message_visibility_batch(QueueUrl=url, Entries=[
+                    {"Id": "0", "ReceiptHandle": current[body], "VisibilityTimeout": b}])
+            seen.append([(f["Code"], f["SenderFault"]) for f in answer.get("Failed", [])])
+    counts = lane.client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    seen.append((counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesDelayed"]))
+    return seen
+
+
+@SMALL
+@given(steps=STEPS)
+def test_a_sequence_of_sends_receives_deletes_and_visibility_changes_is_answered_alike(steps):
+    # GIVEN a sequence whose messages are all distinct
+    bodies = [step[1] for step in steps if step[0] == "send"]
+    if len(set(bodies)) != len(bodies):
+        return
+    # WHEN it runs in memory and on moto
+    with memory_sqs() as memory:
+        in_memory = _run_steps(memory, steps)
+    with moto_sqs() as moto:
+        on_moto = _run_steps(moto, steps)
+    # THEN the answers are the same (both give the visible messages oldest first, SQS's best effort)
+    assert in_memory == on_moto
+
+
+# -- DynamoDB ----------------------------------------------------------------------------------
+
+
+TABLES = {"state": ["pk"], "delays": ["pk", "sk"]}
+
+
+def _create_tables(client: Any) -> None:
+    for table, keys in TABLES.items():
+        client.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, ("HASH", "RANGE"), strict=False)],
+            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"} for key in keys],
+            BillingMode="PAY_PER_REQUEST",
+        )
+
+
+@contextmanager
+def memory_dynamodb() -> Iterator[Any]:
+    tables = MemoryTables()
+    for table, keys in TABLES.items():
+        tables.create_table(table, *keys)
+    routing = Routing({"dynamodb": tables})
+    routing.start()
+    try:
+        yield boto3.client("dynamodb", region_name=REGION)
+    finally:
+        routing.stop()
+
+
+@contextmanager
+def moto_dynamodb() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name=REGION)
+        _create_tables(client)
+        yield client
+
+
+@dataclass
+class DynamoLane:
+    name: str
+    client: Any
+
+
+@pytest.fixture(params=["memory", "moto", "dynalite"])
+def dynamodb(request) -> Iterator[DynamoLane]:
+    """Tables "state" (pk) and "delays" (pk, sk): in memory, on moto, or on dynalite."""
+    if request.param == "memory":
+        with memory_dynamodb() as client:
+            yield DynamoLane("memory", client)
+    elif request.param == "moto":
+        with moto_dynamodb() as client:
+            yield DynamoLane("moto", client)
+    else:
+        endpoint = request.getfixturevalue("dynalite_endpoint")
+        client = boto3.client("dynamodb", region_name=REGION, endpoint_url=endpoint, aws_access_key_id="x",
+                              aws_secret_access_key="x", config=Config(retries={"max_attempts": 1}))
+        _create_tables(client)
+        for table in TABLES:
+            client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 0.05, "MaxAttempts": 200})
+        yield DynamoLane("dynalite", client)
+        for table in TABLES:
+            client.delete_table(TableName=table)
+
+
+def refused(call: Any) -> dict[str, Any] | None:
+    """The error response a call got, or None when it was answered."""
+    try:
+        call()
+    except ClientError as error:
+        return dict(error.response)
+    return None
+
+
+def lease(holder: str, until: int) -> dict[str, Any]:
+    return {"pk": {"S": "lease"}, "holder": {"S": holder}, "lease_until": {"N": str(until)}}
+
+
+TAKE = {"ConditionExpression": "attribute_not_exists(#pk) OR #lease_until < :now", "ExpressionAttributeNames": {"#pk": "pk", "#lease_until": "lease_until"}}
+
+
+def test_a_conditional_put_refused_returns_the_old_item_when_asked(dynamodb):
+    # GIVEN a lease held until 100 (core.state's put)
+    assert refused(lambda: dynamodb.client.put_item(TableName="state", Item=lease("a", 100), **TAKE,
+                                                    ExpressionAttributeValues={":now": {"N": "50"}})) is None
+    # WHEN another holder tries to take it at 50, with ALL_OLD, and at 150
+    early = refused(lambda: dynamodb.client.put_item(TableName="state", Item=lease("b", 200), **TAKE, ExpressionAttributeValues={":now": {"N": "50"}},
+                                                     ReturnValuesOnConditionCheckFailure="ALL_OLD"))
+    late = refused(lambda: dynamodb.client.put_item(TableName="state", Item=lease("b", 200), **TAKE, ExpressionAttributeValues={":now": {"N": "150"}}))
+    # THEN the first is refused (with the old item, where the lane models ALL_OLD) and the second taken
+    assert early is not None and early["Error"]["Code"] == "ConditionalCheckFailedException"
+    if dynamodb.name != "dynalite":  # dynalite ignores ReturnValuesOnConditionCheckFailure (REAL-WORLD.md)
+        assert early["Item"] == lease("a", 100)
+    assert late is None
+    assert dynamodb.client.get_item(TableName="state", Key={"pk": {"S": "lease"}})["Item"] == lease("b", 200)
+
+
+def test_a_conditional_update_refused_changes_nothing_and_creates_nothing(dynamodb):
+    # GIVEN a lease held by "a" (core.state's update, worker.idempotency's extend_in_progress)
+    dynamodb.client.put_item(TableName="state", Item=lease("a", 100))
+    owned = {"ConditionExpression": "#holder = :holder", "ExpressionAttributeNames": {"#holder": "holder", "#until": "lease_until"}}
+    # WHEN "b" updates it, and updates a missing item; then "a" updates it
+    theirs = refused(lambda: dynamodb.client.update_item(TableName="state", Key={"pk": {"S": "lease"}}, UpdateExpression="SET #until = :until",
+                                                         ExpressionAttributeValues={":holder": {"S": "b"}, ":until": {"N": "999"}}, **owned))
+    missing = refused(lambda: dynamodb.client.update_item(TableName="state", Key={"pk": {"S": "gone"}}, UpdateExpression="SET #until = :until",
+                                                          ExpressionAttributeValues={":holder": {"S": "b"}, ":until": {"N": "999"}}, **owned))
+    mine = refused(lambda: dynamodb.client.update_item(TableName="state", Key={"pk": {"S": "lease"}}, UpdateExpression="SET #until = :until",
+                                                       ExpressionAttributeValues={":holder": {"S": "a"}, ":until": {"N": "300"}}, **owned))
+    # THEN the first two are refused and leave the table as it was; the third changes the lease
+    assert theirs is not None and theirs["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert missing is not None and missing["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert "Item" not in dynamodb.client.get_item(TableName="state", Key={"pk": {"S": "gone"}})
+    assert mine is None and dynamodb.client.get_item(TableName="state", Key={"pk": {"S": "lease"}})["Item"] == lease("a", 300)
+
+
+def test_an_unconditional_update_creates_the_item(dynamodb):
+    # GIVEN no item (dispatch_state's lost_marker_update)
+    # WHEN two attributes are set on it
+    dynamodb.client.update_item(TableName="state", Key={"pk": {"S": "w"}}, UpdateExpression="SET #epoch = :epoch, #f = :f",
+                                ExpressionAttributeNames={"#epoch": "epoch", "#f": "finished"},
+                                ExpressionAttributeValues={":epoch": {"N": "2"}, ":f": {"BOOL": True}})
+    # THEN the item holds its key and both
+    assert dynamodb.client.get_item(TableName="state", Key={"pk": {"S": "w"}})["Item"] == {
+        "pk": {"S": "w"}, "epoch": {"N": "2"}, "finished": {"BOOL": True}}
+
+
+def test_a_conditional_delete_refused_keeps_the_item(dynamodb):
+    # GIVEN a lease held by "a" (core.state's release, dedupe's delete)
+    dynamodb.client.put_item(TableName="state", Item=lease("a", 100))
+    def release(holder: str) -> dict[str, Any] | None:
+        return refused(lambda: dynamodb.client.delete_item(TableName="state", Key={"pk": {"S": "lease"}}, ConditionExpression="#holder = :holder",
+                                                           ExpressionAttributeNames={"#holder": "holder"},
+                                                           ExpressionAttributeValues={":holder": {"S": holder}}))
+    # WHEN "b" releases it, then "a"
+    theirs, mine = release("b"), release("a")
+    # THEN only the second deletes it
+    assert theirs is not None and theirs["Error"]["Code"] == "ConditionalCheckFailedException" and mine is None
+    assert "Item" not in dynamodb.client.get_item(TableName="state", Key={"pk": {"S": "lease"}})
+
+
+def test_an_expression_attribute_name_or_value_left_unused_is_refused(dynamodb):
+    # GIVEN a put whose condition uses neither the extra name nor the extra value
+    def put(**extra: Any) -> dict[str, Any] | None:
+        return refused(lambda: dynamodb.client.put_item(TableName="state", Item={"pk": {"S": "k"}},
+                                                        ConditionExpression="attribute_not_exists(#pk)", **extra))
+    names = put(ExpressionAttributeNames={"#pk": "pk", "#extra": "x"})
+    values = put(ExpressionAttributeNames={"#pk": "pk"}, ExpressionAttributeValues={":extra": {"S": "x"}})
+    # THEN DynamoDB refuses each as invalid, and stores nothing
+    assert names is not None and names["Error"]["Code"] == "ValidationException"
+    if dynamodb.name != "moto":  # moto takes an unused value, and fails with its own KeyError on an undefined one
+        assert values is not None and values["Error"]["Code"] == "ValidationException"
+        undefined = refused(lambda: dynamodb.client.put_item(TableName="state", Item={"pk": {"S": "k"}}, ConditionExpression="#pk = :v",
+                                                             ExpressionAttributeNames={"#pk": "pk"}))
+        assert undefined is not None and undefined["Error"]["Code"] == "ValidationException"
+        assert "Item" not in dynamodb.client.get_item(TableName="state", Key={"pk": {"S": "k"}})
+
+
+def test_a_query_pages_a_partition_in_sort_key_order(dynamodb):
+    # GIVEN a partition of five items (minute.py's query) and an item in another partition
+    sort_keys = ["b", "a", "é", "B", "10"]
+    for sk in sort_keys:
+        dynamodb.client.put_item(TableName="delays", Item={"pk": {"S": "p"}, "sk": {"S": sk}})
+    dynamodb.client.put_item(TableName="delays", Item={"pk": {"S": "other"}, "sk": {"S": "a"}})
+    # WHEN it is read two at a time
+    pages, start = [], {}
+    while True:
+        page = dynamodb.client.query(TableName="delays", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "p"}},
+                                     Limit=2, ConsistentRead=True, **start)
+        pages.append([item["sk"]["S"] for item in page["Items"]])
+        if "LastEvaluatedKey" not in page:
+            break
+        start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+    # THEN the pages hold its items in the order of their keys' UTF-8 bytes
+    assert pages == [["10", "B"], ["a", "b"], ["é"]]
+
+
+def test_a_query_whose_last_page_is_full_says_there_may_be_more(dynamodb):
+    if dynamodb.name == "moto":
+        pytest.skip("moto leaves LastEvaluatedKey out when no item follows; DynamoDB (and dynalite) stop at Limit and give it: "
+                    "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html")
+    # GIVEN a partition of two items
+    for sk in ("a", "b"):
+        dynamodb.client.put_item(TableName="delays", Item={"pk": {"S": "p"}, "sk": {"S": sk}})
+    # WHEN a page of two is read, then the page after it
+    first = dynamodb.client.query(TableName="delays", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "p"}}, Limit=2)
+    second = dynamodb.client.query(TableName="delays", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "p"}}, Limit=2,
+                                   ExclusiveStartKey=first.get("LastEvaluatedKey", {"pk": {"S": "p"}, "sk": {"S": "b"}}))
+    # THEN the first answer carries a LastEvaluatedKey (DynamoDB stops at Limit without looking further) and the second is empty
+    assert first["LastEvaluatedKey"] == {"pk": {"S": "p"}, "sk": {"S": "b"}} and first["Count"] == 2
+    assert second["Items"] == [] and "LastEvaluatedKey" not in second
+
+
+def test_a_scan_with_a_projection_returns_only_those_attributes(dynamodb):
+    # GIVEN an item with a body (the dispatcher's scan of the delay table)
+    dynamodb.client.put_item(TableName="delays", Item={"pk": {"S": "p"}, "sk": {"S": "s"}, "body": {"S": "x"}})
+    # WHEN the table is scanned for its keys
+    items = dynamodb.client.scan(TableName="delays", ProjectionExpression="pk, sk")["Items"]
+    # THEN only the keys come back
+    assert items == [{"pk": {"S": "p"}, "sk": {"S": "s"}}]
+
+
+def test_a_batch_write_of_26_items_or_of_one_key_twice_is_refused_whole(dynamodb):
+    puts = [{"PutRequest": {"Item": {"pk": {"S": f"k{i}"}}}} for i in range(26)]
+    twice = [{"PutRequest": {"Item": {"pk": {"S": "same"}}}}, {"PutRequest": {"Item": {"pk": {"S": "same"}, "x": {"S": "y"}}}}]
+    if dynamodb.name != "moto":  # moto takes 26, and one key twice; AWS refuses both:
+        # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html
+        assert code(lambda: dynamodb.client.batch_write_item(RequestItems={"state": puts})) == "ValidationException"
+        assert code(lambda: dynamodb.client.batch_write_item(RequestItems={"state": twice})) == "ValidationException"
+    assert dynamodb.client.scan(TableName="state")["Items"] == []
+    assert dynamodb.client.batch_write_item(RequestItems={"state": puts[:25]})["UnprocessedItems"] == {}
+
+
+def test_an_item_without_its_key_or_a_key_with_more_is_refused(dynamodb):
+    assert code(lambda: dynamodb.client.put_item(TableName="delays", Item={"pk": {"S": "p"}})) == "ValidationException"
+    assert code(lambda: dynamodb.client.get_item(TableName="state", Key={"pk": {"S": "p"}, "x": {"S": "y"}})) == "ValidationException"
+    assert code(lambda: dynamodb.client.get_item(TableName="missing", Key={"pk": {"S": "p"}})) == "ResourceNotFoundException"
+
+
+def test_a_transaction_with_a_refused_condition_writes_nothing_and_names_the_reason(dynamodb):
+    if dynamodb.name == "dynalite":
+        pytest.skip("dynalite lacks TransactWriteItems (REAL-WORLD.md)")
+    # GIVEN a marker (cancellation's move: Delete if exists, Put if not exists)
+    dynamodb.client.put_item(TableName="delays", Item={"pk": {"S": "p"}, "sk": {"S": "old"}, "v": {"N": "1"}})
+    exists = {"ConditionExpression": "attribute_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"}}
+    # WHEN a transaction deletes it and puts a new item whose condition fails, asking for the old item
+    answer = refused(lambda: dynamodb.client.transact_write_items(TransactItems=[
+        {"Delete": {"TableName": "delays", "Key": {"pk": {"S": "p"}, "sk": {"S": "old"}}, **exists}},
+        {"Put": {"TableName": "delays", "Item": {"pk": {"S": "p"}, "sk": {"S": "new"}}, **exists, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
+    ]))
+    twice = refused(lambda: dynamodb.client.transact_write_items(TransactItems=[
+        {"ConditionCheck": {"TableName": "state", "Key": {"pk": {"S": "k"}}, "ConditionExpression": "attribute_not_exists(pk)"}},
+        {"Put": {"TableName": "state", "Item": {"pk": {"S": "k"}}}},
+    ]))
+    # THEN it is cancelled with one reason per entry, and the marker stays
+    assert answer is not None and answer["Error"]["Code"] == "TransactionCanceledException"
+    assert [reason["Code"] for reason in answer["CancellationReasons"]] == ["None", "ConditionalCheckFailed"]
+    assert "Item" not in answer["CancellationReasons"][1]
+    assert twice is not None and twice["Error"]["Code"] == "ValidationException"
+    assert "Item" in dynamodb.client.get_item(TableName="delays", Key={"pk": {"S": "p"}, "sk": {"S": "old"}})
+
+
+# -- DynamoDB, hypothesis: conditions hold alike -------------------------------------------------
+
+NUMBERS = st.one_of(st.integers(-10**20, 10**20).map(str),
+                    st.decimals(min_value=-10**6, max_value=10**6, places=6, allow_nan=False).map(lambda d: str(d.normalize())))
+
+
+@st.composite
+def conditions(draw: Any, depth: int = 0) -> str:
+    """A condition in the runtime's grammar over attributes a and b and values :x and :y."""
+    atom = st.one_of(st.sampled_from(["attribute_exists(#a)", "attribute_not_exists(#b)", "attribute_not_exists(pk)"]),
+                     st.tuples(st.sampled_from(["#a", "#b"]), st.sampled_from(["=", "<"]), st.sampled_from([":x", ":y"])).map(" ".join))
+    if depth >= 2 or draw(st.booleans()):
+        return draw(atom)
+    left, right = draw(conditions(depth + 1)), draw(conditions(depth + 1))
+    return f"({left}) {draw(st.sampled_from(['AND', 'OR']))} {right}"
+
+
+def _answer(client: Any, item: dict[str, Any] | None, condition: str, values: dict[str, Any]) -> str | None:
+    """The error code a put conditioned on ``condition`` gets over ``item`` (None: absent), or None when it is taken."""
+    client.delete_item(TableName="state", Key={"pk": {"S": "k"}})
+    if item is not None:
+        client.put_item(TableName="state", Item={"pk": {"S": "k"}, **item})
+    names = {name: name[1:] for name in ("#a", "#b") if name in condition}
+    used = {name: value for name, value in values.items() if name in condition}
+    extra = {"ExpressionAttributeNames": names} if names else {}
+    extra.update({"ExpressionAttributeValues": used} if used else {})
+    return code(lambda: client.put_item(TableName="state", Item={"pk": {"S": "k"}}, ConditionExpression=condition, **extra))
+
+
+@st.composite
+def cases(draw: Any, kinds: st.SearchStrategy[str]) -> tuple[dict[str, Any] | None, str, dict[str, Any]]:
+    """An item (or none), a condition and its values, each value of a kind ``kinds`` draws."""
+    def value() -> dict[str, Any]:
+        kind = draw(kinds)
+        return {"N": draw(NUMBERS)} if kind == "N" else {"S": draw(st.text(max_size=4))} if kind == "S" else {"BOOL": draw(st.booleans())}
+    item = None if draw(st.booleans()) else {name: value() for name in draw(st.sets(st.sampled_from(["a", "b"])))}
+    return item, draw(conditions()), {":x": value(), ":y": value()}
+
+
+@SMALL
+@given(data=st.data())
+def test_a_condition_holds_in_memory_exactly_when_it_holds_on_moto(data):
+    # GIVEN an item, a condition and values all of one kind (moto fails with its own TypeError across kinds)
+    item, condition, values = data.draw(cases(st.just(data.draw(st.sampled_from(["N", "S"])))))
+    # WHEN a put on that condition is made in memory and on moto
+    with memory_dynamodb() as memory:
+        in_memory = _answer(memory, item, condition, values)
+    with moto_dynamodb() as moto:
+        on_moto = _answer(moto, item, condition, values)
+    # THEN both take it, or both refuse it alike
+    assert in_memory == on_moto
+
+
+@SMALL
+@given(data=st.data())
+def test_a_condition_holds_in_memory_exactly_when_it_holds_on_dynalite(dynalite_endpoint, data):  # noqa: F811  # the fixture
+    # GIVEN an item, a condition and values of any kinds, numbers, strings and booleans mixed
+    item, condition, values = data.draw(cases(st.sampled_from(["N", "S", "BOOL"])))
+    client = boto3.client("dynamodb", region_name=REGION, endpoint_url=dynalite_endpoint, aws_access_key_id="x",
+                          aws_secret_access_key="x", config=Config(retries={"max_attempts": 1}))
+    if "state" not in client.list_tables()["TableNames"]:
+        _create_tables(client)
+        client.get_waiter("table_exists").wait(TableName="state", WaiterConfig={"Delay": 0.05, "MaxAttempts": 200})
+    # WHEN a put on that condition is made in memory and on dynalite
+    with memory_dynamodb() as memory:
+        in_memory = _answer(memory, item, condition, values)
+    on_dynalite = _answer(client, item, condition, values)
+    # THEN both take it, or both refuse it alike
+    assert in_memory == on_dynalite
+
+
+def test_numbers_compare_exactly_past_a_floats_precision():
+    # GIVEN numbers that a float cannot tell apart (DynamoDB keeps 38 digits)
+    big, bigger = "12345678901234567890", "12345678901234567891"
+    assert float(big) == float(bigger) and Decimal(big) < Decimal(bigger)
+    with memory_dynamodb() as memory:
+        # WHEN one is compared with the other
+        # THEN the comparison sees the difference
+        assert _answer(memory, {"a": {"N": big}}, "#a < :x", {":x": {"N": bigger}}) is None
+        assert _answer(memory, {"a": {"N": big}}, "#a = :x", {":x": {"N": bigger}}) == "ConditionalCheckFailedException"
