@@ -1,13 +1,13 @@
-"""Where the command line points: the deployment's ``WORKER_TIER_*`` variables, options, or a stack's outputs.
+"""Where the command line points: the deployment's variables (``worker_tier.core.contract``), options, or a stack's outputs.
 
-One configuration names a deployment everywhere: the ``WORKER_TIER_*`` variables that ``make run``'s banner
+One configuration names a deployment everywhere: the deployment variables that ``make run``'s banner
 exports and ``Client.from_env()`` reads (``worker_tier.core.contract``) are read by every command too.
 Where a resource comes from, first found wins:
 
 1. its option (``--queue-url``; before or after the subcommand);
-2. with ``--stack`` (or ``WORKER_TIER_STACK``): that stack's outputs, and the variables are ignored, so a
+2. with ``--stack`` (or its variable, ``contract.STACK_VARIABLE``): that stack's outputs, and the variables are ignored, so a
    shell set up for the local environment cannot mix its queues into a deployed stack's;
-3. its ``WORKER_TIER_*`` variable;
+3. its variable (``target.VARIABLES``);
 4. when no resource was given either way: the default stack's outputs (``cdk.json``'s
    ``context.worker_tier_stack``, else ``WorkerTier``), read once with DescribeStacks on first need.
 
@@ -28,9 +28,9 @@ from worker_tier.core.errors import WorkerTierError
 DEFAULT_STACK_NAME = "WorkerTier"  # app.py's stack
 # cdk.json's context key naming the stack, for an app that deploys it under another name.
 STACK_CONTEXT_KEY = "worker_tier_stack"
-STACK_VARIABLE = "WORKER_TIER_STACK"
+STACK_VARIABLE = contract.STACK_VARIABLE
 ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"  # boto3's own: https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html
-WORKER_VARIABLE = "WORKER_TIER_WORKER"
+WORKER_VARIABLE = contract.WORKER_VARIABLE
 # Resource -> the stack's output that carries it, for the resources a command reads.
 STACK_OUTPUTS = {resource: key for resource, key in contract.STACK_OUTPUTS.items() if resource != "worker_function"}
 OPTION_NAMES = {

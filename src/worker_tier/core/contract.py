@@ -60,6 +60,9 @@ DISPATCH_GROUPS_VARIABLE = setting_variable("dispatch_groups")
 # Read only by the command line, with the resource variables above: the worker's log group (`worker-tier tail`)
 # and the periodic tasks' schedule group (`worker-tier status`); the local environment exports the second.
 LOG_GROUP_VARIABLE = "WORKER_TIER_LOG_GROUP"
+# The command line's: the stack to read (as --stack), and which of its WorkerQueues (as --worker).
+STACK_VARIABLE = "WORKER_TIER_STACK"
+WORKER_VARIABLE = "WORKER_TIER_WORKER"
 SCHEDULE_GROUP_VARIABLE = "WORKER_TIER_SCHEDULE_GROUP"
 # The stack outputs naming a deployment to the command line (`worker-tier --stack`), each published by the construct
 # that makes the resource (worker_tier_cdk.outputs): resource -> output key. The first construct of its kind in a
