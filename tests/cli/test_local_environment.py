@@ -76,7 +76,8 @@ def test_a_task_module_that_cannot_be_imported_stops_the_start_in_one_line_and_l
     with pytest.raises(TaskImportError) as error:
         environment.__enter__()
     assert str(error.value) == ("task module 'broken_start_jobs' cannot be imported: No module named 'requestz' "
-                                "(broken_start_jobs.py line 1); add it to requirements.txt or fix the import")
+                                "(broken_start_jobs.py line 1); add it to the requirements file the task code installs "
+                                "(TaskCode.from_directories(..., requirements='requirements.txt')) or fix the import")
     assert environment._server is None and dict(os.environ) == before
 
 

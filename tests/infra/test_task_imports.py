@@ -35,7 +35,8 @@ def test_a_task_module_importing_a_missing_package_fails_synth_naming_the_module
     with pytest.raises(TaskImportError) as error:
         _synth(tmp_path, "import json\n\nimport requestz\n" + TASK)
     assert str(error.value) == ("task module 'tasks.billing' cannot be imported: No module named 'requestz' "
-                                "(tasks/billing.py line 3); add it to requirements.txt or fix the import")
+                                "(tasks/billing.py line 3); add it to the requirements file the task code installs "
+                                "(TaskCode.from_directories(..., requirements='requirements.txt')) or fix the import")
 
 
 def test_a_package_only_the_synth_environment_has_fails_synth_as_it_would_fail_in_lambda(tmp_path):
@@ -121,3 +122,17 @@ def test_a_task_module_that_ends_the_process_at_import_fails_synth_naming_the_mo
                                 "the import: os._exit or a crash); Lambda's init would stop there too; its last output: "
                                 "'bye'")
 
+
+
+def test_a_task_module_not_on_the_path_says_how_to_put_it_there():
+    # GIVEN task_modules naming a module no directory on sys.path holds (plain `pytest` from a project without
+    # pythonpath = .)  WHEN the worker imports it
+    from worker_tier.worker.task_imports import import_task_modules
+
+    with pytest.raises(TaskImportError) as error:
+        import_task_modules(["shop_tasks_not_on_the_path"])
+    # THEN the line says where the module must be found from, not "fix the import" at importlib's own line
+    assert str(error.value) == (
+        "task module 'shop_tasks_not_on_the_path' cannot be imported: No module named 'shop_tasks_not_on_the_path'; "
+        "run from the project directory that holds it (python -m pytest adds it to sys.path; plain pytest needs "
+        "pythonpath = . in its configuration), or correct the task_modules setting")

@@ -116,6 +116,7 @@ def test_a_configuration_error_under_python_app_py_is_one_line_on_stderr_and_exi
                 "EventBridge's syntax, not cron.yaml's (5 fields: minute hour day-of-month month day-of-week); write "
                 "'0 3 * * *'",
         "task import": "TaskImportError: task module 'tasks' cannot be imported: No module named 'requestz' "
-                       "(tasks/__init__.py line 1); add it to requirements.txt or fix the import",
+                       "(tasks/__init__.py line 1); add it to the requirements file the task code installs "
+                                "(TaskCode.from_directories(..., requirements='requirements.txt')) or fix the import",
     }
     assert (result.returncode, stderr) == (1, [expected[case]])

@@ -73,8 +73,9 @@ def test_a_task_module_that_cannot_be_imported_stops_the_command_in_one_line(tmp
     with pytest.raises(SystemExit) as stop:
         command.main(["--duration", "0"])
     assert str(stop.value) == ("worker-tier-local: task module 'billing_jobs_missing_import' cannot be imported: No "
-                               "module named 'requestz' (billing_jobs_missing_import/__init__.py line 2); add it to "
-                               "requirements.txt or fix the import")
+                               "module named 'requestz' (billing_jobs_missing_import/__init__.py line 2); add it to the requirements file "
+                               "the task code installs (TaskCode.from_directories(..., requirements='requirements.txt')) "
+                               "or fix the import")
 
 
 def test_in_another_project_the_example_tasks_are_not_sent_and_one_line_says_how_to_send_one(tmp_path, monkeypatch, capsys):

@@ -18,6 +18,14 @@ from typing import TextIO
 from worker_tier.core.errors import TaskImportError
 
 
+# A package a task module imports is not installed: deployed, only what the task code's requirements file installs is.
+MISSING_PACKAGE_ADVICE = ("add it to the requirements file the task code installs "
+                          "(TaskCode.from_directories(..., requirements='requirements.txt')) or fix the import")
+# The task module itself is not found: the project directory is not on sys.path (plain `pytest` does not add it).
+NOT_ON_PATH_ADVICE = ("run from the project directory that holds it (python -m pytest adds it to sys.path; plain "
+                      "pytest needs pythonpath = . in its configuration), or correct the task_modules setting")
+
+
 def import_task_modules(modules: Iterable[str], roots: Sequence[str] | None = None) -> None:
     """Import each module; TaskImportError in one line for the first that raises ImportError.
 
@@ -44,14 +52,20 @@ def import_failure(module: str, error: ImportError, roots: Sequence[str]) -> Tas
     """The one line for ``module``'s failed import: its message, the line that raised it, what to do."""
     file, line = _raising_line(error, roots)
     where = f" ({file} line {line})" if file else ""
-    missing = isinstance(error, ModuleNotFoundError) and error.name is not None and error.name != module
-    advice = "add it to requirements.txt or fix the import" if missing else "fix the import"
+    missing = isinstance(error, ModuleNotFoundError) and error.name is not None
+    if missing and module.split(".")[0] == str(error.name).split(".")[0] and not file:  # the task module itself is not found
+        advice = NOT_ON_PATH_ADVICE
+    elif missing and error.name != module:
+        advice = MISSING_PACKAGE_ADVICE
+    else:
+        advice = "fix the import"
     return TaskImportError(f"task module {module!r} cannot be imported: {error}{where}; {advice}", file)
 
 
 def _raising_line(error: BaseException, roots: Sequence[str]) -> tuple[str, int]:
     """(file, line) of the innermost frame outside importlib, the file relative to its root; ("", 0) if none."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<")]
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith("<") and f"{os.sep}importlib{os.sep}" not in f.filename]
     if not frames or frames[-1].filename == __file__:
         return "", 0
     path = os.path.abspath(frames[-1].filename)
