@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from worker_tier.core.contract import OUTCOME_LOG_MESSAGES
 from worker_tier.worker.fates import OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING
+from worker_tier_cli.target import TargetError
 from worker_tier_cli.session import Session, parse_time
 
 FOLLOW_POLL_SECONDS = 2.0
@@ -111,7 +112,11 @@ def tail_command(since: str, path: str | None, follow: bool, as_json: bool) -> N
         start = parse_time(since, session.now())
     except ValueError as problem:
         raise click.BadParameter(str(problem), param_hint="--since") from None
-    group = session.target.required("worker_log_group")
+    try:
+        group = session.target.required("worker_log_group")
+    except TargetError as missing:  # the local environment's variables name no log group: it has none
+        raise TargetError(f"{missing}; the local environment (make run) has no log group: it prints every outcome "
+                          "in its own terminal") from None
     pattern = f'{{ $.path = "{path}" }}' if path else None
     found = events(session.client("logs"), group, int(start.timestamp() * 1000), follow, session.runtime.sleep, pattern)
     try:

@@ -50,6 +50,13 @@ VARIABLES = {
 }
 
 
+# botocore's errors for what the AWS configuration lacks, by class name: what to set instead of a stack name.
+_UNSET_CONFIGURATION = {
+    "NoRegionError": "no AWS region is configured: pass --region, or set AWS_REGION (or a profile's region)",
+    "NoCredentialsError": "no AWS credentials were found: set AWS_PROFILE, or configure credentials (aws configure)",
+}
+
+
 class TargetError(WorkerTierError):
     """A resource a command needs was neither given nor found in the stack's outputs."""
 
@@ -127,6 +134,9 @@ class Target:
             try:
                 stacks = self.cloudformation().describe_stacks(StackName=name)["Stacks"]
             except Exception as error:  # botocore's ClientError (no such stack), or no credentials/endpoint
+                unset = _UNSET_CONFIGURATION.get(type(error).__name__)
+                if unset:
+                    raise TargetError(f"cannot read stack {name!r}{self._asked()}: {unset}") from error
                 raise TargetError(f"cannot read stack {name!r}{self._asked()} ({error}); pass --stack NAME, set the "
                                   f"deployment's variables ({contract.QUEUE_URL_VARIABLE}, {contract.DLQ_URL_VARIABLE}, "
                                   "...: make run prints them), or pass the resources (--queue-url, --dlq-url, "

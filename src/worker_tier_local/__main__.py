@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as cleanup:  # started once above; stopped however the run ends
         cleanup.callback(env.stop)
         _print_banner(env)
-        _say(f"settings from {settings_source}: max_retries={settings.max_retries}, "
+        _say(f"settings from {settings_source} (defaults where it sets none): max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
         if settings.app:
             _say(f"app   {settings.app} gets every message no @task path claims, as sqsd POSTs it: ordinary "
@@ -264,7 +264,7 @@ def _print_banner(env: LocalEnvironment) -> None:
     _say("from another shell, paste this line: then `worker-tier`, `Client.from_env()` and the AWS CLI reach this "
          "environment with no other flag")
     print(f"  {_export_line(env)}")
-    _say("for example")
+    _say("for example (the second needs the AWS CLI installed)")
     print("  worker-tier status")
     print(f"  {_aws_example(env.endpoint_url, env.queue_url)}", flush=True)
 

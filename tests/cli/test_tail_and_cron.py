@@ -158,3 +158,12 @@ def test_cron_next_works_without_aws_cdk_lib(tmp_path):
                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])})
     assert result.returncode == 0, result.stderr
     assert "backup" in result.stdout and "report" in result.stdout
+
+
+def test_tail_with_the_local_environments_variables_says_it_has_no_log_group(deployment):
+    # GIVEN the deployment named by its queues alone, as make run's export line names it (no log group)
+    # WHEN tail runs  THEN it says where the local environment's outcomes are, not only which option is missing
+    result = deployment.run("tail", "--no-follow")
+    assert result.exit_code == 2
+    assert "no worker_log_group: pass --log-group or set WORKER_TIER_LOG_GROUP" in result.stderr
+    assert "the local environment (make run) has no log group: it prints every outcome in its own terminal" in result.stderr

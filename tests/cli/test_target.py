@@ -141,3 +141,16 @@ def test_deployment_options_may_sit_between_dlq_and_its_subcommand(deployment):
     result = CliRunner().invoke(cli, args, obj=deployment.runtime)
     # THEN it is read (not "No such option")
     assert result.exit_code == 0, result.output
+
+
+def test_a_stack_read_without_a_region_says_to_give_one(deployment, monkeypatch):
+    # GIVEN no region anywhere (no --region, no AWS_REGION, no profile's)
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    # WHEN a stack is named
+    result = CliRunner().invoke(cli, ["--stack", "Billing", "dlq", "list"], obj=deployment.runtime)
+    # THEN the error names what is missing, not "pass --stack NAME" again
+    assert result.exit_code == 2
+    assert ("cannot read stack 'Billing': no AWS region is configured: pass --region, or set AWS_REGION (or a "
+            "profile's region)") in result.stderr
