@@ -66,7 +66,7 @@ def memory_sqs() -> Iterator[SqsLane]:
     queues = MemoryQueues(time.time)
     dead = queues.create("dlq", VISIBILITY_TIMEOUT_SECONDS)
     work = queues.create("work", VISIBILITY_TIMEOUT_SECONDS, dead, MAX_RECEIVE_COUNT)
-    routing = Routing({"sqs": queues})
+    routing = Routing({"sqs": queues}, {}, time.time)
     routing.start()
     try:
         yield SqsLane("memory", boto3.client("sqs", region_name=REGION), work.url, dead.url)
@@ -366,7 +366,7 @@ def memory_dynamodb() -> Iterator[Any]:
     tables = MemoryTables()
     for table, keys in TABLES.items():
         tables.create_table(table, *keys)
-    routing = Routing({"dynamodb": tables})
+    routing = Routing({"dynamodb": tables}, {}, time.time)
     routing.start()
     try:
         yield boto3.client("dynamodb", region_name=REGION)
