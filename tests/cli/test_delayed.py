@@ -130,7 +130,9 @@ def test_a_cancellable_send_without_the_state_table_is_a_usage_error(delayed):
 def test_a_cancellable_send_due_too_soon_is_refused_naming_the_window(delayed):
     result = run(delayed, "send", "/remind", "r", "--delay", "60", "--cancellable")
     assert result.exit_code == 2
-    assert "Error: a cancellable message must be due more than 840 s ahead, got 60 s" in result.stderr
+    assert ("Error: --cancellable with due in 60 s: a cancellable message must be due more than 840 s ahead (the "
+            "delay dispatcher takes it 840 s before it is due, and it is cancellable only until then); give --delay or "
+            "--at later than that") in result.stderr
 
 
 def test_cancel_that_lost_the_race_exits_3_with_a_clear_line(delayed):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from worker_tier_cdk.code import RUNTIME_LEFT_OUT
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,9 +184,11 @@ def test_the_worker_asset_is_the_installed_runtime_plus_the_team_tasks(synthesiz
     assert sorted(p.name for p in asset.iterdir()) == ["myjobs", "worker_tier"]
     assert sorted(p.relative_to(asset).as_posix() for p in (asset / "myjobs").rglob("*")) == ["myjobs/__init__.py",
                                                                                              "myjobs/tasks.py"]
-    # AND its runtime is the wheel's, file for file
+    # AND its runtime is the wheel's, file for file, but the testing helper (users' tests only: RUNTIME_LEFT_OUT)
     with zipfile.ZipFile(wheel) as archive:
-        packaged = {n for n in archive.namelist() if n.startswith("worker_tier/")}
+        names = archive.namelist()
+    packaged = {n for n in names if n.startswith("worker_tier/") and not n.startswith(RUNTIME_LEFT_OUT)}
+    assert any(n.startswith("worker_tier/testing/") for n in names)
     staged = {p.relative_to(asset).as_posix() for p in (asset / "worker_tier").rglob("*") if p.is_file()}
     assert staged == packaged
 
