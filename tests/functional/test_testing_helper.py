@@ -11,11 +11,13 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import boto3
 import pytest
 
 from worker_tier import Client, NonRetryableError, RetryLater, Task
 from worker_tier.periodic.cron_config import parse
 from worker_tier.testing import TaskWorld, lambda_record
+from worker_tier.testing.tables import UnsupportedCallError
 from worker_tier.worker.registry import Registry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -286,3 +288,15 @@ def test_a_delayed_message_stored_in_a_minute_already_passed_still_runs(tasks):
         behind.send("/ok", {"late": True}, delay=timedelta(minutes=20))
         # THEN the world's safety net sends it, and it runs now rather than never
         assert world.run().statuses() == ["succeeded"]
+
+
+def test_a_call_the_world_does_not_model_is_refused_naming_it_and_what_to_do():
+    # GIVEN a world, and a test's own AWS call beyond what Worker Tier makes (SQS's ListQueueTags)
+    with TaskWorld(task_modules="tasks") as world:
+        sqs = boto3.client("sqs")
+        # WHEN it is made  THEN it is refused in one line (never answered wrongly), saying where such a test runs
+        with pytest.raises(UnsupportedCallError) as error:
+            sqs.list_queue_tags(QueueUrl=world.queue_url)
+    assert str(error.value) == ("sqs's ListQueueTags is not modelled by worker_tier.testing; every call Worker Tier "
+                                "itself makes is modelled; run a test that needs this one against moto (moto's "
+                                "mock_aws) rather than a TaskWorld")

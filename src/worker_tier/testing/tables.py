@@ -254,8 +254,20 @@ class MemoryTables:
         return tuple(item[name]["S"] for name in names)
 
 
+# What a test whose own AWS call lies outside the stand-ins can do instead.
+UNSUPPORTED_CALL_FIX = ("every call Worker Tier itself makes is modelled; run a test that needs this one against moto "
+                        "(moto's mock_aws) rather than a TaskWorld")
+
+
 class UnsupportedCallError(WorkerTierError, NotImplementedError):
-    """A call or an expression the in-memory stand-ins do not model."""
+    """A call or an expression outside what the in-memory stand-ins model: refused, never answered wrongly.
+
+    Every call the runtime makes is modelled and checked against moto and dynalite
+    (tests/functional/test_testing_stand_ins.py); a test's own call beyond them gets this, with what to do.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}; {UNSUPPORTED_CALL_FIX}")
 
 
 def _old(existing: Item | None, return_values: str) -> dict[str, Any]:
