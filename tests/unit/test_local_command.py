@@ -78,6 +78,16 @@ def test_a_task_module_that_cannot_be_imported_stops_the_command_in_one_line(tmp
                                "or fix the import")
 
 
+@pytest.fixture
+def another_process(monkeypatch):
+    """The task registry of another project's process: none of this repo's tasks, whatever this test process
+    imported before (restored after, so a later test can register tasks/examples.py's paths)."""
+    from worker_tier.worker.registry import DEFAULT_REGISTRY
+
+    monkeypatch.setattr(DEFAULT_REGISTRY, "_definitions", {})
+
+
+@pytest.mark.usefixtures("another_process")
 def test_in_another_project_the_example_tasks_are_not_sent_and_one_line_says_how_to_send_one(tmp_path, monkeypatch, capsys):
     # GIVEN a project of its own, whose one task is /own-invoice (not this repo's /hello, /flaky, /poison)
     _project(tmp_path, monkeypatch, "own_invoice_jobs",
@@ -91,12 +101,9 @@ def test_in_another_project_the_example_tasks_are_not_sent_and_one_line_says_how
             "yours with: worker-tier send /own-invoice '{}' (in a shell with the export line above)") in lines
 
 
+@pytest.mark.usefixtures("another_process")
 def test_in_another_project_with_its_own_hello_task_this_repos_examples_are_not_sent_to_it(tmp_path, monkeypatch, capsys):
-    # GIVEN a project of its own whose first task is /hello (the path a newcomer's first task has), registered in a copy
-    # of the process's registry, so that tasks/examples.py's /hello can still be registered by a later test
-    from worker_tier.worker.registry import DEFAULT_REGISTRY
-
-    monkeypatch.setattr(DEFAULT_REGISTRY, "_definitions", dict(DEFAULT_REGISTRY._definitions))
+    # GIVEN a project of its own whose first task is /hello (the path a newcomer's first task has)
     _project(tmp_path, monkeypatch, "own_hello_jobs",
              "from worker_tier import task\n\n\n@task('/hello')\ndef hello(t):\n    return None\n")
     # WHEN the local environment starts there
