@@ -66,6 +66,7 @@ RESOURCE_NAMES = {
     "queue_url": "The work queue", "dlq_url": "The dead-letter queue", "state_table": "The state table",
     "delay_table": "The delay table", "container_queue_url": "The container worker's queue",
     "worker_log_group": "The worker's log group", "schedule_group": "The periodic tasks' schedule group",
+    "payload_bucket": "The bucket large bodies are offloaded to",
 }
 # The options naming the deployment: accepted before the subcommand and after it (the later one wins).
 # (flags, parameter name, help)

@@ -36,7 +36,7 @@ STACK_OUTPUTS = {resource: key for resource, key in contract.STACK_OUTPUTS.items
 OPTION_NAMES = {
     "queue_url": "--queue-url", "dlq_url": "--dlq-url", "state_table": "--state-table",
     "delay_table": "--delay-table", "container_queue_url": "--container-queue-url",
-    "worker_log_group": "--log-group", "schedule_group": "--schedule-group",
+    "worker_log_group": "--log-group", "schedule_group": "--schedule-group", "payload_bucket": "--payload-bucket",
 }
 # Resource -> the variable naming it: the runtime's contract where the runtime has one, else the command line's own.
 VARIABLES = {
@@ -47,6 +47,7 @@ VARIABLES = {
     "container_queue_url": contract.CONTAINER_QUEUE_URL_VARIABLE,
     "worker_log_group": contract.LOG_GROUP_VARIABLE,
     "schedule_group": contract.SCHEDULE_GROUP_VARIABLE,
+    "payload_bucket": contract.PAYLOAD_BUCKET_VARIABLE,
 }
 
 

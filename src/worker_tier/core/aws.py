@@ -17,7 +17,7 @@ HEARTBEAT_CONNECT_TIMEOUT_SECONDS = 2
 HEARTBEAT_READ_TIMEOUT_SECONDS = 3
 
 # The services the runtime calls; boto3's stubs type a client by its service's literal name.
-AwsService = Literal["sqs", "dynamodb", "secretsmanager", "ssm"]
+AwsService = Literal["sqs", "dynamodb", "secretsmanager", "ssm", "s3"]
 
 
 def new_client(service: AwsService, **config: Any) -> Any:

@@ -51,6 +51,8 @@ DELAY_TABLE_VARIABLE = "WORKER_TIER_DELAY_TABLE"
 CONTAINER_QUEUE_URL_VARIABLE = "WORKER_TIER_CONTAINER_QUEUE_URL"
 # The work queue, where a process that consumes another queue (the container worker) sends follow-ups.
 SEND_QUEUE_URL_VARIABLE = "WORKER_TIER_SEND_QUEUE_URL"
+# The S3 bucket large bodies are offloaded to (worker_tier.core.payloads); unset: nothing is offloaded.
+PAYLOAD_BUCKET_VARIABLE = "WORKER_TIER_PAYLOAD_BUCKET"
 # Only the local environment sets it, with a lower long-delay threshold; deployed, the dispatcher's default holds.
 DELAY_HORIZON_VARIABLE = "WORKER_TIER_DELAY_HORIZON"
 # A setting, read alone by producers (Client.from_env) that read no other setting.
@@ -76,6 +78,7 @@ STACK_OUTPUTS = {
     "worker_function": "WorkerFunctionName",
     "worker_log_group": "WorkerLogGroupName",
     "schedule_group": "ScheduleGroupName",
+    "payload_bucket": "PayloadBucketName",
 }
 # The field of the delay dispatcher's event naming its shard group ({"group": g}); an event without it is group 0.
 DISPATCH_GROUP_FIELD = "group"
@@ -97,6 +100,7 @@ class Resources:
     delay_table: str | None = dataclasses.field(default=None, metadata={"variable": DELAY_TABLE_VARIABLE})
     container_queue_url: str | None = dataclasses.field(default=None, metadata={"variable": CONTAINER_QUEUE_URL_VARIABLE})
     send_queue_url: str | None = dataclasses.field(default=None, metadata={"variable": SEND_QUEUE_URL_VARIABLE})
+    payload_bucket: str | None = dataclasses.field(default=None, metadata={"variable": PAYLOAD_BUCKET_VARIABLE})
     delay_horizon_seconds: int | None = dataclasses.field(default=None, metadata={"variable": DELAY_HORIZON_VARIABLE})
 
     @classmethod
@@ -190,7 +194,7 @@ class Needs:
 
 
 # What any producer reads (Client.from_env, in task code too): where to send, and the delay table.
-PRODUCER_NEEDS = Needs("a producer (Client.from_env)", optional=("queue_url", "send_queue_url", "delay_table"))
+PRODUCER_NEEDS = Needs("a producer (Client.from_env)", optional=("queue_url", "send_queue_url", "delay_table", "payload_bucket"))
 
 # Message attributes. sqsd's: https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-features-managing-env-tiers.html
 SQSD_ATTRIBUTE_PREFIX = "beanstalk.sqsd."
@@ -198,6 +202,16 @@ PATH_ATTRIBUTE = "beanstalk.sqsd.path"
 TASK_NAME_ATTRIBUTE = "beanstalk.sqsd.task_name"
 SCHEDULED_TIME_ATTRIBUTE = "beanstalk.sqsd.scheduled_time"
 SCHEDULED_JOB_BODY = "elasticbeanstalk scheduled job"
+# AWS's SQS Extended Client (Java's amazon-sqs-java-extended-client-lib, Python's amazon-sqs-extended-client): an
+# offloaded message carries its body's size in this Number attribute and a pointer to the S3 object as its body
+# (worker_tier.core.payloads). The legacy names are the Java client's 1.x ones, still read.
+PAYLOAD_SIZE_ATTRIBUTE = "ExtendedPayloadSize"
+LEGACY_PAYLOAD_SIZE_ATTRIBUTE = "SQSLargePayloadSize"
+PAYLOAD_POINTER_CLASS = "software.amazon.payloadoffloading.PayloadS3Pointer"
+LEGACY_PAYLOAD_POINTER_CLASS = "com.amazon.sqs.javamessaging.MessageS3Pointer"
+# The keys Worker Tier's producers write under: messages sent now, and delayed ones (which live up to 366 days longer).
+PAYLOAD_KEY_PREFIX = "payloads/"
+DELAYED_PAYLOAD_KEY_PREFIX = "payloads/delayed/"
 SCHEDULED_TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 ROUTING_ATTRIBUTES = (PATH_ATTRIBUTE, TASK_NAME_ATTRIBUTE, SCHEDULED_TIME_ATTRIBUTE)
 # Worker Tier's own attributes: the producer refuses user attributes with this prefix.
@@ -255,6 +269,11 @@ METRIC_DEAD_LETTER_FAILED = "DeadLetterFailed"
 METRIC_MALFORMED_RECORDS = "MalformedRecords"
 # A message whose lease ended (the heartbeat lost it) before its task started: not run, left to its new holder.
 METRIC_LEASE_LOST_BEFORE_START = "LeaseLostBeforeStart"
+# Large payloads (worker_tier.core.payloads): bodies offloaded to S3, objects deleted after their message succeeded,
+# and orphans: objects uploaded for a send that did not happen, deleted at once (the lifecycle rule catches the rest).
+METRIC_PAYLOADS_OFFLOADED = "PayloadsOffloaded"
+METRIC_PAYLOADS_DELETED = "PayloadsDeleted"
+METRIC_PAYLOAD_ORPHANS = "PayloadOrphans"
 # The delay dispatcher, each run.
 METRIC_DISPATCHED = "DelayedDispatched"
 METRIC_DISPATCH_DEAD_LETTERED = "DelayedDeadLettered"

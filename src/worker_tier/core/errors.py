@@ -89,6 +89,15 @@ class MissingResourceError(MessageError):
         self.resource = resource
 
 
+class PayloadError(NonRetryableError):
+    """An offloaded message's body cannot be read from S3 as its pointer says (missing, another bucket, not UTF-8,
+    over ``payload_max_bytes``): dead-lettered at once with this reason, which names the bucket and the key."""
+
+
+class PayloadUnavailableError(WorkerTierError):
+    """S3 did not answer for an offloaded body (throttling, 5xx, a network error) after the retry budget: retried."""
+
+
 class SendError(WorkerTierError):
     """SQS refused a message, after retries where the failure was retryable."""
 

@@ -12,6 +12,9 @@ SQS_MAX_MESSAGE_ATTRIBUTES = 10
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
 # Applies to one message (body plus attributes) and to the sum of a SendMessageBatch call.
 SQS_MAX_MESSAGE_BYTES = 1024 * 1024
+# The largest body AWS's Extended Client libraries offload to S3 (their documented maximum, 2 GB):
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-s3-messages.html
+EXTENDED_CLIENT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024 * 1024
 
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-delay-queues.html
 SQS_MAX_DELAY_SECONDS = 15 * 60

@@ -45,6 +45,10 @@ DEFAULT_MAX_BACKOFF_SECONDS = 15 * 60
 DEFAULT_BATCH_SIZE = 10
 DEFAULT_MAX_BATCHING_WINDOW_SECONDS = 0
 DEFAULT_MEMORY_MB = 256
+# The largest offloaded body a worker reads: a quarter of the default worker's memory, since a body is held as its
+# bytes and as text at once, beside the runtime (AWS's Extended Client allows 2 GB: limits.EXTENDED_CLIENT_MAX_PAYLOAD_BYTES).
+DEFAULT_PAYLOAD_MAX_BYTES = 64 * 1024 * 1024
+PAYLOAD_MEMORY_SHARE = 4
 DEFAULT_TIMEOUT_MARGIN_SECONDS = 10
 DEFAULT_OLDEST_MESSAGE_ALARM_SECONDS = 15 * 60
 DEFAULT_TASK_MODULES = "tasks"
@@ -80,6 +84,8 @@ ADVISED_VISIBILITY_TIMEOUT_FACTOR = 6
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
 _REQUEST_PATH = r"/[\x21-\x7e]*"  # an HTTP request target: visible ASCII, no spaces
+# An S3 bucket name: https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
+_BUCKET_NAME = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
 _SIGNING_SECRET_ARN = r"arn:aws[a-z-]*:(secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+|ssm:[a-z0-9-]+:\d{12}:parameter/[\w/.-]+)"
 # registry/repository[:tag][@sha256:digest], as Docker's reference grammar allows (lower-case repository).
 _IMAGE_REFERENCE = r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?"
@@ -131,6 +137,8 @@ _RANGES: dict[str, _Range] = {
     "container_memory_mb": _Range(512, 122880),
     "connect_timeout": _Range(1, 60, "ConnectTimeout"),
     "app_port": _Range(0, 65535),
+    "payload_threshold": _Range(0, limits.SQS_MAX_MESSAGE_BYTES),
+    "payload_max_bytes": _Range(1024, limits.EXTENDED_CLIENT_MAX_PAYLOAD_BYTES),
 }
 
 
@@ -218,6 +226,17 @@ class RuntimeSettings:
         False,
         "Unwrap SNS-wrapped bodies (an SNS Notification envelope) before the task or the app sees them.",
     )
+    payload_threshold: int = _setting(
+        0,
+        "Bytes (body and attributes) above which a message's body goes to the payload bucket and the queue carries a "
+        "pointer, in AWS's Extended Client format (docs/large-payloads.md); 0: only a message the queue's "
+        "MaximumMessageSize cannot hold.",
+    )
+    payload_max_bytes: int = _setting(
+        DEFAULT_PAYLOAD_MAX_BYTES,
+        "The largest body a producer offloads and a worker reads, bytes; at most a quarter of memory_size (and of "
+        "container_memory_mb), since a body is held as bytes and as text at once. AWS's Extended Client allows 2 GB.",
+    )
 
 
 @dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
@@ -273,6 +292,20 @@ class DeploymentSettings:
     container_worker: bool = _setting(
         False,
         "Deploy the container worker (ECS Fargate) for @task(container=True) tasks.",
+    )
+    large_payloads: bool = _setting(
+        True,
+        "Deploy the payload bucket: bodies too large for the queue go to S3 (docs/large-payloads.md). Off: such a send "
+        "is refused, and an offloaded message from another producer is dead-lettered.",
+    )
+    payload_kms: bool = _setting(
+        False,
+        "Encrypt the payload bucket with its own customer managed KMS key (rotated) instead of S3-managed keys.",
+    )
+    payload_access_log_bucket: str = _setting(
+        "",
+        "An existing bucket for the payload bucket's S3 server access logs; empty: none.",
+        allowed="a bucket name, or empty",
     )
     target_latency_seconds: int = _setting(
         DEFAULT_TARGET_LATENCY_SECONDS,
@@ -466,7 +499,7 @@ class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
             )
         if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
             raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
-        for name in ("fifo", "heartbeat", "container_worker", "app_route_by_path", "via_sns"):
+        for name in ("fifo", "heartbeat", "container_worker", "app_route_by_path", "via_sns", "large_payloads", "payload_kms"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.task_modules == "" and not (self.app or self.app_port):
@@ -486,6 +519,12 @@ class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
             )
         self._check_container_strings()
         self._check_app_strings()
+        bucket = self.payload_access_log_bucket
+        if not isinstance(bucket, str) or (bucket and not re.fullmatch(_BUCKET_NAME, bucket)):
+            raise SettingsError(
+                "payload_access_log_bucket must be empty or an S3 bucket name (3-63 lowercase letters, digits, dots and "
+                f"hyphens, starting and ending with a letter or digit), got {bucket!r}"
+            )
 
     def _check_app_strings(self) -> None:
         if not isinstance(self.app, str) or (self.app and not _is_app_reference(self.app)):
@@ -579,6 +618,7 @@ class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
         for name, value in forwarding_only.items():
             if value and not self.app_port:
                 raise SettingsError(f"{name} {value!r} applies to HTTP forwarding only: set app_port too")
+        self._check_payload_memory()
         if self.fifo and self.batch_size > limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO:
             raise SettingsError(
                 f"batch_size must be 1..{limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO} for a FIFO queue, got {self.batch_size}"
@@ -588,6 +628,23 @@ class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
                 f"batch_size above {limits.LAMBDA_SQS_MAX_BATCH_SIZE_WITHOUT_WINDOW} needs max_batching_window >= 1, "
                 f"got batch_size {self.batch_size} with max_batching_window {self.max_batching_window}"
             )
+
+
+    def _check_payload_memory(self) -> None:
+        """Raise SettingsError when a worker could not hold a body of payload_max_bytes (bytes and text at once)."""
+        if not self.large_payloads:
+            return
+        memories = {"memory_size": self.memory_size}
+        if self.container_worker:
+            memories["container_memory_mb"] = self.container_memory_mb
+        for name, megabytes in memories.items():
+            room = megabytes * 1024 * 1024 // PAYLOAD_MEMORY_SHARE
+            if self.payload_max_bytes > room:
+                raise SettingsError(
+                    f"payload_max_bytes {self.payload_max_bytes} is over a quarter of {name} {megabytes} MB ({room} bytes): "
+                    f"a worker holds an offloaded body as bytes and as text at once; lower payload_max_bytes to {room} "
+                    f"or raise {name} to {-(-self.payload_max_bytes * PAYLOAD_MEMORY_SHARE // (1024 * 1024))}"
+                )
 
 
 # Receives the redrive policy allows beyond max_retries; see Settings.redrive_max_receive_count.
