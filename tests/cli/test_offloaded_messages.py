@@ -133,8 +133,7 @@ def _redriven_and_readable(deployment, pointer):
     assert moved["MessageAttributes"][contract.PAYLOAD_SIZE_ATTRIBUTE] == {"DataType": "Number",
                                                                          "StringValue": str(BIG_BYTES)}
     assert contract.FAILURE_ATTRIBUTE not in moved["MessageAttributes"]
-    attributes = {name: value for name, value in moved["MessageAttributes"].items()}
-    body, _ = payloads.PayloadStore("payloads", _s3()).read(moved["Body"], attributes)
+    body, _ = payloads.PayloadStore("payloads", _s3()).read(moved["Body"], moved["MessageAttributes"])
     return body
 
 
