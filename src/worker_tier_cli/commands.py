@@ -16,9 +16,10 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 from worker_tier.core import limits
+from worker_tier.core.settings import DEFAULT_PAYLOAD_MAX_BYTES
 from worker_tier.delays.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
 from worker_tier_cli import body as message_body
-from worker_tier_cli import dead_letters, delayed, redrive, report, status
+from worker_tier_cli import dead_letters, delayed, offloaded, redrive, report, status
 from worker_tier_cli.cron import cron_group
 from worker_tier_cli.output import emit_json, progress_bar, table
 from worker_tier_cli.session import Runtime, Session, parse_time
@@ -201,7 +202,8 @@ def filter_options(command: F) -> F:
 
 
 @dlq_group.command("list", help="Dead letters grouped by path and error type, each group with a sample message id "
-                   f"(--json lists every id) for `dlq show`.\n\n{PEEK_NOTE}")
+                   "(--json lists every id) for `dlq show`, and how many of its messages hold their body in S3 "
+                   f"(OFFLOADED; `dlq show` reads it).\n\n{PEEK_NOTE}")
 @filter_options
 @click.option("--limit", type=click.IntRange(1), default=dead_letters.DEFAULT_PEEK_LIMIT, show_default=True,
               help="Read at most this many messages.")
@@ -224,9 +226,10 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
                    "delay_pointers": [{"message_id": m.message_id, **(m.points_to or {})} for m in pointers],
                    "groups": [vars(g) for g in groups]})
         return
-    rows = [(g.path, g.error_type, g.count, g.first_failed_at, g.last_failed_at, g.message_ids[0], g.sample_reason)
-            for g in groups]
-    click.echo(table(("path", "error", "count", "first failed", "last failed", "sample id", "sample reason"), rows))
+    rows = [(g.path, g.error_type, g.count, g.offloaded, g.first_failed_at, g.last_failed_at, g.message_ids[0],
+             g.sample_reason) for g in groups]
+    click.echo(table(("path", "error", "count", "offloaded", "first failed", "last failed", "sample id", "sample reason"),
+                     rows))
     more = " (the limit: there may be more)" if len(letters) >= limit else ""
     click.echo(f"{sum(g.count for g in groups)} matching of {len(dead)} read{more} from {dlq_url}; all released")
     for pointer in pointers:
@@ -236,7 +239,9 @@ def dlq_list(path: str | None, error_type: str | None, since: str | None, limit:
                    f"{', '.join(m.message_id for m in unjoined)}")
 
 
-@dlq_group.command("show", help=f"One dead letter: its body, attributes and reason.\n\n{PEEK_NOTE}")
+@dlq_group.command("show", help="One dead letter: its body, attributes and reason. An offloaded body (the message holds "
+                   "an S3 pointer and ExtendedPayloadSize) is read from S3 with your credentials, from the deployment's "
+                   f"payload bucket only when that is known.\n\n{PEEK_NOTE}")
 @click.argument("message_id")
 @click.option("--limit", type=click.IntRange(1), default=dead_letters.DEFAULT_PEEK_LIMIT, show_default=True,
               help="Read at most this many messages looking for it.")
@@ -249,9 +254,12 @@ def dlq_show(message_id: str, limit: int, as_json: bool) -> None:
         found = next((m for m in [*dead, *unjoined] if m.message_id == message_id), None)
     if found is None:
         raise click.ClickException(f"message {message_id} is not among the {len(letters)} messages read from {dlq_url}")
+    payload = _offloaded_body(session, found)
     shown = {"message_id": found.message_id, "path": found.path, "error_type": found.error_type,
              "reason": found.reason, "attributes": found.original_attributes(), "system_attributes": found.system,
-             "body": found.body}
+             "body": found.body if payload is None else payload.body}
+    if payload is not None:
+        shown["payload"] = payload.as_json()
     if as_json:
         emit_json(shown)
         return
@@ -261,8 +269,16 @@ def dlq_show(message_id: str, limit: int, as_json: bool) -> None:
         click.echo(f"reason.{key}: {value}")
     for name, value in found.original_attributes().items():
         click.echo(f"attribute {name}: {value.get('StringValue', value.get('BinaryValue'))}")
-    click.echo("body:")
-    click.echo(found.body)
+    for line in ["body:", found.body] if payload is None else payload.lines():
+        click.echo(line)
+
+
+def _offloaded_body(session: Session, letter: dead_letters.DeadLetter) -> offloaded.OffloadedBody | None:
+    """An offloaded message's body, read from S3 (None for a message that holds its own body)."""
+    if not letter.offloaded:
+        return None
+    return offloaded.read(letter.body, letter.attributes, session.target.optional("payload_bucket"),
+                          session.client("s3"), session.runtime.sleep)
 
 
 # -- redrive ----------------------------------------------------------------------------------------
@@ -403,8 +419,10 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     """Send BODY to the task at PATH through worker_tier.Client, with its checks.
 
     BODY is the text to send, - to read it from stdin, or @PATH to read a file (@@TEXT sends @TEXT). A body
-    SQS would refuse (too large for the queue, not UTF-8, a character SQS does not carry) is refused before
-    anything is sent.
+    SQS would refuse (not UTF-8, a character SQS does not carry, too large for the queue) is refused before
+    anything is sent; with the deployment's payload bucket known (--payload-bucket, WORKER_TIER_PAYLOAD_BUCKET
+    or the stack's PayloadBucketName), a body too large for the queue goes to S3 and the queue carries a
+    pointer, up to payload_max_bytes.
     """
     from worker_tier import Client
     from worker_tier.core.errors import MessageError, MissingResourceError, SendError
@@ -418,8 +436,11 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     target, sqs = session.target, session.client("sqs")
     queue_url = target.required("queue_url")
     maximum = _maximum_message_size(sqs, queue_url)
+    bucket = target.optional("payload_bucket")
+    size = (message_body.SizeRule.offloaded(DEFAULT_PAYLOAD_MAX_BYTES, bucket) if bucket
+            else message_body.SizeRule.queue(maximum or limits.SQS_MAX_MESSAGE_BYTES))
     try:
-        text = message_body.read_body(body, getattr(sys.stdin, "buffer", None), maximum or limits.SQS_MAX_MESSAGE_BYTES)
+        text = message_body.read_body(body, getattr(sys.stdin, "buffer", None), size)
     except message_body.BodyError as error:
         raise UsageFailure(str(error)) from error
     _check_send_options(queue_url, group_id, cancellable, delay, at, session.now())
@@ -427,8 +448,10 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     state_table = target.required("state_table") if cancellable else None
     delay_table = target.required("delay_table") if cancellable else target.optional("delay_table")
     try:
+        # A payload bucket, when one is known: the Client offloads a body too large for the queue there.
+        offload: dict[str, Any] = {"payload_bucket": bucket, "s3": session.client("s3")} if bucket else {}
         client = Client(queue_url, delay_table, sqs=sqs, dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
-                        maximum_message_size=maximum, state_table=state_table)
+                        maximum_message_size=maximum, state_table=state_table, **offload)
         message_id = client.send(path, text, delay=delay, at=at, attributes=attributes or None,
                                  dedupe_key=dedupe_key, group_id=group_id, cancellable=cancellable)
     except MissingResourceError as error:  # say how the command line names it: option, variable or stack output

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Callable
 
-from worker_tier.core import contract, limits
+from worker_tier.core import contract, limits, payloads
 from worker_tier.worker.dead_letter import reason_record
 from worker_tier.core.envelope import Envelope, body_md5
 from worker_tier.core.retry import chunks
@@ -88,6 +88,11 @@ class DeadLetter:
         if not isinstance(body, dict) or "reason" not in body or not all(isinstance(body.get(k), str) for k in keys):
             return None
         return {k: str(body[k]) for k in keys}
+
+    @property
+    def offloaded(self) -> bool:
+        """Whether its body is a pointer to S3 (``ExtendedPayloadSize``): a redrive moves the pointer, the object stays."""
+        return payloads.is_offloaded(self.attributes)
 
     @property
     def body_md5(self) -> str:
@@ -265,11 +270,13 @@ def peek(sqs: Any, queue_url: str, limit: int = DEFAULT_PEEK_LIMIT, wait_seconds
 
 @dataclass
 class Group:
-    """Dead letters of one path and error type: how many, first and last failed_at, one sample reason, their message ids."""
+    """Dead letters of one path and error type: how many (and how many of those hold their body in S3), first and
+    last failed_at, one sample reason, their message ids."""
 
     path: str
     error_type: str
     count: int = 0
+    offloaded: int = 0
     first_failed_at: str | None = None
     last_failed_at: str | None = None
     sample_reason: str = ""
@@ -277,6 +284,7 @@ class Group:
 
     def add(self, letter: DeadLetter) -> None:
         self.count += 1
+        self.offloaded += letter.offloaded
         self.message_ids.append(letter.message_id)
         self.sample_reason = self.sample_reason or str(letter.reason.get("error_message") or "")
         stamp = letter.failed_at

@@ -261,6 +261,8 @@ def _print_banner(env: LocalEnvironment) -> None:
     if env.container_queue_url is not None:
         _say(f"container queue  {env.container_queue_url}  (the container worker, in this process, consumes it)")
     _say(f"tables           {env.state_table} (state), {env.delay_table} (delays)")
+    if env.payload_bucket is not None:
+        _say(f"payload bucket   {env.payload_bucket}  (bodies too large for the queue go to S3 here: docs/large-payloads.md)")
     _say("from another shell, paste this line: then `worker-tier`, `Client.from_env()` and the AWS CLI reach this "
          "environment with no other flag")
     print(f"  {_export_line(env)}")

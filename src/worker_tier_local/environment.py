@@ -28,6 +28,8 @@ EXAMPLE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": 
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PREFIX = "worker-tier-local"
+# The payload bucket, created when the large_payloads setting is on (the default), as the stack deploys one.
+LOCAL_PAYLOAD_BUCKET = f"{LOCAL_PREFIX}-payloads"
 # `make run`'s port: fixed, so the endpoint and the lines it prints stay the same between runs. Not LocalStack's
 # 4566, so the two can run side by side. Taken, the environment falls back to a free port (port 0: any).
 LOCAL_DEFAULT_PORT = 4577
@@ -122,6 +124,7 @@ class LocalEnvironment:
 
         self.sqs = boto3.client("sqs")
         self.dynamodb = boto3.client("dynamodb")
+        self.s3 = boto3.client("s3")
         self._create_resources()
         self.schedule_group = self._create_schedules()
         # Every resource variable is this environment's: one it lacks (no container queue) is unset, not left
@@ -163,17 +166,13 @@ class LocalEnvironment:
         self._saved_environment.clear()
 
     def new_client(self, clock: Callable[[], float] | None = None) -> Client:
-        """A producer for this environment (delays over LOCAL_LONG_DELAY_THRESHOLD_SECONDS use the delay table)."""
-        return Client(
-            self.queue_url,
-            self.delay_table,
-            sqs=self.sqs,
-            dynamodb=self.dynamodb,
-            clock=clock,
-            delay_shards=self.settings.delay_shards,
-            long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS,
-            state_table=self.state_table,
-        )
+        """A producer for this environment (delays over LOCAL_LONG_DELAY_THRESHOLD_SECONDS use the delay table).
+
+        It reads the variables ``start`` set, as ``Client.from_env()`` does anywhere: the queue, the tables, the
+        delay shards and, with large_payloads, the payload bucket a body too large for the queue goes to.
+        """
+        return Client.from_env(os.environ, sqs=self.sqs, dynamodb=self.dynamodb, clock=clock,
+                               long_delay_threshold=LOCAL_LONG_DELAY_THRESHOLD_SECONDS)
 
     def shell_environment(self) -> dict[str, str]:
         """What another shell needs to reach this environment: with it, ``Client.from_env()``, every
@@ -200,6 +199,7 @@ class LocalEnvironment:
             delay_table=self.delay_table,
             container_queue_url=self.container_queue_url,
             delay_horizon_seconds=LOCAL_DELAY_HORIZON_SECONDS,
+            payload_bucket=self.payload_bucket,
         )
 
     def _start_container_worker(self) -> None:
@@ -297,6 +297,9 @@ class LocalEnvironment:
         self._create_table(self.state_table, [contract.STATE_PARTITION_KEY], contract.STATE_TTL_ATTRIBUTE)
         self.delay_table = f"{LOCAL_PREFIX}-delays"
         self._create_table(self.delay_table, [contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY], contract.DELAY_TTL_ATTRIBUTE)
+        self.payload_bucket = LOCAL_PAYLOAD_BUCKET if self.settings.large_payloads else None
+        if self.payload_bucket is not None:  # us-east-1: CreateBucket takes no location constraint there
+            self.s3.create_bucket(Bucket=self.payload_bucket)
 
     def _create_schedules(self) -> str:
         """cron.yaml's schedules in moto's EventBridge Scheduler, as ``PeriodicTasks`` deploys them (one per expression,

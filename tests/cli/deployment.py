@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from moto import mock_aws
 
 from tests.support.strict_dynamodb import StrictDynamoDB
-from worker_tier.core import contract, envelope, message
+from worker_tier.core import contract, envelope, message, payloads
 from worker_tier.worker import dead_letter
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
@@ -49,6 +49,22 @@ class Deployment:
         sent = self.sqs.send_message(QueueUrl=self.dlq_url, MessageBody=body,
                                      MessageAttributes=envelope.dead_letter_attributes(original, reason))
         return str(sent["MessageId"])
+
+    def offloaded_dead_letter(self, path: str, error: BaseException, body: str, bucket: str = "payloads",
+                              upload: bool = True) -> tuple[str, payloads.Pointer]:
+        """A dead letter whose body is in S3, as the worker dead-letters an offloaded message: the pointer and its
+        ``ExtendedPayloadSize`` (the object put in ``bucket`` unless ``upload`` is False). Returns its id and pointer."""
+        s3 = boto3.client("s3", region_name="us-east-1")
+        if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+            s3.create_bucket(Bucket=bucket)
+        store = payloads.PayloadStore(bucket, s3)
+        pointer = store.put(body) if upload else payloads.Pointer(bucket, "payloads/never-uploaded", len(body.encode()))
+        original = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": path},
+                    **payloads.size_attribute(len(body.encode("utf-8")))}
+        reason = message.failure_reason(error, attempts=3, path=path, failed_at=NOW)
+        sent = self.sqs.send_message(QueueUrl=self.dlq_url, MessageBody=pointer.body(),
+                                     MessageAttributes=envelope.dead_letter_attributes(original, reason))
+        return str(sent["MessageId"]), pointer
 
     def too_large_dead_letter(self, path: str, error: BaseException, body: str, source_message_id: str,
                               attempts: int = 3, reversed_order: bool = False) -> list[dict[str, Any]]:

@@ -24,9 +24,10 @@ def test_dlq_list_groups_by_path_and_error_with_counts_times_and_a_sample_reason
     # THEN one row per group, largest first, with its count, first and last failed_at and a sample reason
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["PATH", "ERROR", "COUNT", "FIRST", "FAILED", "LAST", "FAILED", "SAMPLE", "ID", "SAMPLE",
-                                "REASON"]
-    assert lines[1].split()[:5] == ["/poison", "NonRetryableError", "3", "2026-11-22T07:00:00.000Z", "2026-11-22T11:00:00.000Z"]
+    assert lines[0].split() == ["PATH", "ERROR", "COUNT", "OFFLOADED", "FIRST", "FAILED", "LAST", "FAILED", "SAMPLE", "ID",
+                                "SAMPLE", "REASON"]
+    assert lines[1].split()[:6] == ["/poison", "NonRetryableError", "3", "0", "2026-11-22T07:00:00.000Z",
+                                    "2026-11-22T11:00:00.000Z"]
     assert "references a deleted customer" in lines[1]
     assert lines[2].split()[:3] == ["/flaky", "ConnectionError", "1"] and "upstream not ready" in lines[2]
     assert "4 matching of 4 read" in result.stdout and "released" in result.stdout
@@ -53,7 +54,7 @@ def test_dlq_list_filters_by_path_error_and_since_and_json_parses(deployment):
     # THEN each keeps only what matches
     assert [(g["path"], g["count"]) for g in by_path["groups"]] == [("/flaky", 1)]
     assert [(g["error_type"], g["count"]) for g in by_error["groups"]] == [("NonRetryableError", 3)]
-    assert recent["groups"] == [{"path": "/poison", "error_type": "NonRetryableError", "count": 2,
+    assert recent["groups"] == [{"path": "/poison", "error_type": "NonRetryableError", "count": 2, "offloaded": 0,
                                  "first_failed_at": "2026-11-22T10:00:00.000Z", "last_failed_at": "2026-11-22T11:00:00.000Z",
                                  "sample_reason": recent["groups"][0]["sample_reason"],
                                  "message_ids": recent["groups"][0]["message_ids"]}]
@@ -66,7 +67,7 @@ def test_dlq_list_prints_ids_that_dlq_show_takes_as_printed(deployment):
     text = deployment.run("dlq", "list")
     listed = parsed(deployment.run("dlq", "list", "--json"))
     # THEN each row names a sample message id of its group, and the JSON names every id of each group
-    sample_ids = [line.split()[5] for line in text.stdout.splitlines()[1:3]]
+    sample_ids = [line.split()[6] for line in text.stdout.splitlines()[1:3]]
     assert sample_ids[0] in poison and sample_ids[1] == flaky
     assert [sorted(g["message_ids"]) for g in listed["groups"]] == [sorted(poison), [flaky]]
     # AND dlq show takes each id as printed

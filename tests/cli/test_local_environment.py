@@ -6,9 +6,12 @@ import json
 import os
 from datetime import timedelta
 
+import boto3
 import pytest
+from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
+from worker_tier.core import contract
 from worker_tier.core.errors import TaskImportError
 from tests.cli.deployment import NOW
 from worker_tier.core.settings import Settings
@@ -18,7 +21,7 @@ from worker_tier_cli.commands import MOVE_TASK_FALLBACK_NOTE
 from worker_tier_cli.session import Runtime
 from worker_tier_cli.tail import NO_LOG_GROUP
 from worker_tier_local import LocalEnvironment
-from worker_tier_local.environment import LOCAL_REGION
+from worker_tier_local.environment import LOCAL_PAYLOAD_BUCKET, LOCAL_REGION
 from worker_tier_local.event_source import HANDLER_ERROR_LINE
 
 
@@ -119,3 +122,63 @@ def test_status_shows_the_local_environments_periodic_tasks_from_its_schedule_gr
         "backup", "/backup", "ENABLED", "2026-11-22T12:00:00+00:00", "sent")
     assert (report["name"], report["timezone"], report["state"]) == ("report", "Europe/Paris", "DISABLED")
     assert "none deployed" not in text and "backup" in text and "Europe/Paris" in text
+
+
+def test_the_local_environment_has_a_payload_bucket_named_in_its_variables_and_its_export_line():
+    # GIVEN the local environment with large_payloads on (the default)
+    with LocalEnvironment(Settings(task_modules="tasks")) as env:
+        from worker_tier_local.__main__ import _export_line
+
+        buckets = [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]
+        in_process = os.environ.get(contract.PAYLOAD_BUCKET_VARIABLE)
+        exported = env.shell_environment().get(contract.PAYLOAD_BUCKET_VARIABLE)
+        line = _export_line(env)
+    # THEN moto holds the bucket, and this process, another shell's line and the Client name it
+    assert buckets == [LOCAL_PAYLOAD_BUCKET] == [env.payload_bucket]
+    assert in_process == exported == LOCAL_PAYLOAD_BUCKET
+    assert f" {contract.PAYLOAD_BUCKET_VARIABLE}={LOCAL_PAYLOAD_BUCKET} " in line
+    # AND the variable is gone once the environment stopped
+    assert os.environ.get(contract.PAYLOAD_BUCKET_VARIABLE) is None
+
+
+def test_the_local_environment_without_large_payloads_has_no_bucket_and_unsets_a_stale_variable(monkeypatch):
+    # GIVEN a shell where an earlier export line set the payload bucket, and large_payloads off
+    monkeypatch.setenv(contract.PAYLOAD_BUCKET_VARIABLE, "stale-bucket")
+    with LocalEnvironment(Settings(task_modules="tasks", large_payloads=False)) as env:
+        buckets = boto3.client("s3").list_buckets()["Buckets"]
+        in_process = os.environ.get(contract.PAYLOAD_BUCKET_VARIABLE)
+        exported = env.shell_environment()
+    # THEN no bucket, and no variable naming one, here or in the export line
+    assert buckets == [] and env.payload_bucket is None
+    assert in_process is None and contract.PAYLOAD_BUCKET_VARIABLE not in exported
+
+
+def test_the_banner_names_the_payload_bucket(capsys):
+    # GIVEN the local environment  WHEN make run prints its banner
+    from worker_tier_local.__main__ import _print_banner
+
+    with LocalEnvironment(Settings(task_modules="tasks")) as env:
+        _print_banner(env)
+    # THEN one line names the payload bucket
+    banner = capsys.readouterr()
+    assert f"payload bucket   {LOCAL_PAYLOAD_BUCKET}  (bodies too large for the queue go to S3 here" in banner.out + banner.err
+
+
+def test_s3_reaches_the_local_environments_moto_through_its_endpoint_with_5_mb_bodies_untouched():
+    # GIVEN the local environment, and boto3's S3 client as the worker and the Client make it (AWS_ENDPOINT_URL,
+    # default configuration: no addressing style set)
+    with LocalEnvironment(Settings(task_modules="tasks")) as env:
+        s3, urls = boto3.client("s3"), []
+        s3.meta.events.register("before-send.s3", lambda request, **_: urls.append(request.url))
+        body = os.urandom(5 * 1024 * 1024 // 2).hex().encode()  # 5 MiB, no two alike
+        # WHEN a 5 MiB object is put and read back through the local server (its move-task middleware in front)
+        s3.put_object(Bucket=env.payload_bucket, Key="payloads/big", Body=body)
+        got = s3.get_object(Bucket=env.payload_bucket, Key="payloads/big")
+        read = got["Body"].read()
+        with pytest.raises(ClientError) as missing:
+            s3.get_object(Bucket=env.payload_bucket, Key="payloads/none")
+    # THEN every byte comes back, and a missing key is NoSuchKey
+    assert got["ContentLength"] == len(body) and read == body
+    assert missing.value.response["Error"]["Code"] == "NoSuchKey"
+    # AND botocore addresses the bucket in the path on the endpoint it was given (no virtual host to resolve)
+    assert urls[0] == f"{env.endpoint_url}/{LOCAL_PAYLOAD_BUCKET}/payloads/big"

@@ -86,7 +86,9 @@ def test_send_refuses_a_body_over_the_queues_maximum_before_sending(deployment, 
     # THEN each is refused on one line naming the source, the size, the rule and the fix; nothing is sent
     assert from_file.exit_code == argument.exit_code == 2
     assert from_file.stderr == (f"Error: the body from file {body} is over 1,024 bytes; the queue takes at most 1,024 (its "
-                                "MaximumMessageSize, with the attributes): keep the payload elsewhere (e.g. S3) and send its key\n")
+                                "MaximumMessageSize, with the attributes): give the deployment's payload bucket "
+                                "(--payload-bucket, or WORKER_TIER_PAYLOAD_BUCKET; a stack with large_payloads outputs "
+                                "PayloadBucketName) to send it through S3, or keep the payload elsewhere and send its key\n")
     assert "the body from argument is 2,000 bytes; the queue takes at most 1,024" in argument.stderr
     assert deployment.drain(deployment.queue_url) == []
 

@@ -300,3 +300,21 @@ def test_a_call_the_world_does_not_model_is_refused_naming_it_and_what_to_do():
     assert str(error.value) == ("sqs's ListQueueTags is not modelled by worker_tier.testing; every call Worker Tier "
                                 "itself makes is modelled; run a test that needs this one against moto (moto's "
                                 "mock_aws) rather than a TaskWorld")
+
+
+def test_a_world_has_a_payload_bucket_its_tasks_reach_through_boto3_and_refuses_other_s3_calls(tasks):
+    # GIVEN a world (large_payloads on, the default)
+    with TaskWorld((), registry=tasks) as world:
+        bucket = os.environ["WORKER_TIER_PAYLOAD_BUCKET"]
+        s3 = boto3.client("s3")
+        # WHEN code under test puts a 2 MB object in the bucket its variable names, and reads it back
+        s3.put_object(Bucket=bucket, Key="payloads/a", Body=b"x" * 2_000_000)
+        read = s3.get_object(Bucket=bucket, Key="payloads/a")["Body"].read()
+        # THEN it is the world's in-memory bucket
+        assert bucket == world.payload_bucket == "worker-tier-testing-payloads"
+        assert read == world.objects.buckets[bucket]["payloads/a"] == b"x" * 2_000_000
+        # AND an S3 call Worker Tier does not make is refused, naming it
+        with pytest.raises(UnsupportedCallError) as error:
+            s3.head_object(Bucket=bucket, Key="payloads/a")
+    assert str(error.value).startswith("s3's HeadObject is not modelled by worker_tier.testing")
+    assert "WORKER_TIER_PAYLOAD_BUCKET" not in os.environ or os.environ["WORKER_TIER_PAYLOAD_BUCKET"] != bucket

@@ -1,4 +1,4 @@
-"""The testing helper's SQS and DynamoDB behave as moto and dynalite do for every call the runtime makes.
+"""The testing helper's SQS, DynamoDB and S3 behave as moto (and dynalite) do for every call the runtime makes.
 
 Each case drives the same boto3 calls through ``worker_tier.testing``'s routing (as ``TaskWorld`` uses it)
 to ``MemoryQueues`` / ``MemoryTables``, and to moto (``mock_aws``) and, for DynamoDB, dynalite (npm
@@ -30,6 +30,9 @@ from moto import mock_aws
 
 from tests.functional.test_dynamodb_rules import _dynalite_cli, dynalite_endpoint  # noqa: F401  # the fixture
 from worker_tier.core import limits
+from worker_tier.core.errors import PayloadError
+from worker_tier.core.payloads import PayloadStore
+from worker_tier.testing.objects import MemoryObjects
 from worker_tier.testing.queues import MemoryQueues
 from worker_tier.testing.routing import Routing
 from worker_tier.testing.tables import MemoryTables
@@ -671,3 +674,84 @@ def test_numbers_compare_exactly_past_a_floats_precision():
         # THEN the comparison sees the difference
         assert _answer(memory, {"a": {"N": big}}, "#a < :x", {":x": {"N": bigger}}) is None
         assert _answer(memory, {"a": {"N": big}}, "#a = :x", {":x": {"N": bigger}}) == "ConditionalCheckFailedException"
+
+
+# -- S3 ----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def memory_s3() -> Iterator[Any]:
+    objects = MemoryObjects()
+    objects.create_bucket(Bucket="payloads")
+    routing = Routing({"s3": objects}, {}, time.time)
+    routing.start()
+    try:
+        yield boto3.client("s3", region_name=REGION)
+    finally:
+        routing.stop()
+
+
+@contextmanager
+def moto_s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket="payloads")
+        yield client
+
+
+@pytest.fixture(params=["memory", "moto"])
+def s3(request) -> Iterator[Any]:
+    """A bucket "payloads": in memory, or on moto."""
+    with {"memory": memory_s3, "moto": moto_s3}[request.param]() as client:
+        yield client
+
+
+def test_an_object_put_is_read_back_whole_with_its_length_and_etag(s3):
+    # GIVEN a 2 MB body of non-ASCII text, put as bytes
+    data = ("é" * 1_000_000).encode("utf-8")
+    put = s3.put_object(Bucket="payloads", Key="payloads/a", Body=data)
+    # WHEN it is read
+    got = s3.get_object(Bucket="payloads", Key="payloads/a")
+    # THEN its length, its ETag (the MD5 of a single-part object) and every byte come back, through Body.read()
+    assert got["ContentLength"] == len(data) and got["ETag"] == put["ETag"] == f'"{hashlib.md5(data).hexdigest()}"'
+    assert got["Body"].read() == data
+
+
+def test_a_missing_key_is_no_such_key_and_a_missing_bucket_no_such_bucket_both_404(s3):
+    # WHEN a key that was never put is read, and any key of a bucket that does not exist
+    calls = {"key": lambda: s3.get_object(Bucket="payloads", Key="payloads/none"),
+             "bucket": lambda: s3.get_object(Bucket="no-such-bucket", Key="k"),
+             "put": lambda: s3.put_object(Bucket="no-such-bucket", Key="k", Body=b"x")}
+    answers = {}
+    for name, call in calls.items():
+        with pytest.raises(ClientError) as error:
+            call()
+        answers[name] = (error.value.response["Error"]["Code"], error.value.response["ResponseMetadata"]["HTTPStatusCode"])
+    # THEN each is botocore's ClientError with S3's code and 404
+    assert answers == {"key": ("NoSuchKey", 404), "bucket": ("NoSuchBucket", 404), "put": ("NoSuchBucket", 404)}
+
+
+def test_a_delete_removes_the_object_and_deleting_a_missing_key_succeeds(s3):
+    # GIVEN an object
+    s3.put_object(Bucket="payloads", Key="payloads/a", Body=b"x")
+    # WHEN it is deleted, then deleted again
+    first = s3.delete_object(Bucket="payloads", Key="payloads/a")
+    second = s3.delete_object(Bucket="payloads", Key="payloads/a")
+    # THEN both answer 204, and the object is gone
+    assert first["ResponseMetadata"]["HTTPStatusCode"] == second["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert code(lambda: s3.get_object(Bucket="payloads", Key="payloads/a")) == "NoSuchKey"
+
+
+def test_the_payload_store_puts_reads_and_deletes_alike_on_both(s3):
+    # GIVEN Worker Tier's own payload store on the bucket
+    store = PayloadStore("payloads", s3)
+    # WHEN a body is put, read through its pointer, deleted, and read again
+    pointer = store.put("héllo " * 50_000)
+    body, read_pointer = store.read(pointer.body(), {"ExtendedPayloadSize": {"DataType": "Number",
+                                                                             "StringValue": str(pointer.size)}})
+    deleted = store.delete(pointer)
+    with pytest.raises(PayloadError) as gone:
+        store.get(pointer)
+    # THEN the body comes back whole, the delete is confirmed, and the missing object is named
+    assert body == "héllo " * 50_000 and read_pointer == pointer and deleted
+    assert str(gone.value).startswith(f"the message's body is missing from S3: no object {pointer.uri}")

@@ -1,4 +1,4 @@
-"""Testing your tasks: the real worker, delays and periodic ticks in-process, on in-memory SQS and DynamoDB.
+"""Testing your tasks: the real worker, delays and periodic ticks in-process, on in-memory SQS, DynamoDB and S3.
 
 ``TaskWorld`` (and the pytest fixture ``worker_tier_world``, from the ``worker_tier`` pytest plugin) runs sent
 messages through ``worker_tier.worker.Worker``, the code the Lambda handler runs, on a clock the test moves

@@ -1,6 +1,6 @@
 """What an open world takes over in the process: boto3's default session, the environment and the wall clock.
 
-Every boto3 client made from the default session for SQS or DynamoDB is answered by the in-memory stand-ins.
+Every boto3 client made from the default session for SQS, DynamoDB or S3 is answered by the in-memory stand-ins.
 botocore's own ``Stubber`` answers calls this way: a ``before-call`` handler that returns
 ``(http_response, parsed)`` takes the place of the request
 (https://botocore.amazonaws.com/v1/documentation/api/latest/reference/stubber.html). So ``Client.from_env()`` in
@@ -37,7 +37,7 @@ AWS_ENVIRONMENT: Mapping[str, str | None] = {
 
 
 class Routing:
-    """Routes the process to one world: ``services`` ({"sqs": ..., "dynamodb": ...}), ``environment`` (None: unset), ``clock``."""
+    """Routes the process to one world: ``services`` ({"sqs": ..., "dynamodb": ..., "s3": ...}), ``environment`` (None: unset), ``clock``."""
 
     def __init__(self, services: dict[str, Any], environment: Mapping[str, str | None], clock: Callable[[], float]) -> None:
         self._services = services

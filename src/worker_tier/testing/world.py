@@ -19,6 +19,7 @@ from worker_tier.delays.delay_recovery import DelayRecovery
 from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 from worker_tier.producer.client import Client
+from worker_tier.testing.objects import MemoryObjects
 from worker_tier.testing.queues import MAX_RECEIVE_MESSAGES, REGION, MemoryQueues, Stored
 from worker_tier.testing.routing import Routing
 from worker_tier.testing.tables import MemoryTables
@@ -29,6 +30,8 @@ from worker_tier.worker.registry import DEFAULT_REGISTRY, Registry
 DEFAULT_START = datetime(2030, 1, 1, tzinfo=timezone.utc)
 QUEUE_NAME, DEAD_LETTER_QUEUE_NAME = "worker-tier-testing-queue", "worker-tier-testing-dlq"
 STATE_TABLE, DELAY_TABLE = "worker-tier-testing-state", "worker-tier-testing-delays"
+# The payload bucket (in memory), when the large_payloads setting is on (the default): bodies too large for the queue.
+PAYLOAD_BUCKET = "worker-tier-testing-payloads"
 # SQS's DelaySeconds are whole seconds, so a delayed message shows up to a second after it is due
 # (worker_tier.delays.send_moment): advance(days=3) runs a message due in exactly three days.
 DUE_SLACK_SECONDS = 1.0
@@ -72,12 +75,13 @@ class RunResult:
 
 
 class TaskWorld:
-    """Worker Tier in one process, on in-memory SQS and DynamoDB and a clock that moves only when told.
+    """Worker Tier in one process, on in-memory SQS, DynamoDB and S3 and a clock that moves only when told.
 
     Messages sent with ``client`` (or any ``Client.from_env()`` in the process, tasks' follow-ups
     included) go through the real ``Worker`` with its middleware, retries, backoff and dead-letter
     reasons; sends longer than SQS's 15 minutes go through the real delay table and delay dispatcher;
-    ``cron`` entries tick through the real tick enqueuer. No AWS account and no moto.
+    ``cron`` entries tick through the real tick enqueuer. With ``large_payloads`` (the default), a payload bucket
+    ``PAYLOAD_BUCKET`` in memory (``objects``) holds the bodies too large for the queue. No AWS account and no moto.
 
     Parameters
     ----------
@@ -119,10 +123,12 @@ class TaskWorld:
         self._now = start.timestamp()
         self.queues = MemoryQueues(self.clock)
         self.tables = MemoryTables()
+        self.objects = MemoryObjects()
         self._create_resources()
         self.outcomes: list[Outcome] = []
         self._sent_as: dict[str, str] = {}  # a delay-table message's id -> the id SQS gave it at dispatch
-        self._routing = Routing({"sqs": self.queues, "dynamodb": self.tables}, self._environment(), self.clock)
+        self._routing = Routing({"sqs": self.queues, "dynamodb": self.tables, "s3": self.objects}, self._environment(),
+                                self.clock)
         self._listening = False  # whether its outcome listener is added
         self._open()
         try:  # a task module may make its Client at import: the world's variables, routing and clock are in place
@@ -252,7 +258,7 @@ class TaskWorld:
     def _environment(self) -> dict[str, str | None]:
         """The variables ``Client.from_env()`` and ``Worker.from_environment()`` read, naming this world's resources."""
         resources = contract.Resources(queue_url=self.queue_url, dlq_url=self.dead_letter_queue_url,
-                                       state_table=STATE_TABLE, delay_table=DELAY_TABLE)
+                                       state_table=STATE_TABLE, delay_table=DELAY_TABLE, payload_bucket=self.payload_bucket)
         return {**resources.to_environment(), contract.DELAY_SHARDS_VARIABLE: str(self.settings.delay_shards),
                 METRICS_DISABLED_VARIABLE: "true"}
 
@@ -267,6 +273,9 @@ class TaskWorld:
         queue = self.queues.create(QUEUE_NAME, int(attributes["VisibilityTimeout"]), dead_letter_queue,
                                    self.settings.redrive_max_receive_count)
         self.queue_url, self.queue_arn, self.dead_letter_queue_url = queue.url, queue.arn, dead_letter_queue.url
+        self.payload_bucket = PAYLOAD_BUCKET if self.settings.large_payloads else None
+        if self.payload_bucket is not None:
+            self.objects.create_bucket(Bucket=self.payload_bucket)
         self.tables.create_table(STATE_TABLE, contract.STATE_PARTITION_KEY)
         self.tables.create_table(DELAY_TABLE, contract.DELAY_PARTITION_KEY, contract.DELAY_SORT_KEY)
 
