@@ -40,6 +40,7 @@ receive fills several threads; a long task delays no receive.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -345,18 +346,25 @@ class Consumer:
     def _process(self, message: dict[str, Any]) -> bool:
         """Run one message through the shared Worker core; delete it unless it was reported failed (False).
 
-        A delete that fails also gives False. Whatever happens, the heartbeat holds the
+        The worker leaves a succeeded offloaded message's delete to this one (``Worker.handle_batch``), and its
+        object is deleted only once SQS confirmed the message's (``Worker.delete_payload``). A delete that fails
+        also gives False. Whatever happens, the heartbeat holds the
         message until its fate is settled (deleted, or failed), and the metrics are printed.
         """
         handed_off = False
         try:
             record = lambda_record(message, self._queue_arn, self._region)
-            response = self.worker.handle({"Records": [record]}, None, heartbeat=self.heartbeat)
-            if response["batchItemFailures"]:
+            handled = self.worker.handle_batch({"Records": [record]}, None, heartbeat=self.heartbeat)
+            if handled.response["batchItemFailures"]:
                 return False
+            pointer = handled.payloads.get(message["MessageId"])
+            then = None if pointer is None else functools.partial(self.worker.delete_payload, pointer)
             if self._background is None:
-                return self._deletions is not None and self._deletions.delete(message)
-            self._background.hand_off(message)  # its answer releases it from the heartbeat
+                deleted = self._deletions is not None and self._deletions.delete(message)
+                if deleted and then is not None:  # a succeeded offloaded message's object goes after it
+                    then()
+                return deleted
+            self._background.hand_off(message, then)  # its answer releases it from the heartbeat, then runs ``then``
             handed_off = True
             return True
         finally:

@@ -10,7 +10,8 @@ beat) before task threads stop to let them out. On a FIFO queue the next message
 must not start before the previous one is gone, so its thread waits for its own entry's
 answer (``Deletions``): a batch goes out as soon as every running task waits on a delete, or
 10 wait, or the first has waited ``DELETE_LINGER_SECONDS``. A delete that fails is logged:
-the message returns and runs again.
+the message returns and runs again. What must follow a confirmed delete (an offloaded message's object) is the
+caller's on a FIFO queue (``Deletions.delete`` answers True), and ``hand_off``'s ``then`` on a standard one.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class _Deletion:
     message: dict[str, Any]
     added_at: float
     result: Future[None]
+    then: Callable[[], Any] | None = None  # run once SQS confirmed the delete (never when it failed)
 
 
 class MessageNotDeletedError(WorkerTierError):
@@ -169,12 +171,16 @@ class BackgroundDeletions:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def hand_off(self, message: dict[str, Any]) -> None:
-        """Queue a succeeded message's delete; waits only while ``max_pending`` deletes wait already."""
+    def hand_off(self, message: dict[str, Any], then: Callable[[], Any] | None = None) -> None:
+        """Queue a succeeded message's delete; waits only while ``max_pending`` deletes wait already.
+
+        ``then`` runs on the sender thread once SQS confirmed this delete (not when it failed), before ``close``
+        counts the delete done: a succeeded offloaded message's object is deleted after its message, once.
+        """
         with self._changed:
             while len(self._unsent) + len(self._sending) >= self._max_pending and not self._closing:
                 self._changed.wait()
-            self._unsent.append(_Deletion(message, self._clock(), Future()))
+            self._unsent.append(_Deletion(message, self._clock(), Future(), then))
             if self._thread is None or not self._thread.is_alive():
                 thread = threading.Thread(target=self._run, name="worker-tier-deletes", daemon=True)
                 thread.start()
@@ -212,12 +218,17 @@ class BackgroundDeletions:
                 self._settle(batch)
 
     def _settle(self, batch: list[_Deletion]) -> None:
-        """Let the heartbeat go of each answered receive; the batch is then no longer pending."""
+        """Let the heartbeat go of each answered receive, run the ``then`` of each deleted one; the batch is then
+        no longer pending."""
         try:
+            try:
+                for deletion in batch:
+                    self._settled(deletion.message["MessageId"], deletion.message["ReceiptHandle"])
+            except Exception:  # the heartbeat's own failure: logged; the rest stay held until the exit
+                logger.exception("the heartbeat could not let go of deleted messages")
             for deletion in batch:
-                self._settled(deletion.message["MessageId"], deletion.message["ReceiptHandle"])
-        except Exception:  # the heartbeat's own failure: logged; the rest stay held until the exit
-            logger.exception("the heartbeat could not let go of deleted messages")
+                if deletion.then is not None and deletion.result.done() and deletion.result.exception() is None:
+                    _then(deletion)
         finally:
             with self._changed:
                 self._sending = []
@@ -240,3 +251,11 @@ class BackgroundDeletions:
                     return []
                 else:
                     self._changed.wait()
+
+
+def _then(deletion: _Deletion) -> None:
+    """Run what follows a confirmed delete; its failure is logged (an offloaded message's object is then kept)."""
+    try:
+        deletion.then()  # type: ignore[misc]
+    except Exception:
+        logger.exception("what follows a confirmed delete failed", extra={"message_id": deletion.message["MessageId"]})

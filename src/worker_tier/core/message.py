@@ -19,7 +19,9 @@ from worker_tier.core.contract import (
     DUE_AT_ATTRIBUTE,
     FAILURE_ATTRIBUTE,
     FIRST_RECEIVED_ATTRIBUTE,
+    LEGACY_PAYLOAD_SIZE_ATTRIBUTE,
     PATH_ATTRIBUTE,
+    PAYLOAD_SIZE_ATTRIBUTE,
     SCHEDULED_TIME_FORMAT,
     SQSD_ATTRIBUTE_PREFIX,
     WORKER_TIER_ATTRIBUTE_PREFIX,
@@ -100,7 +102,8 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     digits; custom type labels (``Number.int``) are not kept. The path is
     left out (the Client sets it from the path) and so are ``worker_tier.*``
     attributes (the caller sets its own); ``beanstalk.sqsd.*`` ones, which the
-    Client refuses from users, come back as internal attributes, as strings.
+    Client refuses from users, come back as internal attributes, as strings, and so does an offloaded message's
+    ``ExtendedPayloadSize`` (or the legacy ``SQSLargePayloadSize``): the copy carries the same pointer as its body.
     """
     converted, _ = sqs_attributes(record.get("messageAttributes") or {})
     user: dict[str, Any] = {}
@@ -108,11 +111,14 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     for name, value in converted.items():
         if name == PATH_ATTRIBUTE or name.startswith(WORKER_TIER_ATTRIBUTE_PREFIX):
             continue
-        if name.startswith(SQSD_ATTRIBUTE_PREFIX):
+        if name.startswith(SQSD_ATTRIBUTE_PREFIX) or name in _PAYLOAD_SIZE_ATTRIBUTES:
             internal[name] = value.get("StringValue")
         else:
             user[name] = _python_value(value)
     return user, internal
+
+
+_PAYLOAD_SIZE_ATTRIBUTES = (PAYLOAD_SIZE_ATTRIBUTE, LEGACY_PAYLOAD_SIZE_ATTRIBUTE)
 
 
 def first_received_ms(record: Mapping[str, Any]) -> int | None:

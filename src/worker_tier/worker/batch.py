@@ -15,6 +15,10 @@ Every record ends in exactly one of:
 - lease lost: its heartbeat lost the message before its task started (another consumer may
   hold it now); not run, reported failed, its visibility left alone (``LeaseLostBeforeStart``).
 
+An offloaded message (``ExtendedPayloadSize``: AWS's Extended Client format) has its body read from S3
+before its Task is built; one that cannot be read meets the fates of a failed task (``worker_tier.worker.offloaded``),
+and once a succeeded one is deleted, so is its object.
+
 A message whose path no task is registered for goes to the EB worker app, when the worker has one
 (``app_target``): sqsd's POST of it, its answer judged by sqsd's rules (``worker_tier.app.sqsd``); a
 failure meets the same fates as a task's.
@@ -51,7 +55,7 @@ import random as _random
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 from worker_tier.core import contract, message
-from worker_tier.core import wall_clock
+from worker_tier.core import observability, wall_clock
 from worker_tier.worker import fates
 from worker_tier.app import sqsd
 from worker_tier.app import target_from_settings
@@ -59,7 +63,14 @@ from worker_tier.app.app_target import AppTarget
 from worker_tier.pipeline import middleware as _middleware
 from worker_tier.core.aws import LazyClient, new_heartbeat_client
 from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbeats, Idempotency
-from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, UnknownPathError, WorkerTierError
+from worker_tier.core.errors import (
+    MalformedBodyError,
+    PayloadError,
+    PayloadUnavailableError,
+    TaskAbortedError,
+    UnknownPathError,
+    WorkerTierError,
+)
 from worker_tier.worker.dead_letter import DeadLetterQueueSize
 from worker_tier.worker.fates import (
     OUTCOME_SUCCEEDED,
@@ -84,8 +95,13 @@ from worker_tier.worker.records import is_reason_record, fifo_stopped, split_unr
 MIN_APP_TIMEOUT_SECONDS = 1.0
 
 if TYPE_CHECKING:
+    from worker_tier.core.payloads import PayloadStore, Pointer
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
+
+# The attributes that mark an offloaded message (``payloads.is_offloaded``), read here on every message.
+_PAYLOAD_SIZE = contract.PAYLOAD_SIZE_ATTRIBUTE
+_LEGACY_PAYLOAD_SIZE = contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE
 
 # (hooks if not the starting ones, forwarded, parser, chain, own before_task hooks, heard by after_task)
 _Route = tuple["_MessageHooks | None", bool, Any, Callable[[Any, Task], None], tuple[Callable[..., None], ...], bool]
@@ -101,6 +117,14 @@ class HeldBackError(WorkerTierError):
 
 class TaskFailedError(WorkerTierError):
     """Marks a record failed for the batch loop; the task's own error (any BaseException) is its cause."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HandledBatch:
+    """What ``Worker.handle_batch`` did: Lambda's answer, and the succeeded offloaded messages whose objects wait."""
+
+    response: dict[str, Any]  # {"batchItemFailures": [...]}, as ``handle`` returns it
+    payloads: dict[str, Pointer]  # message id → pointer: delete_payload(pointer) once that message's delete is confirmed
 
 
 class Worker(Fates):
@@ -129,8 +153,11 @@ class Worker(Fates):
         delay_table: str | None = None,
         app_target: AppTarget | None = None,
         middleware: Sequence[Middleware] | None = None,
+        payloads: PayloadStore | None = None,
     ) -> None:
         self.settings = settings
+        # The payload bucket offloaded bodies are read from (None: an offloaded message is dead-lettered, saying so).
+        self.payloads = payloads
         # An EB worker app that gets the messages no @task path claims (``worker_tier.app.sqsd``); None: no app.
         self.app_target = app_target
         self._container_queue_url = container_queue_url
@@ -162,13 +189,21 @@ class Worker(Fates):
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
-        """A Worker configured by ``WORKER_TIER_*`` variables, with its task modules imported and its app target built."""
+        """A Worker configured by ``WORKER_TIER_*`` variables, with its task modules imported and its app target built.
+
+        ``WORKER_TIER_PAYLOAD_BUCKET`` gives it a PayloadStore (``payload_max_bytes``), on ``s3=`` when given.
+        """
         settings = Settings.from_environment(environ)
         registry = overrides.pop("registry", DEFAULT_REGISTRY)
         registry.import_modules(settings.task_modules.split(","))
         if "app_target" not in overrides:
             overrides["app_target"] = target_from_settings(settings)
         resources = contract.Resources.from_environment(environ)
+        s3 = overrides.pop("s3", None)
+        if "payloads" not in overrides and resources.payload_bucket:
+            from worker_tier.core.payloads import PayloadStore
+
+            overrides["payloads"] = PayloadStore(resources.payload_bucket, s3, max_bytes=settings.payload_max_bytes)
         return cls(
             settings,
             queue_url=resources.queue_url,
@@ -186,7 +221,40 @@ class Worker(Fates):
         ``heartbeat``: one the caller runs and already holds the messages in (the
         container worker); without it, the batch gets its own when asked for.
         Raises MalformedEventError for anything that is not an SQS event.
+
+        Succeeded offloaded messages are deleted here, after the batch (DeleteMessageBatch), and then their objects:
+        Lambda deletes the messages reported done only after the invocation returns, and an object must not go
+        before its message (``worker_tier.worker.offloaded``). A caller that deletes messages itself uses
+        ``handle_batch``.
         """
+        return self._handle(event, context, heartbeat, None)
+
+    def handle_batch(self, event: Mapping[str, Any], context: Any, heartbeat: Heartbeat | None = None) -> HandledBatch:
+        """``handle``, for a caller that deletes the messages reported done itself (the container worker).
+
+        The worker deletes neither the succeeded offloaded messages nor their objects: ``HandledBatch.payloads``
+        names each such message's pointer, and the caller passes it to ``delete_payload`` once SQS confirmed that
+        message's delete (never before, and not when the delete failed: the message runs again and needs its
+        object). A dead-lettered, retried or rescheduled message is not named: its object stays with it. This way
+        each succeeded message is deleted once, by the caller, and its object once, after it.
+        """
+        payloads: dict[str, Pointer] = {}
+        return HandledBatch(self._handle(event, context, heartbeat, payloads), payloads)
+
+    def delete_payload(self, pointer: Pointer) -> bool:
+        """Delete a succeeded message's object after the caller deleted the message (``handle_batch``); count it.
+
+        False (logged) when S3 did not delete it: the bucket's lifecycle rule will.
+        """
+        if self.payloads is None or not self.payloads.delete(pointer):
+            return False
+        observability.count(contract.METRIC_PAYLOADS_DELETED)
+        return True
+
+    def _handle(
+        self, event: Mapping[str, Any], context: Any, heartbeat: Heartbeat | None, payloads: dict[str, Pointer] | None
+    ) -> dict[str, Any]:
+        """The batch; succeeded offloaded messages are deleted with their objects, or named in ``payloads``."""
         named, nameless = message.split_records(event)
         invocation = _Invocation(context, self.settings.timeout_margin * 1000, self._clock() - self._receive_lag_seconds())
         invocation.received, invocation.caller_heartbeat = named, heartbeat
@@ -198,10 +266,31 @@ class Worker(Fates):
             failures = self._run_batch(records, invocation)
             failures.extend(set_aside)
             self._flush(named, invocation)
+            if invocation.succeeded_payloads:
+                self._settle_payloads(named, invocation, payloads)
         finally:
             fates.told(self.pipeline.after_batch, "after_batch", invocation)
             _middleware.reset_sending(sending)
         return {"batchItemFailures": failures}
+
+    def _settle_payloads(self, records: list[Any], invocation: _Invocation, payloads: dict[str, Pointer] | None) -> None:
+        """Delete the succeeded offloaded messages, then their objects; or name them for the caller (``payloads``)."""
+        succeeded = invocation.succeeded_payloads
+        if payloads is not None:
+            payloads.update((record["messageId"], pointer) for record, pointer in succeeded)
+            return
+        from worker_tier.worker import offloaded
+
+        heartbeat = invocation.heartbeat
+        if heartbeat is not None:  # the batch's own: no extension may go out for a message about to be deleted
+            for record, _ in succeeded:
+                heartbeat.release(record["messageId"])
+        try:
+            offloaded.delete_succeeded(self._sqs.get(), self._resolve_queue_url(records), self.payloads,  # type: ignore[arg-type]
+                                       succeeded, invocation.metrics)
+        except Exception as error:  # the queue's URL could not be looked up: the messages and objects stay
+            logger.error("succeeded offloaded messages could not be deleted: their objects are kept",
+                         extra={"error": _describe(error)})
 
     def _run_batch(self, records: list[Any], invocation: _Invocation) -> list[dict[str, str]]:
         """The before_batch hooks, then every record (each fails with a before_batch hook's error); the failure items."""
@@ -280,6 +369,12 @@ class Worker(Fates):
         routing = attributes.get(contract.PATH_ATTRIBUTE)
         path = routing.get("stringValue") if isinstance(routing, dict) else None
         body = record.get("body") or ""
+        pointer = None
+        if _PAYLOAD_SIZE in attributes or _LEGACY_PAYLOAD_SIZE in attributes:  # the body is in S3
+            read = self._offloaded_body(record, path, invocation)
+            if read is None:
+                return
+            body, pointer = read
         if self.settings.via_sns:  # the task or app sees the SNS envelope's Message; the DLQ copy keeps the envelope
             body = sqsd.unwrap_sns(body)
         task = Task(
@@ -298,10 +393,42 @@ class Worker(Fates):
                 if self._fail_safely(record, task, invocation, error):
                     raise TaskFailedError(_describe(error)) from error
                 return
-        self._run(record, task, attributes, invocation)
+        self._run(record, task, attributes, invocation, pointer)
 
-    def _run(self, record: Mapping[str, Any], task: Task, attributes: dict[str, Any], invocation: _Invocation) -> None:
-        """Route, run and decide; raising marks the record failed for the batch loop."""
+    def _offloaded_body(self, record: Mapping[str, Any], path: Any, invocation: _Invocation) -> tuple[str, Pointer] | None:
+        """An offloaded message's body, read from S3, and its pointer.
+
+        When it cannot be read, the message fails with the Task built on its pointer body: None when it was
+        dead-lettered (PayloadError: at once), TaskFailedError when it stays for a retry (PayloadUnavailableError).
+        """
+        from worker_tier.worker import offloaded
+
+        try:
+            read = offloaded.read_body(self.payloads, record)
+        except (PayloadError, PayloadUnavailableError) as error:
+            message_id = record["messageId"]
+            task = Task(
+                message_id, path if path and isinstance(path, str) else self.settings.http_path, record.get("body") or "",
+                self.settings.mime_type, record, None, invocation.remaining_ms,
+                invocation.leases.get(message_id) if invocation.leases else None,
+            )
+            running_record.set(task)
+            invocation.hooks = self._unrouted
+            logger.warning("the message's body could not be read from S3", extra={"error": _describe(error)})
+            if self._fail_safely(record, task, invocation, error):
+                raise TaskFailedError(_describe(error)) from error
+            return None
+        invocation.metrics.count(contract.METRIC_PAYLOADS_OFFLOADED)
+        return read
+
+    def _run(
+        self, record: Mapping[str, Any], task: Task, attributes: dict[str, Any], invocation: _Invocation,
+        pointer: Pointer | None = None,
+    ) -> None:
+        """Route, run and decide; raising marks the record failed for the batch loop.
+
+        ``pointer``: an offloaded message's; when its task succeeds, its object is deleted after the message.
+        """
         remaining_ms = invocation.remaining_ms
         if remaining_ms is not None and remaining_ms() < invocation.margin_ms:
             self._release(record, task, invocation, "invocation ending")
@@ -318,7 +445,7 @@ class Worker(Fates):
                 self._routes_generation = self.registry.generation
             hooks, forwarded, parser, call, before, hears = self._task_routes.get(task.path) or self._routed(task.path)
             if forwarded:
-                self._forward(record, task, invocation, self._container_queue_url)  # type: ignore[arg-type]
+                self._forward(record, task, invocation, self._container_queue_url, pointer is not None)  # type: ignore[arg-type]
                 return
             if hooks is not None:
                 invocation.hooks = hooks
@@ -338,12 +465,17 @@ class Worker(Fates):
         else:
             if fates.ThisProcess.pid != invocation.pid:
                 end_forked_child(None)
+            if pointer is not None:
+                invocation.succeeded_payloads.append((record, pointer))
             if hears or _listeners:
                 self._emit(invocation, OUTCOME_SUCCEEDED, task)
 
-    def _forward(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, queue_url: str) -> None:
-        """Hand a long task to the container worker's queue, as it came; an error retries it here."""
-        self._sqs.get().send_message(**forward_request(record, task, queue_url))
+    def _forward(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, queue_url: str, offloaded: bool = False
+    ) -> None:
+        """Hand a long task to the container worker's queue, as it came (an offloaded one with its pointer, keeping
+        its object); an error retries it here."""
+        self._sqs.get().send_message(**forward_request(record, task, queue_url, offloaded=offloaded))
         invocation.metrics.count(contract.METRIC_FORWARDED)
         if _listeners or self._unrouted.after_task:
             self._emit(invocation, OUTCOME_SUCCEEDED, task, "forwarded to the container worker")

@@ -27,6 +27,7 @@ from worker_tier.core.visibility import VisibilityChange
 
 if TYPE_CHECKING:
     from worker_tier.core.aws import LazyClient
+    from worker_tier.core.payloads import Pointer
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
     from worker_tier.worker.idempotency import LeaseContext
@@ -115,6 +116,8 @@ class _Invocation:
     caller_heartbeat: Heartbeat | None = None  # the caller's (the container worker's), which it keeps running
     reported_done: int = 0  # records reported done (succeeded, dead-lettered or replaced), once the batch loop ended
     hooks: _MessageHooks | None = None  # the running message's after_task and on_dead_letter hooks
+    # Succeeded offloaded messages and their pointers: their objects go once the messages are deleted (``offloaded``).
+    succeeded_payloads: list[tuple[Mapping[str, Any], Pointer]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # None outside Lambda (tests, tools): then there is no deadline to guard.
@@ -243,7 +246,11 @@ class Fates:
             # For an app's message, retention_period counts from the original's first receive (an attribute of
             # SQS's 10, so only where an app, the one retention applies to, is served)
             internal[contract.FIRST_RECEIVED_ATTRIBUTE] = str(first_received)
-        copy = OutgoingMessage(task.path, task.body, delay=delay, attributes=attributes)
+        # An offloaded message's copy carries its pointer (the record's body, with ExtendedPayloadSize among the
+        # internal attributes), never the body read from S3: the same object serves the copy.
+        offloaded = contract.PAYLOAD_SIZE_ATTRIBUTE in internal or contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE in internal
+        body = (record.get("body") or "") if offloaded else task.body
+        copy = OutgoingMessage(task.path, body, delay=delay, attributes=attributes)
         try:
             [result] = self._client(record).send_batch([copy], _internal_attributes={0: internal})
             problem = result.error

@@ -1,7 +1,8 @@
 """A long task's message, forwarded by the Lambda worker to the container worker's queue as it came.
 
-Its attributes (those SQS would refuse are left out, and said), its source message's id for the container's
-idempotency key, its trace header, and its FIFO group; the middleware's ``on_send`` hooks see it before it goes.
+Its body (an offloaded message's pointer, never the body read from S3), its attributes (those SQS would refuse
+are left out, and said), its source message's id for the container's idempotency key, its trace header, and its
+FIFO group; the middleware's ``on_send`` hooks see it before it goes.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from worker_tier.core.task import Task
 from worker_tier.pipeline import middleware
 
 
-def forward_request(record: Mapping[str, Any], task: Task, queue_url: str) -> dict[str, Any]:
-    """The SendMessage request that hands ``record`` to the container worker's queue at ``queue_url``."""
-    envelope, dropped = Envelope.from_record(record, body=task.body)
+def forward_request(record: Mapping[str, Any], task: Task, queue_url: str, *, offloaded: bool = False) -> dict[str, Any]:
+    """The SendMessage request that hands ``record`` to the container worker's queue at ``queue_url``.
+
+    The body is the task's (unwrapped from its SNS envelope with ``via_sns``), but an ``offloaded`` message's is
+    the record's own pointer, with its ``ExtendedPayloadSize``: the container worker reads the same object.
+    """
+    envelope, dropped = Envelope.from_record(record, body=None if offloaded else task.body)
     if dropped:
         logger.warning("attributes SQS would refuse were left out of the forward", extra={"dropped_attributes": dropped})
     _carry_source_id(envelope, task)
