@@ -396,10 +396,11 @@ def test_an_in_process_app_gets_the_real_body(world):
     worker = make_worker(aws, Registry(), s3, settings=settings, app_target=target_from_settings(settings))
     # WHEN handled
     response = worker.handle(aws.receive_event(), None)
-    # THEN the app's POST carried the body read from S3
+    # THEN the app's POST carried the body read from S3, and no header describing the pointer it no longer sees
     assert response["batchItemFailures"] == []
     [request] = flask_worker.received
     assert request["body"] == body
+    assert not [name for name in request["headers"] if "payloadsize" in name.lower()]
 
 
 def test_http_forwarding_posts_the_real_body(world):

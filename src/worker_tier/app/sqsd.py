@@ -132,16 +132,20 @@ def _common_headers(task: Task, settings: Settings, routed: str | None) -> list[
     return headers
 
 
+_POINTER_ATTRIBUTES = frozenset({contract.PAYLOAD_SIZE_ATTRIBUTE, contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE})
+
+
 def _attribute_headers(attributes: dict[str, Any]) -> list[tuple[str, str]]:
     """``X-Aws-Sqsd-Attr-<name>`` for each String or Number attribute (custom labels too), as sqsd sends them.
 
     Left out: Binary ones (sqsd drops them), ``beanstalk.sqsd.*`` (sqsd's own, in headers of their own),
-    and ``worker_tier.*``: Worker Tier's bookkeeping (delays, retry chains, forwards), never set by a
-    producer (the Client refuses that prefix) and never seen by an app on EB.
+    ``worker_tier.*``: Worker Tier's bookkeeping (delays, retry chains, forwards), never set by a
+    producer (the Client refuses that prefix) and never seen by an app on EB; and the Extended Client's
+    ``ExtendedPayloadSize`` (``SQSLargePayloadSize``): the app gets the body it describes, read from S3, not the pointer.
     """
     headers = []
     for name, attribute in attributes.items():
-        if name.startswith((contract.SQSD_ATTRIBUTE_PREFIX, contract.WORKER_TIER_ATTRIBUTE_PREFIX)):
+        if name.startswith((contract.SQSD_ATTRIBUTE_PREFIX, contract.WORKER_TIER_ATTRIBUTE_PREFIX)) or name in _POINTER_ATTRIBUTES:
             continue
         if not isinstance(attribute, dict) or not str(attribute.get("dataType", "")).startswith(("String", "Number")):
             continue
