@@ -132,7 +132,7 @@ def test_a_worker_queues_own_bucket_follows_its_custom_retention():
 
 def test_payload_kms_encrypts_with_the_buckets_own_rotated_key_kept_by_destroy(hardened):
     # GIVEN a stack with payload_kms
-    stack, template = hardened
+    _, template = hardened
     ((key_id, key),) = template.find_resources("AWS::KMS::Key").items()
     # THEN the bucket is encrypted with that key (S3 Bucket Keys on), which rotates and outlives the stack
     assert _bucket(template)["Properties"]["BucketEncryption"] == {"ServerSideEncryptionConfiguration": [{
