@@ -29,6 +29,8 @@ _LAZY_HOMES = {
     "ContainerWorkerProps": "worker_tier_cdk.container_worker",
     "PeriodicTasks": "worker_tier_cdk.periodic_tasks",
     "PeriodicTasksProps": "worker_tier_cdk.periodic_tasks",
+    "PayloadBucket": "worker_tier_cdk.payload_bucket",
+    "PayloadBucketProps": "worker_tier_cdk.payload_bucket",
     "Settings": "worker_tier.core.settings",
     "add_checks": "worker_tier_cdk.nag",
 }
@@ -39,6 +41,8 @@ __all__ = [
     "ContainerWorkerProps",
     "DelayDispatcher",
     "DelayDispatcherProps",
+    "PayloadBucket",
+    "PayloadBucketProps",
     "PeriodicTasks",
     "PeriodicTasksProps",
     "Settings",

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from aws_cdk import Acknowledgment, Annotations, Duration, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecr as ecr, aws_ecs as ecs, aws_iam as iam
-from aws_cdk import aws_applicationautoscaling as autoscaling, aws_logs as logs, aws_sqs as sqs
+from aws_cdk import aws_applicationautoscaling as autoscaling, aws_logs as logs, aws_s3 as s3, aws_sqs as sqs
 from aws_cdk.aws_ecr_assets import Platform
 from constructs import Construct
 
@@ -43,7 +43,7 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
 from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
-from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items, grant_signing_secret
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items, grant_payload_consume, grant_signing_secret
 from worker_tier_cdk.settings import Settings
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
 from worker_tier.core.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
@@ -83,6 +83,7 @@ class ContainerWorkerProps:
     vpc: ec2.IVpc | None = None
     work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (the contract's send_queue_url)
     task_code: TaskCode = field(default_factory=TaskCode)  # the team's tasks, beside the installed runtime
+    payload_bucket: s3.IBucket | None = None  # where offloaded bodies are read and deleted (the WorkerQueue's)
 
     def __post_init__(self) -> None:
         if self.settings.app_port and self.work_queue is None:
@@ -93,7 +94,8 @@ class ContainerWorkerProps:
 
 class ContainerWorker(Construct):
     """Public attributes: ``queue`` (the one it reads: long tasks, or the work queue when forwarding), ``dead_letter_queue``,
-    ``cluster``, ``service``, ``scaling_policy``, ``app_container`` (None unless ``app_image`` is set).
+    ``cluster``, ``service``, ``scaling_policy``, ``app_container`` (None unless ``app_image`` is set),
+    ``payload_bucket`` (None unless given).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: ContainerWorkerProps) -> None:
@@ -103,6 +105,7 @@ class ContainerWorker(Construct):
         props.task_code.check_app(settings.app)
         props.task_code.check_middleware(settings.middleware)
         self.dead_letter_queue = props.dead_letter_queue
+        self.payload_bucket = props.payload_bucket
         self.forwarding = bool(settings.app_port)
         self.queue = props.work_queue if self.forwarding and props.work_queue is not None else sqs.Queue(
             self,
@@ -137,6 +140,8 @@ class ContainerWorker(Construct):
             task_definition.default_container.add_environment(  # type: ignore[union-attr]  # the pattern's container
                 SEND_QUEUE_URL_VARIABLE, props.work_queue.queue_url
             )
+        if self.payload_bucket is not None:
+            grant_payload_consume(self.payload_bucket, task_definition.task_role)
         if settings.app_signing_secret_arn:
             grant_signing_secret(task_definition.task_role, settings.app_signing_secret_arn)
         self._grant_task_protection(task_definition.task_role)
@@ -178,6 +183,7 @@ class ContainerWorker(Construct):
                 **POWERTOOLS_ENVIRONMENT,
                 **Resources(
                     queue_url=self.queue.queue_url, dlq_url=self.dead_letter_queue.queue_url, state_table=state_table.table_name,
+                    payload_bucket=self.payload_bucket.bucket_name if self.payload_bucket is not None else None,
                 ).to_environment(),
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_SECONDS),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy, aws_dynamodb as dynamodb, aws_logs as logs, aws_sqs as sqs
+from aws_cdk import Duration, RemovalPolicy, aws_dynamodb as dynamodb, aws_logs as logs, aws_s3 as s3, aws_sqs as sqs
 
 from worker_tier.core.contract import (
     DEAD_LETTER_RETENTION_SECONDS,
@@ -12,11 +12,16 @@ from worker_tier.core.contract import (
     STATE_PARTITION_KEY,
     STATE_TTL_ATTRIBUTE,
 )
+from worker_tier.core import payloads
 from worker_tier.core.settings import Settings
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # What `cdk destroy` does with a dead-letter queue: keeps it, and the dead letters in it (docs/operations.md).
 DEAD_LETTER_QUEUE_REMOVAL_POLICY = RemovalPolicy.RETAIN
+# What `cdk destroy` does with the payload bucket: keeps it, as the dead letters whose bodies it holds are kept.
+PAYLOAD_BUCKET_REMOVAL_POLICY = RemovalPolicy.RETAIN
+# An upload S3 never completed (PayloadStore makes none, another producer may) is aborted after a day.
+PAYLOAD_ABORT_INCOMPLETE_UPLOAD_DAYS = 1
 
 
 def queue_props(settings: Settings) -> dict[str, Any]:
@@ -61,4 +66,29 @@ def state_table_props() -> dict[str, Any]:
         ),
         "time_to_live_attribute": STATE_TTL_ATTRIBUTE,
         "removal_policy": RemovalPolicy.RETAIN,
+    }
+
+
+def payload_bucket_props(settings: Settings, longest_delay_seconds: int) -> dict[str, Any]:
+    """The payload bucket: SSE-S3, no public access, TLS only, unversioned, objects expiring after the longest life
+    of a message (``payloads.expiration_days``), and kept by ``cdk destroy``.
+
+    ``longest_delay_seconds``: the delay table's longest delay when the stack has a delay dispatcher, else 0.
+    Retained because a dead letter's body lives only here: destroying the stack keeps the DLQ, so it keeps the bucket.
+    """
+    days = payloads.expiration_days(settings.retention_period, DEAD_LETTER_RETENTION_SECONDS, longest_delay_seconds)
+    return {
+        "encryption": s3.BucketEncryption.S3_MANAGED,
+        "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+        "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        "enforce_ssl": True,
+        "versioned": False,
+        "lifecycle_rules": [
+            s3.LifecycleRule(
+                id="ExpirePayloads",
+                expiration=Duration.days(days),
+                abort_incomplete_multipart_upload_after=Duration.days(PAYLOAD_ABORT_INCOMPLETE_UPLOAD_DAYS),
+            )
+        ],
+        "removal_policy": PAYLOAD_BUCKET_REMOVAL_POLICY,
     }

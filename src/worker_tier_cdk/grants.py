@@ -16,6 +16,11 @@ and reschedule, they read and delete only the cancellable shard's messages (``CA
 and the markers.
 
 ``grant_signing_secret``: the one read HTTP forwarding's signing key needs, on that one secret or parameter.
+
+``grant_payload_put`` and ``grant_payload_consume``: the payload bucket's objects (docs/large-payloads.md). A producer
+puts only under ``payloads/``; a worker reads and deletes any object of the bucket (AWS's Extended Client writes its
+keys at the bucket's root), lists the bucket (so a missing key answers NoSuchKey, not AccessDenied) and puts under
+``payloads/`` for its tasks' own sends.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from aws_cdk import aws_dynamodb as dynamodb, aws_iam as iam
+from aws_cdk import Acknowledgment, Stack, Validations, aws_dynamodb as dynamodb, aws_iam as iam, aws_s3 as s3
+from constructs import Construct
 
 from worker_tier.delays import delay
 
@@ -32,6 +38,7 @@ from worker_tier.core.contract import (
     DELAY_BUCKET_KEY_PREFIX,
     DELAY_DEDUPE_KEY_PREFIX,
     DISPATCHER_KEY_PREFIX,
+    PAYLOAD_KEY_PREFIX,
 )
 from worker_tier.core.errors import ConfigurationError
 
@@ -65,6 +72,18 @@ CANCEL_ACTIONS = ("dynamodb:GetItem", "dynamodb:DeleteItem")
 DISPATCH_STARTED_CHECK_ACTIONS = ("dynamodb:ConditionCheckItem",)
 
 LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
+
+# The payload bucket's calls (worker_tier.core.payloads.PayloadStore): put_object; get_object and delete_object; a
+# ListBucket grant makes S3 answer a missing key with 404 NoSuchKey rather than 403 AccessDenied:
+# https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html#API_GetObject_RequestSyntax ("Permissions").
+PAYLOAD_PUT_ACTIONS = ("s3:PutObject",)
+PAYLOAD_READ_DELETE_ACTIONS = ("s3:GetObject", "s3:DeleteObject")
+PAYLOAD_LIST_ACTIONS = ("s3:ListBucket",)
+# Under SSE-KMS, S3 calls KMS as the caller: an upload needs GenerateDataKey, a download Decrypt (a multipart upload,
+# which PayloadStore does not make, would need Decrypt too):
+# https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingKMSEncryption.html#require-sse-kms
+PAYLOAD_KEY_PUT_ACTIONS = ("kms:GenerateDataKey",)
+PAYLOAD_KEY_READ_ACTIONS = ("kms:Decrypt",)
 
 # Reading the signing key by its ARN (the forwarding runtime's one call for each kind).
 SECRET_READ_ACTION = "secretsmanager:GetSecretValue"
@@ -156,6 +175,70 @@ def grant_signing_secret(grantee: iam.IGrantable, arn: str) -> iam.Grant:
     if service == "ssm":
         return iam.Grant.add_to_principal(grantee=grantee, actions=[PARAMETER_READ_ACTION], resource_arns=[arn])
     raise GrantError(f"a signing secret must be a Secrets Manager secret ARN or an SSM parameter ARN, got {arn!r}")
+
+
+def grant_payload_put(bucket: s3.IBucket, grantee: iam.IGrantable) -> iam.Grant:
+    """Allow putting objects under ``payloads/`` of the payload bucket (and, under SSE-KMS, the data keys for them).
+
+    What a producer (``Client.send``) and the periodic-task function need to offload a body; nothing is read back.
+
+    Examples
+    --------
+    >>> grant_payload_put(worker_queue.payload_bucket, web_app_role)  # doctest: +SKIP
+    """
+    objects = bucket.arn_for_objects(f"{PAYLOAD_KEY_PREFIX}*")
+    grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(PAYLOAD_PUT_ACTIONS), resource_arns=[objects])
+    if bucket.encryption_key is not None:
+        bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_PUT_ACTIONS)
+    _acknowledge_objects(grantee, bucket, f"{PAYLOAD_KEY_PREFIX}*",
+                         "A producer offloads each large body under a fresh key (payloads/<uuid>): the grant is "
+                         "PutObject under the payloads/ prefix of the one payload bucket, nothing else.")
+    return grant
+
+
+def grant_payload_consume(bucket: s3.IBucket, grantee: iam.IGrantable) -> None:
+    """Allow a worker to read and delete any object of the payload bucket, list it, and put under ``payloads/``.
+
+    Any object, not only ``payloads/``: AWS's Extended Client (Java and Python) writes its keys at the bucket's root.
+    Under SSE-KMS, it may decrypt what it reads and make data keys for what it puts.
+
+    Examples
+    --------
+    >>> grant_payload_consume(worker_queue.payload_bucket, worker.function)  # doctest: +SKIP
+    """
+    iam.Grant.add_to_principal(grantee=grantee, actions=list(PAYLOAD_READ_DELETE_ACTIONS),
+                               resource_arns=[bucket.arn_for_objects("*")])
+    iam.Grant.add_to_principal(grantee=grantee, actions=list(PAYLOAD_LIST_ACTIONS), resource_arns=[bucket.bucket_arn])
+    if bucket.encryption_key is not None:
+        bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_READ_ACTIONS)
+    grant_payload_put(bucket, grantee)
+    _acknowledge_objects(grantee, bucket, "*",
+                         "A worker reads and deletes the body of each offloaded message it receives, whose key the "
+                         "producer chose (AWS's Extended Client writes keys at the bucket's root): the grant is "
+                         "GetObject and DeleteObject on the objects of the one payload bucket, nothing else.")
+
+
+def _acknowledge_objects(grantee: iam.IGrantable, bucket: s3.IBucket, pattern: str, reason: str) -> None:
+    """cdk-nag's AwsSolutions-IAM5 acknowledged for this one object pattern of this one bucket, on the grantee's role."""
+    principal = grantee.grant_principal
+    if not Construct.is_construct(principal):  # a principal outside the app (an account, a service) has no policy here
+        return
+    stack = Stack.of(principal)  # type: ignore[arg-type]  # checked to be a construct
+    Validations.of(principal).acknowledge(  # type: ignore[arg-type]  # checked to be a construct
+        Acknowledgment(id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{_nag_arn(stack, bucket)}/{pattern}]", reason=reason)
+    )
+
+
+def _nag_arn(stack: Stack, bucket: s3.IBucket) -> str:
+    """The bucket's ARN as cdk-nag writes it in a finding: ``<LogicalId.Arn>``, or the ARN with ``<AWS::Partition>``."""
+    resolved = stack.resolve(bucket.bucket_arn)
+    if isinstance(resolved, dict) and "Fn::GetAtt" in resolved:
+        logical_id, attribute = resolved["Fn::GetAtt"]
+        return f"<{logical_id}.{attribute}>"
+    if isinstance(resolved, dict) and "Fn::Join" in resolved:
+        separator, parts = resolved["Fn::Join"]
+        return separator.join(part if isinstance(part, str) else f"<{part['Ref']}>" for part in parts)
+    return str(resolved)
 
 
 def _secret_resources(arn: str) -> list[str]:

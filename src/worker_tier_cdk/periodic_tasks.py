@@ -27,7 +27,7 @@ from typing import Sequence
 from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, TimeZone, Token, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam
 from aws_cdk import aws_lambda_destinations as destinations, aws_scheduler as scheduler
-from aws_cdk import aws_scheduler_targets as targets, aws_sqs as sqs
+from aws_cdk import aws_s3 as s3, aws_scheduler_targets as targets, aws_sqs as sqs
 from constructs import Construct
 
 from worker_tier_cdk import defaults
@@ -36,7 +36,7 @@ from worker_tier.periodic.cron_config import CronEntry, check_sendable
 from worker_tier.periodic.cron_expression import parse
 from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import TICK_ACTIONS, grant_items
+from worker_tier_cdk.grants import TICK_ACTIONS, grant_items, grant_payload_put
 from worker_tier_cdk.settings import Settings
 from worker_tier.core import limits
 from worker_tier.core.contract import METRIC_TICK_MARK_FAILED, Resources
@@ -69,7 +69,8 @@ class PeriodicTasksProps:
     and each tick must fit the queue's MaximumMessageSize. That size is read from a queue
     created in the app (SQS's 1 MiB when unset); for an imported queue it is
     ``maximum_message_size_bytes``, by default SQS's former default of 256 KiB, the
-    smallest in common use. ``alarm_actions`` are added to every alarm.
+    smallest in common use. ``alarm_actions`` are added to every alarm. ``payload_bucket``:
+    where the function offloads a tick too large for the queue (the WorkerQueue's).
     """
 
     entries: Sequence[CronEntry]
@@ -77,16 +78,18 @@ class PeriodicTasksProps:
     state_table: dynamodb.ITableV2
     maximum_message_size_bytes: int | None = None
     alarm_actions: Sequence[cloudwatch.IAlarmAction] = field(default_factory=list)
+    payload_bucket: s3.IBucket | None = None
 
 
 class PeriodicTasks(Construct):
     """Public attributes: ``function``, ``errors_alarm``, ``schedule_group``, ``schedules`` (in
     cron.yaml order), ``dead_letter_queue`` (ticks not delivered or not enqueued after every
-    retry), ``dead_letter_alarm`` and ``mark_failed_alarm``.
+    retry), ``dead_letter_alarm``, ``mark_failed_alarm`` and ``payload_bucket`` (None unless given).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: PeriodicTasksProps) -> None:
         super().__init__(scope, construct_id)
+        self.payload_bucket = props.payload_bucket
         check_sendable(
             props.entries,
             fifo=props.queue.fifo,
@@ -102,13 +105,19 @@ class PeriodicTasks(Construct):
                 handler=PERIODIC_HANDLER,
                 timeout_seconds=CRON_TIMEOUT_SECONDS,
                 memory_mb=CRON_MEMORY_MB,
-                environment=Resources(queue_url=props.queue.queue_url, state_table=props.state_table.table_name).to_environment(),
+                environment=Resources(
+                    queue_url=props.queue.queue_url,
+                    state_table=props.state_table.table_name,
+                    payload_bucket=self.payload_bucket.bucket_name if self.payload_bucket is not None else None,
+                ).to_environment(),
                 description="Worker Tier: enqueues cron.yaml ticks once each",
             ),
         )
         self.function = cron.function
         props.queue.grant_send_messages(self.function)
         grant_items(props.state_table, self.function, actions=TICK_ACTIONS, leading_key_prefixes=[TICK_KEY_PREFIX])
+        if self.payload_bucket is not None:
+            grant_payload_put(self.payload_bucket, self.function)
         self._add_dead_letter_queue()
         self._add_retries()
         self.mark_failed_alarm = count_alarm(

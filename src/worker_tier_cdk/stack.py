@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from aws_cdk import Stack, aws_dynamodb as dynamodb, aws_iam as iam
+from aws_cdk import Stack, aws_dynamodb as dynamodb, aws_iam as iam, aws_s3 as s3
 from constructs import Construct
 
 from worker_tier.periodic import cron_config
@@ -13,20 +13,24 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.container_worker import ContainerWorker, ContainerWorkerProps
 from worker_tier_cdk.dashboard import add_stack_widgets
+from worker_tier_cdk.payload_bucket import PayloadBucket, PayloadBucketProps
 from worker_tier.periodic.cron_config import CronEntry
 from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherProps
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from worker_tier_cdk.settings import Settings, settings_from_context
 from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
 from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE, Resources
+from worker_tier.delays.delay import MAX_DELAY_SECONDS
 
 
 class WorkerTierStack(Stack):
     """Everything Worker Tier deploys.
 
-    Public attributes: ``state_table``, ``worker``, ``delay_dispatcher`` (None on a FIFO
-    queue, which has no per-message delay), ``container_worker`` (None unless the
-    container_worker setting is on), and ``periodic_tasks`` (None without cron entries).
+    Public attributes: ``state_table``, ``payload_bucket`` (None unless the large_payloads
+    setting is on; the worker, the container worker and the periodic tasks share it),
+    ``worker``, ``delay_dispatcher`` (None on a FIFO queue, which has no per-message
+    delay), ``container_worker`` (None unless the container_worker setting is on), and
+    ``periodic_tasks`` (None without cron entries).
 
     ``task_code``: the directories holding the modules of the ``task_modules`` setting
     (``TaskCode.from_directories("myjobs")``); the worker function and the container
@@ -51,8 +55,9 @@ class WorkerTierStack(Stack):
         # One per stack: task idempotency, the delay dispatcher's lease and watermark, and tick dedupe share it.
         self.state_table = dynamodb.TableV2(self, "StateTable", **defaults.state_table_props())
         self.task_code = _task_code(task_code)
+        self.payload_bucket = self._payload_bucket()
         self.worker = WorkerQueue(self, "Worker", WorkerQueueProps(settings=self.settings, state_table=self.state_table,
-                                                                   task_code=self.task_code))
+                                                                   task_code=self.task_code, payload_bucket=self.payload_bucket))
         self.delay_dispatcher = self._delay_dispatcher()
         self.container_worker = self._container_worker()
         if cron_entries is not None and cron_file is not None:
@@ -63,7 +68,8 @@ class WorkerTierStack(Stack):
             PeriodicTasks(
                 self,
                 "PeriodicTasks",
-                PeriodicTasksProps(entries=entries, queue=self.worker.queue, state_table=self.state_table),
+                PeriodicTasksProps(entries=entries, queue=self.worker.queue, state_table=self.state_table,
+                                   payload_bucket=self.payload_bucket),
             )
             if entries
             else None
@@ -73,9 +79,9 @@ class WorkerTierStack(Stack):
     def grant_produce(self, grantee: iam.IGrantable) -> None:
         """Let ``grantee`` (a web app's role, another function) send work as ``Client.send`` does, and nothing more.
 
-        The work queue (``WorkerQueue.grant_produce``) and, unless the queue is FIFO, the delay table's messages
-        and dedupe markers (delays past 15 minutes, ``dedupe_key=``), with ``cancel`` and ``reschedule`` of
-        cancellable sends. Point its ``Client.from_env()`` at them with ``producer_environment()``.
+        The work queue and the payload bucket's ``payloads/`` prefix (``WorkerQueue.grant_produce``) and, unless
+        the queue is FIFO, the delay table's messages and dedupe markers (delays past 15 minutes, ``dedupe_key=``),
+        with ``cancel`` and ``reschedule`` of cancellable sends. Point its ``Client.from_env()`` at them with ``producer_environment()``.
 
         Examples
         --------
@@ -86,15 +92,33 @@ class WorkerTierStack(Stack):
             self.delay_dispatcher.grant_produce(grantee)
 
     def producer_environment(self) -> dict[str, str]:
-        """The variables ``Client.from_env()`` reads to send to this stack: the queue, the delay table, the state table."""
-        environment = Resources(queue_url=self.worker.queue.queue_url, state_table=self.state_table.table_name).to_environment()
+        """The variables ``Client.from_env()`` reads to send to this stack: the queue, the delay table, the state table,
+        the payload bucket."""
+        environment = Resources(
+            queue_url=self.worker.queue.queue_url,
+            state_table=self.state_table.table_name,
+            payload_bucket=self.payload_bucket.bucket_name if self.payload_bucket is not None else None,
+        ).to_environment()
         if self.delay_dispatcher is not None:
             environment.update(self.delay_dispatcher.producer_environment(self.settings))
         return environment
 
+    @property
+    def _has_delays(self) -> bool:
+        """A FIFO queue has no per-message delay, so its stack has no delay table and no delay dispatcher."""
+        return not self.settings.fifo
+
+    def _payload_bucket(self) -> s3.IBucket | None:
+        """The one payload bucket (large_payloads setting), its objects kept as long as a delayed message may wait."""
+        if not self.settings.large_payloads:
+            return None
+        longest_delay_seconds = MAX_DELAY_SECONDS if self._has_delays else 0
+        return PayloadBucket(self, "PayloadBucket", PayloadBucketProps(settings=self.settings,
+                                                                         longest_delay_seconds=longest_delay_seconds)).bucket
+
     def _delay_dispatcher(self) -> DelayDispatcher | None:
         """The delay table and its delay dispatcher; tasks may send long delays too."""
-        if self.settings.fifo:
+        if not self._has_delays:
             return None
         dispatcher = DelayDispatcher(
             self,
@@ -125,6 +149,7 @@ class WorkerTierStack(Stack):
                 state_table=self.state_table,
                 work_queue=self.worker.queue,
                 task_code=self.task_code,
+                payload_bucket=self.payload_bucket,
             ),
         )
         if not container.forwarding:  # forwarding: it reads the work queue itself, so nothing is forwarded to it

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from aws_cdk import Annotations, Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam, aws_sqs as sqs
+from aws_cdk import Annotations, Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam, aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
@@ -13,7 +14,8 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items
+from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items, grant_payload_consume, grant_payload_put
+from worker_tier_cdk.payload_bucket import PayloadBucket, PayloadBucketProps
 from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.task_imports import check_imports
 from worker_tier_cdk.settings import Settings
@@ -36,7 +38,9 @@ class WorkerQueueProps:
 
     For each queue, pass an existing one *or* props overriding the defaults for a
     new one, never both. An existing queue keeps its own redrive policy, so it
-    needs its existing dead-letter queue alongside.
+    needs its existing dead-letter queue alongside. The same for the payload bucket
+    (``large_payloads`` setting): an existing ``payload_bucket`` (shared with other
+    workers) *or* ``payload_bucket_props`` overriding a new one's defaults.
     """
 
     settings: Settings
@@ -45,6 +49,8 @@ class WorkerQueueProps:
     queue_props: Mapping[str, Any] | None = None
     dead_letter_queue: sqs.IQueue | None = None
     dead_letter_queue_props: Mapping[str, Any] | None = None
+    payload_bucket: s3.IBucket | None = None
+    payload_bucket_props: Mapping[str, Any] | None = None
     alarm_actions: Sequence[cloudwatch.IAlarmAction] = field(default_factory=list)
     # The team's task code, deployed beside the installed runtime; its names are the task_modules setting's roots.
     task_code: TaskCode = field(default_factory=TaskCode)
@@ -54,6 +60,13 @@ class WorkerQueueProps:
             raise WorkerQueuePropsError("WorkerQueueProps: pass queue or queue_props, not both")
         if self.dead_letter_queue is not None and self.dead_letter_queue_props is not None:
             raise WorkerQueuePropsError("WorkerQueueProps: pass dead_letter_queue or dead_letter_queue_props, not both")
+        if self.payload_bucket is not None and self.payload_bucket_props is not None:
+            raise WorkerQueuePropsError("WorkerQueueProps: pass payload_bucket or payload_bucket_props, not both")
+        if not self.settings.large_payloads and (self.payload_bucket is not None or self.payload_bucket_props is not None):
+            raise WorkerQueuePropsError(
+                "WorkerQueueProps: the large_payloads setting is off, so there is no payload bucket: turn it on, or "
+                "drop payload_bucket and payload_bucket_props"
+            )
         if self.queue is not None and self.dead_letter_queue is None:
             raise WorkerQueuePropsError(
                 "WorkerQueueProps: an existing queue needs its existing dead_letter_queue too "
@@ -67,8 +80,11 @@ class WorkerQueue(Construct):
     With the ``app_port`` setting (HTTP forwarding) the function gets no event source: the
     container worker reads the queue, and the function only carries the stack's producer grants.
 
-    Public attributes: ``queue``, ``dead_letter_queue``, ``function``,
-    ``dead_letter_alarm`` and ``oldest_message_alarm``.
+    With the ``large_payloads`` setting (the default) the function reads offloaded bodies from the payload
+    bucket, a new one unless ``payload_bucket`` is given; its producers put bodies there (``grant_produce``).
+
+    Public attributes: ``queue``, ``dead_letter_queue``, ``function``, ``payload_bucket`` (None when
+    ``large_payloads`` is off), ``dead_letter_alarm`` and ``oldest_message_alarm``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: WorkerQueueProps) -> None:
@@ -81,6 +97,7 @@ class WorkerQueue(Construct):
             self, "DeadLetterQueue", **{**defaults.dead_letter_queue_props(settings), **(props.dead_letter_queue_props or {})}
         )
         self.queue = props.queue or self._new_queue(settings, props.queue_props or {})
+        self.payload_bucket = props.payload_bucket or self._new_payload_bucket(settings, props.payload_bucket_props)
         worker = ServiceFunction(
             self,
             "Worker",
@@ -101,6 +118,8 @@ class WorkerQueue(Construct):
         if props.state_table is not None:
             grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
                         leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
+        if self.payload_bucket is not None:
+            grant_payload_consume(self.payload_bucket, self.function)
         if not settings.app_port:  # HTTP forwarding: the container worker reads the queue; two readers would split it
             self.function.add_event_source(self._event_source(settings))
         for advice in settings.advisories():
@@ -116,19 +135,31 @@ class WorkerQueue(Construct):
         publish(self, "worker_log_group", self.log_group.log_group_name)  # worker-tier tail
         if state_table is not None:
             publish(self, "state_table", state_table.table_name)
+        if self.payload_bucket is not None:
+            publish(self, "payload_bucket", self.payload_bucket.bucket_name)
 
     def grant_produce(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let ``grantee`` (a web app's role, another function) send to the work queue, now or up to 15 minutes ahead.
 
         It gets what ``Client.send`` calls on the queue: SendMessage (batches too), GetQueueAttributes and
-        GetQueueUrl. Longer delays, dedupe keys and cancellable sends also write the delay table:
-        ``WorkerTierStack.grant_produce`` grants both.
+        GetQueueUrl; and PutObject under ``payloads/`` of the payload bucket, for bodies too large for the queue
+        (none when the ``large_payloads`` setting is off). Longer delays, dedupe keys and cancellable sends also
+        write the delay table: ``WorkerTierStack.grant_produce`` grants both.
 
         Examples
         --------
         >>> worker_queue.grant_produce(web_app_role)  # doctest: +SKIP
         """
-        return self.queue.grant_send_messages(grantee)
+        grant = self.queue.grant_send_messages(grantee)
+        if self.payload_bucket is not None:
+            grant_payload_put(self.payload_bucket, grantee)
+        return grant
+
+    def _new_payload_bucket(self, settings: Settings, overrides: Mapping[str, Any] | None) -> s3.IBucket | None:
+        """A payload bucket of this worker's own (no delay table waits before its queue); None without large_payloads."""
+        if not settings.large_payloads:
+            return None
+        return PayloadBucket(self, "PayloadBucket", PayloadBucketProps(settings=settings, bucket_props=overrides)).bucket
 
     def _new_queue(self, settings: Settings, overrides: Mapping[str, Any]) -> sqs.Queue:
         """The work queue, its redrive policy the backstop behind the worker's own dead-lettering."""
@@ -149,6 +180,7 @@ class WorkerQueue(Construct):
             queue_url=self.queue.queue_url,
             dlq_url=self.dead_letter_queue.queue_url,
             state_table=state_table.table_name if state_table is not None else None,
+            payload_bucket=self.payload_bucket.bucket_name if self.payload_bucket is not None else None,
         )
         return {**settings.to_environment(), **resources.to_environment()}
 

@@ -2,7 +2,7 @@
 
 The functional tests all run enforced (``make_world``); these cover the delay path's roles, which the other
 functional tests drive through in-memory fakes: the producer (send, cancel), the delay dispatcher (one and
-several dispatch groups) and the safety net.
+several dispatch groups) and the safety net; and each role's reach into the payload bucket.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from worker_tier.core.settings import Settings
 from worker_tier.worker.batch import Worker
 
 NOW = 1_800_000_000.0  # a minute boundary
+PAYLOAD_BUCKET = "payloads"
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"
 
 
@@ -47,12 +48,13 @@ class DelayWorld:
         self.dynamodb.create_table(TableName="state", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
                                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
                                    BillingMode="PAY_PER_REQUEST")
+        boto3.client("s3").create_bucket(Bucket=PAYLOAD_BUCKET)
         self.dynamodb.create_table(
             TableName="delay", BillingMode="PAY_PER_REQUEST",
             KeySchema=[{"AttributeName": delay.PK, "KeyType": "HASH"}, {"AttributeName": delay.SK, "KeyType": "RANGE"}],
             AttributeDefinitions=[{"AttributeName": delay.PK, "AttributeType": "S"}, {"AttributeName": delay.SK, "AttributeType": "S"}])
         stacks.enforce(shape, queues={"WorkerQueue": "work", "WorkerDeadLetterQueue": "dlq"},
-                       tables={"StateTable": "state", "DelaysDelayTable": "delay"})
+                       tables={"StateTable": "state", "DelaysDelayTable": "delay"}, buckets={stacks.PAYLOAD_BUCKET: PAYLOAD_BUCKET})
 
     def client(self, now: float = NOW) -> Client:
         return Client(self.queue, "delay", sqs=self.sqs, dynamodb=self.dynamodb, state_table="state", clock=lambda: now,
@@ -230,3 +232,84 @@ def test_the_heartbeat_thread_acts_as_the_container_worker_that_started_it(aws):
     lines = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
     assert lines and all(line.startswith("IAM denied role LongTasksTaskTaskRole") for line in lines)
     assert any(": sqs:ChangeMessageVisibility on arn:aws:sqs:" in line for line in lines)
+
+
+def _s3_denials(world_s3: Any, kind: str, calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Each call made as role ``kind`` on the payload bucket; the operations IAM refused, in order."""
+    refused = []
+    with iam.ENFORCEMENT.acting_as(kind):
+        for operation, params in calls:
+            try:
+                getattr(world_s3, operation)(**params)
+            except ClientError as error:
+                assert error.response["Error"]["Code"] == "AccessDeniedException", error
+                refused.append(f"{operation} {params.get('Key', '')}".strip())
+    return refused
+
+
+def _every_payload_call(bucket: str) -> list[tuple[str, dict[str, Any]]]:
+    """Put under payloads/ (now and delayed) and elsewhere; read, head and delete a root key (AWS's Extended Client
+    writes there) and a payloads/ key; list the bucket."""
+    return [
+        ("put_object", {"Bucket": bucket, "Key": "payloads/new", "Body": b"body"}),
+        ("put_object", {"Bucket": bucket, "Key": "payloads/delayed/new", "Body": b"body"}),
+        ("put_object", {"Bucket": bucket, "Key": "elsewhere/new", "Body": b"body"}),
+        ("get_object", {"Bucket": bucket, "Key": "0b6e6c4e-extended-client-key"}),
+        ("head_object", {"Bucket": bucket, "Key": "payloads/existing"}),
+        ("list_objects_v2", {"Bucket": bucket, "Prefix": "payloads/"}),
+        ("delete_object", {"Bucket": bucket, "Key": "0b6e6c4e-extended-client-key"}),
+        ("delete_object", {"Bucket": bucket, "Key": "payloads/existing"}),
+    ]
+
+
+@pytest.mark.parametrize(("kind", "role"), [("worker", "WorkerRole"), ("container", "LongTasksTaskTaskRole")])
+def test_a_worker_reads_and_deletes_any_payload_and_puts_only_under_payloads(aws, kind, role):
+    # GIVEN the functional world (enforced) and two bodies in its payload bucket: one at the root, one under payloads/
+    for key in ("0b6e6c4e-extended-client-key", "payloads/existing"):
+        aws.s3.put_object(Bucket=aws.payload_bucket, Key=key, Body=b"stored")
+    # WHEN the Lambda worker, or the container worker, puts, reads, lists and deletes, under its role
+    refused = _s3_denials(aws.s3, kind, _every_payload_call(aws.payload_bucket))
+    # THEN only the put outside payloads/ is refused
+    assert refused == ["put_object elsewhere/new"]
+    (line,) = iam.denial_lines(iam.ENFORCEMENT.check()).splitlines()
+    assert line.startswith(f"IAM denied role {role}")
+    assert line.endswith(": s3:PutObject on arn:aws:s3:::payloads/elsewhere/new: missing statement: "
+                         "Allow s3:PutObject on arn:aws:s3:::payloads/elsewhere/new")
+
+
+@pytest.mark.parametrize("kind", ["producer", "periodic"])
+def test_a_producer_and_the_periodic_function_put_only_under_payloads_and_read_nothing(aws, kind):
+    # GIVEN the functional world (enforced) and two bodies in its payload bucket
+    for key in ("0b6e6c4e-extended-client-key", "payloads/existing"):
+        aws.s3.put_object(Bucket=aws.payload_bucket, Key=key, Body=b"stored")
+    # WHEN a producer (its role granted by grant_produce) or the periodic-task function makes every call, under its role
+    refused = _s3_denials(aws.s3, kind, _every_payload_call(aws.payload_bucket))
+    # THEN it may put under payloads/ (sent now or delayed), and nothing else
+    assert refused == ["put_object elsewhere/new", "get_object 0b6e6c4e-extended-client-key", "head_object payloads/existing",
+                       "list_objects_v2", "delete_object 0b6e6c4e-extended-client-key", "delete_object payloads/existing"]
+    iam.ENFORCEMENT.check()
+
+
+@pytest.mark.parametrize("kind", ["dispatcher", "recovery"])
+def test_the_delay_dispatcher_and_the_safety_net_may_not_touch_a_payload(aws, kind):
+    # GIVEN the functional world (enforced) and a body in its payload bucket
+    aws.s3.put_object(Bucket=aws.payload_bucket, Key="payloads/existing", Body=b"stored")
+    # WHEN the delay dispatcher or the safety net makes every call, under its role
+    refused = _s3_denials(aws.s3, kind, _every_payload_call(aws.payload_bucket))
+    # THEN every one is refused: they move pointers, never bodies
+    assert len(refused) == len(_every_payload_call(aws.payload_bucket))
+    iam.ENFORCEMENT.check()
+
+
+def test_the_payload_bucket_refuses_plain_http_even_to_a_granted_role(aws):
+    # GIVEN the functional world's worker policy, with the payload bucket's policy beside it
+    active = iam.ENFORCEMENT.world
+    assert active is not None
+    worker = active.policies["worker"]
+    # WHEN a read it is granted arrives over TLS, and over plain HTTP
+    over = {secure: worker.decide(iam.Request("s3:GetObject", f"arn:aws:s3:::{aws.payload_bucket}/payloads/k",
+                                              {"aws:SecureTransport": secure})) for secure in (True, False)}
+    # THEN TLS is allowed, and plain HTTP explicitly denied by the bucket policy (enforce_ssl)
+    assert over[True].allowed
+    assert not over[False].allowed and over[False].reason.startswith("explicitly denied by")
+    assert '"aws:SecureTransport": "false"' in over[False].reason

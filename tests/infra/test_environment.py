@@ -36,6 +36,7 @@ STACKS = {
     "default": Settings(),
     "container": Settings(container_worker=True),
     "fifo-container": Settings(fifo=True, container_worker=True),
+    "container-without-large-payloads": Settings(container_worker=True, large_payloads=False),
 }
 
 
@@ -46,6 +47,8 @@ def absent_by_design(settings: Settings, entry_module: str) -> set[str]:
         absent.add(contract.CONTAINER_QUEUE_URL_VARIABLE)  # only the Lambda worker forwards, and only to a container worker
     if settings.fifo:
         absent |= DELAY_TABLE_VARIABLES
+    if not settings.large_payloads:
+        absent.add(contract.PAYLOAD_BUCKET_VARIABLE)  # no bucket: nothing is offloaded, and an offloaded message dead-letters
     if entry_module != CONTAINER_ENTRY_MODULE:
         absent.add(contract.SEND_QUEUE_URL_VARIABLE)  # the queue it consumes is already the work queue
     return absent
@@ -120,5 +123,7 @@ def test_the_workers_declare_what_their_tasks_producers_read():
 def test_the_periodic_task_function_reads_no_delay_table_and_no_setting():
     # GIVEN the periodic-task handler, which runs no task code  WHEN its declaration is read
     read = variables_read("worker_tier.handlers.periodic")
-    # THEN it reads its queue and state table, and nothing of the delay table or the settings
-    assert {contract.QUEUE_URL_VARIABLE, contract.STATE_TABLE_VARIABLE} == read
+    # THEN it reads its queue and state table, at most the payload bucket (a tick too large for the queue), and
+    # nothing of the delay table or the settings
+    assert {contract.QUEUE_URL_VARIABLE, contract.STATE_TABLE_VARIABLE} <= read
+    assert read <= {contract.QUEUE_URL_VARIABLE, contract.STATE_TABLE_VARIABLE, contract.PAYLOAD_BUCKET_VARIABLE}

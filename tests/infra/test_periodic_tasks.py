@@ -82,8 +82,9 @@ def _dead_letter_queue_arn(template: Template) -> dict:
     return {"Fn::GetAtt": [queue_id, "Arn"]}
 
 
-def test_cron_function_may_only_send_claim_release_and_dead_letter(template):
+def test_cron_function_may_only_send_claim_release_offload_and_dead_letter(template):
     send = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
+    offload = {"Fn::Join": ["", [{"Fn::GetAtt": [Match.string_like_regexp("^PayloadBucket"), "Arn"]}, "/payloads/*"]]}
     template.has_resource_properties(
         "AWS::IAM::Policy",
         {
@@ -91,6 +92,7 @@ def test_cron_function_may_only_send_claim_release_and_dead_letter(template):
                 "Statement": [
                     Match.object_like({"Action": send, "Resource": {"Fn::GetAtt": [Match.string_like_regexp("^WorkerQueue"), "Arn"]}}),
                     Match.object_like({"Action": ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]}),
+                    Match.object_like({"Action": "s3:PutObject", "Resource": offload}),
                     Match.object_like({"Action": send, "Resource": _dead_letter_queue_arn(template)}),
                 ]
             }

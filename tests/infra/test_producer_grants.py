@@ -28,7 +28,7 @@ def _statements_of(template: Template, stack: cdk.Stack, role: iam.Role) -> list
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
 
 
-def test_a_role_granted_production_sends_to_the_work_queue_and_writes_only_delayed_messages(granted):
+def test_a_role_granted_production_sends_to_the_work_queue_offloads_bodies_and_writes_only_delayed_messages(granted):
     # GIVEN a stack and a web app's role  WHEN the stack grants it production
     stack, role, template = granted
     statements = _statements_of(template, stack, role)
@@ -37,9 +37,13 @@ def test_a_role_granted_production_sends_to_the_work_queue_and_writes_only_delay
     [sqs] = [s for s in statements if any(a.startswith("sqs:") for a in s["Action"])]
     assert sqs["Action"] == ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
     assert sqs["Resource"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    # AND put bodies too large for the queue under payloads/ of the payload bucket, and nothing else of S3
+    [s3] = [s for s in statements if "s3:" in str(s["Action"])]
+    bucket_id = stack.get_logical_id(stack.payload_bucket.node.default_child)
+    assert (s3["Action"], s3["Resource"]) == ("s3:PutObject", {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/payloads/*"]]})
     # AND write delayed messages and dedupe markers, cancel and reschedule cancellable ones, and no other items
     assert [(s["Action"], s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
-            for s in statements if s not in (sqs,)] == [
+            for s in statements if s not in (sqs, s3)] == [
         (["dynamodb:BatchWriteItem", "dynamodb:PutItem"], ["b#*"]),
         (["dynamodb:PutItem", "dynamodb:DeleteItem"], ["dedupe#*"]),
         (["dynamodb:GetItem", "dynamodb:DeleteItem"], ["b#*#15", "dedupe#*"]),
@@ -51,7 +55,8 @@ def test_the_producer_environment_names_what_client_from_env_reads(granted):
     # GIVEN a stack  WHEN its producer environment is read
     stack, _, _ = granted
     environment = stack.producer_environment()
-    # THEN it names the work queue, the delay table with its shards, and the state table (for cancellable sends)
-    assert set(environment) == {contract.QUEUE_URL_VARIABLE, contract.DELAY_TABLE_VARIABLE,
-                                contract.DELAY_SHARDS_VARIABLE, contract.STATE_TABLE_VARIABLE}
+    # THEN it names the work queue, the delay table with its shards, the state table (for cancellable sends) and the
+    # payload bucket (for bodies too large for the queue)
+    assert set(environment) == {contract.QUEUE_URL_VARIABLE, contract.DELAY_TABLE_VARIABLE, contract.DELAY_SHARDS_VARIABLE,
+                                contract.STATE_TABLE_VARIABLE, contract.PAYLOAD_BUCKET_VARIABLE}
     assert environment[contract.DELAY_SHARDS_VARIABLE] == str(stack.settings.delay_shards)

@@ -77,7 +77,8 @@ def test_destroy_keeps_the_dead_letter_queue_and_the_dead_letters_in_it(stack, t
 
 
 # What docs/operations.md's "What cdk destroy keeps" calls each kind of resource the stack retains.
-KEPT_BY_DESTROY = {"AWS::SQS::Queue": "dead-letter queue", "AWS::DynamoDB::GlobalTable": "table", "AWS::Logs::LogGroup": "log group"}
+KEPT_BY_DESTROY = {"AWS::SQS::Queue": "dead-letter queue", "AWS::DynamoDB::GlobalTable": "table", "AWS::Logs::LogGroup": "log group",
+                   "AWS::S3::Bucket": "payload bucket", "AWS::S3::BucketPolicy": "bucket policy"}
 
 
 def test_destroy_keeps_what_operations_md_says_it_keeps(stack, template):

@@ -33,7 +33,7 @@ def test_a_stack_holding_only_worker_queues_is_reachable_by_its_outputs():
     # WHEN it is synthesized
     outputs = Template.from_stack(stack).to_json()["Outputs"]
     # THEN the first publishes the plain keys, the second the same keys behind its construct id (--worker Invoices)
-    published = {"QueueUrl", "DeadLetterQueueUrl", "WorkerFunctionName", "WorkerLogGroupName"}
+    published = {"QueueUrl", "DeadLetterQueueUrl", "WorkerFunctionName", "WorkerLogGroupName", "PayloadBucketName"}
     assert published | {f"Invoices{key}" for key in published} == set(outputs)
     assert outputs["QueueUrl"]["Value"]["Ref"].startswith("PaymentsQueue")
     assert outputs["InvoicesQueueUrl"]["Value"]["Ref"].startswith("InvoicesQueue")

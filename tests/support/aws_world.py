@@ -1,4 +1,4 @@
-"""The functional tests' AWS world: moto's queue, its DLQ and the state table, as the stack makes them.
+"""The functional tests' AWS world: moto's queue, its DLQ, the state table and the payload bucket, as the stack makes them.
 
 The state table's client is moto's behind the strict DynamoDB stand-in (``tests.support.strict_dynamodb``), so what
 DynamoDB would refuse (a key over 2,048 bytes, 26 writes in a batch) is refused here too. Call ``make_world`` inside
@@ -20,6 +20,8 @@ from worker_tier.core.envelope import lambda_record
 from worker_tier.core.settings import Settings
 
 REGION = "us-east-1"
+# The moto bucket that stands for the stack's payload bucket.
+PAYLOAD_BUCKET = "payloads"
 
 @dataclass
 class AwsWorld:
@@ -32,6 +34,8 @@ class AwsWorld:
     dead_letter_queue_url: str
     state_table: str
     calls: list[tuple[str, dict]] = field(default_factory=list)
+    s3: Any = None
+    payload_bucket: str = PAYLOAD_BUCKET
 
     def receive_event(self, max_messages: int = 10, visibility: int = 30) -> dict[str, Any]:
         """Receive from the queue and shape the messages as Lambda's SQS event."""
@@ -85,12 +89,15 @@ def make_world(fifo: bool = False, settings: Settings | None = None) -> AwsWorld
     dynamodb.update_time_to_live(
         TableName="state", TimeToLiveSpecification={"Enabled": True, "AttributeName": STATE_TABLE_TTL_ATTRIBUTE}
     )
-    world = AwsWorld(sqs, dynamodb, queue, arn, dlq, "state")
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=PAYLOAD_BUCKET)
+    world = AwsWorld(sqs, dynamodb, queue, arn, dlq, "state", s3=s3)
     # The tests' own queues for the stack's: the work queue stands for the container worker's queue too (the consumer
     # tests read it), "long" is the long-task queue tests make, "dlq-missing" a dead-letter queue that is not there.
     queues = {"WorkerQueue": f"work{suffix}", "WorkerDeadLetterQueue": (f"dlq{suffix}", "dlq-missing"),
               "LongTasksLongTaskQueue": (f"work{suffix}", f"long{suffix}")}
-    stacks.enforce("fifo" if fifo else "container", queues=queues, tables={"StateTable": "state", "DelaysDelayTable": "delay"})
+    stacks.enforce("fifo" if fifo else "container", queues=queues, tables={"StateTable": "state", "DelaysDelayTable": "delay"},
+                   buckets={stacks.PAYLOAD_BUCKET: PAYLOAD_BUCKET})
     sqs.meta.events.register("provide-client-params.sqs.*", _recorder(world))
     return world
 

@@ -12,10 +12,13 @@ moto never checks IAM, so a missing grant passes every moto test and fails on AW
 - ``authorization``: the IAM action(s), resource ARN(s) and condition keys of one botocore call, from the Service
   Authorization Reference (https://docs.aws.amazon.com/service-authorization/latest/reference/): SendMessageBatch
   is ``sqs:SendMessage``, a TransactWriteItems is each item's own action, ``dynamodb:LeadingKeys`` is the set of
-  partition keys a request touches, ``dynamodb:ListStreams`` takes only ``*``. Operations it does not list are
+  partition keys a request touches, ``dynamodb:ListStreams`` takes only ``*``; an S3 object call is its action on
+  ``arn:aws:s3:::<bucket>/<key>`` (HeadObject is ``s3:GetObject``, DeleteObjects each key's ``s3:DeleteObject``),
+  a bucket call (ListObjectsV2, HeadBucket) ``s3:ListBucket`` on ``arn:aws:s3:::<bucket>``. Operations it does not list are
   checked as ``<service>:<Operation>`` on ``*``, so a call added later is checked too (denied unless granted).
 - ``roles_of``: each role's statements from a synthesized template, with CloudFormation tokens (GetAtt, Ref,
-  Join, Sub, pseudo parameters) resolved into the ARNs of the moto resources a test made.
+  Join, Sub, pseudo parameters) resolved into the ARNs of the moto resources a test made; SQS queue policies and S3
+  bucket policies apply as resource policies (their Deny statements: the Allow of a role in the account is its own).
 - ``Enforcement``: a botocore ``before-parameter-build`` handler (added to botocore's built-in handlers, as moto
   adds its own, so every client made afterwards carries it). The acting role is found from the call stack: the
   outermost frame of a runtime entry point (``ROLE_OF_MODULE``) names it (``Enforcement.acting_as`` names it for
@@ -178,6 +181,7 @@ class Resources:
     queues: dict[str, str | tuple[str, ...]] = field(default_factory=dict)  # logical id stem -> queue name(s)
     tables: dict[str, str] = field(default_factory=dict)  # logical id stem -> table name
     functions: dict[str, str] = field(default_factory=dict)  # logical id stem -> function name
+    buckets: dict[str, str] = field(default_factory=dict)  # logical id stem -> bucket name
 
     def attributes(self, logical_id: str, template: Mapping[str, Any]) -> dict[str, str]:
         """What Ref and GetAtt of the logical id give, or names that match no ARN when the test made no such resource."""
@@ -195,6 +199,9 @@ class Resources:
             name = self.tables.get(stem, unresolved)
             arn = f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
             return {"Ref": name, "Arn": arn, "StreamArn": f"{arn}/stream/*"}
+        if kind == "AWS::S3::Bucket":
+            name = self.buckets.get(stem, unresolved)
+            return {"Ref": name, "Arn": f"arn:{PARTITION}:s3:::{name}", "DomainName": f"{name}.s3.amazonaws.com"}
         if kind == "AWS::Lambda::Function":
             name = self.functions.get(stem, unresolved)
             return {"Ref": name, "Arn": f"arn:{PARTITION}:lambda:{REGION}:{ACCOUNT}:function:{name}"}
@@ -249,7 +256,8 @@ def _sub_value(name: str, variables: Mapping[str, Any], template: Mapping[str, A
 
 
 def roles_of(template: Mapping[str, Any], resources: Resources) -> dict[str, Policy]:
-    """Every role's policy (by the role's logical id), its statements resolved; SQS queue policies apply as resource policies."""
+    """Every role's policy (by the role's logical id), its statements resolved; SQS queue policies and S3 bucket
+    policies apply as resource policies."""
     statements: dict[str, list[dict[str, Any]]] = {}
     for logical_id, resource in template["Resources"].items():
         if resource["Type"] == "AWS::IAM::Role":
@@ -262,11 +270,14 @@ def roles_of(template: Mapping[str, Any], resources: Resources) -> dict[str, Pol
                 statements.setdefault(role["Ref"], []).extend(resource["Properties"]["PolicyDocument"]["Statement"])
     queue_statements = tuple(
         resolve(statement, template, resources)
-        for resource in template["Resources"].values() if resource["Type"] == "AWS::SQS::QueuePolicy"
+        for resource in template["Resources"].values() if resource["Type"] in RESOURCE_POLICY_TYPES
         for statement in resource["Properties"]["PolicyDocument"]["Statement"]
     )
     return {role: Policy(role, tuple(_flat(resolve(s, template, resources)) for s in found), queue_statements)
             for role, found in statements.items()}
+
+
+RESOURCE_POLICY_TYPES = ("AWS::SQS::QueuePolicy", "AWS::S3::BucketPolicy")
 
 
 def _flat(statement: dict[str, Any]) -> dict[str, Any]:
@@ -297,6 +308,15 @@ def task_role(template: Mapping[str, Any]) -> str:
 
 _SQS_ACTIONS = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage",
                 "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
+# S3 calls on one object, and the action IAM authorizes each as:
+# https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazons3.html
+_S3_OBJECT_ACTIONS = {"GetObject": "GetObject", "HeadObject": "GetObject", "PutObject": "PutObject",
+                      "DeleteObject": "DeleteObject", "CopyObject": "PutObject", "CreateMultipartUpload": "PutObject",
+                      "UploadPart": "PutObject", "CompleteMultipartUpload": "PutObject",
+                      "AbortMultipartUpload": "AbortMultipartUpload", "GetObjectTagging": "GetObjectTagging",
+                      "PutObjectTagging": "PutObjectTagging"}
+# S3 calls on the bucket that IAM authorizes as ListBucket.
+_S3_LIST_OPERATIONS = frozenset({"ListObjects", "ListObjectsV2", "HeadBucket"})
 _DYNAMODB_ITEM_ACTIONS = {"GetItem": "Key", "PutItem": "Item", "UpdateItem": "Key", "DeleteItem": "Key"}
 _TRANSACT_ACTIONS = {"Put": ("PutItem", "Item"), "Update": ("UpdateItem", "Key"), "Delete": ("DeleteItem", "Key"),
                      "ConditionCheck": ("ConditionCheckItem", "Key"), "Get": ("GetItem", "Key")}
@@ -322,6 +342,8 @@ def authorization(service: str, operation: str, params: Mapping[str, Any], table
         return [Request(action, "*", base)]
     if service == "dynamodb":
         return _dynamodb(operation, params, tables, base)
+    if service == "s3" and "Bucket" in params:
+        return _s3(operation, params, base)
     if service == "secretsmanager" and "SecretId" in params:
         secret = params["SecretId"]
         arn = secret if secret.startswith("arn:") else f"arn:{PARTITION}:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret}"
@@ -331,6 +353,18 @@ def authorization(service: str, operation: str, params: Mapping[str, Any], table
         arn = name if name.startswith("arn:") else f"arn:{PARTITION}:ssm:{REGION}:{ACCOUNT}:parameter/{name.lstrip('/')}"
         return [Request(f"ssm:{operation}", arn, base)]
     return [Request(f"{service}:{operation}", "*", base)]
+
+
+def _s3(operation: str, params: Mapping[str, Any], base: dict[str, Any]) -> list[Request]:
+    """An object call on ``arn:aws:s3:::<bucket>/<key>``, a bucket call on ``arn:aws:s3:::<bucket>``."""
+    bucket = f"arn:{PARTITION}:s3:::{params['Bucket']}"
+    if operation in _S3_OBJECT_ACTIONS:
+        return [Request(f"s3:{_S3_OBJECT_ACTIONS[operation]}", f"{bucket}/{params['Key']}", base)]
+    if operation == "DeleteObjects":
+        return [Request("s3:DeleteObject", f"{bucket}/{item['Key']}", base) for item in params["Delete"]["Objects"]]
+    if operation in _S3_LIST_OPERATIONS:
+        return [Request("s3:ListBucket", bucket, base)]
+    return [Request(f"s3:{operation}", bucket, base)]
 
 
 def _queue_arn(url: str) -> str:

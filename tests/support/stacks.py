@@ -25,6 +25,8 @@ SIGNING_SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{SIGNING
 SIGNING_PARAMETER_ARN = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/worker-tier/signing"
 APP_PORT = 8080
 PRODUCER_ROLE = "Producer"
+# The logical id stem of the stack's payload bucket (WorkerTierStack's "PayloadBucket" construct).
+PAYLOAD_BUCKET = "PayloadBucket"
 
 # Every shape the stack takes: the default, FIFO, the container worker, forwarding with a signing secret (Secrets
 # Manager, or an SSM parameter), and several dispatch groups.
@@ -72,11 +74,12 @@ def _synth_all() -> dict[str, dict[str, Any]]:
 
 
 def _add_producer(stack: Any) -> None:
-    """A role granted what the docs tell a producer to grant: send to the work queue; store, cancel and reschedule delays."""
+    """A role granted what the docs tell a producer to grant: send to the work queue and offload large bodies to the
+    payload bucket; store, cancel and reschedule delays."""
     from aws_cdk import aws_iam as iam
 
     role = iam.Role(stack, PRODUCER_ROLE, assumed_by=iam.AccountRootPrincipal())
-    stack.worker.queue.grant_send_messages(role)
+    stack.worker.grant_produce(role)
     if stack.delay_dispatcher is not None:
         stack.delay_dispatcher.grant_produce(role)
 
@@ -91,11 +94,11 @@ def _source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def enforce(shape: str, queues: dict[str, str], tables: dict[str, str]) -> None:
+def enforce(shape: str, queues: dict[str, str], tables: dict[str, str], buckets: dict[str, str] | None = None) -> None:
     """Check every call a Worker Tier role makes from now to the test's end against ``shape``'s synthesized policies.
 
-    ``queues`` and ``tables`` name the moto resources by the logical id stems of the template's (``WorkerQueue``:
-    ``"work"``). A conftest fixture calls ``iam.ENFORCEMENT.check()`` after each test and fails it on a denial.
+    ``queues``, ``tables`` and ``buckets`` name the moto resources by the logical id stems of the template's
+    (``WorkerQueue``: ``"work"``, ``PAYLOAD_BUCKET``: ``"payloads"``). A conftest fixture calls ``iam.ENFORCEMENT.check()`` after each test and fails it on a denial.
     """
     from tests.support import iam
 
@@ -111,7 +114,8 @@ def enforce(shape: str, queues: dict[str, str], tables: dict[str, str]) -> None:
     if not SHAPES[shape].fifo:
         roles["dispatcher"] = iam.role_of_function(template, DISPATCHER_HANDLER)
         roles["recovery"] = iam.role_of_function(template, RECOVERY_HANDLER)
-    iam.install().activate(iam.world_of(template, iam.Resources(queues=queues, tables=tables), roles))
+    resources = iam.Resources(queues=queues, tables=tables, buckets=buckets or {})
+    iam.install().activate(iam.world_of(template, resources, roles))
 
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
