@@ -35,8 +35,8 @@ from worker_tier.core.errors import PayloadError, PayloadUnavailableError
 from worker_tier.core.retry import Retry
 
 __all__ = [
-    "Pointer",
     "PayloadStore",
+    "Pointer",
     "expiration_days",
     "is_offloaded",
     "pointer_of",
@@ -192,7 +192,7 @@ class PayloadStore:
         if isinstance(length, int) and length > self.max_bytes:
             response["Body"].close()
             raise PayloadError(self._too_large(pointer, length))
-        data = response["Body"].read()
+        data: bytes = response["Body"].read()
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as error:
