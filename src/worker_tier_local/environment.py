@@ -205,6 +205,7 @@ class LocalEnvironment:
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
         from worker_tier.container.consumer import Consumer
+        from worker_tier.core.payloads import PayloadStore
         from worker_tier.core.errors import WorkerTierError
         from worker_tier.container.protection import TaskProtection
         from worker_tier.worker.batch import Worker
@@ -219,6 +220,8 @@ class LocalEnvironment:
             sqs=self.sqs,
             dynamodb=self.dynamodb,
             delay_table=self.delay_table,
+            payloads=None if self.payload_bucket is None else PayloadStore(
+                self.payload_bucket, max_bytes=self.settings.payload_max_bytes),
         )
         self.consumer = Consumer(
             core, self.sqs, self.container_queue_url, concurrency=self.settings.container_concurrency,

@@ -19,6 +19,7 @@ from worker_tier.delays.delay_recovery import DelayRecovery
 from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 from worker_tier.producer.client import Client
+from worker_tier.core.payloads import PayloadStore
 from worker_tier.testing.objects import MemoryObjects
 from worker_tier.testing.queues import MAX_RECEIVE_MESSAGES, REGION, MemoryQueues, Stored
 from worker_tier.testing.routing import Routing
@@ -140,6 +141,8 @@ class TaskWorld:
             self.settings, queue_url=self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
             state_table=STATE_TABLE, delay_table=DELAY_TABLE, registry=registry, sqs=self.queues,
             dynamodb=self.tables, clock=self.clock, random=random,
+            payloads=None if self.payload_bucket is None else PayloadStore(
+                self.payload_bucket, self.objects, max_bytes=self.settings.payload_max_bytes, sleep=self.sleep),
         )
         self.client = Client(self.queue_url, DELAY_TABLE, sqs=self.queues, dynamodb=self.tables, clock=self.clock,
                              sleep=self.sleep, state_table=STATE_TABLE, delay_shards=self.settings.delay_shards)
