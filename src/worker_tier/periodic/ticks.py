@@ -21,6 +21,11 @@ the tick again. The duplicates left: a crash, or a mark that failed, after the s
 and a send whose answer was lost (a read timeout, a 5xx) although SQS took the
 message, which looks like a failed send and is retried. On a FIFO queue the
 deduplication id derived from the tick removes them too.
+
+A tick too large for its queue (a cron.yaml body on a queue whose MaximumMessageSize is small) goes to the payload
+bucket when the function has one (``payload_bucket``), as a producer's would (``worker_tier.producer.offload``): the
+queue's limit is read once, only for a tick over the smallest limit a queue may have; while it cannot be read, such
+a tick is offloaded. An object whose tick was not sent is deleted (kept when the send's answer was lost).
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from worker_tier.core import contract, message, observability, sqs_rules
+from worker_tier.core import contract, limits, message, observability, sqs_rules
 from worker_tier.core import wall_clock
-from worker_tier.core.aws import LazyClient, error_code
+from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.core.contract import METRIC_TICK_MARK_FAILED, TICK_KEY_PREFIX
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.errors import WorkerTierError
+from worker_tier.producer.offload import Offloader, Uploads
 from worker_tier.core.observability import logger
 from worker_tier.core.retry import TICK_MARK
 from worker_tier.core.state import Lease
@@ -123,6 +129,8 @@ class TickEnqueuer:
         dynamodb: Any = None,
         clock: Callable[[], float] = wall_clock.now,
         sleep: Callable[[float], None] = time.sleep,
+        payload_bucket: str | None = None,
+        s3: Any = None,
     ) -> None:
         self.queue_url = queue_url
         self.state_table = state_table
@@ -131,6 +139,8 @@ class TickEnqueuer:
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._clock = clock
         self._sleep = sleep
+        self._payloads = Offloader(payload_bucket, s3, publish_metrics=True)
+        self._maximum_message_size: int | None = None
 
     def enqueue(self, tick: Tick) -> bool:
         """Send the tick's message unless another invocation has; True when this call sent it.
@@ -167,9 +177,12 @@ class TickEnqueuer:
 
     def _send(self, tick: Tick, holder: str) -> None:
         """Send the claimed tick and mark it sent; on a failed send, give the claim back and raise."""
+        uploads = self._payloads.uploads()
         try:
-            self._sqs.get().send_message(**self._request(tick))
+            self._sqs.get().send_message(**self._request(tick, uploads))
         except Exception as error:
+            if not outcome_unknown(error):  # not sent: its body's object, if one was put, goes (else SQS may have it)
+                uploads.settle({}, f"SendMessage failed with {error_code(error)}")
             failure = TickNotEnqueuedError(
                 f"tick {tick.key!r} was not enqueued: SendMessage failed with {error_code(error)}: {error}; "
                 "its claim is given back so a retry sends it"
@@ -213,12 +226,27 @@ class TickEnqueuer:
                 f"a retry takes the tick over after the {TICK_LEASE_SECONDS} s lease."
             )
 
-    def _request(self, tick: Tick) -> dict[str, Any]:
-        """SendMessage arguments: EB's body and ``beanstalk.sqsd.*`` attributes."""
+    def _request(self, tick: Tick, uploads: Uploads) -> dict[str, Any]:
+        """SendMessage arguments: EB's body (or its pointer, when too large for the queue) and ``beanstalk.sqsd.*`` attributes."""
         envelope = Envelope(tick.body, tick.message_attributes())
+        if self._payloads.store is not None:
+            self._payloads.fit(envelope, self._queue_limit, uploads, 0)
         if self.fifo:
             return envelope.request(self.queue_url, MessageGroupId=tick.group_id, MessageDeduplicationId=tick.deduplication_id())
         return envelope.request(self.queue_url)
+
+
+    def _queue_limit(self) -> int:
+        """The queue's MaximumMessageSize, read once; the smallest a queue may have while it cannot be read."""
+        if self._maximum_message_size is None:
+            try:
+                response = self._sqs.get().get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])
+                self._maximum_message_size = int(response["Attributes"]["MaximumMessageSize"])
+            except Exception as error:
+                logger.warning(f"could not read MaximumMessageSize of {self.queue_url} ({error_code(error)}: {error}); "
+                               "a tick over the smallest a queue may have goes to the payload bucket")
+                return limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES
+        return self._maximum_message_size
 
 
 def tick_from_event(event: Any) -> Tick:

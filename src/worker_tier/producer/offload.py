@@ -84,16 +84,18 @@ class Offloader:
 
     ``threshold``: offload any message over it too (0: only what the queue or the delay table cannot hold);
     ``max_bytes``: the largest body offloaded (``payload_max_bytes``); ``orphans``: objects deleted because their
-    message was not sent.
+    message was not sent. Its metrics (``PayloadsOffloaded``, ``PayloadOrphans``) are added where a handler publishes
+    them: in a worker's task, or always with ``publish_metrics`` (the periodic-task function).
     """
 
     def __init__(self, bucket: str | None, s3: Any = None, *, threshold: int = 0,
-                 max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES) -> None:
+                 max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES, publish_metrics: bool = False) -> None:
         check_settings(bucket, threshold, max_bytes)
         self.store = PayloadStore(bucket, s3, max_bytes=max_bytes) if bucket else None
         self.threshold = threshold
         self.max_bytes = max_bytes
         self.orphans = 0
+        self._publish_metrics = publish_metrics
 
     def fit(self, envelope: Envelope, limit: Callable[[], int], uploads: Uploads, index: int, *, extra: int = 0,
             reserved: int = 0, delayed: bool = False, item_too_large: Callable[[], bool] | None = None,
@@ -122,6 +124,7 @@ class Offloader:
         self._check_offloadable(envelope, reserved)
         pointer = self.store.put(envelope.body, delayed=delayed)
         uploads.add(index, pointer)
+        self._count(contract.METRIC_PAYLOADS_OFFLOADED)
         envelope.body = pointer.body()
         envelope.attributes.update(payloads.size_attribute(pointer.size or 0))
         return pointer
@@ -151,10 +154,14 @@ class Offloader:
         """Delete an object whose message was not sent or stored, and count it as an orphan."""
         self.orphans += 1
         _log.warning("deleting the payload %s: %s", pointer.uri, why)
-        if observability.running_record.current() is not None:  # a worker's task sends: the worker publishes it
-            observability.count_shared(contract.METRIC_PAYLOAD_ORPHANS)
+        self._count(contract.METRIC_PAYLOAD_ORPHANS)
         if self.store is not None:
             self.store.delete(pointer)
+
+    def _count(self, metric: str) -> None:
+        """Count ``metric`` where it is published: a worker publishes its tasks' counts with its own."""
+        if self._publish_metrics or observability.running_record.current() is not None:
+            observability.count_shared(metric)
 
     def delete_cancelled(self, body: str, attributes: Mapping[str, Any]) -> bool:
         """After a cancel: delete the object a cancelled message's pointer names in this bucket (best effort)."""
