@@ -124,7 +124,8 @@ class Client:
         # Delays above this go to the delay table; only the local environment lowers it (with the horizon).
         self._long_delay_threshold = long_delay_threshold
         self._maximum_message_size = maximum_message_size
-        self._payloads = offload.Offloader(payload_bucket, s3, threshold=payload_threshold, max_bytes=payload_max_bytes)
+        self._payloads = offload.Offloader(payload_bucket, s3, threshold=payload_threshold, max_bytes=payload_max_bytes,
+                                           kept_codes=frozenset({OUTCOME_UNKNOWN_CODE}))
         self.payload_bucket = payload_bucket
 
     @property

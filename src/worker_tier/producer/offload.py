@@ -38,8 +38,7 @@ THRESHOLD_RANGE = (0, limits.SQS_MAX_MESSAGE_BYTES)
 MAX_BYTES_RANGE = (limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES, limits.EXTENDED_CLIENT_MAX_PAYLOAD_BYTES)
 # S3 did not take a body (throttling, 5xx, after PayloadStore's retries): the message was not sent; retry.
 PAYLOAD_UNAVAILABLE_CODE = "PayloadUnavailable"
-# Codes after which a store in the delay table may still have happened (a lost answer, a 5xx): its object is kept,
-# as it is after client.OUTCOME_UNKNOWN_CODE from SQS.
+# Codes after which a store in the delay table may still have happened (a lost answer, a 5xx): its object is kept.
 MAYBE_STORED_CODES = frozenset({*_OUTCOME_UNKNOWN_ERRORS, "InternalServerError", "ServiceUnavailable"})
 BUCKET_FIX = (f"set {contract.PAYLOAD_BUCKET_VARIABLE} (or pass payload_bucket=) to send larger bodies through S3, "
               "or send a smaller body")
@@ -84,18 +83,19 @@ class Offloader:
 
     ``threshold``: offload any message over it too (0: only what the queue or the delay table cannot hold);
     ``max_bytes``: the largest body offloaded (``payload_max_bytes``); ``orphans``: objects deleted because their
-    message was not sent. Its metrics (``PayloadsOffloaded``, ``PayloadOrphans``) are added where a handler publishes
-    them: in a worker's task, or always with ``publish_metrics`` (the periodic-task function).
+    message was not sent. Its metrics (``PayloadsOffloaded``, ``PayloadOrphans``) are added only in a worker's task,
+    whose worker publishes them; elsewhere the count and the log say it.
     """
 
     def __init__(self, bucket: str | None, s3: Any = None, *, threshold: int = 0,
-                 max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES, publish_metrics: bool = False) -> None:
+                 max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES, kept_codes: frozenset[str] = frozenset()) -> None:
         check_settings(bucket, threshold, max_bytes)
+        # Failure codes after which a message may have been sent (client.OUTCOME_UNKNOWN_CODE): its object stays.
+        self.kept_codes = kept_codes | MAYBE_STORED_CODES
         self.store = PayloadStore(bucket, s3, max_bytes=max_bytes) if bucket else None
         self.threshold = threshold
         self.max_bytes = max_bytes
         self.orphans = 0
-        self._publish_metrics = publish_metrics
 
     def fit(self, envelope: Envelope, limit: Callable[[], int], uploads: Uploads, index: int, *, extra: int = 0,
             reserved: int = 0, delayed: bool = False, item_too_large: Callable[[], bool] | None = None,
@@ -160,7 +160,7 @@ class Offloader:
 
     def _count(self, metric: str) -> None:
         """Count ``metric`` where it is published: a worker publishes its tasks' counts with its own."""
-        if self._publish_metrics or observability.running_record.current() is not None:
+        if observability.running_record.current() is not None:
             observability.count_shared(metric)
 
     def delete_cancelled(self, body: str, attributes: Mapping[str, Any]) -> bool:
@@ -195,8 +195,6 @@ class Uploads:
 
         ``results`` are SendResults by index; an index missing from it was never sent (``why`` says what stopped it).
         """
-        from worker_tier.producer.client import OUTCOME_UNKNOWN_CODE  # the client imports this module
-
         for index, pointer in self._by_index.items():
             result = results.get(index)
             if index in self._unsent:
@@ -204,6 +202,6 @@ class Uploads:
                                                  "holds the key, so nothing was sent")
             elif result is None:
                 self._offloader.discard(pointer, f"its message was not sent ({why or 'the call stopped'})")
-            elif not result.ok and result.code != OUTCOME_UNKNOWN_CODE and result.code not in MAYBE_STORED_CODES:
+            elif not result.ok and result.code not in self._offloader.kept_codes:
                 self._offloader.discard(pointer, f"its message was not sent ({result.code}: {result.error})")
         self._by_index.clear()
