@@ -12,15 +12,15 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from botocore.exceptions import ReadTimeoutError
+from botocore.exceptions import ClientError, ReadTimeoutError
 from moto import mock_aws
 
 from tests.support import dispatcher as support
 from tests.support.dispatcher import QUEUE
 from worker_tier import Client, MessageError, OutgoingMessage
-from worker_tier.core import contract
+from worker_tier.core import contract, observability
 from worker_tier.delays.delay import BUCKET_SECONDS
-from worker_tier.periodic.ticks import Tick, TickEnqueuer
+from worker_tier.periodic.ticks import Tick, TickEnqueuer, TickNotEnqueuedError
 from worker_tier.producer.client import OUTCOME_UNKNOWN_CODE
 
 BUCKET = "payloads"
@@ -410,3 +410,114 @@ def test_a_tick_too_large_for_its_queue_goes_to_the_payload_bucket(aws, s3):
     assert s3.body(pointer_key(message["Body"])) == "r" * 3000
     assert size_of(message["MessageAttributes"]) == 3000
     assert message["MessageAttributes"]["beanstalk.sqsd.task_name"]["StringValue"] == "report"
+
+
+def test_a_tick_sqs_refuses_deletes_its_object_and_counts_an_orphan(aws, s3, published):
+    # GIVEN a 1 KiB queue that refuses the tick's message
+    aws.sqs.set_queue_attributes(QueueUrl=aws.queue_url, Attributes={"MaximumMessageSize": "1024"})
+
+    class Refusing(RefusingSQS):
+        def send_message(self, **request):
+            raise ClientError({"Error": {"Code": "InvalidParameterValue", "Message": "refused"}}, "SendMessage")
+
+    enqueuer = TickEnqueuer(aws.queue_url, aws.state_table, sqs=Refusing(aws.sqs), dynamodb=aws.dynamodb,
+                            payload_bucket=BUCKET, s3=s3.client)
+    tick = Tick("report", "/report", datetime(2026, 11, 22, 12, tzinfo=timezone.utc), "r" * 3000)
+    # WHEN the tick is enqueued
+    with pytest.raises(TickNotEnqueuedError) as error:
+        enqueuer.enqueue(tick)
+    # THEN it is not, its object is gone and counted, and the claim is given back for Lambda's retry
+    assert "SendMessage failed with InvalidParameterValue" in str(error.value)
+    assert s3.keys() == []
+    assert published()[contract.METRIC_PAYLOAD_ORPHANS] == 1
+
+
+# ---------------------------------------------------------------------------------- the queue's limit, read or unknown
+
+
+class UnreadableSQS(RefusingSQS):
+    """moto's SQS whose GetQueueAttributes is refused; sends go through."""
+
+    def __init__(self, sqs) -> None:
+        super().__init__(sqs)
+        self.reads = 0
+
+    def get_queue_attributes(self, **request):
+        self.reads += 1
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "GetQueueAttributes")
+
+    def send_message_batch(self, QueueUrl, Entries):
+        return self._sqs.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+
+
+def test_with_a_bucket_a_direct_send_reads_the_queues_limit_once_and_offloads_what_it_cannot_hold(aws, s3):
+    # GIVEN a queue of 64 KiB and a Client with the bucket that was not told the queue's size
+    aws.sqs.set_queue_attributes(QueueUrl=aws.queue_url, Attributes={"MaximumMessageSize": str(64 * 1024)})
+    client = Client(aws.queue_url, sqs=aws.sqs, payload_bucket=BUCKET, s3=s3.client)
+    # WHEN a 100 KB body, a 10 KB one and a 500-byte one are sent, in two calls
+    client.send_batch([OutgoingMessage("/big", "a" * 100_000), OutgoingMessage("/mid", "b" * 10_000)])
+    client.send("/small", "c" * 500)
+    # THEN only the 100 KB one is offloaded, and the queue's limit was read once
+    bodies = {m["MessageAttributes"]["beanstalk.sqsd.path"]["StringValue"]: m["Body"] for m in received(aws)}
+    assert s3.body(pointer_key(bodies["/big"])) == "a" * 100_000
+    assert (bodies["/mid"], bodies["/small"]) == ("b" * 10_000, "c" * 500)
+    assert aws.count("GetQueueAttributes") == 1
+
+
+def test_while_the_queues_limit_cannot_be_read_a_direct_send_over_256_kib_is_offloaded(aws, s3):
+    # GIVEN a Client with the bucket whose queue's limit cannot be read
+    sqs = UnreadableSQS(aws.sqs)
+    client = Client(aws.queue_url, sqs=sqs, payload_bucket=BUCKET, s3=s3.client)
+    # WHEN a body just over 256 KiB and one well under are sent
+    results = client.send_batch([OutgoingMessage("/over", "a" * (256 * 1024)), OutgoingMessage("/under", "b" * 200_000)])
+    # THEN both are sent: the first as a pointer (any queue may be that small), the second as it is; the read was tried
+    assert all(r.ok for r in results)
+    bodies = {m["MessageAttributes"]["beanstalk.sqsd.path"]["StringValue"]: m["Body"] for m in received(aws)}
+    assert s3.body(pointer_key(bodies["/over"])) == "a" * (256 * 1024) and bodies["/under"] == "b" * 200_000
+    assert sqs.reads == 1
+
+
+def test_while_the_queues_limit_cannot_be_read_a_large_delayed_message_is_offloaded_not_refused(aws, s3):
+    # GIVEN a Client with the bucket and the delay table whose queue's limit cannot be read
+    client = Client(aws.queue_url, delay_table(aws.dynamodb), sqs=UnreadableSQS(aws.sqs), dynamodb=aws.dynamodb,
+                    payload_bucket=BUCKET, s3=s3.client)
+    # WHEN a 300 KB body is sent for an hour from now (without a bucket: QueueLimitUnknown, retry)
+    [result] = client.send_batch([OutgoingMessage("/x", "a" * 300_000, delay=3600)])
+    # THEN it is stored, its body under payloads/delayed/
+    assert result.ok
+    [key] = s3.keys()
+    assert key.startswith("payloads/delayed/")
+
+
+def test_an_orphan_in_a_workers_task_is_published_as_a_metric(aws, s3, published):
+    # GIVEN a Client in a worker's task (the worker names the running record), on a queue that refuses the entry
+    client = Client(aws.queue_url, sqs=RefusingSQS(aws.sqs), payload_bucket=BUCKET, s3=s3.client)
+    running = type("Record", (), {"message_id": "m-1", "path": "/task"})()
+    observability.running_record.set(running)
+    try:
+        # WHEN its 2 MB follow-up is refused
+        client.send_batch([OutgoingMessage("/follow-up", "a" * (2 * MB))])
+    finally:
+        observability.running_record.set(None)
+    # THEN the upload and the orphan are among the worker's metrics
+    assert published()[contract.METRIC_PAYLOADS_OFFLOADED] == 1
+    assert published()[contract.METRIC_PAYLOAD_ORPHANS] == 1
+
+
+@pytest.fixture
+def fifo_s3(aws_fifo):
+    calls = S3Calls()
+    calls.client.create_bucket(Bucket=BUCKET)
+    return aws_fifo, calls
+
+
+def test_a_large_fifo_message_keeps_its_group_and_dedupe_key_and_travels_as_a_pointer(fifo_s3):
+    # GIVEN a FIFO queue and a Client with the bucket
+    aws, s3 = fifo_s3
+    client = Client(aws.queue_url, sqs=aws.sqs, payload_bucket=BUCKET, s3=s3.client)
+    # WHEN a 2 MB body is sent in a group with a dedupe key
+    client.send("/x", "f" * (2 * MB), group_id="tenant-1", dedupe_key="order-9")
+    # THEN SQS has the pointer with the group and the key as given
+    [entry] = aws.params("SendMessageBatch")[0]["Entries"]
+    assert (entry["MessageGroupId"], entry["MessageDeduplicationId"]) == ("tenant-1", "order-9")
+    assert s3.body(pointer_key(entry["MessageBody"])) == "f" * (2 * MB)
