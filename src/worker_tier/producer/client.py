@@ -348,7 +348,7 @@ class Client:
                 f"a delayed message is stored as one DynamoDB item, which Worker Tier keeps to {delay.MAX_ITEM_BYTES} bytes "
                 f"(DynamoDB's {limits.DYNAMODB_MAX_ITEM_BYTES} less a {delay.ITEM_SIZE_MARGIN_BYTES}-byte margin); this one needs "
                 f"{item_bytes}: shorten its body or attributes by {item_bytes - delay.MAX_ITEM_BYTES} bytes, "
-                f"or {offload.BUCKET_FIX.replace(', or send a smaller body', '')}"
+                f"or {offload.BUCKET_FIX}"
             )
         if maximum is None and size > limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES:
             return SendResult(index, error=_limit_unknown_reason(size, failure), code=QUEUE_LIMIT_UNKNOWN_CODE)
@@ -469,8 +469,8 @@ class Client:
             failures = error.failures
         except Exception as error:  # no DynamoDB client: nothing was stored
             failures = {m.message_id: (error_code(error), str(error)) for _, m in delayed}
-        for index, message in delayed:
-            if message.message_id in deduplicated:
+        for index, stored in delayed:
+            if stored.message_id in deduplicated:
                 uploads.unsent(index)
         return {
             i: SendResult(i, error=failures[m.message_id][1], code=failures[m.message_id][0])

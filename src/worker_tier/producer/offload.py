@@ -26,7 +26,7 @@ from worker_tier.core.errors import MessageError, PayloadError
 from worker_tier.core.payloads import PayloadStore, Pointer
 from worker_tier.core.settings import DEFAULT_PAYLOAD_MAX_BYTES
 
-__all__ = ["Offloader", "Uploads", "PAYLOAD_UNAVAILABLE_CODE", "THRESHOLD_VARIABLE", "MAX_BYTES_VARIABLE"]
+__all__ = ["MAX_BYTES_VARIABLE", "PAYLOAD_UNAVAILABLE_CODE", "THRESHOLD_VARIABLE", "Offloader", "Uploads"]
 
 _log = logging.getLogger(__name__)
 
@@ -40,8 +40,8 @@ MAX_BYTES_RANGE = (limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES, limits.EXTENDED_CL
 PAYLOAD_UNAVAILABLE_CODE = "PayloadUnavailable"
 # Codes after which a store in the delay table may still have happened (a lost answer, a 5xx): its object is kept.
 MAYBE_STORED_CODES = frozenset({*_OUTCOME_UNKNOWN_ERRORS, "InternalServerError", "ServiceUnavailable"})
-BUCKET_FIX = (f"set {contract.PAYLOAD_BUCKET_VARIABLE} (or pass payload_bucket=) to send larger bodies through S3, "
-              "or send a smaller body")
+# The fix a too-large message's error names when the Client has no bucket.
+BUCKET_FIX = f"set {contract.PAYLOAD_BUCKET_VARIABLE} (or pass payload_bucket=) to send larger bodies through S3"
 
 
 def check_settings(bucket: Any, threshold: Any, max_bytes: Any) -> None:
@@ -119,7 +119,7 @@ class Offloader:
         if self.store is None:
             if over_limit:
                 raise MessageError(f"message is {size} bytes with its attributes{' ' + what if what else ''}; the queue "
-                                   f"allows at most {maximum} (MaximumMessageSize): {BUCKET_FIX}")
+                                   f"allows at most {maximum} (MaximumMessageSize): {BUCKET_FIX}, or send a smaller body")
             return None  # the caller's own check says why (the delay table's item limit)
         self._check_offloadable(envelope, reserved)
         pointer = self.store.put(envelope.body, delayed=delayed)
