@@ -86,7 +86,7 @@ def test_a_delayed_message_is_checked_against_the_queues_own_maximum(moto):
     # THEN it is refused at send with the size the queue reported
     assert str(error.value) == (
         "message is 5075 bytes with its attributes with worker_tier.due_at (added at dispatch); "
-        "the queue allows at most 4096 (MaximumMessageSize)"
+        "the queue allows at most 4096 (MaximumMessageSize): set WORKER_TIER_PAYLOAD_BUCKET (or pass payload_bucket=) to send larger bodies through S3, or send a smaller body"
     )
 
 

@@ -123,7 +123,7 @@ def test_oversized_body_is_refused_before_sending():
         client(sqs).send("/x", "a" * SQS_MAX_MESSAGE_BYTES)
     assert str(error.value) == (
         f"message is {SQS_MAX_MESSAGE_BYTES + len('beanstalk.sqsd.path') + len('String') + 2} "
-        f"bytes with its attributes; the queue allows at most {SQS_MAX_MESSAGE_BYTES} (MaximumMessageSize)"
+        f"bytes with its attributes; the queue allows at most {SQS_MAX_MESSAGE_BYTES} (MaximumMessageSize): set WORKER_TIER_PAYLOAD_BUCKET (or pass payload_bucket=) to send larger bodies through S3, or send a smaller body"
     )
     assert sqs.calls == []
 
@@ -310,7 +310,7 @@ def test_a_delayed_message_must_fit_the_queues_maximum_with_its_due_at():
     # THEN the first is stored, the second refused at send, and the queue was asked once
     assert str(error.value) == (
         "message is 2049 bytes with its attributes with worker_tier.due_at (added at dispatch); "
-        "the queue allows at most 2048 (MaximumMessageSize)"
+        "the queue allows at most 2048 (MaximumMessageSize): set WORKER_TIER_PAYLOAD_BUCKET (or pass payload_bucket=) to send larger bodies through S3, or send a smaller body"
     )
     assert len(stored(dynamodb)) == 1
     assert sqs.count("GetQueueAttributes") == 1
@@ -343,7 +343,7 @@ def test_a_failed_read_of_the_maximum_is_not_kept(caplog):
     # maximum, read again, and refused at send rather than stored and refused by SQS at dispatch
     assert str(error.value) == (
         "message is 300075 bytes with its attributes with worker_tier.due_at (added at dispatch); "
-        "the queue allows at most 262144 (MaximumMessageSize)"
+        "the queue allows at most 262144 (MaximumMessageSize): set WORKER_TIER_PAYLOAD_BUCKET (or pass payload_bucket=) to send larger bodies through S3, or send a smaller body"
     )
     assert [len(item["body"]["S"]) for item in stored(dynamodb)] == [1000]
     assert sqs.count("GetQueueAttributes") == 2
@@ -376,7 +376,7 @@ def test_a_given_maximum_message_size_is_used_without_asking_the_queue():
     with pytest.raises(MessageError) as error:
         c.send("/x", "a" * 1100)
     # THEN it is refused at send with the given size, and the queue was never asked
-    assert str(error.value).endswith("the queue allows at most 1024 (MaximumMessageSize)")
+    assert str(error.value).endswith("the queue allows at most 1024 (MaximumMessageSize): set WORKER_TIER_PAYLOAD_BUCKET (or pass payload_bucket=) to send larger bodies through S3, or send a smaller body")
     assert sqs.calls == []
 
 
@@ -711,9 +711,9 @@ def test_a_periodic_tasks_copy_keeps_its_sqsd_attributes():
 @pytest.mark.parametrize(
     "internal, rule",
     [
-        ({0: {"tenant": "x"}}, "_internal_attributes: name 'tenant' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
-        ({0: {"worker_tier.due_at": "x"}}, "_internal_attributes: name 'worker_tier.due_at' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
-        ({0: {"beanstalk.sqsd.path": "/y"}}, "_internal_attributes: name 'beanstalk.sqsd.path' must start with 'worker_tier.' or 'beanstalk.sqsd.' and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"tenant": "x"}}, "_internal_attributes: name 'tenant' must start with 'worker_tier.' or 'beanstalk.sqsd.' (or be 'ExtendedPayloadSize' or 'SQSLargePayloadSize') and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"worker_tier.due_at": "x"}}, "_internal_attributes: name 'worker_tier.due_at' must start with 'worker_tier.' or 'beanstalk.sqsd.' (or be 'ExtendedPayloadSize' or 'SQSLargePayloadSize') and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
+        ({0: {"beanstalk.sqsd.path": "/y"}}, "_internal_attributes: name 'beanstalk.sqsd.path' must start with 'worker_tier.' or 'beanstalk.sqsd.' (or be 'ExtendedPayloadSize' or 'SQSLargePayloadSize') and not be 'worker_tier.due_at' (set by the delay dispatcher) or 'beanstalk.sqsd.path' (set from the path)"),
         ({0: {"worker_tier.attempts": 4}}, "_internal_attributes: 'worker_tier.attempts' must be a string, got int"),
         ({1: {"worker_tier.attempts": "4"}}, "_internal_attributes: index 1 is not a message of this batch (0..0)"),
     ],
@@ -928,7 +928,7 @@ def test_a_batch_fails_each_invalid_message_with_its_check_and_sends_the_others(
     assert [r.ok for r in results] == [True, False, True] + [False] * 12
     assert {r.code for r in results if not r.ok} == {MESSAGE_ERROR_CODE}
     assert results[1].error == (f"message is {SQS_MAX_MESSAGE_BYTES + len('beanstalk.sqsd.path') + len('String') + 4} "
-                                f"bytes with its attributes; the queue allows at most {SQS_MAX_MESSAGE_BYTES} (MaximumMessageSize)")
+                                f"bytes with its attributes; the queue allows at most {SQS_MAX_MESSAGE_BYTES} (MaximumMessageSize): set WORKER_TIER_PAYLOAD_BUCKET (or pass payload_bucket=) to send larger bodies through S3, or send a smaller body")
     assert results[3].error.startswith("body has character '\\x00' (U+0000) at offset 1")
     assert sorted(e["MessageBody"] for e in sqs.sent) == ["fine", "fine"]
 

@@ -296,6 +296,17 @@ def test_the_size_check_uses_the_queues_maximum_message_size():
     )
 
 
+def test_a_tick_too_large_for_the_queue_passes_when_the_payload_bucket_takes_it():
+    # GIVEN an entry with a 300,000-byte body, over a 256 KiB queue's maximum
+    [entry] = parse(_one(" - name: big\n   url: /big\n   schedule: '@daily'\n   body: " + "x" * 300_000 + "\n"))
+    # WHEN checked for a stack with the payload bucket  THEN it passes: the periodic-task function offloads its body
+    check_sendable([entry], fifo=False, maximum_message_size=262_144, large_payloads=True)
+    # AND the other checks still hold: a FIFO name SQS refuses as a group id is refused whatever the bucket
+    [bad] = parse(_one(" - name: 'a b'\n   url: /big\n   schedule: '@daily'\n"))
+    with pytest.raises(CronConfigError):
+        check_sendable([bad], fifo=True, large_payloads=True)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -283,7 +283,7 @@ def test_a_delayed_item_one_byte_over_worker_tiers_item_limit_is_refused(dynamod
     assert str(error.value) == (
         f"a delayed message is stored as one DynamoDB item, which Worker Tier keeps to {delay.MAX_ITEM_BYTES} "
         f"bytes (DynamoDB's {DYNAMODB_MAX_ITEM_BYTES} less a {delay.ITEM_SIZE_MARGIN_BYTES}-byte margin); this one needs "
-        f"{delay.MAX_ITEM_BYTES + 1}: shorten its body or attributes by 1 bytes, or keep the payload elsewhere (e.g. S3) and send its key"
+        f"{delay.MAX_ITEM_BYTES + 1}: shorten its body or attributes by 1 bytes, or set WORKER_TIER_PAYLOAD_BUCKET (or pass payload_bucket=) to send larger bodies through S3"
     )
 
 

@@ -57,6 +57,10 @@ class _RunningRecordKeys(logging.Filter):
         """Name ``task`` (anything with ``message_id`` and ``path``; None for none) on this thread's lines."""
         self._running.task = task
 
+    def current(self) -> Any:
+        """The record this thread runs (None outside a worker's task)."""
+        return getattr(self._running, "task", None)
+
     def filter(self, record: logging.LogRecord) -> bool:
         task = getattr(self._running, "task", None)
         if task is not None:
@@ -86,6 +90,12 @@ def flush() -> None:
 def count(name: str, value: float = 1) -> None:
     """Add a Count metric to the current EMF blob."""
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+def count_shared(name: str, value: float = 1) -> None:
+    """``count`` from any thread of the container worker, under the lock its flushes take (a task's Client counting)."""
+    with _metrics_lock:
+        count(name, value)
 
 
 def milliseconds(name: str, value: float) -> None:

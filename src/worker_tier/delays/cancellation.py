@@ -50,7 +50,7 @@ from worker_tier.core.contract import DELAY_SORT_KEY as SK
 from worker_tier.core.contract import STATE_PARTITION_KEY
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.delays.dispatch_state import minute_keys
-from worker_tier.core.errors import MessageError
+from worker_tier.core.errors import MessageError, UnreadableItemError
 from worker_tier.core.message import format_due_at
 
 # A cancellable message due this close (or closer) is in a minute the delay dispatcher starts in its next run.
@@ -76,6 +76,7 @@ class Outcome:
     key: str
     status: str
     detail: str
+    message: DelayedMessage | None = None  # a done cancel's message, when read (``Cancellations(read_cancelled=True)``)
 
     @property
     def done(self) -> bool:
@@ -138,11 +139,16 @@ def check_delay(seconds: float) -> None:
 class Cancellations:
     """Stores cancellable messages, and cancels or reschedules them by their dedupe key (see the module docstring)."""
 
-    def __init__(self, delay_table: str, state_table: str, dynamodb: Any, clock: Callable[[], float]) -> None:
+    def __init__(self, delay_table: str, state_table: str, dynamodb: Any, clock: Callable[[], float], *,
+                 read_cancelled: bool = False) -> None:
         self._delay_table = delay_table
         self._state_table = state_table
         self._dynamodb = dynamodb
         self._clock = clock
+        # Read the item before cancelling it, so the caller can delete what it points at (an offloaded body's object).
+        self._read_cancelled = read_cancelled
+        # The ids of messages ``store`` did not store because an earlier send holds their key.
+        self.deduplicated: set[str] = set()
 
     def store(self, message: DelayedMessage) -> tuple[str, str] | None:
         """Store a cancellable message with its marker, if its minute has not started; a ``delay.KeyedWrite``.
@@ -164,7 +170,10 @@ class Cancellations:
                 raise
             if refused[0]:
                 holder = refused[0].get("Item")
-                return dedupe.Claim(key, dedupe.held_outcome(holder), now_ms, holder).failure()
+                claim = dedupe.Claim(key, dedupe.held_outcome(holder), now_ms, holder)
+                if claim.outcome == dedupe.DEDUPLICATED:
+                    self.deduplicated.add(message.message_id)
+                return claim.failure()
             if any(refused[2:]):
                 return DISPATCH_STARTED_CODE, _started_reason(key, message)
             raise
@@ -179,6 +188,7 @@ class Cancellations:
             if unfit is not None:
                 return unfit
             place = _place(marker)  # type: ignore[arg-type]  # _unfit returned None: a cancellable marker
+            cancelled = self._read(place) if self._read_cancelled else None
             try:
                 self._dynamodb.transact_write_items(TransactItems=[
                     *self._checks_of(place),
@@ -193,7 +203,7 @@ class Cancellations:
                 if not refused[CHECKS_PER_MINUTE + 1]:  # the marker still points at it, and the item is gone
                     return Outcome(key, NOT_FOUND, f"dedupe_key {key!r}: its marker names an item that is gone (expired)")
                 continue  # the marker moved (a reschedule): read it again
-            return Outcome(key, DONE, f"cancelled: it was due {_due_text(place)}; it will never be delivered")
+            return Outcome(key, DONE, f"cancelled: it was due {_due_text(place)}; it will never be delivered", cancelled)
         return Outcome(key, CONTENDED, f"dedupe_key {key!r} kept moving (rescheduled {MAX_MARKER_READS} times while "
                                        "cancelling): it is still there and delivered unless cancelled again")
 
@@ -256,6 +266,14 @@ class Cancellations:
         """``not_started_checks`` of the minute and shard an item key names."""
         bucket, shard = delay.parse_bucket_key(place[PK]["S"]) or (0, 0)
         return not_started_checks(self._state_table, bucket, shard)
+
+    def _read(self, place: Mapping[str, Any]) -> DelayedMessage | None:
+        """The item at ``place``, read strongly consistent; None when it is gone or unreadable (the cancel says why)."""
+        item = self._dynamodb.get_item(TableName=self._delay_table, Key=place, ConsistentRead=True).get("Item")
+        try:
+            return delay.read_item(item) if item else None
+        except UnreadableItemError:
+            return None
 
     def _marker(self, key: str) -> dict[str, Any] | None:
         """The key's marker, read strongly consistent."""

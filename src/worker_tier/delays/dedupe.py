@@ -178,10 +178,12 @@ def repeated_keys(keys: list[Any]) -> dict[int, str]:
 class DedupeMarkers:
     """The markers of dedupe keys: claimed before a send straight to SQS and settled after it, or stored with a delayed message."""
 
-    def __init__(self, table: str, dynamodb: Any, clock: Callable[[], float]) -> None:
+    def __init__(self, table: str, dynamodb: Any, clock: Callable[[], float], *, deduplicated: set[str] | None = None) -> None:
         self._table = table
         self._dynamodb = dynamodb
         self._clock = clock
+        # The ids of delayed messages ``store_delayed`` did not store because an earlier send holds their key.
+        self.deduplicated: set[str] = set() if deduplicated is None else deduplicated
 
     def claim(self, key: str, due: float) -> Claim:
         """Take the key with an unsent marker (CLAIMED), or say who holds it, or that the table did not answer."""
@@ -217,6 +219,8 @@ class DedupeMarkers:
         """
         now_ms = int(self._clock() * 1000)
         claim = store_with_marker(self._dynamodb, self._table, str(message.dedupe_key), message.to_item(), message.due_ms / 1000, now_ms)
+        if claim.outcome == DEDUPLICATED:
+            self.deduplicated.add(message.message_id)
         return claim.failure()
 
 

@@ -14,12 +14,13 @@ from worker_tier.handlers import PerProcess
 from worker_tier.core.observability import logger, metrics
 from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 
-NEEDS = contract.Needs("the periodic-task function", required=("queue_url", "state_table"))
+# The payload bucket takes a tick too large for the queue (a long cron.yaml body on a queue with a small maximum).
+NEEDS = contract.Needs("the periodic-task function", required=("queue_url", "state_table"), optional=("payload_bucket",))
 
 
 def _new_enqueuer() -> TickEnqueuer:
     resources = NEEDS.read()
-    return TickEnqueuer(resources.named("queue_url"), resources.named("state_table"))
+    return TickEnqueuer(resources.named("queue_url"), resources.named("state_table"), payload_bucket=resources.payload_bucket)
 
 
 enqueuer = PerProcess(_new_enqueuer)

@@ -150,20 +150,23 @@ def parse(text: str, source: str = DEFAULT_SOURCE, *, fifo: bool = False) -> lis
 
 
 def check_sendable(
-    entries: Iterable[CronEntry], *, fifo: bool, maximum_message_size: int = limits.SQS_MAX_MESSAGE_BYTES
+    entries: Iterable[CronEntry], *, fifo: bool, maximum_message_size: int = limits.SQS_MAX_MESSAGE_BYTES,
+    large_payloads: bool = False,
 ) -> None:
     """CronConfigError for the first entry whose tick SQS would refuse on this queue.
 
-    ``maximum_message_size``: the queue's MaximumMessageSize in bytes (SQS's largest when not given).
+    ``maximum_message_size``: the queue's MaximumMessageSize in bytes (SQS's largest when not given);
+    ``large_payloads``: the periodic-task function has the payload bucket, so a tick too large for the queue goes
+    there (``worker_tier.periodic.ticks``) and its size is no reason to refuse it.
     """
     for entry in entries:
-        problem = send_problem(entry, fifo=fifo, maximum_message_size=maximum_message_size)
+        problem = send_problem(entry, fifo=fifo, maximum_message_size=maximum_message_size, large_payloads=large_payloads)
         if problem:
             raise CronConfigError(f"{entry.where}: {problem}")
 
 
 def send_problem(
-    entry: CronEntry, *, fifo: bool, maximum_message_size: int = limits.SQS_MAX_MESSAGE_BYTES
+    entry: CronEntry, *, fifo: bool, maximum_message_size: int = limits.SQS_MAX_MESSAGE_BYTES, large_payloads: bool = False
 ) -> str | None:
     """Why every tick of the entry (``worker_tier.periodic.ticks.Tick``) would fail to be claimed or sent, or None."""
     tick = Tick(entry.name, entry.url, _SAMPLE_TICK_TIME, entry.body)
@@ -174,7 +177,7 @@ def send_problem(
         ("body", lambda: sqs_rules.body_problem(tick.body)),
         ("name (the MessageGroupId on a FIFO queue)", lambda: sqs_rules.group_id_problem(tick.group_id) if fifo else None),
         ("name", lambda: _key_problem(tick)),
-        ("body", lambda: _size_problem(tick.body, attributes, maximum_message_size)),
+        ("body", lambda: None if large_payloads else _size_problem(tick.body, attributes, maximum_message_size)),
         ("url", lambda: _request_path_problem(entry.url)),
         ("name", lambda: _header_value_problem(entry.name)),
     )

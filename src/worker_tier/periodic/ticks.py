@@ -21,6 +21,12 @@ the tick again. The duplicates left: a crash, or a mark that failed, after the s
 and a send whose answer was lost (a read timeout, a 5xx) although SQS took the
 message, which looks like a failed send and is retried. On a FIFO queue the
 deduplication id derived from the tick removes them too.
+
+A tick too large for its queue (a cron.yaml body on a queue whose MaximumMessageSize is small) goes to the payload
+bucket when the function has one (``payload_bucket``), as a producer's would (``worker_tier.producer.offload``): the
+queue's limit is read once, only for a tick over the smallest limit a queue may have; while it cannot be read, such
+a tick is offloaded. An object whose tick was not sent is deleted and counted (``PayloadOrphans``), kept when the
+send's answer was lost.
 """
 
 from __future__ import annotations
@@ -32,12 +38,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from worker_tier.core import contract, message, observability, sqs_rules
+from worker_tier.core import contract, limits, message, observability, sqs_rules
 from worker_tier.core import wall_clock
-from worker_tier.core.aws import LazyClient, error_code
-from worker_tier.core.contract import METRIC_TICK_MARK_FAILED, TICK_KEY_PREFIX
+from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
+from worker_tier.core.contract import METRIC_PAYLOAD_ORPHANS, METRIC_PAYLOADS_OFFLOADED, METRIC_TICK_MARK_FAILED, TICK_KEY_PREFIX
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.errors import WorkerTierError
+from worker_tier.core.payloads import PayloadStore, Pointer, is_offloaded, size_attribute
 from worker_tier.core.observability import logger
 from worker_tier.core.retry import TICK_MARK
 from worker_tier.core.state import Lease
@@ -123,6 +130,8 @@ class TickEnqueuer:
         dynamodb: Any = None,
         clock: Callable[[], float] = wall_clock.now,
         sleep: Callable[[float], None] = time.sleep,
+        payload_bucket: str | None = None,
+        s3: Any = None,
     ) -> None:
         self.queue_url = queue_url
         self.state_table = state_table
@@ -131,6 +140,8 @@ class TickEnqueuer:
         self._dynamodb = LazyClient("dynamodb", dynamodb)
         self._clock = clock
         self._sleep = sleep
+        self._payloads = PayloadStore(payload_bucket, s3) if payload_bucket else None
+        self._maximum_message_size: int | None = None
 
     def enqueue(self, tick: Tick) -> bool:
         """Send the tick's message unless another invocation has; True when this call sent it.
@@ -167,11 +178,16 @@ class TickEnqueuer:
 
     def _send(self, tick: Tick, holder: str) -> None:
         """Send the claimed tick and mark it sent; on a failed send, give the claim back and raise."""
+        envelope, pointer, call = Envelope(tick.body, tick.message_attributes()), None, "PutObject"
         try:
-            self._sqs.get().send_message(**self._request(tick))
+            pointer = self._offload(envelope)
+            call = "SendMessage"
+            self._sqs.get().send_message(**self._request(tick, envelope))
         except Exception as error:
+            if pointer is not None and not outcome_unknown(error):  # not sent (after a lost answer SQS may have it)
+                self._delete_orphan(pointer, error)
             failure = TickNotEnqueuedError(
-                f"tick {tick.key!r} was not enqueued: SendMessage failed with {error_code(error)}: {error}; "
+                f"tick {tick.key!r} was not enqueued: {call} failed with {error_code(error)}: {error}; "
                 "its claim is given back so a retry sends it"
             )
             self._release(tick, holder, failure)
@@ -213,12 +229,43 @@ class TickEnqueuer:
                 f"a retry takes the tick over after the {TICK_LEASE_SECONDS} s lease."
             )
 
-    def _request(self, tick: Tick) -> dict[str, Any]:
-        """SendMessage arguments: EB's body and ``beanstalk.sqsd.*`` attributes."""
-        envelope = Envelope(tick.body, tick.message_attributes())
+    def _request(self, tick: Tick, envelope: Envelope) -> dict[str, Any]:
+        """SendMessage arguments: EB's body (or its pointer) and ``beanstalk.sqsd.*`` attributes."""
         if self.fifo:
             return envelope.request(self.queue_url, MessageGroupId=tick.group_id, MessageDeduplicationId=tick.deduplication_id())
         return envelope.request(self.queue_url)
+
+
+    def _offload(self, envelope: Envelope) -> Pointer | None:
+        """Put the tick's body in the payload bucket when the message is too large for the queue; its pointer, or None."""
+        if self._payloads is None or is_offloaded(envelope.attributes):
+            return None
+        if envelope.size() <= limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES or envelope.size() <= self._queue_limit():
+            return None
+        pointer = self._payloads.put(envelope.body)
+        observability.count(METRIC_PAYLOADS_OFFLOADED)
+        envelope.body = pointer.body()
+        envelope.attributes.update(size_attribute(pointer.size or 0))
+        return pointer
+
+    def _delete_orphan(self, pointer: Pointer, error: Exception) -> None:
+        """Delete the object of a tick SQS refused, and count it (the retry puts the body again)."""
+        observability.count(METRIC_PAYLOAD_ORPHANS)
+        logger.warning(f"deleting the payload {pointer.uri}: its tick was not sent ({error_code(error)})")
+        if self._payloads is not None:
+            self._payloads.delete(pointer)
+
+    def _queue_limit(self) -> int:
+        """The queue's MaximumMessageSize, read once; the smallest a queue may have while it cannot be read."""
+        if self._maximum_message_size is None:
+            try:
+                response = self._sqs.get().get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])
+                self._maximum_message_size = int(response["Attributes"]["MaximumMessageSize"])
+            except Exception as error:
+                logger.warning(f"could not read MaximumMessageSize of {self.queue_url} ({error_code(error)}: {error}); "
+                               "a tick over the smallest a queue may have goes to the payload bucket")
+                return limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES
+        return self._maximum_message_size
 
 
 def tick_from_event(event: Any) -> Tick:

@@ -25,12 +25,14 @@ from worker_tier.delays import cancellation, dedupe, delay
 from worker_tier.core import contract, limits, message
 from worker_tier.core import wall_clock
 from worker_tier.pipeline import middleware
+from worker_tier.producer import offload
 from worker_tier.producer import outgoing as checks
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.limits import attribute_room
-from worker_tier.core.errors import MessageError, MissingResourceError, SendError
+from worker_tier.core.errors import MessageError, MissingResourceError, PayloadUnavailableError, SendError
+from worker_tier.core.settings import DEFAULT_PAYLOAD_MAX_BYTES
 from worker_tier.producer.outgoing import OutgoingMessage, due_in_seconds
 from worker_tier.core.retry import SEND_ENTRIES, batches
 
@@ -74,6 +76,13 @@ class Client:
     ``limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES`` (256 KiB) comes back with
     the retryable code ``QueueLimitUnknown``; a smaller one is stored.
 
+    ``payload_bucket`` (``s3``: its client) is where a body too large for the queue goes, as AWS's SQS Extended
+    Client would put it (``worker_tier.producer.offload``, docs/large-payloads.md): over the queue's
+    MaximumMessageSize, over ``payload_threshold`` when it is not 0, or over the delay table's item limit. With a
+    bucket, a message sent now that is larger than the smallest queue SQS allows (1 KiB) needs the queue's limit,
+    read as above (once); while it cannot be read, anything over 256 KiB is offloaded. A body over
+    ``payload_max_bytes`` is refused; ``payload_orphans`` counts the objects deleted because their message was not sent.
+
     Examples
     --------
     >>> client = Client("https://sqs.us-east-1.amazonaws.com/123456789012/work")  # doctest: +SKIP
@@ -94,6 +103,10 @@ class Client:
         long_delay_threshold: int = delay.LONG_DELAY_THRESHOLD_SECONDS,
         maximum_message_size: int | None = None,
         state_table: str | None = None,
+        payload_bucket: str | None = None,
+        s3: Any = None,
+        payload_threshold: int = 0,
+        payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES,
     ) -> None:
         if not queue_url or not isinstance(queue_url, str):
             raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), "
@@ -111,10 +124,19 @@ class Client:
         # Delays above this go to the delay table; only the local environment lowers it (with the horizon).
         self._long_delay_threshold = long_delay_threshold
         self._maximum_message_size = maximum_message_size
+        self._payloads = offload.Offloader(payload_bucket, s3, threshold=payload_threshold, max_bytes=payload_max_bytes,
+                                           kept_codes=frozenset({OUTCOME_UNKNOWN_CODE}))
+        self.payload_bucket, self.payload_threshold, self.payload_max_bytes = payload_bucket, payload_threshold, payload_max_bytes
+
+    @property
+    def payload_orphans(self) -> int:
+        """How many uploaded bodies were deleted because their message was not sent or stored."""
+        return self._payloads.orphans
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> Client:
-        """A Client for the work queue and, when set, the delay table and the delay_shards setting.
+        """A Client for the work queue and, when set, the delay table, the payload bucket and their settings
+        (delay_shards, payload_threshold, payload_max_bytes).
 
         The work queue is the send queue (``contract.SEND_QUEUE_URL_VARIABLE``) where a process consumes
         another queue (the container worker consumes its own queue, but its tasks' follow-ups go to the
@@ -123,8 +145,11 @@ class Client:
         shards = environ.get(contract.DELAY_SHARDS_VARIABLE)
         if shards is not None:
             kwargs.setdefault("delay_shards", checks.whole_number(contract.DELAY_SHARDS_VARIABLE, shards, delay.MAX_SHARDS))
+        for name, value in offload.settings_from_env(environ).items():
+            kwargs.setdefault(name, value)
         resources = contract.PRODUCER_NEEDS.read(environ)
         kwargs.setdefault("state_table", environ.get(contract.STATE_TABLE_VARIABLE))
+        kwargs.setdefault("payload_bucket", resources.payload_bucket)
         return cls(resources.send_queue_url or resources.queue_url, resources.delay_table, **kwargs)
 
     def send(
@@ -225,18 +250,29 @@ class Client:
         """
         messages = checks.outgoing_messages(messages)
         internal = checks.internal_by_index(_internal_attributes or {}, len(messages))
-        routed = self._route(messages, self._clock(), internal)
-        results = {r.index: r for r in routed if isinstance(r, SendResult)}
-        # Delayed ones first: each was routed as due more than 900 s after the clock read above, so it must be
-        # written before the direct sends' retries and backoff can eat into that margin (delay.py's invariant).
-        results.update(self._store_delayed([r for r in routed if isinstance(r, tuple)]))
-        direct = self._claim_dedupe_keys([r for r in routed if isinstance(r, dict)], results)
-        for chunk in _chunks(direct, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES):
-            results.update(self._send_chunk(chunk))
-        self._settle_dedupe_keys(direct, results)
+        results: dict[int, SendResult] = {}
+        uploads = self._payloads.uploads()  # bodies put in S3: each one whose message is not sent is deleted
+        try:
+            routed = self._route(messages, self._clock(), internal, uploads)
+            results.update({r.index: r for r in routed if isinstance(r, SendResult)})
+            # Delayed ones first: each was routed as due more than 900 s after the clock read above, so it must be
+            # written before the direct sends' retries and backoff can eat into that margin (delay.py's invariant).
+            results.update(self._store_delayed([r for r in routed if isinstance(r, tuple)], uploads))
+            entries = [r for r in routed if isinstance(r, dict)]
+            direct = self._claim_dedupe_keys(entries, results)
+            for held in {e["Id"] for e in entries} - {e["Id"] for e in direct}:
+                uploads.unsent(int(held))
+            for chunk in _chunks(direct, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES):
+                results.update(self._send_chunk(chunk))
+            self._settle_dedupe_keys(direct, results)
+        except Exception as error:
+            uploads.settle(results, f"{type(error).__name__}: {error}")
+            raise
+        uploads.settle(results)
         return [results[index] for index in range(len(messages))]
 
-    def _route(self, messages: list[OutgoingMessage], now: float, internal: Mapping[int, Mapping[str, str]]) -> list[Any]:
+    def _route(self, messages: list[OutgoingMessage], now: float, internal: Mapping[int, Mapping[str, str]],
+               uploads: offload.Uploads) -> list[Any]:
         """Each message's entry, delayed message or early SendResult (a failed ``MESSAGE_ERROR_CODE`` one when it fails a check)."""
         queue_limit = self._queue_limit_reader()
         repeated = dedupe.repeated_keys([m.dedupe_key for m in messages])
@@ -245,15 +281,18 @@ class Client:
             try:
                 if index in repeated:
                     raise MessageError(repeated[index])
-                routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit))
+                routed.append(self._build_entry(index, outgoing, now, internal.get(index, {}), queue_limit, uploads))
             except MissingResourceError:  # the Client's configuration, not this message: the same for every one
                 raise
             except MessageError as error:
                 routed.append(SendResult(index, error=str(error), code=MESSAGE_ERROR_CODE))
+            except PayloadUnavailableError as error:  # S3 did not take its body: not sent, retryable
+                routed.append(SendResult(index, error=str(error), code=offload.PAYLOAD_UNAVAILABLE_CODE))
         return routed
 
     def _build_entry(
-        self, index: int, outgoing: OutgoingMessage, now: float, internal: Mapping[str, str], queue_limit: Callable[[], tuple[int | None, str]]
+        self, index: int, outgoing: OutgoingMessage, now: float, internal: Mapping[str, str],
+        queue_limit: Callable[[], tuple[int | None, str]], uploads: offload.Uploads,
     ) -> Any:
         """Check one message and route it: a SendMessageBatch entry, (index, DelayedMessage), or a SendResult when it cannot go yet."""
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
@@ -264,15 +303,24 @@ class Client:
             raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
         if math.ceil(seconds) > self._long_delay_threshold or outgoing.cancellable is True:
-            return self._delayed(index, outgoing, envelope, now, seconds, queue_limit)  # the table keeps no system attributes
+            return self._delayed(index, outgoing, envelope, now, seconds, queue_limit, uploads)  # the table keeps no system attributes
         if outgoing.at is not None and seconds > 0 and not self.fifo:
             envelope.attributes = _with_due_at(envelope.attributes, math.ceil((now + seconds) * 1000))
+        options = self._queue_options(outgoing, math.ceil(seconds), now + seconds)
+        self._payloads.fit(envelope, self._direct_limit(queue_limit), uploads, index)
         size = envelope.checked_size(self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
-        return envelope.entry(str(index), **self._queue_options(outgoing, math.ceil(seconds), now + seconds), _size=size)
+        return envelope.entry(str(index), **options, _size=size)
+
+    def _direct_limit(self, queue_limit: Callable[[], tuple[int | None, str]]) -> Callable[[], int]:
+        """The queue's limit for a message sent now: without a bucket, as given (SQS checks the rest); with one, read
+        once (offloading needs it), and while it cannot be read the smallest limit queues commonly have, 256 KiB."""
+        if self.payload_bucket is None:
+            return lambda: self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES
+        return lambda: queue_limit()[0] or limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES
 
     def _delayed(
         self, index: int, outgoing: OutgoingMessage, envelope: Envelope, now: float, seconds: float,
-        queue_limit: Callable[[], tuple[int | None, str]],
+        queue_limit: Callable[[], tuple[int | None, str]], uploads: offload.Uploads,
     ) -> tuple[int, DelayedMessage] | SendResult:
         """A message for the delay table, checked against what the table and the dispatch can carry."""
         self._check_delay_table_use(outgoing, math.ceil(seconds), len(envelope.attributes))
@@ -280,20 +328,27 @@ class Client:
             self._check_cancellable(outgoing, seconds)
         maximum, failure = queue_limit()
         what = f"with {contract.DUE_AT_ATTRIBUTE} (added at dispatch)"
-        size = envelope.checked_size(maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
         message_id = delay.new_message_id(outgoing.dedupe_key)
         cancellable = outgoing.cancellable is True
         shard = delay.CANCELLABLE_SHARD if cancellable else delay.shard_of(message_id, self._delay_shards)
-        delayed = DelayedMessage(
-            message_id, math.ceil((now + seconds) * 1000), envelope.body, envelope.attributes, shard, outgoing.dedupe_key, cancellable
-        )
+
+        def stored() -> DelayedMessage:
+            return DelayedMessage(message_id, math.ceil((now + seconds) * 1000), envelope.body, envelope.attributes, shard,
+                                  outgoing.dedupe_key, cancellable)
+
+        # Unknown, the queue's limit is taken as 256 KiB when a larger message could go to S3 instead of failing.
+        limit = maximum or (limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES if self.payload_bucket else limits.SQS_MAX_MESSAGE_BYTES)
+        self._payloads.fit(envelope, lambda: limit, uploads, index, extra=DUE_AT_ATTRIBUTE_BYTES, reserved=1, delayed=True,
+                           item_too_large=lambda: delay.item_bytes(stored().to_item()) > delay.MAX_ITEM_BYTES, what=what)
+        size = envelope.checked_size(maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
+        delayed = stored()
         item_bytes = delay.item_bytes(delayed.to_item())
         if item_bytes > delay.MAX_ITEM_BYTES:
             raise MessageError(
                 f"a delayed message is stored as one DynamoDB item, which Worker Tier keeps to {delay.MAX_ITEM_BYTES} bytes "
                 f"(DynamoDB's {limits.DYNAMODB_MAX_ITEM_BYTES} less a {delay.ITEM_SIZE_MARGIN_BYTES}-byte margin); this one needs "
                 f"{item_bytes}: shorten its body or attributes by {item_bytes - delay.MAX_ITEM_BYTES} bytes, "
-                "or keep the payload elsewhere (e.g. S3) and send its key"
+                f"or {offload.BUCKET_FIX}"
             )
         if maximum is None and size > limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES:
             return SendResult(index, error=_limit_unknown_reason(size, failure), code=QUEUE_LIMIT_UNKNOWN_CODE)
@@ -348,7 +403,10 @@ class Client:
         >>> client.cancel("remind-7")  # doctest: +SKIP
         True
         """
-        return self.cancellations().cancel(dedupe_key).done
+        outcome = self.cancellations().cancel(dedupe_key)
+        if outcome.done and outcome.message is not None:  # never delivered: its body's object, if any, goes too
+            self._payloads.delete_cancelled(outcome.message.body, outcome.message.attributes)
+        return outcome.done
 
     def reschedule(self, dedupe_key: str, *, at: datetime | None = None, delay: timedelta | float | None = None) -> bool:
         """Move the cancellable message with ``dedupe_key`` to ``at`` (or ``delay`` from now) in one transaction.
@@ -368,7 +426,8 @@ class Client:
                 "cancel and reschedule need the delay table and the state table; pass delay_table and state_table "
                 f"(or set {contract.DELAY_TABLE_VARIABLE} and {contract.STATE_TABLE_VARIABLE})",
                 "state_table" if self.delay_table else "delay_table")
-        return cancellation.Cancellations(self.delay_table, self.state_table, self._dynamodb.get(), self._clock)
+        return cancellation.Cancellations(self.delay_table, self.state_table, self._dynamodb.get(), self._clock,
+                                          read_cancelled=self.payload_bucket is not None)
 
     def _queue_limit_reader(self) -> Callable[[], tuple[int | None, str]]:
         """The queue's MaximumMessageSize for one send_batch call: as given or read before, else read at most once now.
@@ -389,23 +448,30 @@ class Client:
 
         return read
 
-    def _store_delayed(self, delayed: list[tuple[int, DelayedMessage]]) -> dict[int, SendResult]:
-        """Write delayed messages; each one not stored is reported with its own code and reason, the others as sent."""
+    def _store_delayed(self, delayed: list[tuple[int, DelayedMessage]], uploads: offload.Uploads) -> dict[int, SendResult]:
+        """Write delayed messages; each one not stored is reported with its own code and reason, the others as sent
+        (a deduplicated one with the earlier send's id, its upload marked unsent)."""
         if not delayed:
             return {}
         failures: Mapping[str, tuple[str, str]] = {}
+        deduplicated: set[str] = set()
         try:
             dynamodb = self._dynamodb.get()
-            markers = dedupe.DedupeMarkers(self.delay_table or "", dynamodb, self._clock)
+            markers = dedupe.DedupeMarkers(self.delay_table or "", dynamodb, self._clock, deduplicated=deduplicated)
             keyed_write: delay.KeyedWrite = markers.store_delayed
             if any(m.cancellable for _, m in delayed):
-                keyed_write = _keyed_write(self.cancellations(), markers.store_delayed)
+                cancellations = self.cancellations()
+                cancellations.deduplicated = deduplicated
+                keyed_write = _keyed_write(cancellations, markers.store_delayed)
             store = delay.DelayStore(self.delay_table or "", dynamodb, self._delay_shards, self._sleep, keyed_write=keyed_write)
             store.put_many([m for _, m in delayed])
         except delay.DelayStoreError as error:
             failures = error.failures
         except Exception as error:  # no DynamoDB client: nothing was stored
             failures = {m.message_id: (error_code(error), str(error)) for _, m in delayed}
+        for index, stored in delayed:
+            if stored.message_id in deduplicated:
+                uploads.unsent(index)
         return {
             i: SendResult(i, error=failures[m.message_id][1], code=failures[m.message_id][0])
             if m.message_id in failures

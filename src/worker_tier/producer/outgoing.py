@@ -21,6 +21,9 @@ from worker_tier.core.errors import MessageError
 
 # Attribute names Worker Tier and sqsd set themselves (message.py's wire contract); users may not.
 RESERVED_ATTRIBUTE_PREFIXES = ("worker_tier.", "beanstalk.sqsd.")
+# The Extended Client's size attribute marks a body as an S3 pointer (worker_tier.core.payloads): set by the Client when
+# it offloads a body, or passed on by Worker Tier itself (_internal_attributes) with a pointer body; never by users.
+SIZE_ATTRIBUTES = (contract.PAYLOAD_SIZE_ATTRIBUTE, contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE)
 MAX_DELAY_SECONDS_ = delay.MAX_DELAY_SECONDS  # due_in_seconds's parameter is named delay
 # send_batch's MessageError for items that are not OutgoingMessage names at most this many of them.
 MAX_LISTED_PROBLEMS = 10
@@ -144,7 +147,8 @@ def message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -
         )
     attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
     attributes.update({user_attribute_name(name): attribute_value(name, value) for name, value in user.items()})
-    attributes.update({name: {"DataType": "String", "StringValue": value} for name, value in internal.items()})
+    attributes.update({name: {"DataType": "Number" if name in SIZE_ATTRIBUTES else "String", "StringValue": value}
+                       for name, value in internal.items()})
     problem = sqs_rules.attributes_problem(attributes)
     if problem:
         raise MessageError(problem)
@@ -159,6 +163,11 @@ def user_attribute_name(name: Any) -> Any:
         raise MessageError(
             f"attribute name {name!r} is reserved: names starting with "
             f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} are set by Worker Tier and sqsd; rename it"
+        )
+    if name in SIZE_ATTRIBUTES:
+        raise MessageError(
+            f"attribute name {name!r} is reserved: it marks the body as an S3 pointer (AWS's SQS Extended Client format), "
+            "and the Client sets it when it offloads a large body (payload_bucket); rename it"
         )
     return name
 
@@ -180,20 +189,22 @@ def attribute_value(name: Any, value: Any) -> dict[str, Any]:
 
 def internal_by_index(internal: Mapping[int, Mapping[str, str]], count: int) -> dict[int, Mapping[str, str]]:
     """Check ``_internal_attributes``: indexes of this batch, reserved names (``worker_tier.*``, and
-    ``beanstalk.sqsd.*`` for a periodic task's copy), String values; never the path or ``due_at``."""
+    ``beanstalk.sqsd.*`` for a periodic task's copy, and the size attribute of a pointer body, sent as a Number),
+    string values; never the path or ``due_at``."""
     for index, attributes in internal.items():
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
             raise MessageError(f"_internal_attributes: index {index!r} is not a message of this batch (0..{count - 1})")
         for name, value in attributes.items():
             if (
                 not isinstance(name, str)
-                or not name.startswith(RESERVED_ATTRIBUTE_PREFIXES)
+                or not (name.startswith(RESERVED_ATTRIBUTE_PREFIXES) or name in SIZE_ATTRIBUTES)
                 or name in (contract.DUE_AT_ATTRIBUTE, contract.PATH_ATTRIBUTE)
             ):
                 raise MessageError(
                     f"_internal_attributes: name {name!r} must start with "
-                    f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} and not be {contract.DUE_AT_ATTRIBUTE!r} "
-                    f"(set by the delay dispatcher) or {contract.PATH_ATTRIBUTE!r} (set from the path)"
+                    f"{' or '.join(repr(p) for p in RESERVED_ATTRIBUTE_PREFIXES)} (or be {' or '.join(map(repr, SIZE_ATTRIBUTES))}) "
+                    f"and not be {contract.DUE_AT_ATTRIBUTE!r} (set by the delay dispatcher) or {contract.PATH_ATTRIBUTE!r} "
+                    "(set from the path)"
                 )
             if not isinstance(value, str):
                 raise MessageError(f"_internal_attributes: {name!r} must be a string, got {type(value).__name__}")
