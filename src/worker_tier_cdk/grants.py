@@ -76,7 +76,9 @@ LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
 # The payload bucket's calls (worker_tier.core.payloads.PayloadStore): put_object; get_object and delete_object; a
 # ListBucket grant makes S3 answer a missing key with 404 NoSuchKey rather than 403 AccessDenied:
 # https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html#API_GetObject_RequestSyntax ("Permissions").
-PAYLOAD_PUT_ACTIONS = ("s3:PutObject",)
+# A producer deletes what it uploaded for a send that did not happen (an orphan) or a delayed message it cancelled.
+# DeleteObject adds no power PutObject on the same keys lacks: a put may already overwrite any object there.
+PAYLOAD_PUT_ACTIONS = ("s3:PutObject", "s3:DeleteObject")
 PAYLOAD_READ_DELETE_ACTIONS = ("s3:GetObject", "s3:DeleteObject")
 PAYLOAD_LIST_ACTIONS = ("s3:ListBucket",)
 # Under SSE-KMS, S3 calls KMS as the caller: an upload needs GenerateDataKey, a download Decrypt (a multipart upload,
@@ -178,9 +180,12 @@ def grant_signing_secret(grantee: iam.IGrantable, arn: str) -> iam.Grant:
 
 
 def grant_payload_put(bucket: s3.IBucket, grantee: iam.IGrantable) -> iam.Grant:
-    """Allow putting objects under ``payloads/`` of the payload bucket (and, under SSE-KMS, the data keys for them).
+    """Allow putting and deleting objects under ``payloads/`` of the payload bucket (and, under SSE-KMS, the data
+    keys for them).
 
-    What a producer (``Client.send``) and the periodic-task function need to offload a body; nothing is read back.
+    What a producer (``Client.send``) and the periodic-task function need to offload a body, and to delete it at once
+    when its send did not happen (an orphan) or its delayed message was cancelled; nothing is read back. DeleteObject
+    there gives no power PutObject on the same keys lacks (a put may overwrite any of them).
 
     Examples
     --------
@@ -191,8 +196,9 @@ def grant_payload_put(bucket: s3.IBucket, grantee: iam.IGrantable) -> iam.Grant:
     if bucket.encryption_key is not None:
         bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_PUT_ACTIONS)
     _acknowledge_objects(grantee, bucket, f"{PAYLOAD_KEY_PREFIX}*",
-                         "A producer offloads each large body under a fresh key (payloads/<uuid>): the grant is "
-                         "PutObject under the payloads/ prefix of the one payload bucket, nothing else.")
+                         "A producer offloads each large body under a fresh key (payloads/<uuid>) and deletes it when its "
+                         "send did not happen: the grant is PutObject and DeleteObject under the payloads/ prefix of "
+                         "the one payload bucket, nothing else.")
     return grant
 
 

@@ -94,6 +94,7 @@ class PeriodicTasks(Construct):
             props.entries,
             fifo=props.queue.fifo,
             maximum_message_size=queue_maximum_message_size(props.queue, props.maximum_message_size_bytes),
+            large_payloads=props.payload_bucket is not None,
         )
         for entry in props.entries:
             for warning in entry.warnings:

@@ -92,9 +92,12 @@ def cancel_command(key: str, as_json: bool) -> None:
     session = _session()
     target = session.target
     try:
+        bucket = target.optional("payload_bucket")  # a cancelled message's offloaded body is deleted with it
+        offload: dict[str, Any] = {"payload_bucket": bucket, "s3": session.client("s3")} if bucket else {}
         client = Client(target.required("queue_url"), target.required("delay_table"), sqs=session.client("sqs"),
-                        dynamodb=session.client("dynamodb"), clock=session.runtime.clock, state_table=target.required("state_table"))
-        outcome = client.cancellations().cancel(key)
+                        dynamodb=session.client("dynamodb"), clock=session.runtime.clock, state_table=target.required("state_table"),
+                        **offload)
+        outcome = client.cancel_outcome(key)
     except MessageError as error:
         raise click.UsageError(str(error)) from error
     if as_json:

@@ -66,9 +66,10 @@ def _consumer_statements(bucket_id: str, key_id: str | None = None) -> list[dict
 
 
 def _producer_statements(bucket_id: str, key_id: str | None = None) -> list[dict]:
-    """What a producer's role is granted: put under payloads/ (and make the data key under SSE-KMS)."""
+    """What a producer's role is granted: put (and delete its orphans) under payloads/, and make the data key under SSE-KMS."""
     kms = [{"Action": "kms:GenerateDataKey", "Effect": "Allow", "Resource": {"Fn::GetAtt": [key_id, "Arn"]}}] if key_id else []
-    return [{"Action": "s3:PutObject", "Effect": "Allow", "Resource": _objects(bucket_id, "payloads/*")}, *kms]
+    return [{"Action": ["s3:PutObject", "s3:DeleteObject"], "Effect": "Allow", "Resource": _objects(bucket_id, "payloads/*")},
+            *kms]
 
 
 def test_the_payload_bucket_is_private_tls_only_unversioned_and_encrypted_by_s3(template):

@@ -403,10 +403,18 @@ class Client:
         >>> client.cancel("remind-7")  # doctest: +SKIP
         True
         """
+        return self.cancel_outcome(dedupe_key).done
+
+    def cancel_outcome(self, dedupe_key: str) -> cancellation.Outcome:
+        """``cancel``, with its outcome and reason (the command line's ``delayed cancel``).
+
+        A cancelled message is never delivered, so its offloaded body's object is deleted too (best effort: the
+        bucket's lifecycle rule removes one S3 did not delete).
+        """
         outcome = self.cancellations().cancel(dedupe_key)
-        if outcome.done and outcome.message is not None:  # never delivered: its body's object, if any, goes too
+        if outcome.done and outcome.message is not None:
             self._payloads.delete_cancelled(outcome.message.body, outcome.message.attributes)
-        return outcome.done
+        return outcome
 
     def reschedule(self, dedupe_key: str, *, at: datetime | None = None, delay: timedelta | float | None = None) -> bool:
         """Move the cancellable message with ``dedupe_key`` to ``at`` (or ``delay`` from now) in one transaction.
