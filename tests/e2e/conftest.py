@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import iam, stacks
-from worker_tier_local.environment import LOCAL_PREFIX
+from worker_tier_local.environment import LOCAL_PAYLOAD_BUCKET, LOCAL_PREFIX
 
 iam.install()  # before any client is made: clients copy botocore's handlers when made
 
@@ -28,7 +28,8 @@ def iam_enforced(tmp_path: Path, monkeypatch):
     # A container worker started without a container queue reads the work queue, as it does with an app or forwarding.
     queues = {"WorkerQueue": _local("queue"), "WorkerDeadLetterQueue": _local("dlq"),
               "LongTasksLongTaskQueue": (*_local("container"), *_local("queue"))}
-    stacks.enforce("container", queues=queues, tables={"StateTable": f"{LOCAL_PREFIX}-state", "DelaysDelayTable": f"{LOCAL_PREFIX}-delays"})
+    stacks.enforce("container", queues=queues, tables={"StateTable": f"{LOCAL_PREFIX}-state", "DelaysDelayTable": f"{LOCAL_PREFIX}-delays"},
+                   buckets={stacks.PAYLOAD_BUCKET: LOCAL_PAYLOAD_BUCKET})
     shared = stacks.share_with_subprocesses(tmp_path)
     for name, value in shared.items():
         monkeypatch.setenv(name, value)
