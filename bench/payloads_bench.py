@@ -25,6 +25,7 @@ from typing import Any, Callable
 import boto3
 
 from bench import results
+from tests.support import extended_client
 from worker_tier.core import contract, limits
 from worker_tier.core.envelope import lambda_record
 from worker_tier.core.payloads import PayloadStore
@@ -119,9 +120,8 @@ def ours_round(sqs: Any, s3: Any, queue_url: str, queue_arn: str, body: str, cou
 
 
 def peer_round(sqs: Any, s3: Any, queue_url: str, body: str, count: int) -> None:
-    """The same with AWS's Extended Client: send_message, receive_message (GetObject), delete_message (DeleteObject)."""
-    import sqs_extended_client  # noqa: F401  (patches boto3's SQS client class with the extended calls)
-
+    """The same with AWS's Extended Client (``sqs`` one of its clients): send_message, receive_message (GetObject),
+    delete_message (DeleteObject)."""
     sqs.large_payload_support = BUCKET
     sqs.s3_client = s3
     sqs.always_through_s3 = False
@@ -196,7 +196,8 @@ def throughput(endpoint: str, runs: int = RUNS) -> dict[str, Any]:
     """Messages and MB per second, ours against the Extended Client, interleaved; each run's worst kept."""
     figures: dict[str, Any] = {}
     sqs, s3 = _endpoint_clients(endpoint)
-    peer_sqs, _ = _endpoint_clients(endpoint)  # the Extended Client patches the client it is given
+    peer_sqs = extended_client.session(aws_access_key_id="bench", aws_secret_access_key="bench",
+                                       region_name=REGION).client("sqs", endpoint_url=endpoint)
     for label, (size, count) in THROUGHPUT.items():
         body = "y" * size
         url, arn = _queue(sqs, f"rate-ours-{label}")

@@ -20,6 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from tests.support import extended_client
 from tests.support.aws_world import REGION, AwsWorld, make_world
 from tests.support.container import run_until
 from worker_tier import RetryLater, Task
@@ -507,12 +508,7 @@ def test_a_message_from_aws_extended_client_runs_with_its_real_body(world, exten
 @pytest.fixture
 def extended_session():
     """A session of AWS's Extended Client; importing it replaces boto3's Session, so boto3 is put back as it was."""
-    saved = (boto3.Session, boto3.session.Session, boto3.DEFAULT_SESSION)
-    try:
-        from sqs_extended_client.client import SQSExtendedClientSession
-    finally:
-        boto3.Session, boto3.session.Session, boto3.DEFAULT_SESSION = saved
-    return SQSExtendedClientSession(region_name=REGION)
+    return extended_client.session(region_name=REGION)
 
 
 def test_the_published_metrics_count_reads_and_deletes_per_batch(world, published):

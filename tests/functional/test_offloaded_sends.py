@@ -15,6 +15,7 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from moto import mock_aws
 
+from tests.support import extended_client
 from tests.support import dispatcher as support
 from tests.support.dispatcher import QUEUE
 from worker_tier import Client, MessageError, OutgoingMessage
@@ -256,25 +257,11 @@ def test_offloading_needs_an_attribute_for_the_size(aws, s3):
     assert s3.calls == []
 
 
-def extended_client_session(region: str):
-    """A boto3 session of AWS's Python Extended Client (``amazon-sqs-extended-client``), leaving boto3 as it was.
-
-    Importing the package replaces ``boto3.Session`` and the default session for the whole process (its
-    ``__init__``); they are put back, so only this session's clients read and write large payloads.
-    """
-    import boto3.session
-
-    saved = boto3.session.Session, boto3.Session, boto3.DEFAULT_SESSION
-    try:
-        from sqs_extended_client.client import SQSExtendedClientSession
-    finally:
-        boto3.session.Session, boto3.Session, boto3.DEFAULT_SESSION = saved
-    return SQSExtendedClientSession(region_name=region)
 
 
 def test_a_message_our_client_offloads_is_read_by_aws_extended_client(aws, s3):
     # GIVEN AWS's Python Extended Client on the same queue and bucket, deleting objects with their messages
-    reader = extended_client_session(REGION).client("sqs")
+    reader = extended_client.session(region_name=REGION).client("sqs")
     reader.large_payload_support = BUCKET
     reader.s3_client = s3.client
     reader.delete_payload_from_s3 = True
@@ -291,7 +278,7 @@ def test_a_message_our_client_offloads_is_read_by_aws_extended_client(aws, s3):
 
 def test_a_message_aws_extended_client_offloads_is_never_offloaded_again_when_passed_on(aws, s3):
     # GIVEN a message AWS's Extended Client sent through the bucket (the worker gets such messages and may re-send them)
-    writer = extended_client_session(REGION).client("sqs")
+    writer = extended_client.session(region_name=REGION).client("sqs")
     writer.large_payload_support = BUCKET
     writer.s3_client = s3.client
     writer.send_message(QueueUrl=aws.queue_url, MessageBody="w" * 300_000,
