@@ -3,6 +3,8 @@
 import doctest
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from worker_tier.core import sqs_rules
 from worker_tier.core.sqs_rules import (
@@ -105,3 +107,21 @@ def test_delay_seconds(value, ok):
 def test_format_number_never_uses_exponent_and_passes_the_rule(value, text):
     assert format_number(value) == text
     assert attribute_value_problem("n", {"DataType": "Number", "StringValue": format_number(value)}) is None
+
+
+# Characters at the rule's edges: refused C0 controls, the allowed three, DEL, both ends of each allowed range, lone
+# surrogates, U+FFFE and U+FFFF, and ordinary text.
+_EDGES = "\x00\x08\t\n\x0b\x0c\r\x0e\x1f \x7f\x80\ud7ff\ud800\udfff\ue000\ufffd\ufffe\uffff\U00010000\U0010ffffaé日"
+
+
+@given(st.lists(st.sampled_from(_EDGES), max_size=12), st.integers(0, 5000))
+def test_a_large_body_is_judged_as_the_character_rule_judges_it_whatever_the_screen_says(characters, at):
+    # GIVEN a body long enough to be screened at C speed first, with edge characters placed in it
+    body = "x" * 5000
+    body = body[:at] + "".join(characters) + body[at:]
+    # WHEN it is checked  THEN the answer is the character rule's own, offset included
+    bad = sqs_rules._invalid_character().search(body)
+    problem = body_problem(body)
+    assert (problem is None) == (bad is None)
+    if bad is not None:
+        assert f"at offset {bad.start()}" in problem

@@ -58,8 +58,28 @@ def _shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# The C0 controls SQS refuses (all but tab, newline and carriage return): in UTF-8 they are these bytes alone.
+_REFUSED_CONTROL_BYTES = bytes(b for b in range(0x20) if b not in (0x09, 0x0A, 0x0D))
+_OTHER_BYTES = bytes(b for b in range(256) if b not in _REFUSED_CONTROL_BYTES)
+# Above this length a text is first screened at C speed (_clean), which a large body's regex scan costs 7 ns a character.
+_SCREEN_FROM_CHARACTERS = 4096
+
+
+def _clean(text: str) -> bool:
+    """True when ``text`` surely holds no character SQS refuses, screened on its UTF-8 bytes at C speed: no lone
+    surrogate (it cannot be encoded), no refused control byte, no U+FFFE or U+FFFF (EF BF BE, EF BF BF).
+    False means "look closer", not "refused"."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return not data.translate(None, _OTHER_BYTES) and b"\xef\xbf\xbe" not in data and b"\xef\xbf\xbf" not in data
+
+
 def text_problem(text: str, what: str) -> str | None:
     """A character SQS refuses in a body or String value, with its offset; None if every character is allowed."""
+    if len(text) >= _SCREEN_FROM_CHARACTERS and _clean(text):
+        return None
     bad = _invalid_character().search(text)
     if bad is None:
         return None
