@@ -1,0 +1,56 @@
+"""Repro: an offloaded message outlives the payload bucket's lifecycle rule; its body is then gone.
+
+Promise 4: "the bucket's lifecycle rule covers the longest life ... An object of a message still alive is never
+removed by the rule before its message could be." The rule is ``expiration_days`` from the object's upload: 389 days
+for a standard stack (366-day delay + 2 x 4-day retention + 14 days DLQ + 1). But the worker re-sends a long
+``RetryLater`` through the delay table keeping the *same* object (never re-uploaded), so each reschedule adds up
+to 366 days to the message's life, not the object's. A message delayed 366 days whose task asks
+``RetryLater(timedelta(days=30))`` is due on day 396: the rule deleted its object on day 389, and the task that was
+promised its body is dead-lettered "missing from S3" instead. (The same holds without any delay: two
+``RetryLater(days=200)`` in a row, or a dead-lettered message redriven, failing, and dead-lettered again: each DLQ
+copy is a fresh SendMessage with a fresh 14 days, and each redrive a fresh retention.)
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tests.functional.test_offloaded_bodies import make_worker, offload, world  # noqa: F401
+from worker_tier import RetryLater, Task
+from worker_tier.core import payloads
+from worker_tier.delays import delay as delays
+from worker_tier.delays.delay import DelayedMessage
+from worker_tier.worker.registry import Registry
+
+DAY = 86400
+RETENTION = 4 * DAY  # the queue's default retention_period
+STANDARD_STACK_DAYS = payloads.expiration_days(RETENTION, 14 * DAY, delays.MAX_DELAY_SECONDS)
+
+
+def test_a_long_retry_of_a_message_delayed_366_days_is_due_after_its_object_expired(world):
+    aws, s3 = world
+    assert STANDARD_STACK_DAYS == 389
+    aws.dynamodb.create_table(
+        TableName="delay",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    tasks = Registry()
+
+    @tasks.task("/renew")
+    def renew(task: Task) -> None:
+        raise RetryLater(timedelta(days=30))
+
+    uploaded_at = 1_800_000_000.0
+    offload(aws, s3, "the real body", path="/renew")  # the object's life starts here
+    dispatched_at = uploaded_at + delays.MAX_DELAY_SECONDS  # the delay dispatcher sends it 366 days later
+    response = make_worker(aws, tasks, s3, delay_table="delay", clock=lambda: dispatched_at).handle(aws.receive_event(), None)
+    assert response["batchItemFailures"] == []
+    [item] = aws.dynamodb.scan(TableName="delay")["Items"]
+    copy = DelayedMessage.from_item(item)
+    assert payloads.is_offloaded(copy.attributes)  # the copy points at the same object
+    object_expires_at = uploaded_at + STANDARD_STACK_DAYS * DAY
+    assert copy.due_ms / 1000 <= object_expires_at, (
+        f"the retry is due {(copy.due_ms / 1000 - uploaded_at) / DAY:.0f} days after the upload; the lifecycle rule "
+        f"deleted its object on day {STANDARD_STACK_DAYS}")
