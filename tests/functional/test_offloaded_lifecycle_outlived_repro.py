@@ -54,3 +54,18 @@ def test_a_long_retry_of_a_message_delayed_366_days_is_due_after_its_object_expi
     assert copy.due_ms / 1000 <= object_expires_at, (
         f"the retry is due {(copy.due_ms / 1000 - uploaded_at) / DAY:.0f} days after the upload; the lifecycle rule "
         f"deleted its object on day {STANDARD_STACK_DAYS}")
+
+
+def test_a_message_redriven_once_and_dead_lettered_again_outlives_a_fifo_stacks_rule():
+    # The timeline of one offloaded message on a FIFO stack (or a WorkerQueue alone: no delay table), with the
+    # defaults: 4 days of queue retention, 14 days of DLQ retention, every step as the product does it.
+    rule_days = payloads.expiration_days(RETENTION, 14 * DAY, 0)
+    assert rule_days == 23
+    uploaded = 0
+    dead_lettered = uploaded + RETENTION  # fails until its last day in the queue; the worker's DLQ copy is a new message
+    redriven = dead_lettered + 13 * DAY  # the operator redrives it (worker-tier redrive: SendMessage, a new message)
+    dead_lettered_again = redriven + RETENTION  # the fix was incomplete: it fails again, a new DLQ copy
+    dlq_keeps_it_until = dead_lettered_again + 14 * DAY
+    assert dlq_keeps_it_until <= uploaded + rule_days * DAY, (
+        f"the DLQ keeps the message until day {dlq_keeps_it_until // DAY}; the lifecycle rule deleted its body on day "
+        f"{rule_days}: 'a dead-lettered message keeps its object as long as the DLQ keeps the message' does not hold")
