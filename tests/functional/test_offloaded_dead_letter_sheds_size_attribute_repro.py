@@ -72,3 +72,28 @@ def test_a_redriven_copy_that_lost_its_size_attribute_runs_its_task_with_the_poi
     worker.handle(aws.receive_event(), None)
 
     assert seen == ["the real body", "the real body"], f"the redriven task ran with body {seen[-1]!r}"
+
+
+def test_an_offloaded_message_with_eight_attributes_of_its_own_keeps_its_pointer_marker_in_the_dlq(world):
+    # The Client allows 8 attributes of the user's beside the path when it offloads (the size attribute is the
+    # 10th; docs/large-payloads.md "9 of the user's with the path"). The DLQ copy needs room for worker_tier.failure:
+    # envelope.dead_letter_attributes keeps the routing attributes and then the others in order, dropping the last,
+    # which is ExtendedPayloadSize (appended last by the Client; and it sorts before lowercase or later names, so the
+    # attribute names here, A1..A8, put it last in either order).
+    from worker_tier import Client
+    aws, s3 = world
+    tasks = Registry()
+
+    @tasks.task("/ok")
+    def ok(task: Task) -> None:
+        raise NonRetryableError("a bad image")
+
+    client = Client(aws.queue_url, sqs=aws.sqs, payload_bucket="payloads", s3=s3._s3)
+    client.send("/ok", "b" * 2_000_000, attributes={f"A{i}": f"v{i}" for i in range(1, 9)})
+    make_worker(aws, tasks, s3).handle(aws.receive_event(), None)
+
+    [dead] = aws.dead_letters()
+    assert dead["Body"].startswith('["software.amazon.payloadoffloading.PayloadS3Pointer"')
+    assert contract.PAYLOAD_SIZE_ATTRIBUTE in dead["MessageAttributes"], (
+        f"the DLQ copy lost {contract.PAYLOAD_SIZE_ATTRIBUTE}: {sorted(dead['MessageAttributes'])}; "
+        f"dlq show will print the pointer as the body and a redrive will run the task with it")
