@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import boto3
+import pytest
 
 from tests.cli.deployment import NOW, parsed
 from worker_tier.core import contract, envelope, message, payloads
@@ -222,3 +223,16 @@ def test_send_of_a_body_over_payload_max_bytes_is_refused_naming_the_value_and_t
         "payload_max_bytes (with the worker's memory), or keep the payload elsewhere and send its key\n")
     assert deployment.drain(deployment.queue_url) == []
     assert _s3().list_objects_v2(Bucket="payloads").get("KeyCount") == 0
+
+
+@pytest.mark.parametrize("pointer_body", ["[]", "{}", "5"])
+def test_dlq_show_of_a_pointer_of_the_wrong_shape_says_so_and_prints_it(deployment, pointer_body):
+    # GIVEN a dead letter marked offloaded whose body is JSON but not a pointer  WHEN shown  THEN it says so, no crash
+    attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/resize"}, **payloads.size_attribute(10)}
+    message_id = deployment.sqs.send_message(QueueUrl=deployment.dlq_url, MessageBody=pointer_body,
+                                             MessageAttributes=attributes)["MessageId"]
+    text = deployment.run("dlq", "show", message_id)
+    assert text.exit_code == 0, text.output
+    assert "body: offloaded, not read:" in text.stdout
+    shown = parsed(deployment.run("dlq", "show", message_id, "--json"))
+    assert shown["body"] is None and shown["payload"]["pointer"] == pointer_body

@@ -23,7 +23,7 @@ from moto import mock_aws
 from tests.support import extended_client
 from tests.support.aws_world import REGION, AwsWorld, make_world
 from tests.support.container import run_until
-from worker_tier import RetryLater, Task
+from worker_tier import Client, NonRetryableError, RetryLater, Task
 from worker_tier.app import target_from_settings
 from worker_tier.app.forwarding import HttpTarget
 from worker_tier.container.consumer import Consumer
@@ -522,3 +522,100 @@ def test_the_published_metrics_count_reads_and_deletes_per_batch(world, publishe
     assert observability.metrics.metric_set[contract.METRIC_PAYLOADS_OFFLOADED]["Value"] == [3.0]
     assert observability.metrics.metric_set[contract.METRIC_PAYLOADS_DELETED]["Value"] == [3.0]
     assert published()[contract.METRIC_PAYLOADS_DELETED] == 3
+
+
+def test_the_dlq_copy_of_an_offloaded_message_keeps_its_size_attribute_when_it_sheds_attributes(world):
+    # GIVEN an offloaded message whose DLQ copy cannot keep every attribute  WHEN its task fails for good
+    aws, s3 = world
+    aws.sqs.set_queue_attributes(QueueUrl=aws.dead_letter_queue_url, Attributes={"MaximumMessageSize": "1024"})
+    seen: list[str] = []
+    tasks = Registry()
+
+    @tasks.task("/ok")
+    def ok(task: Task) -> None:
+        seen.append(task.body)
+        if task.body == "the real body":
+            raise NonRetryableError("a bad image")
+
+    s3._s3.put_object(Bucket="payloads", Key="payloads/k-1", Body=b"the real body")
+    pointer = Pointer("payloads", "payloads/k-1", 13)
+    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=pointer.body(), MessageAttributes={
+        **size_attribute(13), contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/ok"},
+        "trace": {"DataType": "String", "StringValue": "t" * 700}})
+    make_worker(aws, tasks, s3).handle(aws.receive_event(), None)
+
+    [dead] = aws.dead_letters()
+    assert dead["Body"] == pointer.body()
+    assert contract.PAYLOAD_SIZE_ATTRIBUTE in dead["MessageAttributes"], (
+        f"the DLQ copy lost {contract.PAYLOAD_SIZE_ATTRIBUTE}: it now has only {sorted(dead['MessageAttributes'])}")
+
+
+def test_a_redriven_copy_that_lost_its_size_attribute_runs_its_task_with_the_pointer_as_body(world):
+    # GIVEN an offloaded message whose DLQ copy cannot keep every attribute  WHEN its task fails for good
+    aws, s3 = world
+    aws.sqs.set_queue_attributes(QueueUrl=aws.dead_letter_queue_url, Attributes={"MaximumMessageSize": "1024"})
+    seen: list[str] = []
+    tasks = Registry()
+
+    @tasks.task("/ok")
+    def ok(task: Task) -> None:
+        seen.append(task.body)
+        if len(seen) == 1:
+            raise NonRetryableError("a bad image")
+
+    s3._s3.put_object(Bucket="payloads", Key="payloads/k-1", Body=b"the real body")
+    pointer = Pointer("payloads", "payloads/k-1", 13)
+    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=pointer.body(), MessageAttributes={
+        **size_attribute(13), contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/ok"},
+        "trace": {"DataType": "String", "StringValue": "t" * 700}})
+    worker = make_worker(aws, tasks, s3)
+    worker.handle(aws.receive_event(), None)
+    # the operator redrives the dead letter as it is (worker-tier redrive drops only worker_tier.* attributes)
+    [dead] = aws.dead_letters()
+    kept = {k: v for k, v in dead["MessageAttributes"].items() if not k.startswith("worker_tier.")}
+    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=dead["Body"], MessageAttributes=kept)
+    aws.sqs.delete_message(QueueUrl=aws.dead_letter_queue_url, ReceiptHandle=dead["ReceiptHandle"])
+    worker.handle(aws.receive_event(), None)
+
+    assert seen == ["the real body", "the real body"], f"the redriven task ran with body {seen[-1]!r}"
+
+
+def test_an_offloaded_message_with_eight_attributes_of_its_own_keeps_its_pointer_marker_in_the_dlq(world):
+    # The Client allows 8 attributes of the user's beside the path when it offloads (the size attribute is the
+    # 10th; docs/large-payloads.md "9 of the user's with the path"). The DLQ copy needs room for worker_tier.failure:
+    # envelope.dead_letter_attributes keeps the routing attributes and then the others in order, dropping the last,
+    # which is ExtendedPayloadSize (appended last by the Client; and it sorts before lowercase or later names, so the
+    # attribute names here, A1..A8, put it last in either order).
+    # GIVEN an offloaded message whose DLQ copy cannot keep every attribute  WHEN its task fails for good
+    aws, s3 = world
+    tasks = Registry()
+
+    @tasks.task("/ok")
+    def ok(task: Task) -> None:
+        raise NonRetryableError("a bad image")
+
+    client = Client(aws.queue_url, sqs=aws.sqs, payload_bucket="payloads", s3=s3._s3)
+    client.send("/ok", "b" * 2_000_000, attributes={f"A{i}": f"v{i}" for i in range(1, 9)})
+    make_worker(aws, tasks, s3).handle(aws.receive_event(), None)
+
+    [dead] = aws.dead_letters()
+    assert dead["Body"].startswith('["software.amazon.payloadoffloading.PayloadS3Pointer"')
+    assert contract.PAYLOAD_SIZE_ATTRIBUTE in dead["MessageAttributes"], (
+        f"the DLQ copy lost {contract.PAYLOAD_SIZE_ATTRIBUTE}: {sorted(dead['MessageAttributes'])}; "
+        f"dlq show will print the pointer as the body and a redrive will run the task with it")
+
+
+@pytest.mark.parametrize("pointer_body", ["[]", "{}", "5", "true", '{"s3BucketName": "payloads", "s3Key": "k"}'])
+def test_a_pointer_body_of_valid_json_of_the_wrong_shape_is_dead_lettered_at_once(world, pointer_body):
+    # GIVEN an offloaded message whose body is JSON but not a pointer  WHEN handled  THEN dead-lettered at once
+    aws, s3 = world
+    offload(aws, s3, "real body", pointer_body=pointer_body)
+    seen: list[str] = []
+    worker = make_worker(aws, recording_tasks(seen), s3)
+    response = worker.handle(aws.receive_event(), None)
+    assert seen == []
+    # promised: dead-lettered at once with a PayloadError reason (reported done)
+    dead = aws.dead_letters()
+    assert len(dead) == 1, f"not dead-lettered; batch response {response}, visibility calls {aws.params('ChangeMessageVisibilityBatch')}"
+    assert reason_of(dead[0])["error_type"] == "PayloadError" and "S3 pointer" in reason_of(dead[0])["error_message"]
+    assert response["batchItemFailures"] == []

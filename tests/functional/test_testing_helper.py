@@ -318,3 +318,30 @@ def test_a_world_has_a_payload_bucket_its_tasks_reach_through_boto3_and_refuses_
             s3.head_object(Bucket=bucket, Key="payloads/a")
     assert str(error.value).startswith("s3's HeadObject is not modelled by worker_tier.testing")
     assert "WORKER_TIER_PAYLOAD_BUCKET" not in os.environ or os.environ["WORKER_TIER_PAYLOAD_BUCKET"] != bucket
+
+
+TWO_MB = "x" * (2 * 1024 * 1024)
+
+
+def _tasks(seen: list[int]) -> Registry:
+    registry = Registry()
+    registry.task("/big")(lambda task: seen.append(len(task.body)))
+    return registry
+
+
+def test_from_env_in_the_world_offloads_a_2_mb_body():
+    # GIVEN a world and a task  WHEN a producer's Client sends it a 2 MB body  THEN the task gets it whole
+    seen: list[int] = []
+    with TaskWorld(task_modules=[], registry=_tasks(seen)) as world:
+        message_id = Client.from_env().send("/big", TWO_MB)
+        assert world.run().outcome(message_id).status == "succeeded"
+    assert seen == [len(TWO_MB)]
+
+
+def test_the_worlds_own_client_offloads_a_2_mb_body():
+    # GIVEN a world and a task  WHEN the world's own client sends it a 2 MB body  THEN the task gets it whole
+    seen: list[int] = []
+    with TaskWorld(task_modules=[], registry=_tasks(seen)) as world:
+        message_id = world.client.send("/big", TWO_MB)
+        assert world.run().outcome(message_id).status == "succeeded"
+    assert seen == [len(TWO_MB)]

@@ -214,6 +214,9 @@ PAYLOAD_KEY_PREFIX = "payloads/"
 DELAYED_PAYLOAD_KEY_PREFIX = "payloads/delayed/"
 SCHEDULED_TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 ROUTING_ATTRIBUTES = (PATH_ATTRIBUTE, TASK_NAME_ATTRIBUTE, SCHEDULED_TIME_ATTRIBUTE)
+# What a DLQ copy never sheds for room (worker_tier.core.envelope.dead_letter_attributes): the routing attributes, and
+# the Extended Client's size attribute, without which the copy's pointer body would read as an ordinary body.
+KEPT_ATTRIBUTES = (*ROUTING_ATTRIBUTES, PAYLOAD_SIZE_ATTRIBUTE, LEGACY_PAYLOAD_SIZE_ATTRIBUTE)
 # Worker Tier's own attributes: the producer refuses user attributes with this prefix.
 WORKER_TIER_ATTRIBUTE_PREFIX = "worker_tier."
 FAILURE_ATTRIBUTE = "worker_tier.failure"

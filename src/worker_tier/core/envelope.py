@@ -22,7 +22,7 @@ import base64
 import json
 from typing import Any, Mapping
 
-from worker_tier.core.contract import FAILURE_ATTRIBUTE, ROUTING_ATTRIBUTES
+from worker_tier.core.contract import FAILURE_ATTRIBUTE, KEPT_ATTRIBUTES
 from worker_tier.core.errors import MessageError
 from worker_tier.core.limits import attribute_room
 
@@ -229,11 +229,12 @@ def dead_letter_attributes(
 ) -> dict[str, dict[str, Any]]:
     """The original attributes plus ``worker_tier.failure``, within SQS's 10-attribute quota.
 
-    Routing attributes and the reason are kept first; any attribute that does not
+    The routing attributes, the Extended Client's size attribute (``contract.KEPT_ATTRIBUTES``) and the reason are
+    kept first; any attribute that does not
     fit is named in the reason's ``dropped_attributes``.
     """
-    routing = [name for name in ROUTING_ATTRIBUTES if name in original]
-    others = [name for name in original if name not in ROUTING_ATTRIBUTES and name != FAILURE_ATTRIBUTE]
+    routing = [name for name in KEPT_ATTRIBUTES if name in original]
+    others = [name for name in original if name not in KEPT_ATTRIBUTES and name != FAILURE_ATTRIBUTE]
     room = attribute_room(len(routing), reserved=1)
     kept, dropped = routing + others[:room], others[room:]
     if dropped:

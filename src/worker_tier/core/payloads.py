@@ -110,14 +110,14 @@ def pointer_of(body: str, attributes: Mapping[str, Any] | None = None) -> Pointe
     """The pointer an offloaded message's body holds; PayloadError naming the body's start when it holds none."""
     try:
         parsed = json.loads(body)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         parsed = None
-    details = parsed[1] if isinstance(parsed, list) and len(parsed) == 2 else None
-    bucket = details.get("s3BucketName") if isinstance(details, dict) else None
-    key = details.get("s3Key") if isinstance(details, dict) else None
-    if parsed is None or parsed[0] not in POINTER_CLASSES or not isinstance(bucket, str) or not isinstance(key, str) \
+    shaped = isinstance(parsed, list) and len(parsed) == 2 and isinstance(parsed[1], dict)
+    bucket = parsed[1].get("s3BucketName") if shaped else None
+    key = parsed[1].get("s3Key") if shaped else None
+    if not shaped or parsed[0] not in POINTER_CLASSES or not isinstance(bucket, str) or not isinstance(key, str) \
             or not bucket or not key:
-        shown = body[:120] + ("..." if len(body) > 120 else "")
+        shown = str(body)[:120] + ("..." if len(str(body)) > 120 else "")
         raise PayloadError(
             f"the message carries {contract.PAYLOAD_SIZE_ATTRIBUTE}, so its body must be an S3 pointer "
             f'["{contract.PAYLOAD_POINTER_CLASS}", {{"s3BucketName": ..., "s3Key": ...}}], got {shown!r}'

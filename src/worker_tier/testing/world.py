@@ -145,7 +145,9 @@ class TaskWorld:
                 self.payload_bucket, self.objects, max_bytes=self.settings.payload_max_bytes, sleep=self.sleep),
         )
         self.client = Client(self.queue_url, DELAY_TABLE, sqs=self.queues, dynamodb=self.tables, clock=self.clock,
-                             sleep=self.sleep, state_table=STATE_TABLE, delay_shards=self.settings.delay_shards)
+                             sleep=self.sleep, state_table=STATE_TABLE, delay_shards=self.settings.delay_shards,
+                             payload_bucket=self.payload_bucket, s3=self.objects,
+                             payload_max_bytes=self.settings.payload_max_bytes)
         self._dispatcher = DelayDispatcher(
             DELAY_TABLE, STATE_TABLE, self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
             sqs=self.queues, dynamodb=self.tables, clock=self.clock, sleep=self.sleep, parallel=False,

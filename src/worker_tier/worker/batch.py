@@ -1,5 +1,7 @@
 """The processing core: routes each message of a batch to its task and decides its fate.
 
+One idea, kept whole: a batch's records, each through its task (or the app) to exactly one fate.
+
 Every record ends in exactly one of:
 
 - succeeded: reported done, so the event source deletes it;
@@ -191,7 +193,8 @@ class Worker(Fates):
     def from_environment(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> Worker:
         """A Worker configured by ``WORKER_TIER_*`` variables, with its task modules imported and its app target built.
 
-        ``WORKER_TIER_PAYLOAD_BUCKET`` gives it a PayloadStore (``payload_max_bytes``), on ``s3=`` when given.
+        The payload bucket's variable (``contract.PAYLOAD_BUCKET_VARIABLE``) gives it a PayloadStore
+        (``payload_max_bytes``), on ``s3=`` when given.
         """
         settings = Settings.from_environment(environ)
         registry = overrides.pop("registry", DEFAULT_REGISTRY)

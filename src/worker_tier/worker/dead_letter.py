@@ -124,7 +124,7 @@ def send_to_dead_letter_queue(
     if attributes is not None:
         return _send(sqs, queue_url, record, Envelope(body, attributes), source)
     # No reason fits beside the body: the copy keeps only its routing attributes (named in the record's reason).
-    routing_only = Envelope(body, {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES})
+    routing_only = Envelope(body, {k: v for k, v in original.items() if k in contract.KEPT_ATTRIBUTES})
     shed = [k for k in original if k not in routing_only.attributes]
     if shed:
         reason["dropped_attributes"] = [*reason.get("dropped_attributes", []), *shed]
@@ -151,7 +151,7 @@ def fit_reason(
     if message_bytes(body, attributes) <= max_message_bytes:
         return attributes
     # Keep the body whole: shed the non-routing attributes, and name them in the reason.
-    routing_only = {k: v for k, v in original.items() if k in contract.ROUTING_ATTRIBUTES}
+    routing_only = {k: v for k, v in original.items() if k in contract.KEPT_ATTRIBUTES}
     shed = [k for k in original if k not in routing_only]
     reason = {**reason, "dropped_attributes": [*reason.get("dropped_attributes", []), *shed]}
     attributes = dead_letter_attributes(routing_only, reason)
