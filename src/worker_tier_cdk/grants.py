@@ -79,7 +79,9 @@ LEADING_KEYS_CONDITION = "ForAllValues:StringLike"
 # A producer deletes what it uploaded for a send that did not happen (an orphan) or a delayed message it cancelled.
 # DeleteObject adds no power PutObject on the same keys lacks: a put may already overwrite any object there.
 PAYLOAD_PUT_ACTIONS = ("s3:PutObject", "s3:DeleteObject")
-PAYLOAD_READ_DELETE_ACTIONS = ("s3:GetObject", "s3:DeleteObject")
+# A worker reads and deletes any object; it puts too: its tasks' own large sends, and the copy of an object onto itself
+# that restarts its lifecycle clock when its message begins a new life (worker_tier.core.payloads.PayloadStore.refresh).
+PAYLOAD_READ_DELETE_ACTIONS = ("s3:GetObject", "s3:DeleteObject", "s3:PutObject")
 PAYLOAD_LIST_ACTIONS = ("s3:ListBucket",)
 # Under SSE-KMS, S3 calls KMS as the caller: an upload needs GenerateDataKey, a download Decrypt (a multipart upload,
 # which PayloadStore does not make, would need Decrypt too):
@@ -203,10 +205,12 @@ def grant_payload_put(bucket: s3.IBucket, grantee: iam.IGrantable) -> iam.Grant:
 
 
 def grant_payload_consume(bucket: s3.IBucket, grantee: iam.IGrantable) -> None:
-    """Allow a worker to read and delete any object of the payload bucket, list it, and put under ``payloads/``.
+    """Allow a worker to read, put and delete any object of the payload bucket, and list it.
 
-    Any object, not only ``payloads/``: AWS's Extended Client (Java and Python) writes its keys at the bucket's root.
-    Under SSE-KMS, it may decrypt what it reads and make data keys for what it puts.
+    Any object, not only ``payloads/``: AWS's Extended Client (Java and Python) writes its keys at the bucket's root,
+    and a worker copies an object onto itself (GetObject and PutObject) to restart its lifecycle clock when its
+    message's copy begins a new life (the DLQ, a retry through the delay table). Under SSE-KMS, it may decrypt what it
+    reads and make data keys for what it puts.
 
     Examples
     --------
@@ -216,12 +220,12 @@ def grant_payload_consume(bucket: s3.IBucket, grantee: iam.IGrantable) -> None:
                                resource_arns=[bucket.arn_for_objects("*")])
     iam.Grant.add_to_principal(grantee=grantee, actions=list(PAYLOAD_LIST_ACTIONS), resource_arns=[bucket.bucket_arn])
     if bucket.encryption_key is not None:
-        bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_READ_ACTIONS)
-    grant_payload_put(bucket, grantee)
+        bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_READ_ACTIONS, *PAYLOAD_KEY_PUT_ACTIONS)
     _acknowledge_objects(grantee, bucket, "*",
-                         "A worker reads and deletes the body of each offloaded message it receives, whose key the "
-                         "producer chose (AWS's Extended Client writes keys at the bucket's root): the grant is "
-                         "GetObject and DeleteObject on the objects of the one payload bucket, nothing else.")
+                         "A worker reads, keeps (a copy onto itself) and deletes the body of each offloaded message it "
+                         "receives, whose key the producer chose (AWS's Extended Client writes keys at the bucket's "
+                         "root), and puts its tasks' own large bodies: the grant is GetObject, PutObject and "
+                         "DeleteObject on the objects of the one payload bucket, nothing else.")
 
 
 def _acknowledge_objects(grantee: iam.IGrantable, bucket: s3.IBucket, pattern: str, reason: str) -> None:

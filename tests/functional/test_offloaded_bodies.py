@@ -8,6 +8,7 @@ delay table) keeps the pointer and the object with it. S3's faults come from a w
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from worker_tier.app.forwarding import HttpTarget
 from worker_tier.container.consumer import Consumer
 from worker_tier.container.protection import TaskProtection
 from worker_tier.core import contract, observability
+from worker_tier.core import payloads as payloads_module
 from worker_tier.core.payloads import PayloadStore, Pointer, size_attribute
 from worker_tier.core.settings import Settings
 from worker_tier.delays.delay import DelayedMessage
@@ -619,3 +621,45 @@ def test_a_pointer_body_of_valid_json_of_the_wrong_shape_is_dead_lettered_at_onc
     assert len(dead) == 1, f"not dead-lettered; batch response {response}, visibility calls {aws.params('ChangeMessageVisibilityBatch')}"
     assert reason_of(dead[0])["error_type"] == "PayloadError" and "S3 pointer" in reason_of(dead[0])["error_message"]
     assert response["batchItemFailures"] == []
+
+
+def _kept_at(s3: RecordingS3, key: str = "payloads/k-1") -> str | None:
+    """When a worker last restarted the object's lifecycle clock (its copy onto itself), or None."""
+    return s3._s3.head_object(Bucket=BUCKET, Key=key)["Metadata"].get("worker-tier-kept-at")
+
+
+def test_a_dead_lettered_offloaded_message_restarts_its_objects_lifecycle_clock(world):
+    # GIVEN an offloaded message whose task fails for good
+    aws, s3 = world
+    tasks = Registry()
+    tasks.task("/ok")(lambda task: (_ for _ in ()).throw(NonRetryableError("a bad image")))
+    offload(aws, s3, "the real body")
+    assert _kept_at(s3) is None
+    # WHEN it is dead-lettered
+    make_worker(aws, tasks, s3).handle(aws.receive_event(), None)
+    # THEN its DLQ copy begins a new life, and so does its object: the bucket's rule counts its days from now, so a
+    # message the DLQ keeps 14 days, redriven and run again, finds its body (a copy onto itself, which S3 dates now)
+    assert len(aws.dead_letters()) == 1
+    assert _kept_at(s3) is not None
+    assert s3._s3.get_object(Bucket=BUCKET, Key="payloads/k-1")["Body"].read() == b"the real body"
+
+
+def test_a_retry_rescheduled_through_the_delay_table_restarts_its_objects_lifecycle_clock(world):
+    # GIVEN an offloaded message whose task asks to be retried in 30 days (past SQS's 12 hours: the delay table)
+    aws, s3 = world
+    aws.dynamodb.create_table(
+        TableName="delay",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    tasks = Registry()
+    tasks.task("/ok")(lambda task: (_ for _ in ()).throw(RetryLater(timedelta(days=30))))
+    offload(aws, s3, "the real body")
+    # WHEN the worker re-sends it through the delay table
+    assert make_worker(aws, tasks, s3, delay_table="delay").handle(aws.receive_event(), None)["batchItemFailures"] == []
+    # THEN the copy points at the same object, whose lifecycle clock restarted: a message delayed 366 days and then
+    # retried 30 more is not due after the rule (366 days + 2 retentions + the DLQ's 14 + 1) removed its body
+    [item] = aws.dynamodb.scan(TableName="delay")["Items"]
+    assert payloads_module.is_offloaded(DelayedMessage.from_item(item).attributes)
+    assert _kept_at(s3) is not None

@@ -54,14 +54,14 @@ def _objects(bucket_id: str, pattern: str) -> dict:
 
 
 def _consumer_statements(bucket_id: str, key_id: str | None = None) -> list[dict]:
-    """What a worker's role is granted: read and delete any object, list the bucket, put under payloads/."""
-    kms = (lambda action: [{"Action": action, "Effect": "Allow", "Resource": {"Fn::GetAtt": [key_id, "Arn"]}}]) \
-        if key_id else (lambda action: [])
+    """What a worker's role is granted: read, put (its tasks' sends, an object kept for its message's new life) and
+    delete any object, and list the bucket."""
+    kms = [{"Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [key_id, "Arn"]}}] if key_id else []
     return [
-        {"Action": ["s3:GetObject", "s3:DeleteObject"], "Effect": "Allow", "Resource": _objects(bucket_id, "*")},
+        {"Action": ["s3:GetObject", "s3:DeleteObject", "s3:PutObject"], "Effect": "Allow", "Resource": _objects(bucket_id, "*")},
         {"Action": "s3:ListBucket", "Effect": "Allow", "Resource": {"Fn::GetAtt": [bucket_id, "Arn"]}},
-        *kms("kms:Decrypt"),
-        *_producer_statements(bucket_id, key_id),
+        *kms,
     ]
 
 

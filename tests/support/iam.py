@@ -358,6 +358,11 @@ def authorization(service: str, operation: str, params: Mapping[str, Any], table
 def _s3(operation: str, params: Mapping[str, Any], base: dict[str, Any]) -> list[Request]:
     """An object call on ``arn:aws:s3:::<bucket>/<key>``, a bucket call on ``arn:aws:s3:::<bucket>``."""
     bucket = f"arn:{PARTITION}:s3:::{params['Bucket']}"
+    if operation == "CopyObject":  # GetObject on the source, PutObject on the copy
+        source = params["CopySource"]
+        source_arn = (f"arn:{PARTITION}:s3:::{source['Bucket']}/{source['Key']}" if isinstance(source, Mapping)
+                      else f"arn:{PARTITION}:s3:::{str(source).lstrip('/')}")
+        return [Request("s3:GetObject", source_arn, base), Request("s3:PutObject", f"{bucket}/{params['Key']}", base)]
     if operation in _S3_OBJECT_ACTIONS:
         return [Request(f"s3:{_S3_OBJECT_ACTIONS[operation]}", f"{bucket}/{params['Key']}", base)]
     if operation == "DeleteObjects":

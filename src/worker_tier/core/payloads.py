@@ -199,6 +199,25 @@ class PayloadStore:
             raise PayloadError(f"the body at {pointer.uri} is not UTF-8 text ({error.reason} at byte {error.start}); "
                                "an SQS body is text") from None
 
+    def refresh(self, pointer: Pointer) -> bool:
+        """Restart the object's lifecycle clock: copy it onto itself (a new object, created now), so the bucket's rule
+        counts its days from this moment. For an object whose message starts a new life (a DLQ copy, a retry re-sent
+        through the delay table), whose age the rule would otherwise count from the first upload. False (logged) when
+        S3 did not copy it (the object keeps its first upload's date), or it lies in another bucket."""
+        if pointer.bucket != self.bucket:  # another bucket's object is not this deployment's to keep
+            return False
+        from datetime import datetime, timezone
+
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            self._call(lambda: self._s3.get().copy_object(
+                Bucket=pointer.bucket, Key=pointer.key, CopySource={"Bucket": pointer.bucket, "Key": pointer.key},
+                MetadataDirective="REPLACE", Metadata={"worker-tier-kept-at": now}), "keep", pointer)
+            return True
+        except PayloadUnavailableError as error:
+            _log.warning("could not restart the lifecycle clock of the payload %s (%s)", pointer.uri, error)
+            return False
+
     def delete(self, pointer: Pointer) -> bool:
         """Delete the object; False (logged) when S3 refused or did not answer: the lifecycle rule removes it later."""
         try:

@@ -259,10 +259,23 @@ class Fates:
         if problem is not None:
             logger.warning("retry could not be re-sent through the delay table", extra={"error": problem})
             return False
+        self._keep_payload(record)
         invocation.metrics.count(contract.METRIC_RESCHEDULED)
         logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
         self._emit(invocation, OUTCOME_RESCHEDULED, task, _describe(error), delay, error)
         return True
+
+    def _keep_payload(self, record: Mapping[str, Any]) -> None:
+        """An offloaded message's copy begins a new life (in the DLQ, or re-sent through the delay table): its object's
+        lifecycle clock restarts, so the bucket's rule never removes a body a live copy points at
+        (``worker_tier.worker.offloaded.keep_for_new_life``)."""
+        attributes = record.get("messageAttributes") or {}
+        store = getattr(self, "payloads", None)
+        if store is not None and (contract.PAYLOAD_SIZE_ATTRIBUTE in attributes
+                                  or contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE in attributes):
+            from worker_tier.worker import offloaded
+
+            offloaded.keep_for_new_life(store, record)
 
     def _client(self, record: Mapping[str, Any]) -> Client:
         """The producer the worker re-sends long retries with (built on first use)."""
@@ -298,6 +311,7 @@ class Fates:
             invocation.metrics.count(contract.METRIC_DEAD_LETTER_FAILED)
             return self._retry(record, task, invocation, self._backoff(task), failure)
         invocation.dead_lettered.add(task.message_id)
+        self._keep_payload(record)
         invocation.metrics.count(contract.METRIC_FAILED)
         invocation.metrics.count(contract.METRIC_DEAD_LETTERED)
         logger.error("task dead-lettered", extra={"error": safe_repr(error), "attempts": task.receive_count})

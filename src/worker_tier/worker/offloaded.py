@@ -25,7 +25,7 @@ from worker_tier.core.observability import logger
 from worker_tier.core.payloads import PayloadStore, Pointer, pointer_of
 from worker_tier.core.retry import chunks
 
-__all__ = ["delete_succeeded", "read_body"]
+__all__ = ["delete_succeeded", "keep_for_new_life", "read_body"]
 
 
 def read_body(store: PayloadStore | None, record: Mapping[str, Any]) -> tuple[str, Pointer]:
@@ -43,6 +43,23 @@ def read_body(store: PayloadStore | None, record: Mapping[str, Any]) -> tuple[st
             "or set it to the bucket's name"
         )
     return store.read(body, record["messageAttributes"])
+
+
+def keep_for_new_life(store: PayloadStore | None, record: Mapping[str, Any]) -> None:
+    """Restart the lifecycle clock of an offloaded record's object, whose message begins a new life (its DLQ copy, a
+    retry re-sent through the delay table): the bucket's rule then counts that life's days from now. Never raises."""
+    if store is None or not payloads_marked(record):
+        return
+    try:
+        store.refresh(pointer_of(record.get("body") or "", record["messageAttributes"]))
+    except PayloadError:  # not a pointer: nothing to keep (its copy was dead-lettered for it)
+        return
+
+
+def payloads_marked(record: Mapping[str, Any]) -> bool:
+    """True when a record's attributes mark its body as a pointer."""
+    attributes = record.get("messageAttributes") or {}
+    return contract.PAYLOAD_SIZE_ATTRIBUTE in attributes or contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE in attributes
 
 
 def delete_succeeded(
