@@ -32,6 +32,7 @@ from worker_tier.container.protection import TaskProtection
 from worker_tier.core import contract, observability
 from worker_tier.core import payloads as payloads_module
 from worker_tier.core.payloads import PayloadStore, Pointer, size_attribute
+from worker_tier.core.envelope import lambda_record
 from worker_tier.core.settings import Settings
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.worker.batch import Worker
@@ -663,3 +664,34 @@ def test_a_retry_rescheduled_through_the_delay_table_restarts_its_objects_lifecy
     [item] = aws.dynamodb.scan(TableName="delay")["Items"]
     assert payloads_module.is_offloaded(DelayedMessage.from_item(item).attributes)
     assert _kept_at(s3) is not None
+
+
+def _receive_one(aws: AwsWorld) -> dict:
+    [message] = aws.sqs.receive_message(QueueUrl=aws.queue_url, MessageAttributeNames=["All"],
+                                        MessageSystemAttributeNames=["All"], VisibilityTimeout=0)["Messages"]
+    return {"Records": [lambda_record(message, aws.queue_arn, REGION)]}
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_duplicate_of_a_succeeded_offloaded_message_is_skipped_by_an_idempotent_task_not_dead_lettered(world, idempotent):
+    # GIVEN two copies of one offloaded message in flight (a standard queue delivers at least once): one id, two handles
+    aws, s3 = world
+    runs: list[str] = []
+    tasks = Registry()
+    tasks.task("/ok", idempotent=idempotent)(lambda task: runs.append(task.body))
+    worker = make_worker(aws, tasks, s3)
+    offload(aws, s3, "the real body")
+    first, second = _receive_one(aws), _receive_one(aws)
+    assert first["Records"][0]["messageId"] == second["Records"][0]["messageId"]
+    # WHEN the first succeeds (its object deleted after it) and then the second arrives
+    assert worker.handle(first, None)["batchItemFailures"] == []
+    response = worker.handle(second, None)
+    # THEN an idempotent task skips the duplicate, as it would an ordinary message's; a task that is not idempotent
+    # cannot tell a duplicate from a lost body, and the second copy is dead-lettered saying the object is missing
+    assert response["batchItemFailures"] == [] and runs == ["the real body"]
+    if idempotent:
+        assert aws.dead_letters() == []
+    else:
+        [dead] = aws.dead_letters()
+        assert reason_of(dead)["error_type"] == "PayloadMissingError"
+        assert "deleted after an earlier copy of this message succeeded" in reason_of(dead)["error_message"]

@@ -94,6 +94,10 @@ class PayloadError(NonRetryableError):
     over ``payload_max_bytes``): dead-lettered at once with this reason, which names the bucket and the key."""
 
 
+class PayloadMissingError(PayloadError):
+    """An offloaded message's object is not in its bucket (deleted after an earlier copy succeeded, expired, never put)."""
+
+
 class PayloadUnavailableError(WorkerTierError):
     """S3 did not answer for an offloaded body (throttling, 5xx, a network error) after the retry budget: retried."""
 

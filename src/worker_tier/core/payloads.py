@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from worker_tier.core import contract
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
-from worker_tier.core.errors import PayloadError, PayloadUnavailableError
+from worker_tier.core.errors import PayloadError, PayloadMissingError, PayloadUnavailableError
 from worker_tier.core.retry import Retry
 
 __all__ = [
@@ -183,7 +183,7 @@ class PayloadStore:
             response = self._call(lambda: self._s3.get().get_object(Bucket=pointer.bucket, Key=pointer.key), "get", pointer)
         except PayloadUnavailableError as error:
             if error_code(error.__cause__ or error) in _MISSING_CODES:
-                raise PayloadError(
+                raise PayloadMissingError(
                     f"the message's body is missing from S3: no object {pointer.uri} (deleted after an earlier copy of "
                     "this message succeeded, expired by the bucket's lifecycle rule, or never uploaded)"
                 ) from error

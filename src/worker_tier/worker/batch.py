@@ -68,6 +68,7 @@ from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbe
 from worker_tier.core.errors import (
     MalformedBodyError,
     PayloadError,
+    PayloadMissingError,
     PayloadUnavailableError,
     TaskAbortedError,
     UnknownPathError,
@@ -409,6 +410,10 @@ class Worker(Fates):
         try:
             read = offloaded.read_body(self.payloads, record)
         except (PayloadError, PayloadUnavailableError) as error:
+            if isinstance(error, PayloadMissingError) and self._succeeded_before(record, path):
+                logger.info("duplicate of a message that succeeded: its object was deleted after it; skipped",
+                            extra={"error": _describe(error)})
+                return None
             message_id = record["messageId"]
             task = Task(
                 message_id, path if path and isinstance(path, str) else self.settings.http_path, record.get("body") or "",
@@ -423,6 +428,22 @@ class Worker(Fates):
             return None
         invocation.metrics.count(contract.METRIC_PAYLOADS_OFFLOADED)
         return read
+
+    def _succeeded_before(self, record: Mapping[str, Any], path: Any) -> bool:
+        """True when an offloaded message whose object is gone is a duplicate of a copy that succeeded: its task is
+        idempotent, keyed without the body (by message id), and the key's record is completed. SQS's standard queues
+        deliver at least once, and the first copy's success deleted the object; the duplicate is then skipped, as an
+        ordinary message's would be, not dead-lettered."""
+        definition = self.registry.get(path if path and isinstance(path, str) else self.settings.http_path)
+        if definition is None or not definition.idempotent or definition.idempotency_key is not None:
+            return False
+        task = Task(record["messageId"], definition.path, "", self.settings.mime_type, record, None, None, None)
+        try:
+            return self._idempotency.runner().completed(definition, task)
+        except Exception as error:  # the state table did not answer: the missing object is dead-lettered, as it says
+            logger.warning("could not read the idempotency record of a message whose object is gone",
+                           extra={"error": _describe(error)})
+            return False
 
     def _run(
         self, record: Mapping[str, Any], task: Task, attributes: dict[str, Any], invocation: _Invocation,

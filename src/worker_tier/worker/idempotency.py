@@ -47,6 +47,7 @@ STATE_TABLE_TTL_ATTRIBUTE = contract.STATE_TTL_ATTRIBUTE
 IN_PROGRESS_EXPIRY_ATTRIBUTE = "in_progress_expiration"
 STATUS_ATTRIBUTE = "status"
 STATUS_IN_PROGRESS = "INPROGRESS"
+STATUS_COMPLETED = "COMPLETED"
 
 
 class IdempotencyConfigurationError(WorkerTierError):
@@ -113,6 +114,18 @@ class IdempotentRunner:
             key, lease_ms = record_key(definition.path, data), lambda_context.get_remaining_time_in_millis()
             on_lease(lambda: self.extend_in_progress(key, lease_ms))
         runner(data=data, task=task, handler=definition.handler)
+
+    def completed(self, definition: TaskDefinition, task: Task) -> bool:
+        """True when ``task``'s key has a completed, unexpired record: an earlier copy of it succeeded.
+
+        Read strongly consistent, so a copy that succeeded a moment ago counts.
+        """
+        key = record_key(definition.path, {"path": definition.path, "key": idempotency_key(definition, task)})
+        item = self._dynamodb_factory().get_item(
+            TableName=self._table_name, Key={STATE_TABLE_PARTITION_KEY: {"S": key}}, ConsistentRead=True,
+        ).get("Item") or {}
+        expiry = item.get(contract.STATE_TTL_ATTRIBUTE, {}).get("N")
+        return item.get(STATUS_ATTRIBUTE, {}).get("S") == STATUS_COMPLETED and expiry is not None and int(expiry) > self._clock()
 
     def extend_in_progress(self, key: str, lease_ms: int) -> None:
         """Move an INPROGRESS record's expiry to ``lease_ms`` from now; a record no longer in progress is left alone."""
