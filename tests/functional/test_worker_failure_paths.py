@@ -78,12 +78,7 @@ def test_retry_near_twelve_hours_without_delay_table_is_shortened_to_what_sqs_al
 
 def test_retry_longer_than_sqs_allows_is_rescheduled_through_the_delay_table(aws, published, outcomes):
     # GIVEN a delay table, and a task that asks to be retried in two days
-    aws.dynamodb.create_table(
-        TableName="delay",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    aws.create_delay_table()
     clock = Clock()
     strict(aws, clock)
     send(aws, "/later", '{"n": 1}', tenant={"DataType": "String", "StringValue": "acme"})

@@ -53,6 +53,16 @@ class AwsWorld:
             messages.extend(got)
         return {"Records": [lambda_record(m, self.queue_arn, REGION) for m in messages]}
 
+    def create_delay_table(self, name: str = "delay") -> str:
+        """A delay table as the stack makes it (pk, sk), for a worker that re-sends long retries through it."""
+        self.dynamodb.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        return name
+
     def dead_letters(self) -> list[dict[str, Any]]:
         got = self.sqs.receive_message(
             QueueUrl=self.dead_letter_queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
