@@ -523,34 +523,8 @@ def test_the_published_metrics_count_reads_and_deletes_per_batch(world, publishe
     assert published()[contract.METRIC_PAYLOADS_DELETED] == 3
 
 
-def test_the_dlq_copy_of_an_offloaded_message_keeps_its_size_attribute_when_it_sheds_attributes(world):
-    # GIVEN an offloaded message whose DLQ copy cannot keep every attribute  WHEN its task fails for good
-    aws, s3 = world
-    aws.sqs.set_queue_attributes(QueueUrl=aws.dead_letter_queue_url, Attributes={"MaximumMessageSize": "1024"})
-    seen: list[str] = []
-    tasks = Registry()
-
-    @tasks.task("/ok")
-    def ok(task: Task) -> None:
-        seen.append(task.body)
-        if task.body == "the real body":
-            raise NonRetryableError("a bad image")
-
-    s3._s3.put_object(Bucket="payloads", Key="payloads/k-1", Body=b"the real body")
-    pointer = Pointer("payloads", "payloads/k-1", 13)
-    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=pointer.body(), MessageAttributes={
-        **size_attribute(13), contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/ok"},
-        "trace": {"DataType": "String", "StringValue": "t" * 700}})
-    make_worker(aws, tasks, s3).handle(aws.receive_event(), None)
-
-    [dead] = aws.dead_letters()
-    assert dead["Body"] == pointer.body()
-    assert contract.PAYLOAD_SIZE_ATTRIBUTE in dead["MessageAttributes"], (
-        f"the DLQ copy lost {contract.PAYLOAD_SIZE_ATTRIBUTE}: it now has only {sorted(dead['MessageAttributes'])}")
-
-
-def test_a_redriven_copy_that_lost_its_size_attribute_runs_its_task_with_the_pointer_as_body(world):
-    # GIVEN an offloaded message whose DLQ copy cannot keep every attribute  WHEN its task fails for good
+def test_a_dlq_copy_that_sheds_attributes_keeps_its_pointer_marker_so_its_redrive_runs_with_the_real_body(world):
+    # GIVEN an offloaded message with a long attribute, and a DLQ smaller than the queue, so its DLQ copy sheds some
     aws, s3 = world
     aws.sqs.set_queue_attributes(QueueUrl=aws.dead_letter_queue_url, Attributes={"MaximumMessageSize": "1024"})
     seen: list[str] = []
@@ -568,14 +542,19 @@ def test_a_redriven_copy_that_lost_its_size_attribute_runs_its_task_with_the_poi
         **size_attribute(13), contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/ok"},
         "trace": {"DataType": "String", "StringValue": "t" * 700}})
     worker = make_worker(aws, tasks, s3)
+    # WHEN its task fails for good
     worker.handle(aws.receive_event(), None)
-    # the operator redrives the dead letter as it is (worker-tier redrive drops only worker_tier.* attributes)
+    # THEN the DLQ copy is the pointer, still marked as one (ExtendedPayloadSize is kept like the routing attributes)
     [dead] = aws.dead_letters()
+    assert dead["Body"] == pointer.body() and contract.PAYLOAD_SIZE_ATTRIBUTE in dead["MessageAttributes"]
+    assert "trace" not in dead["MessageAttributes"]
+    # AND once the operator redrives it as it is (worker-tier redrive drops only worker_tier.* attributes)
     kept = {k: v for k, v in dead["MessageAttributes"].items() if not k.startswith("worker_tier.")}
     aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody=dead["Body"], MessageAttributes=kept)
     aws.sqs.delete_message(QueueUrl=aws.dead_letter_queue_url, ReceiptHandle=dead["ReceiptHandle"])
     worker.handle(aws.receive_event(), None)
 
+    # THEN the task runs with the real body again, never the pointer
     assert seen == ["the real body", "the real body"], f"the redriven task ran with body {seen[-1]!r}"
 
 
