@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 from worker_tier.core import contract
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.core.errors import PayloadError, PayloadMissingError, PayloadUnavailableError
-from worker_tier.core.retry import Retry
+from worker_tier.core.retry import S3_CALLS
 
 __all__ = [
     "PayloadStore",
@@ -45,8 +45,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-# S3 calls for a payload: throttling (SlowDown, 503) and 5xx, on top of botocore's own retries (4.35 s of waits).
-S3_CALLS = Retry(attempts=6, base_seconds=0.05, cap_seconds=2.0)
 # Codes after which another try may work; anything else (AccessDenied, NoSuchBucket...) is said at once.
 _TRANSIENT_CODES = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
                               "ThrottlingException", "RequestTimeTooSkewed", "503", "500"})

@@ -80,6 +80,9 @@ class Retry:
         raise AssertionError(f"unreachable: {self} made no attempt")
 
 
+# S3 calls for an offloaded body (worker_tier.core.payloads): throttling (SlowDown, 503) and 5xx, on top of
+# botocore's own retries (1.55 s of waits).
+S3_CALLS = Retry(attempts=6, base_seconds=0.05, cap_seconds=2.0)
 # The budgets, named once. Batch entries: SendMessageBatch / BatchWriteItem partial failures (5.15 s of waits).
 BATCH_ENTRIES = Retry(attempts=8, base_seconds=0.05, cap_seconds=2.0)
 # The client's SendMessageBatch entries: 1.5 s of waits in all, so a send from inside a task ends well within its Lambda's time.
