@@ -420,8 +420,8 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
 
     BODY is the text to send, - to read it from stdin, or @PATH to read a file (@@TEXT sends @TEXT). A body
     SQS would refuse (not UTF-8, a character SQS does not carry, too large for the queue) is refused before
-    anything is sent; with the deployment's payload bucket known (--payload-bucket, WORKER_TIER_PAYLOAD_BUCKET
-    or the stack's PayloadBucketName), a body too large for the queue goes to S3 and the queue carries a
+    anything is sent; with the deployment's payload bucket known (--payload-bucket, its variable, or the
+    stack's PayloadBucketName output), a body too large for the queue goes to S3 and the queue carries a
     pointer, up to payload_max_bytes.
     """
     from worker_tier import Client
