@@ -17,6 +17,7 @@ Two parts, in one run:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
@@ -205,9 +206,9 @@ def throughput(endpoint: str, runs: int = RUNS, bodies: dict[str, tuple[int, int
         peer_url, _ = _queue(sqs, f"rate-peer-{label}")
         ours_rates, peer_rates = [], []
         for _ in range(runs):
-            ours_rates.append(count / _timed(lambda: ours_round(sqs, s3, url, arn, body, count)))
-            peer_rates.append(count / _timed(lambda: peer_round(peer_sqs, s3, peer_url, body, count)))
-        ratios = [o / p for o, p in zip(ours_rates, peer_rates)]
+            ours_rates.append(count / _timed(functools.partial(ours_round, sqs, s3, url, arn, body, count)))
+            peer_rates.append(count / _timed(functools.partial(peer_round, peer_sqs, s3, peer_url, body, count)))
+        ratios = [o / p for o, p in zip(ours_rates, peer_rates, strict=True)]
         figures[f"ours_msgs_per_s_{label}"] = {"runs": [round(r, 2) for r in ours_rates], "worst": round(min(ours_rates), 2)}
         figures[f"extended_client_msgs_per_s_{label}"] = {"runs": [round(r, 2) for r in peer_rates], "worst": round(min(peer_rates), 2)}
         figures[f"ours_mb_per_s_{label}"] = round(min(ours_rates) * size / 1_000_000, 1)

@@ -19,7 +19,7 @@ from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherPro
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from worker_tier_cdk.settings import Settings, settings_from_context
 from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
-from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE, Resources
+from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE, Resources, setting_variable
 from worker_tier.delays.delay import MAX_DELAY_SECONDS
 
 
@@ -101,6 +101,9 @@ class WorkerTierStack(Stack):
         ).to_environment()
         if self.delay_dispatcher is not None:
             environment.update(self.delay_dispatcher.producer_environment(self.settings))
+        if self.payload_bucket is not None:  # a producer offloads and refuses by the stack's own limits
+            environment.update({name: value for name, value in self.settings.to_environment().items()
+                                if name in (setting_variable("payload_threshold"), setting_variable("payload_max_bytes"))})
         return environment
 
     @property

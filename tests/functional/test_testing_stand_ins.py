@@ -731,6 +731,18 @@ def test_a_missing_key_is_no_such_key_and_a_missing_bucket_no_such_bucket_both_4
     assert answers == {"key": ("NoSuchKey", 404), "bucket": ("NoSuchBucket", 404), "put": ("NoSuchBucket", 404)}
 
 
+def test_a_copy_onto_itself_keeps_the_object_and_a_copy_of_a_missing_key_is_no_such_key(s3):
+    # GIVEN an object  WHEN it is copied onto itself (a payload's lifecycle clock restarted), and a missing key copied
+    s3.put_object(Bucket="payloads", Key="payloads/a", Body=b"kept")
+    copied = s3.copy_object(Bucket="payloads", Key="payloads/a", CopySource={"Bucket": "payloads", "Key": "payloads/a"},
+                            MetadataDirective="REPLACE", Metadata={"worker-tier-kept-at": "2026-11-29T00:00:00Z"})
+    # THEN the object reads back whole, with the copy's ETag; the missing key is NoSuchKey, as on moto
+    assert copied["CopyObjectResult"]["ETag"] == s3.get_object(Bucket="payloads", Key="payloads/a")["ETag"]
+    assert s3.get_object(Bucket="payloads", Key="payloads/a")["Body"].read() == b"kept"
+    assert code(lambda: s3.copy_object(Bucket="payloads", Key="payloads/b",
+                                       CopySource={"Bucket": "payloads", "Key": "payloads/none"})) == "NoSuchKey"
+
+
 def test_a_delete_removes_the_object_and_deleting_a_missing_key_succeeds(s3):
     # GIVEN an object
     s3.put_object(Bucket="payloads", Key="payloads/a", Body=b"x")

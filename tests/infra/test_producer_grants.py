@@ -55,8 +55,11 @@ def test_the_producer_environment_names_what_client_from_env_reads(granted):
     # GIVEN a stack  WHEN its producer environment is read
     stack, _, _ = granted
     environment = stack.producer_environment()
-    # THEN it names the work queue, the delay table with its shards, the state table (for cancellable sends) and the
-    # payload bucket (for bodies too large for the queue)
+    # THEN it names the work queue, the delay table with its shards, the state table (for cancellable sends), the
+    # payload bucket (for bodies too large for the queue) and the stack's own payload limits, so a producer refuses at
+    # send what the stack's workers would dead-letter (a payload_max_bytes lowered for a small worker)
     assert set(environment) == {contract.QUEUE_URL_VARIABLE, contract.DELAY_TABLE_VARIABLE, contract.DELAY_SHARDS_VARIABLE,
-                                contract.STATE_TABLE_VARIABLE, contract.PAYLOAD_BUCKET_VARIABLE}
+                                contract.STATE_TABLE_VARIABLE, contract.PAYLOAD_BUCKET_VARIABLE,
+                                contract.setting_variable("payload_threshold"), contract.setting_variable("payload_max_bytes")}
+    assert environment[contract.setting_variable("payload_max_bytes")] == str(stack.settings.payload_max_bytes)
     assert environment[contract.DELAY_SHARDS_VARIABLE] == str(stack.settings.delay_shards)

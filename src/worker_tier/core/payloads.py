@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from worker_tier.core import contract
+from worker_tier.core import contract, wall_clock
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.core.errors import PayloadError, PayloadMissingError, PayloadUnavailableError
 from worker_tier.core.retry import S3_CALLS
@@ -123,6 +123,23 @@ def pointer_of(body: str, attributes: Mapping[str, Any] | None = None) -> Pointe
     return Pointer(bucket, key, declared_size(attributes or {}))
 
 
+def uploaded_ms(body: str, attributes: Mapping[str, Any]) -> int | None:
+    """When a delayed message's offloaded body was uploaded (epoch ms, from its key), or None: not offloaded, or not
+    under ``DELAYED_PAYLOAD_KEY_PREFIX`` as a Worker Tier producer names it.
+
+    >>> uploaded_ms(Pointer("b", "payloads/delayed/1800000000000-9f1c").body(), size_attribute(3))
+    1800000000000
+    """
+    if not is_offloaded(attributes):
+        return None
+    try:
+        key = pointer_of(body, attributes).key
+    except PayloadError:
+        return None
+    stamp = key[len(contract.DELAYED_PAYLOAD_KEY_PREFIX):].partition("-")[0]
+    return int(stamp) if key.startswith(contract.DELAYED_PAYLOAD_KEY_PREFIX) and stamp.isdigit() else None
+
+
 def expiration_days(retention_seconds: int, dead_letter_retention_seconds: int, longest_delay_seconds: int) -> int:
     """The payload bucket's lifecycle expiration: the longest a message can live, in whole days, plus a margin.
 
@@ -155,11 +172,15 @@ class PayloadStore:
     def put(self, body: str, *, delayed: bool = False) -> Pointer:
         """Upload ``body`` under a fresh key and return its pointer; PayloadUnavailableError when S3 does not take it.
 
-        A delayed message's body goes under ``DELAYED_PAYLOAD_KEY_PREFIX``.
+        A delayed message's body goes under ``DELAYED_PAYLOAD_KEY_PREFIX``, its key starting with the upload's epoch
+        milliseconds (``uploaded_ms``): a reschedule is bounded by what the object's lifecycle covers from then.
         """
         data = body.encode("utf-8")
-        prefix = contract.DELAYED_PAYLOAD_KEY_PREFIX if delayed else contract.PAYLOAD_KEY_PREFIX
-        pointer = Pointer(self.bucket, f"{prefix}{uuid.uuid4()}", len(data))
+        if delayed:
+            key = f"{contract.DELAYED_PAYLOAD_KEY_PREFIX}{int(wall_clock.now() * 1000)}-{uuid.uuid4()}"
+        else:
+            key = f"{contract.PAYLOAD_KEY_PREFIX}{uuid.uuid4()}"
+        pointer = Pointer(self.bucket, key, len(data))
         self._call(lambda: self._s3.get().put_object(Bucket=self.bucket, Key=pointer.key, Body=data), "put", pointer)
         return pointer
 

@@ -220,6 +220,7 @@ class Cancellations:
             if old is None:
                 return Outcome(key, NOT_FOUND, f"dedupe_key {key!r}: its marker names an item that is gone (delivered and expired)")
             moved = delay.read_item(old)
+            _check_payload_life(key, moved, due_ms)
             new = DelayedMessage(moved.message_id, due_ms, moved.body, moved.attributes, delay.CANCELLABLE_SHARD, key, True)
             try:
                 self._dynamodb.transact_write_items(TransactItems=self._move(key, marker, moved, new))  # type: ignore[arg-type]
@@ -345,3 +346,25 @@ def _started_reason(key: str, message: DelayedMessage) -> str:
 def _due_text(place: Mapping[str, Any]) -> str:
     """The due time a key's sort key names, as ISO 8601 UTC."""
     return format_due_at(int(place[SK]["S"].split("#", 1)[0]))
+
+
+def _check_payload_life(key: str, message: DelayedMessage, due_ms: int) -> None:
+    """MessageError when ``message``'s body is offloaded and ``due_ms`` is past the longest delay from its upload: the
+    payload bucket's lifecycle keeps an object that long plus a message's life in the queues, and no longer, so a
+    later reschedule would find the body gone (docs/large-payloads.md). Send it again instead: a new upload."""
+    from worker_tier.core import payloads
+
+    uploaded = payloads.uploaded_ms(message.body, message.attributes)
+    latest = None if uploaded is None else uploaded + delay.MAX_DELAY_SECONDS * 1000
+    if latest is not None and due_ms > latest:
+        raise MessageError(
+            f"dedupe_key {key!r}: its body is offloaded to S3 (uploaded {_iso(uploaded)}), and its object outlives a "
+            f"delay of at most {delay.MAX_DELAY_SECONDS} s (366 days) from its upload: reschedule it to "
+            f"{_iso(latest)} at the latest, or cancel it and send it again"
+        )
+
+
+def _iso(ms: int | None) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp((ms or 0) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -47,6 +47,17 @@ class MemoryObjects:
         return {"Body": StreamingBody(io.BytesIO(data), len(data)), "ContentLength": len(data),
                 "ETag": f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'}
 
+    def copy_object(self, Bucket: str, Key: str, CopySource: Any, **_: Any) -> dict[str, Any]:
+        """A copy of CopySource (``{"Bucket", "Key"}`` or ``"bucket/key"``) at Bucket/Key; onto itself, it is unchanged."""
+        source_bucket, source_key = ((CopySource["Bucket"], CopySource["Key"]) if isinstance(CopySource, dict)
+                                     else str(CopySource).lstrip("/").split("/", 1))
+        objects = self._bucket(source_bucket, "CopyObject")
+        if source_key not in objects:
+            raise client_error("NoSuchKey", "CopyObject", message="The specified key does not exist.", **NOT_FOUND)
+        data = objects[source_key]
+        self._bucket(Bucket, "CopyObject")[Key] = data
+        return {"CopyObjectResult": {"ETag": f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'}}
+
     def delete_object(self, Bucket: str, Key: str, **_: Any) -> dict[str, Any]:
         self._bucket(Bucket, "DeleteObject").pop(Key, None)
         return {"ResponseMetadata": {"HTTPStatusCode": 204}}

@@ -252,7 +252,7 @@ class Worker(Fates):
         """
         if self.payloads is None or not self.payloads.delete(pointer):
             return False
-        observability.count(contract.METRIC_PAYLOADS_DELETED)
+        observability.count_shared(contract.METRIC_PAYLOADS_DELETED)  # the container's delete thread: under the lock
         return True
 
     def _handle(
