@@ -508,3 +508,24 @@ def test_a_large_fifo_message_keeps_its_group_and_dedupe_key_and_travels_as_a_po
     [entry] = aws.params("SendMessageBatch")[0]["Entries"]
     assert (entry["MessageGroupId"], entry["MessageDeduplicationId"]) == ("tenant-1", "order-9")
     assert s3.body(pointer_key(entry["MessageBody"])) == "f" * (2 * MB)
+
+
+def test_a_reschedule_past_an_offloaded_bodys_life_is_refused_and_one_within_it_moves_the_message(delayed):
+    # GIVEN a cancellable 2 MB message sent for 300 days from now: its object is uploaded now, and the bucket's rule
+    # keeps it 366 days (the longest delay) plus a message's life in the queues from now
+    world, s3 = delayed
+    uploaded_at = world.now
+    world.client.send("/later", "r" * (2 * MB), delay=timedelta(days=300), dedupe_key="r", cancellable=True)
+    [key] = s3.keys()
+    world.now += 299 * DAY
+    # WHEN, 299 days later, it is rescheduled to 366 days from then
+    with pytest.raises(MessageError) as refused:
+        world.client.reschedule("r", delay=timedelta(days=366))
+    # THEN it is refused, naming the latest time its body allows and the fix; it stays as it was
+    latest = datetime.fromtimestamp(uploaded_at + 366 * DAY, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"reschedule it to {latest} at the latest, or cancel it and send it again" in str(refused.value)
+    [item] = stored_messages(world)
+    assert int(item["due_ms"]["N"]) == (uploaded_at + 300 * DAY) * 1000
+    # AND a reschedule within it moves the message, keeping its object
+    assert world.client.reschedule("r", delay=timedelta(days=60)) is True
+    assert s3.keys() == [key]

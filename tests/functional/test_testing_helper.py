@@ -345,3 +345,20 @@ def test_the_worlds_own_client_offloads_a_2_mb_body():
         message_id = world.client.send("/big", TWO_MB)
         assert world.run().outcome(message_id).status == "succeeded"
     assert seen == [len(TWO_MB)]
+
+
+def test_a_dead_lettered_offloaded_message_in_a_task_world_keeps_its_object_without_a_warning(caplog):
+    # GIVEN a world whose task fails for good
+    import logging
+
+    from worker_tier import NonRetryableError
+
+    tasks = Registry()
+    tasks.task("/bad")(lambda task: (_ for _ in ()).throw(NonRetryableError("bad input")))
+    with TaskWorld((), registry=tasks) as world, caplog.at_level(logging.WARNING):
+        # WHEN a 2 MB body (offloaded) is sent to it
+        message_id = world.client.send("/bad", "x" * 2_000_000)
+        assert world.run().outcome(message_id).status == "dead_lettered"
+        # THEN its object is kept (its clock restarted by a copy onto itself, which the in-memory S3 makes too)
+        assert len(world.objects.buckets[world.payload_bucket]) == 1
+    assert [r.getMessage() for r in caplog.records if "lifecycle clock" in r.getMessage()] == []

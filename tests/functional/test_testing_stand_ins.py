@@ -13,6 +13,8 @@ documentation and leaves moto's lane out, saying so; the cases that compare the 
 
 from __future__ import annotations
 
+import re
+
 import hashlib
 import time
 from contextlib import contextmanager
@@ -24,7 +26,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import assume, HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
@@ -652,6 +654,11 @@ def test_a_condition_holds_in_memory_exactly_when_it_holds_on_moto(data):
 def test_a_condition_holds_in_memory_exactly_when_it_holds_on_dynalite(dynalite_endpoint, data):  # noqa: F811  # the fixture
     # GIVEN an item, a condition and values of any kinds, numbers, strings and booleans mixed
     item, condition, values = data.draw(cases(st.sampled_from(["N", "S", "BOOL"])))
+    # An ordering of a BOOL operand (`#a < :x`, :x a BOOL) is refused by DynamoDB itself (ValidationException: incorrect
+    # operand type for operator <), which dynalite orders (false < true) and the stand-in fails as a condition; no
+    # condition Worker Tier writes orders booleans, so such draws are outside what the lanes compare.
+    assume(not (re.search(r"<|>|\bbetween\b", condition, re.IGNORECASE)
+                and any("BOOL" in value for value in values.values())))
     client = boto3.client("dynamodb", region_name=REGION, endpoint_url=dynalite_endpoint, aws_access_key_id="x",
                           aws_secret_access_key="x", config=Config(retries={"max_attempts": 1}))
     if "state" not in client.list_tables()["TableNames"]:

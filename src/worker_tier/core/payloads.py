@@ -161,13 +161,14 @@ class PayloadStore:
     """
 
     def __init__(self, bucket: str, s3: Any = None, *, max_bytes: int | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] | None = None) -> None:
         from worker_tier.core.settings import DEFAULT_PAYLOAD_MAX_BYTES
 
         self.bucket = bucket
         self.max_bytes = DEFAULT_PAYLOAD_MAX_BYTES if max_bytes is None else max_bytes
         self._s3 = LazyClient("s3", s3)
         self._sleep = sleep
+        self._clock = clock or wall_clock.now  # the upload time a delayed body's key carries
 
     def put(self, body: str, *, delayed: bool = False) -> Pointer:
         """Upload ``body`` under a fresh key and return its pointer; PayloadUnavailableError when S3 does not take it.
@@ -177,7 +178,7 @@ class PayloadStore:
         """
         data = body.encode("utf-8")
         if delayed:
-            key = f"{contract.DELAYED_PAYLOAD_KEY_PREFIX}{int(wall_clock.now() * 1000)}-{uuid.uuid4()}"
+            key = f"{contract.DELAYED_PAYLOAD_KEY_PREFIX}{int(self._clock() * 1000)}-{uuid.uuid4()}"
         else:
             key = f"{contract.PAYLOAD_KEY_PREFIX}{uuid.uuid4()}"
         pointer = Pointer(self.bucket, key, len(data))

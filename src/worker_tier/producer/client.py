@@ -125,7 +125,7 @@ class Client:
         self._long_delay_threshold = long_delay_threshold
         self._maximum_message_size = maximum_message_size
         self._payloads = offload.Offloader(payload_bucket, s3, threshold=payload_threshold, max_bytes=payload_max_bytes,
-                                           kept_codes=frozenset({OUTCOME_UNKNOWN_CODE}))
+                                           kept_codes=frozenset({OUTCOME_UNKNOWN_CODE}), clock=self._clock)
         self.payload_bucket, self.payload_threshold, self.payload_max_bytes = payload_bucket, payload_threshold, payload_max_bytes
 
     @property

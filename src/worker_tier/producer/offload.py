@@ -88,11 +88,12 @@ class Offloader:
     """
 
     def __init__(self, bucket: str | None, s3: Any = None, *, threshold: int = 0,
-                 max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES, kept_codes: frozenset[str] = frozenset()) -> None:
+                 max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES, kept_codes: frozenset[str] = frozenset(),
+                 clock: Callable[[], float] | None = None) -> None:
         check_settings(bucket, threshold, max_bytes)
         # Failure codes after which a message may have been sent (client.OUTCOME_UNKNOWN_CODE): its object stays.
         self.kept_codes = kept_codes | MAYBE_STORED_CODES
-        self.store = PayloadStore(bucket, s3, max_bytes=max_bytes) if bucket else None
+        self.store = PayloadStore(bucket, s3, max_bytes=max_bytes, clock=clock) if bucket else None
         self.threshold = threshold
         self.max_bytes = max_bytes
         self.orphans = 0
