@@ -529,3 +529,22 @@ def test_a_reschedule_past_an_offloaded_bodys_life_is_refused_and_one_within_it_
     # AND a reschedule within it moves the message, keeping its object
     assert world.client.reschedule("r", delay=timedelta(days=60)) is True
     assert s3.keys() == [key]
+
+
+def test_sqss_character_rule_applies_to_what_sqs_carries_and_s3_carries_an_offloaded_body_whole(aws, s3):
+    # GIVEN a Client with a bucket, and a body holding U+FFFE, which SQS refuses in a body but S3 stores as bytes
+    client = Client(aws.queue_url, sqs=aws.sqs, payload_bucket=BUCKET, s3=s3.client, payload_threshold=2000)
+    # WHEN it is sent small (SQS would carry it) and large (S3 carries it)
+    with pytest.raises(MessageError) as refused:
+        client.send("/x", "a\ufffeb")
+    client.send("/x", "a\ufffe" + "b" * 3000)
+    # THEN the small one is refused naming the character and its offset, nothing uploaded for it; the large one's
+    # object holds it whole, and the queue carries only the pointer
+    assert "has character '\\ufffe' (U+FFFE) at offset 1, which SQS does not allow" in str(refused.value)
+    # AND a body no UTF-8 can encode (a lone surrogate) is refused either way, before any upload
+    with pytest.raises(MessageError) as surrogate:
+        client.send("/x", "a\ud800" + "b" * 3000)
+    assert "(U+D800) at offset 1" in str(surrogate.value)
+    assert s3.calls == ["PutObject"]
+    [message] = received(aws)
+    assert s3.body(pointer_key(message["Body"])) == "a\ufffe" + "b" * 3000

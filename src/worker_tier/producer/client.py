@@ -297,7 +297,10 @@ class Client:
         """Check one message and route it: a SendMessageBatch entry, (index, DelayedMessage), or a SendResult when it cannot go yet."""
         if not isinstance(outgoing.path, str) or not outgoing.path.startswith("/"):
             raise MessageError(f"path must be a string starting with '/', got {checks.shown(outgoing.path)}")
-        envelope = middleware.on_send(Envelope(checks.body_text(outgoing.body), checks.message_attributes(outgoing, internal)))
+        # With a bucket, SQS's character rule waits until it is known whether SQS or S3 carries the body.
+        characters = self.payload_bucket is None
+        envelope = middleware.on_send(Envelope(checks.body_text(outgoing.body, characters=characters),
+                                               checks.message_attributes(outgoing, internal)))
         checks.check_ids(outgoing)
         if not isinstance(outgoing.cancellable, bool):
             raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
@@ -308,6 +311,7 @@ class Client:
             envelope.attributes = _with_due_at(envelope.attributes, math.ceil((now + seconds) * 1000))
         options = self._queue_options(outgoing, math.ceil(seconds), now + seconds)
         self._payloads.fit(envelope, self._direct_limit(queue_limit), uploads, index)
+        checks.check_characters(envelope)
         size = envelope.checked_size(self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
         return envelope.entry(str(index), **options, _size=size)
 
@@ -340,6 +344,7 @@ class Client:
         limit = maximum or (limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES if self.payload_bucket else limits.SQS_MAX_MESSAGE_BYTES)
         self._payloads.fit(envelope, lambda: limit, uploads, index, extra=DUE_AT_ATTRIBUTE_BYTES, reserved=1, delayed=True,
                            item_too_large=lambda: delay.item_bytes(stored().to_item()) > delay.MAX_ITEM_BYTES, what=what)
+        checks.check_characters(envelope)
         size = envelope.checked_size(maximum or limits.SQS_MAX_MESSAGE_BYTES, extra=DUE_AT_ATTRIBUTE_BYTES, what=what)
         delayed = stored()
         item_bytes = delay.item_bytes(delayed.to_item())

@@ -112,18 +112,39 @@ def due_in_seconds(delay: timedelta | float | None, at: datetime | None, now: fl
     return seconds
 
 
-def body_text(body: Any) -> str:
-    """The body as SQS will carry it; MessageError for a body SQS refuses."""
+def body_text(body: Any, *, characters: bool = True) -> str:
+    """The body as SQS will carry it; MessageError for a body SQS refuses.
+
+    ``characters=False`` leaves SQS's character rule to ``check_characters``, once it is known whether SQS carries
+    the body (S3 carries an offloaded one, whatever its characters); the body must still be non-empty UTF-8 text.
+    """
     if not isinstance(body, str):
         try:
             body = json.dumps(body, separators=(",", ":"), allow_nan=False)  # NaN and Infinity are not JSON
         except (TypeError, ValueError, RecursionError) as error:  # RecursionError: nested deeper than json can encode
             raise MessageError(f"body must be a string or JSON-serializable, got {type(body).__name__}: {error}") from None
     text: str = body  # given as a str, or json.dumps's
+    if not characters and text:
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:  # a lone surrogate: the rule's own message names it and its offset
+            pass
     problem = sqs_rules.body_problem(text)
     if problem:
         raise MessageError(problem)
     return text
+
+
+def check_characters(envelope: Any) -> None:
+    """SQS's character rule on a body SQS will carry (``body_text(characters=False)`` left it); an offloaded body's
+    pointer is not checked: its body travels through S3. MessageError naming the character and its offset."""
+    from worker_tier.core import payloads
+
+    if not payloads.is_offloaded(envelope.attributes):
+        problem = sqs_rules.body_problem(envelope.body)
+        if problem:
+            raise MessageError(problem)
 
 
 def check_ids(outgoing: OutgoingMessage) -> None:
