@@ -92,7 +92,7 @@ def test_cron_function_may_only_send_claim_release_offload_and_dead_letter(templ
                 "Statement": [
                     Match.object_like({"Action": send, "Resource": {"Fn::GetAtt": [Match.string_like_regexp("^WorkerQueue"), "Arn"]}}),
                     Match.object_like({"Action": ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]}),
-                    Match.object_like({"Action": "s3:PutObject", "Resource": offload}),
+                    Match.object_like({"Action": ["s3:PutObject", "s3:DeleteObject"], "Resource": offload}),
                     Match.object_like({"Action": send, "Resource": _dead_letter_queue_arn(template)}),
                 ]
             }

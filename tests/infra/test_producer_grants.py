@@ -37,10 +37,11 @@ def test_a_role_granted_production_sends_to_the_work_queue_offloads_bodies_and_w
     [sqs] = [s for s in statements if any(a.startswith("sqs:") for a in s["Action"])]
     assert sqs["Action"] == ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
     assert sqs["Resource"] == {"Fn::GetAtt": [queue_id, "Arn"]}
-    # AND put bodies too large for the queue under payloads/ of the payload bucket, and nothing else of S3
+    # AND put bodies too large for the queue under payloads/ of the payload bucket (and delete its orphans there), and
+    # nothing else of S3
     [s3] = [s for s in statements if "s3:" in str(s["Action"])]
     bucket_id = stack.get_logical_id(stack.payload_bucket.node.default_child)
-    assert (s3["Action"], s3["Resource"]) == ("s3:PutObject", {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/payloads/*"]]})
+    assert (s3["Action"], s3["Resource"]) == (["s3:PutObject", "s3:DeleteObject"], {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/payloads/*"]]})
     # AND write delayed messages and dedupe markers, cancel and reschedule cancellable ones, and no other items
     assert [(s["Action"], s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
             for s in statements if s not in (sqs, s3)] == [
