@@ -71,12 +71,12 @@ def error_code(error: BaseException) -> str:
 
 
 # Failures after which a request may still have been carried out: the answer was lost, not refused.
-_OUTCOME_UNKNOWN_ERRORS = ("ReadTimeoutError", "ConnectionClosedError", "ResponseStreamingError", "IncompleteReadError")
+OUTCOME_UNKNOWN_ERRORS = ("ReadTimeoutError", "ConnectionClosedError", "ResponseStreamingError", "IncompleteReadError")
 
 
 def outcome_unknown(error: BaseException) -> bool:
     """True when a failed call may still have been carried out: its answer timed out or broke, or AWS said 5xx."""
-    if type(error).__name__ in _OUTCOME_UNKNOWN_ERRORS:
+    if type(error).__name__ in OUTCOME_UNKNOWN_ERRORS:
         return True
     status = (error_response(error).get("ResponseMetadata") or {}).get("HTTPStatusCode")
     return isinstance(status, int) and status >= 500

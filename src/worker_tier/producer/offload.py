@@ -20,7 +20,7 @@ import logging
 from typing import Any, Callable, Mapping
 
 from worker_tier.core import contract, limits, observability, payloads
-from worker_tier.core.aws import _OUTCOME_UNKNOWN_ERRORS
+from worker_tier.core.aws import OUTCOME_UNKNOWN_ERRORS
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.errors import MessageError, PayloadError
 from worker_tier.core.payloads import PayloadStore, Pointer
@@ -39,7 +39,7 @@ MAX_BYTES_RANGE = (limits.SQS_MIN_MAXIMUM_MESSAGE_SIZE_BYTES, limits.EXTENDED_CL
 # S3 did not take a body (throttling, 5xx, after PayloadStore's retries): the message was not sent; retry.
 PAYLOAD_UNAVAILABLE_CODE = "PayloadUnavailable"
 # Codes after which a store in the delay table may still have happened (a lost answer, a 5xx): its object is kept.
-MAYBE_STORED_CODES = frozenset({*_OUTCOME_UNKNOWN_ERRORS, "InternalServerError", "ServiceUnavailable"})
+MAYBE_STORED_CODES = frozenset({*OUTCOME_UNKNOWN_ERRORS, "InternalServerError", "ServiceUnavailable"})
 # The fix a too-large message's error names when the Client has no bucket.
 BUCKET_FIX = f"set {contract.PAYLOAD_BUCKET_VARIABLE} (or pass payload_bucket=) to send larger bodies through S3"
 
