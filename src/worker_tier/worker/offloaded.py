@@ -10,7 +10,8 @@ messages itself (DeleteMessageBatch on the source queue), then the objects of th
 delete failed keeps its object (it will run again and needs it); a dead-lettered, retried, forwarded or rescheduled
 message keeps its object too, and the bucket's lifecycle rule removes what no message points at any more.
 
-Only a batch holding an offloaded message imports this module: the ordinary path pays one check per message.
+Only a batch holding an offloaded message imports this module: the ordinary path pays two dict lookups per message
+(the size attribute's two names).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from worker_tier.core.aws import error_code
 from worker_tier.core.errors import PayloadError
 from worker_tier.core.message import safe_repr
 from worker_tier.core.observability import logger
-from worker_tier.core.payloads import PayloadStore, Pointer, pointer_of
+from worker_tier.core.payloads import PayloadStore, Pointer, is_offloaded, pointer_of
 from worker_tier.core.retry import chunks
 
 __all__ = ["delete_succeeded", "keep_for_new_life", "read_body"]
@@ -48,18 +49,12 @@ def read_body(store: PayloadStore | None, record: Mapping[str, Any]) -> tuple[st
 def keep_for_new_life(store: PayloadStore | None, record: Mapping[str, Any]) -> None:
     """Restart the lifecycle clock of an offloaded record's object, whose message begins a new life (its DLQ copy, a
     retry re-sent through the delay table): the bucket's rule then counts that life's days from now. Never raises."""
-    if store is None or not payloads_marked(record):
+    if store is None or not is_offloaded(record.get("messageAttributes") or {}):
         return
     try:
         store.refresh(pointer_of(record.get("body") or "", record["messageAttributes"]))
     except PayloadError:  # not a pointer: nothing to keep (its copy was dead-lettered for it)
         return
-
-
-def payloads_marked(record: Mapping[str, Any]) -> bool:
-    """True when a record's attributes mark its body as a pointer."""
-    attributes = record.get("messageAttributes") or {}
-    return contract.PAYLOAD_SIZE_ATTRIBUTE in attributes or contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE in attributes
 
 
 def delete_succeeded(
