@@ -1,7 +1,16 @@
-"""boto3 clients, created on first use so that importing Worker Tier stays cheap."""
+"""AWS clients, created on first use so that importing Worker Tier stays cheap.
+
+They are botocore clients, made from one botocore session per process: ``import boto3`` also imports s3transfer
+(about a third of boto3's import and client cost on a cold start) for nothing the runtime calls. A client is
+the same either way: boto3's ``client()`` is botocore's, from a session that reads the same variables and files.
+When boto3's default session is set (``boto3.setup_default_session``, or an open ``worker_tier.testing`` world),
+clients come from it, as they always did.
+"""
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Any, Literal
 
 # Call-level throttling and transient errors are retried by botocore's standard mode:
@@ -21,15 +30,33 @@ AwsService = Literal["sqs", "dynamodb", "secretsmanager", "ssm", "s3"]
 
 
 def new_client(service: AwsService, **config: Any) -> Any:
-    """A boto3 client with standard retries; honours AWS_ENDPOINT_URL (moto, the local environment).
+    """A client with standard retries; honours AWS_ENDPOINT_URL (moto, the local environment).
 
-    ``config`` overrides botocore Config fields (for example ``read_timeout``).
+    ``config`` overrides botocore Config fields (for example ``read_timeout``). Made from boto3's default
+    session when one is set, else from this process's botocore session (see the module's docstring).
     """
-    import boto3
     from botocore.config import Config
 
     max_attempts = config.pop("max_attempts", CLIENT_MAX_ATTEMPTS)
-    return boto3.client(service, config=Config(retries={"mode": "standard", "max_attempts": max_attempts}, **config))
+    client_config = Config(retries={"mode": "standard", "max_attempts": max_attempts}, **config)
+    boto3 = sys.modules.get("boto3")
+    if boto3 is not None and boto3.DEFAULT_SESSION is not None:
+        return boto3.client(service, config=client_config)
+    with _session_lock:  # a botocore session is not thread-safe: clients are
+        return _botocore_session().create_client(service, config=client_config)
+
+
+_session_lock = threading.Lock()
+_session: list[Any] = []  # the process's botocore session, once made
+
+
+def _botocore_session() -> Any:
+    """The botocore session clients are made from when boto3's default session is not set (made on first use)."""
+    if not _session:
+        import botocore.session
+
+        _session.append(botocore.session.get_session())
+    return _session[0]
 
 
 def new_heartbeat_client() -> Any:
