@@ -1,11 +1,18 @@
-"""Worker benchmarks: cold import, CPU per message, and SQS calls for retries, each against its baseline.
+"""Worker benchmarks: cold start, CPU per message, and SQS calls for retries, each against its baseline.
 
 Run with `make bench` (all benchmarks) or `python -m bench worker`.
 
 The machine is shared, so each timed figure is measured in ``Sizes.runs`` runs, each of which interleaves
-ours with the baseline (CPU time of the hot path; wall time of a fresh interpreter's import), and is
-reported as ``{"worst": ..., "median": ..., "runs": [...]}``. A goal counts as met only when its worst
-run meets it. The retry figure counts SQS calls, which do not vary: it is measured once.
+ours with the baseline (CPU time of the hot path; wall time of fresh interpreters), and is reported as
+``{"worst": ..., "median": ..., "runs": [...]}``. A goal counts as met only when its worst run meets it.
+The retry figure counts SQS calls, which do not vary: it is measured once.
+
+Cold start (``cold_start_ratio``) is what a user waits for on a new execution environment: a fresh process
+imports the handler and runs its first 10-record batch, whose AWS calls a local moto server answers
+(``bench.local_aws_server``, the same for both). Two scenarios: every record succeeds, or one fails (ours then
+sets its visibility: boto3 is imported and its client made in this first batch; the baseline, whose client
+exists from its import, makes the same call). The figure is the worse scenario's. ``cold_import_ratio`` (the
+import alone) is kept as a detail, without a goal: our handler defers boto3 to the first call that needs it.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ from worker_tier.core import contract
 REPO = Path(__file__).resolve().parent.parent
 FAILURE_EVERY = 10  # 10 % of messages fail
 GOALS = {
-    "cold_import_ratio": ("<=", 0.3),
-    "per_message_cpu_ratio": ("<=", 1.5),
+    "cold_start_ratio": ("<=", 0.9),
+    "per_message_cpu_ratio": ("<=", 1.2),
     "retry_api_calls_ratio": ("<=", 0.15),
 }
 
@@ -43,12 +50,13 @@ class Sizes:
 
     runs: int = 5  # timed runs per figure: the JSON keeps each one
     import_pairs: int = 9  # fresh-interpreter imports of ours and of the baseline, interleaved, per run
+    cold_start_pairs: int = 7  # fresh processes per handler and scenario (import + first batch), interleaved, per run
     cpu_rounds: int = 30  # events handled by ours and by the baseline, interleaved, per run
     records_per_event: int = 100  # Lambda's largest standard-queue batch with a batching window
     retry_messages: int = 1000
 
 
-TINY = Sizes(runs=1, import_pairs=1, cpu_rounds=2, records_per_event=20, retry_messages=40)
+TINY = Sizes(runs=1, import_pairs=1, cold_start_pairs=1, cpu_rounds=2, records_per_event=20, retry_messages=40)
 
 
 def cold_import_seconds(module: str) -> float:
@@ -57,11 +65,9 @@ def cold_import_seconds(module: str) -> float:
     Both handlers load compiled ``.pyc`` files, as installed packages do, whatever the caller's
     PYTHONDONTWRITEBYTECODE: the first import of each compiles them.
     """
-    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}", "AWS_DEFAULT_REGION": "us-east-1"}
-    environment.pop("PYTHONDONTWRITEBYTECODE", None)
     output = subprocess.run(
         [sys.executable, "-c", _IMPORT_PROBE.format(module=module)],
-        capture_output=True, text=True, check=True, env=environment,
+        capture_output=True, text=True, check=True, env=_bench_environment(),
     ).stdout
     return float(output.strip().splitlines()[-1])
 
@@ -78,6 +84,166 @@ def cold_import_ratio(pairs: int) -> dict[str, float]:
         "cold_import_ms": results.median(ours) * 1000,
         "baseline_cold_import_ms": results.median(baseline) * 1000,
     }
+
+
+# The probe: json is imported before the clock starts, as Lambda's runtime has it (it parses the event with it).
+_COLD_START_PROBE = """\
+import json, sys, time
+with open(sys.argv[1]) as file:
+    event = json.load(file)
+class Context:
+    function_name, function_version, memory_limit_in_mb = "cold-start", "$LATEST", "256"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:cold-start"
+    aws_request_id, log_group_name, log_stream_name = "cold-start-1", "/aws/lambda/cold-start", "cold-start"
+    def get_remaining_time_in_millis(self):
+        return 300_000
+started, cpu_started = time.perf_counter(), time.process_time()
+import {module} as handler
+response = handler.lambda_handler(event, Context())
+elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+print("cold-start", elapsed, cpu, json.dumps(response))
+"""
+_COLD_START_SCENARIOS = {"success": 0, "failure": 1}  # scenario → records of the 10 that fail
+_COLD_START_RECORDS = 10
+_COLD_START_QUEUE = "cold-start"
+
+
+@dataclass
+class LocalAws:
+    """The moto server both handlers' cold starts call (``bench.local_aws_server``), and the bench's client of it."""
+
+    endpoint: str
+    process: subprocess.Popen[str]
+    sqs: Any = None
+    queue_url: str = ""
+
+    def calls(self) -> dict[str, int]:
+        """AWS calls answered so far, by action."""
+        import urllib.request
+
+        from bench.local_aws_server import CALLS_PATH
+
+        with urllib.request.urlopen(self.endpoint + CALLS_PATH, timeout=10) as answer:
+            return dict(json.loads(answer.read()))
+
+
+@contextlib.contextmanager
+def local_aws() -> Any:
+    """Start the moto server, make the cold-start queue on it; stop the server after."""
+    import boto3
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.local_aws_server"], stdout=subprocess.PIPE, text=True, cwd=REPO, env=_bench_environment(),
+    )
+    try:
+        assert process.stdout is not None
+        ready = process.stdout.readline().split()
+        if ready[:1] != ["ready"]:
+            raise RuntimeError(f"the local AWS server did not start: {ready}")
+        server = LocalAws(f"http://127.0.0.1:{ready[1]}", process)
+        server.sqs = boto3.client("sqs", endpoint_url=server.endpoint, region_name="us-east-1",
+                                  aws_access_key_id="bench", aws_secret_access_key="bench")
+        server.queue_url = server.sqs.create_queue(QueueName=_COLD_START_QUEUE)["QueueUrl"]
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _bench_environment() -> dict[str, str]:
+    """The caller's environment, with this repo's code first and compiled ``.pyc`` files allowed (as installed)."""
+    environment = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}", "AWS_DEFAULT_REGION": "us-east-1"}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
+    return environment
+
+
+def _cold_start_event(server: LocalAws, failing: int, path: Path) -> list[str]:
+    """Send and receive 10 messages for the parse-or-fail task (``failing`` of them fail), write their Lambda event
+    to ``path``; return their receipt handles."""
+    from worker_tier.core.envelope import lambda_record
+
+    sqs, url = server.sqs, server.queue_url
+    route = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/parse-or-fail"}}
+    bodies = [json.dumps("fail") if i < failing else json.dumps({"n": i}) for i in range(_COLD_START_RECORDS)]
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "MessageBody": body, "MessageAttributes": route} for i, body in enumerate(bodies)
+    ])
+    received: list[dict[str, Any]] = []
+    while len(received) < _COLD_START_RECORDS:
+        received += sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=300, MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+    arn = f"arn:aws:sqs:us-east-1:123456789012:{_COLD_START_QUEUE}"
+    path.write_text(json.dumps({"Records": [lambda_record(m, arn, "us-east-1") for m in received]}))
+    return [m["ReceiptHandle"] for m in received]
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """One fresh process's cold start: wall and CPU seconds from before the import to the first batch's return."""
+
+    seconds: float
+    cpu_seconds: float
+    calls: dict[str, int]  # the AWS calls it made, by action
+
+
+def cold_start(module: str, server: LocalAws, failing: int, workdir: Path) -> ColdStart:
+    """One fresh process: import ``module`` and run its first batch of 10 (``failing`` fail); its times from before
+    the import to the batch's return (interpreter start-up excluded), and the AWS calls it made.
+
+    Raises when the batch's answer is not the one expected: each failure, and only those, reported.
+    """
+    event_file = workdir / "event.json"
+    handles = _cold_start_event(server, failing, event_file)
+    environment = {
+        **_bench_environment(), **_HANDLER_ENVIRONMENT,
+        contract.QUEUE_URL_VARIABLE: server.queue_url, contract.DLQ_URL_VARIABLE: server.queue_url,
+        "QUEUE_URL": server.queue_url,  # the baseline's
+        "AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+    }
+    environment.pop("AWS_PROFILE", None)
+    before = server.calls()
+    finished = subprocess.run(
+        [sys.executable, "-c", _COLD_START_PROBE.format(module=module), str(event_file)],
+        capture_output=True, text=True, env=environment, check=False, timeout=120,
+    )
+    calls = server.calls()
+    made = {action: count - before.get(action, 0) for action, count in calls.items() if count > before.get(action, 0)}
+    server.sqs.delete_message_batch(QueueUrl=server.queue_url, Entries=[
+        {"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(handles)
+    ])
+    lines = [line for line in finished.stdout.splitlines() if line.startswith("cold-start ")]
+    if finished.returncode != 0 or not lines:
+        raise RuntimeError(f"the cold-start probe of {module} failed: {finished.stderr[-2000:]}")
+    _, elapsed, cpu, response = lines[-1].split(" ", 3)
+    reported = len(json.loads(response)["batchItemFailures"])
+    if reported != failing:
+        raise RuntimeError(f"{module}'s first batch reported {reported} failures, not {failing}: {response}")
+    return ColdStart(float(elapsed), float(cpu), made)
+
+
+def cold_start_ratio(server: LocalAws, pairs: int, workdir: Path) -> tuple[dict[str, float], dict[str, Any]]:
+    """One run: per scenario, the median cold start of ours ÷ the baseline's over interleaved fresh processes
+    (which goes first alternates); ``cold_start_ratio`` is the worse scenario's. Also the AWS calls each made."""
+    figures: dict[str, float] = {}
+    calls: dict[str, Any] = {}
+    for scenario, failing in _COLD_START_SCENARIOS.items():
+        starts: dict[str, list[ColdStart]] = {_OURS_MODULE: [], _BASELINE_MODULE: []}
+        for pair in range(pairs):
+            order = (_OURS_MODULE, _BASELINE_MODULE) if pair % 2 == 0 else (_BASELINE_MODULE, _OURS_MODULE)
+            for module in order:
+                starts[module].append(start := cold_start(module, server, failing, workdir))
+                calls.setdefault(scenario, {})["ours" if module == _OURS_MODULE else "baseline"] = start.calls
+        ours = results.median([s.seconds for s in starts[_OURS_MODULE]])
+        baseline = results.median([s.seconds for s in starts[_BASELINE_MODULE]])
+        figures[f"cold_start_{scenario}_ratio"] = ours / baseline
+        figures[f"cold_start_{scenario}_ms"] = ours * 1000
+        figures[f"baseline_cold_start_{scenario}_ms"] = baseline * 1000
+        cpu = [results.median([s.cpu_seconds for s in starts[m]]) for m in (_OURS_MODULE, _BASELINE_MODULE)]
+        figures[f"cold_start_{scenario}_cpu_ratio"] = cpu[0] / cpu[1]
+    figures["cold_start_ratio"] = max(figures[f"cold_start_{s}_ratio"] for s in _COLD_START_SCENARIOS)
+    return figures, calls
 
 
 def _event(count: int) -> dict[str, Any]:
@@ -253,6 +419,8 @@ def measure(sizes: Sizes = Sizes()) -> dict[str, Any]:
     Sets the handler's ``WORKER_TIER_*`` variables and registers the /noop task in this process:
     run it in a process of its own (``make bench``, or a subprocess in the test suite).
     """
+    import tempfile
+
     for name, value in {"POWERTOOLS_LOG_LEVEL": "CRITICAL", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         os.environ.setdefault(name, value)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -260,14 +428,28 @@ def measure(sizes: Sizes = Sizes()) -> dict[str, Any]:
     cold_import_seconds(_OURS_MODULE)  # compile each side's .pyc before timing either
     cold_import_seconds(_BASELINE_MODULE)
     runs: dict[str, list[float]] = {}
-    for _ in range(sizes.runs):
-        timed = {**cold_import_ratio(sizes.import_pairs), **per_message_cpu_ratio(sizes.cpu_rounds, sizes.records_per_event)}
-        for key, figure in timed.items():
-            runs.setdefault(key, []).append(figure)
-    figures: dict[str, Any] = {key: spread(values) for key, values in runs.items()}
+    calls: dict[str, Any] = {}
+    with local_aws() as server, tempfile.TemporaryDirectory() as workdir:
+        for failing in _COLD_START_SCENARIOS.values():  # a first probe of each, untimed: moto's first answers are slow
+            for module in (_OURS_MODULE, _BASELINE_MODULE):
+                cold_start(module, server, failing, Path(workdir))
+        for _ in range(sizes.runs):
+            cold, calls = cold_start_ratio(server, sizes.cold_start_pairs, Path(workdir))
+            timed = {**cold, **cold_import_ratio(sizes.import_pairs),
+                     **per_message_cpu_ratio(sizes.cpu_rounds, sizes.records_per_event)}
+            for key, figure in timed.items():
+                runs.setdefault(key, []).append(figure)
+    figures: dict[str, Any] = {key: spread(values) for key, values in sorted(runs.items(), key=_figure_order)}
+    figures["cold_start_aws_calls"] = calls
     retry = retry_api_calls_ratio(sizes.retry_messages, sizes.records_per_event)
     figures.update({key: round(value, 4) for key, value in retry.items()})
     return figures
+
+
+def _figure_order(item: tuple[str, Any]) -> tuple[int, str]:
+    """Goal figures first, in the order of GOALS; then the details by name."""
+    goals = list(GOALS)
+    return (goals.index(item[0]), "") if item[0] in goals else (len(goals), item[0])
 
 
 def run() -> Path:
