@@ -51,18 +51,19 @@ class _RunningRecordKeys(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._running = threading.local()
+        # Its ``task`` is this thread's record: ``set`` writes it; the worker's hot path writes it directly.
+        self.running = threading.local()
 
     def set(self, task: Any) -> None:
         """Name ``task`` (anything with ``message_id`` and ``path``; None for none) on this thread's lines."""
-        self._running.task = task
+        self.running.task = task
 
     def current(self) -> Any:
         """The record this thread runs (None outside a worker's task)."""
-        return getattr(self._running, "task", None)
+        return getattr(self.running, "task", None)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        task = getattr(self._running, "task", None)
+        task = getattr(self.running, "task", None)
         if task is not None:
             fields = record.__dict__
             fields.setdefault("message_id", task.message_id)
@@ -108,15 +109,13 @@ class BatchMetrics:
 
     Powertools' add_metric costs about 25 µs a call, more than the rest of a
     message's handling, so a batch adds each metric once: counts summed, task
-    duration as mean and max (kept as a running total, count and maximum),
+    duration as mean and max (each kept in a list, one append per task),
     message age as the batch's oldest.
     """
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
-        self.tasks_timed = 0
-        self.total_duration_ms = 0.0
-        self.longest_duration_ms = 0.0
+        self.durations_ms: list[float] = []  # each timed task's, in order: appended to on the hot path
         self.oldest_age_ms: float | None = None
 
     def count(self, name: str, value: int = 1) -> None:
@@ -124,11 +123,8 @@ class BatchMetrics:
         self.counts[name] = self.counts.get(name, 0) + value
 
     def task_duration(self, value_ms: float) -> None:
-        """Record one task's run time."""
-        self.tasks_timed += 1
-        self.total_duration_ms += value_ms
-        if value_ms > self.longest_duration_ms:  # per message: a compare costs less than max()
-            self.longest_duration_ms = value_ms
+        """Record one task's run time (the hot path appends to ``durations_ms`` itself)."""
+        self.durations_ms.append(value_ms)
 
     def message_age(self, value_ms: float) -> None:
         """Record one message's age when its task started."""
@@ -143,9 +139,10 @@ class BatchMetrics:
     def _add_all(self) -> None:
         for name, value in self.counts.items():
             _add_checked(name, _COUNT, value)
-        if self.tasks_timed:
-            _add_checked(METRIC_TASK_DURATION, _MILLISECONDS, self.total_duration_ms / self.tasks_timed)
-            _add_checked(METRIC_TASK_DURATION_MAX, _MILLISECONDS, self.longest_duration_ms)
+        durations = self.durations_ms
+        if durations:
+            _add_checked(METRIC_TASK_DURATION, _MILLISECONDS, sum(durations) / len(durations))
+            _add_checked(METRIC_TASK_DURATION_MAX, _MILLISECONDS, max(durations))
         if self.oldest_age_ms is not None:
             _add_checked(METRIC_MESSAGE_AGE, _MILLISECONDS, self.oldest_age_ms)
 

@@ -92,7 +92,7 @@ from worker_tier.core.task import Task
 from worker_tier.core.visibility import change_visibility
 from worker_tier.worker.forked_child import end_forked_child, innermost_call
 from worker_tier.worker.forward import forward_request
-from worker_tier.worker.records import is_reason_record, fifo_stopped, split_unreadable
+from worker_tier.worker.records import all_readable, is_reason_record, fifo_stopped, split_unreadable
 
 # The shortest time an app is given for a message that started (the invocation's end may leave less).
 MIN_APP_TIMEOUT_SECONDS = 1.0
@@ -105,6 +105,12 @@ if TYPE_CHECKING:
 # The attributes that mark an offloaded message (``payloads.is_offloaded``), read here on every message.
 _PAYLOAD_SIZE = contract.PAYLOAD_SIZE_ATTRIBUTE
 _LEGACY_PAYLOAD_SIZE = contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE
+# The other attributes every message is looked up by, and what the hot path reads per message, bound once.
+_PATH = contract.PATH_ATTRIBUTE
+_FAILURE = contract.FAILURE_ATTRIBUTE
+_DUE_AT = contract.DUE_AT_ATTRIBUTE
+_ThisProcess = fates.ThisProcess
+_running = running_record.running  # the thread-local that ``running_record.set`` writes
 
 # (hooks if not the starting ones, forwarded, parser, chain, own before_task hooks, heard by after_task)
 _Route = tuple["_MessageHooks | None", bool, Any, Callable[[Any, Task], None], tuple[Callable[..., None], ...], bool]
@@ -259,11 +265,16 @@ class Worker(Fates):
         self, event: Mapping[str, Any], context: Any, heartbeat: Heartbeat | None, payloads: dict[str, Pointer] | None
     ) -> dict[str, Any]:
         """The batch; succeeded offloaded messages are deleted with their objects, or named in ``payloads``."""
-        named, nameless = message.split_records(event)
+        readable = all_readable(event)  # the usual batch: every record named and readable, in one pass
+        named, nameless = (readable, []) if readable is not None else message.split_records(event)
         invocation = _Invocation(context, self.settings.timeout_margin * 1000, self._clock() - self._receive_lag_seconds())
         invocation.received, invocation.caller_heartbeat = named, heartbeat
-        self._back_off_nameless(nameless, invocation)
-        records, set_aside = self._set_aside_unreadable(named, invocation)
+        set_aside: list[dict[str, str]] = []
+        if readable is not None:
+            records = readable
+        else:
+            self._back_off_nameless(nameless, invocation)
+            records, set_aside = self._set_aside_unreadable(named, invocation)
         invocation.records = records
         sending = _middleware.sending_through(self.pipeline)
         try:
@@ -333,15 +344,22 @@ class Worker(Fates):
         Those records are reported failed unstarted, and ``_release_undecided`` gives them back.
         """
         failures: list[dict[str, str]] = []
-        fifo = self.settings.fifo
+        process = self._process_record
+        if not self.settings.fifo:  # a standard queue: no group to stop
+            for record in records:
+                try:
+                    process(record, invocation)
+                except Exception:  # the record's fate is decided and logged; here it is only reported
+                    failures.append({"itemIdentifier": record["messageId"]})
+            return failures, len(records) - len(failures)
         stopped_groups: set[str] = set()
         for record in records:
-            group = record["attributes"].get("MessageGroupId") if fifo else None
+            group = record["attributes"].get("MessageGroupId")
             if group is not None and group in stopped_groups:
                 failures.append({"itemIdentifier": record["messageId"]})
                 continue
             try:
-                self._process_record(record, invocation)
+                process(record, invocation)
             except Exception:  # the record's fate is decided and logged; here it is only reported
                 failures.append({"itemIdentifier": record["messageId"]})
                 if group:
@@ -363,30 +381,33 @@ class Worker(Fates):
         return self._sqs.get()
 
     def _process_record(self, record: Mapping[str, Any], invocation: _Invocation) -> None:
-        """Run one record with its message id and path on every log line written meanwhile.
+        """Run one record with its message id and path on every log line written meanwhile: route, run and decide;
+        raising marks the record failed for the batch loop.
 
         ``Task.from_record`` and ``message.record_path``, inlined: this is the hot path of every
         message. Its ``messageAttributes`` is a dict (``split_unreadable`` set aside the others).
+        An offloaded message's body is read from S3 first; when its task succeeds, its object is deleted after the message.
         """
         message_id = record["messageId"]
         attributes = record["messageAttributes"]
-        routing = attributes.get(contract.PATH_ATTRIBUTE)
+        routing = attributes.get(_PATH)
         path = routing.get("stringValue") if isinstance(routing, dict) else None
         body = record.get("body") or ""
+        settings = self.settings
         pointer = None
         if _PAYLOAD_SIZE in attributes or _LEGACY_PAYLOAD_SIZE in attributes:  # the body is in S3
             read = self._offloaded_body(record, path, invocation)
             if read is None:
                 return
             body, pointer = read
-        if self.settings.via_sns:  # the task or app sees the SNS envelope's Message; the DLQ copy keeps the envelope
+        if settings.via_sns:  # the task or app sees the SNS envelope's Message; the DLQ copy keeps the envelope
             body = sqsd.unwrap_sns(body)
-        task = Task(
-            message_id, path if path and isinstance(path, str) else self.settings.http_path, body,
-            self.settings.mime_type, record, None, invocation.remaining_ms,
-            invocation.leases.get(message_id) if invocation.leases else None,
-        )
-        running_record.set(task)  # every log line from here on names the message, a middleware's too
+        if not path or not isinstance(path, str):
+            path = settings.http_path
+        remaining_ms = invocation.remaining_ms
+        lease = invocation.leases.get(message_id) if invocation.leases else None
+        task = Task(message_id, path, body, settings.mime_type, record, None, remaining_ms, lease)
+        _running.task = task  # ``running_record.set(task)``: every log line from here on names the message
         invocation.hooks = self._unrouted
         before = self._before_task
         if before:
@@ -397,7 +418,45 @@ class Worker(Fates):
                 if self._fail_safely(record, task, invocation, error):
                     raise TaskFailedError(_describe(error)) from error
                 return
-        self._run(record, task, attributes, invocation, pointer)
+        if remaining_ms is not None and remaining_ms() < invocation.margin_ms:
+            self._release(record, task, invocation, "invocation ending")
+            raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
+        if lease is not None and lease.is_set():
+            raise self._lease_lost(task, invocation)
+        if _FAILURE in attributes and is_reason_record(task):
+            return
+        if _DUE_AT in attributes and self._held_back(record, task, invocation):
+            raise HeldBackError(f"message {message_id} is due at {task.due_at}")
+        try:
+            if self.registry.generation != self._routes_generation:  # a task registered since: work routes out again
+                self._task_routes.clear()
+                self._routes_generation = self.registry.generation
+            hooks, forwarded, parser, call, before, hears = self._task_routes.get(path) or self._routed(path)
+            if forwarded:
+                self._forward(record, task, invocation, self._container_queue_url, pointer is not None)  # type: ignore[arg-type]
+                return
+            if hooks is not None:
+                invocation.hooks = hooks
+            if parser is not None:
+                self._parse(parser, task)
+            if before:
+                for hook in before:
+                    hook(invocation, task)
+            call(invocation, task)
+        except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
+            if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
+                error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
+            if _ThisProcess.pid != invocation.pid:
+                end_forked_child(error)
+            if self._fail_safely(record, task, invocation, error):
+                raise TaskFailedError(_describe(error)) from error
+        else:
+            if _ThisProcess.pid != invocation.pid:
+                end_forked_child(None)
+            if pointer is not None:
+                invocation.succeeded_payloads.append((record, pointer))
+            if hears or _listeners:
+                self._emit(invocation, OUTCOME_SUCCEEDED, task)
 
     def _offloaded_body(self, record: Mapping[str, Any], path: Any, invocation: _Invocation) -> tuple[str, Pointer] | None:
         """An offloaded message's body, read from S3, and its pointer.
@@ -445,55 +504,6 @@ class Worker(Fates):
                            extra={"error": _describe(error)})
             return False
 
-    def _run(
-        self, record: Mapping[str, Any], task: Task, attributes: dict[str, Any], invocation: _Invocation,
-        pointer: Pointer | None = None,
-    ) -> None:
-        """Route, run and decide; raising marks the record failed for the batch loop.
-
-        ``pointer``: an offloaded message's; when its task succeeds, its object is deleted after the message.
-        """
-        remaining_ms = invocation.remaining_ms
-        if remaining_ms is not None and remaining_ms() < invocation.margin_ms:
-            self._release(record, task, invocation, "invocation ending")
-            raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
-        if task.lease is not None and task.lease.is_set():
-            raise self._lease_lost(task, invocation)
-        if contract.FAILURE_ATTRIBUTE in attributes and is_reason_record(task):
-            return
-        if contract.DUE_AT_ATTRIBUTE in attributes and self._held_back(record, task, invocation):
-            raise HeldBackError(f"message {task.message_id} is due at {task.due_at}")
-        try:
-            if self.registry.generation != self._routes_generation:  # a task registered since: work routes out again
-                self._task_routes.clear()
-                self._routes_generation = self.registry.generation
-            hooks, forwarded, parser, call, before, hears = self._task_routes.get(task.path) or self._routed(task.path)
-            if forwarded:
-                self._forward(record, task, invocation, self._container_queue_url, pointer is not None)  # type: ignore[arg-type]
-                return
-            if hooks is not None:
-                invocation.hooks = hooks
-            if parser is not None:
-                self._parse(parser, task)
-            if before:
-                for hook in before:
-                    hook(invocation, task)
-            call(invocation, task)
-        except BaseException as error:  # a task's failure, whatever its type (SystemExit, GeneratorExit included)
-            if isinstance(error, TaskAbortedError) and error.__cause__ is not None:
-                error = error.__cause__  # the idempotency layer's wrapper of a BaseException: decide on the original
-            if fates.ThisProcess.pid != invocation.pid:
-                end_forked_child(error)
-            if self._fail_safely(record, task, invocation, error):
-                raise TaskFailedError(_describe(error)) from error
-        else:
-            if fates.ThisProcess.pid != invocation.pid:
-                end_forked_child(None)
-            if pointer is not None:
-                invocation.succeeded_payloads.append((record, pointer))
-            if hears or _listeners:
-                self._emit(invocation, OUTCOME_SUCCEEDED, task)
-
     def _forward(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, queue_url: str, offloaded: bool = False
     ) -> None:
@@ -507,7 +517,7 @@ class Worker(Fates):
     def _routed(self, path: str) -> _Route:
         """A path's route: a registered path wins (kept by path); the app, if any, gets the rest (one route for all).
 
-        Unpacked for ``_run``: the hooks when they differ from those every message starts with (else None), whether
+        Unpacked for ``_process_record``: the hooks when they differ from those every message starts with (else None), whether
         it is forwarded, its parser, its chain, its own middleware's before_task hooks, whether after_task hooks hear it.
         """
         definition = self.registry.get(path)

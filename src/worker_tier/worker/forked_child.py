@@ -83,12 +83,13 @@ def innermost_call(definition: TaskDefinition, pipeline: Pipeline, idempotency: 
     if wrapped:
         return handler_call(definition.handler)
     handler = definition.handler
+    clock = time.perf_counter
 
     def call(invocation: _Invocation, task: Task) -> None:
-        started = time.perf_counter()
+        started = clock()
         try:
             handler(task)
-        finally:  # the task's own time, for TaskDuration (BatchMetricsPublisher publishes it)
-            invocation.metrics.task_duration((time.perf_counter() - started) * 1000)
+        finally:  # the task's own time, for TaskDuration (BatchMetricsPublisher publishes it); ``task_duration``, inlined
+            invocation.metrics.durations_ms.append((clock() - started) * 1000)
 
     return call

@@ -16,6 +16,25 @@ if TYPE_CHECKING:
 
 
 
+def all_readable(event: Any) -> list[Any] | None:
+    """A Lambda SQS event's records, when every one is named (``message.split_records``) and readable
+    (``split_unreadable``), as in every batch Lambda sends: one pass over them where those take two. None
+    otherwise, or when the event is not a dict with a ``Records`` list: then those two sort the records out.
+    """
+    records = event.get("Records") if event.__class__ is dict else None
+    if records.__class__ is not list:
+        return None
+    none = _NO_ATTRIBUTES
+    readable = [
+        r for r in records
+        if r.__class__ is dict and (message_id := r.get("messageId")).__class__ is str and message_id
+        and r.get("receiptHandle").__class__ is str
+        and r.get("attributes", none).__class__ is dict
+        and r.get("messageAttributes", none).__class__ is dict
+    ]
+    return readable if len(readable) == len(records) else None
+
+
 def split_unreadable(records: list[Any]) -> tuple[list[Any], list[Any]]:
     """Records the batch loop and the heartbeat can read, and those they cannot (no receipt handle, or
     ``attributes`` / ``messageAttributes`` that are not objects): those must not reach either."""
