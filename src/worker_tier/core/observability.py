@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import threading
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from worker_tier.core.contract import (  # the metric names are the contract's, re-exported: importable from here too
     METRIC_DEAD_LETTER_FAILED as METRIC_DEAD_LETTER_FAILED,
@@ -85,6 +88,39 @@ def flush() -> None:
     """
     with _metrics_lock:
         if metrics.metric_set:
+            metrics.flush_metrics()
+
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+# json.dumps(blob, separators=(",", ":")), as Powertools prints EMF, with one encoder for the process rather than one
+# per line; an EMF blob (dicts, lists, strings, numbers) is never circular, so it is not checked for that.
+_encode_emf = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+def log_metrics(handler: _Handler) -> _Handler:
+    """``metrics.log_metrics`` for a Lambda handler: after each invocation, its metrics as one EMF line (``flush_invocation``)."""
+
+    @functools.wraps(handler)
+    def flushing(event: Any, context: Any) -> Any:
+        try:
+            return handler(event, context)
+        finally:
+            flush_invocation()
+
+    return flushing  # type: ignore[return-value]
+
+
+def flush_invocation() -> None:
+    """``metrics.flush_metrics()``, printing the same EMF line for less (about half its cost per batch).
+
+    With no metrics, or metrics disabled (``POWERTOOLS_METRICS_DISABLED``, ``POWERTOOLS_DEV``), Powertools' own
+    flush does what it does: it warns, or keeps them.
+    """
+    with _metrics_lock:
+        if metrics.metric_set and not is_metrics_disabled():
+            print(_encode_emf(metrics.serialize_metric_set()))
+            metrics.clear_metrics()
+        else:
             metrics.flush_metrics()
 
 

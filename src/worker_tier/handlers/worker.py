@@ -6,7 +6,7 @@ from typing import Any
 
 from worker_tier.core import contract
 from worker_tier.handlers import PerProcess
-from worker_tier.core.observability import logger, metrics
+from worker_tier.core.observability import log_metrics, logger
 from worker_tier.worker.batch import Worker
 
 # The state table only for idempotent tasks; the delay table for retries past SQS's limit (none on FIFO);
@@ -25,7 +25,7 @@ def _new_worker() -> Worker:
 worker = PerProcess(_new_worker)
 
 
-@metrics.log_metrics
+@log_metrics  # metrics.log_metrics, flushed for less (observability.flush_invocation)
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Process an SQS event; report failed records in ``batchItemFailures``."""
