@@ -20,16 +20,27 @@ def test_the_worker_benchmark_measures_every_figure_at_tiny_size():
     environment.pop("POWERTOOLS_METRICS_DISABLED", None)  # measure the handler as deployed, metrics included
     # WHEN it measures
     finished = subprocess.run(
-        [sys.executable, "-c", _MEASURE_TINY], cwd=REPO, env=environment, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", _MEASURE_TINY], cwd=REPO, env=environment, capture_output=True, text=True, timeout=300,
         check=False,  # its stderr goes in the assertion message
     )
     assert finished.returncode == 0, finished.stderr[-2000:]
     figures = json.loads(finished.stdout.strip().splitlines()[-1])
     # THEN every goal has its figure: the timed ones with one run each, their worst the highest run
-    for key in ("cold_import_ratio", "per_message_cpu_ratio"):
+    for key in ("cold_start_ratio", "cold_import_ratio", "per_message_cpu_ratio"):
         assert figures[key]["runs"] == [figures[key]["worst"]] == [figures[key]["median"]], figures[key]
         assert figures[key]["worst"] > 0
     assert set(worker_bench.GOALS) <= set(figures)
+    # AND cold start is the worse scenario's, each a ratio of times a fresh process could take (not 0, not minutes)
+    scenarios = [figures[f"cold_start_{s}_ratio"]["worst"] for s in ("success", "failure")]
+    assert figures["cold_start_ratio"]["worst"] == max(scenarios)
+    for scenario in ("success", "failure"):
+        for side in (f"cold_start_{scenario}_ms", f"baseline_cold_start_{scenario}_ms"):
+            assert 5 < figures[side]["worst"] < 60_000, (side, figures[side])
+    # AND the first batch's AWS calls went to the local endpoint: none when all succeed, one visibility change for the failure
+    assert figures["cold_start_aws_calls"] == {
+        "success": {"ours": {}, "baseline": {}},
+        "failure": {"ours": {"ChangeMessageVisibilityBatch": 1}, "baseline": {"ChangeMessageVisibility": 1}},
+    }
     # AND the retry count is exact: 2 failures per 20-record event, one batched call against one call each
     assert figures["retry_api_calls_ratio"] == 0.5
     assert (figures["retry_api_calls_per_1000"], figures["baseline_retry_api_calls_per_1000"]) == (50.0, 100.0)
