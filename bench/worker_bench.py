@@ -51,7 +51,7 @@ class Sizes:
     runs: int = 5  # timed runs per figure: the JSON keeps each one
     import_pairs: int = 9  # fresh-interpreter imports of ours and of the baseline, interleaved, per run
     cold_start_pairs: int = 9  # fresh processes per handler and scenario (import + first batch), interleaved, per run
-    cpu_rounds: int = 30  # events handled by ours and by the baseline, interleaved, per run
+    cpu_rounds: int = 200  # events handled by ours and by the baseline, interleaved, per run
     records_per_event: int = 100  # Lambda's largest standard-queue batch with a batching window
     retry_messages: int = 1000
 
