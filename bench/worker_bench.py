@@ -201,6 +201,7 @@ def cold_start(module: str, server: LocalAws, failing: int, workdir: Path) -> Co
         contract.QUEUE_URL_VARIABLE: server.queue_url, contract.DLQ_URL_VARIABLE: server.queue_url,
         "QUEUE_URL": server.queue_url,  # the baseline's
         "AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+        "POWERTOOLS_LOG_LEVEL": "INFO",  # as deployed: ours writes its failure's warning line, as it would on Lambda
     }
     environment.pop("AWS_PROFILE", None)
     before = server.calls()
