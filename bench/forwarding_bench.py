@@ -237,20 +237,74 @@ def ours(port: int, messages: int, warmup: int, **settings_given: Any) -> dict[s
                         exit_process=lambda code: None)
     timed = queue.stage([BODY.format(n=n) for n in range(messages)])
     queue.fill([BODY.format(n=n) for n in range(warmup)])
-    running = threading.Thread(target=consumer.run, daemon=True)
+    running = threading.Thread(target=consumer.run, daemon=True, name=CONSUMER_THREAD)
     running.start()
     if not queue.drained.wait(CHILD_TIMEOUT_SECONDS):
         raise RuntimeError(f"the warm-up did not drain: {len(queue)} messages left")
+    threads_before = _cpu_by_thread()
     started, cpu = time.perf_counter(), time.process_time()
     queue.put(timed)
     if not queue.drained.wait(CHILD_TIMEOUT_SECONDS):
         raise RuntimeError(f"the queue did not drain: {len(queue)} of {messages} messages left")
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    threads = _cpu_by_thread()
+    receives = queue.calls["ReceiveMessage"]
     consumer.stopping.set()
     queue.close()
     running.join(30)
-    return {"msgs_per_s": messages / seconds, "cpu_us_per_msg": cpu_seconds / messages * 1e6, "seconds": seconds,
-            "concurrency": float(consumer.concurrency), "receives_per_msg": queue.calls["ReceiveMessage"] / (messages + warmup)}
+    figures = {"msgs_per_s": messages / seconds, "cpu_us_per_msg": cpu_seconds / messages * 1e6, "seconds": seconds,
+               "concurrency": float(consumer.concurrency), "receives_per_msg": receives / (messages + warmup)}
+    for role, used in threads.items():  # where the worker's CPU went: task threads, the receive loop, the deletes
+        figures[f"cpu_us_per_msg_{role}"] = (used - threads_before.get(role, 0.0)) / messages * 1e6
+    return figures
+
+
+CONSUMER_THREAD = "bench-consumer"
+_THREAD_ROLES = {"worker-tier-task": "tasks", CONSUMER_THREAD: "receive_loop", "worker-tier-deletes": "deletes"}
+
+
+def _cpu_by_thread() -> dict[str, float]:
+    """CPU seconds of this process's threads (Linux's /proc), by role: the container worker's task threads, its
+    receive loop, its delete sender, and the rest (heartbeat, the benchmark's own main thread); empty elsewhere."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return {}
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for entry in tasks.iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            name = names.get(int(entry.name), "")
+            role = next((r for prefix, r in _THREAD_ROLES.items() if name.startswith(prefix)), "other")
+            used[role] = used.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return used
+
+
+def profile(port: int, messages: int, out: Path) -> dict[str, float]:
+    """``ours`` under cProfile, each thread timed by its own CPU clock (``time.thread_time``), the threads' profiles
+    merged into one pstats file at ``out``. Profiling costs several times the work it measures: read it for where
+    the time goes, never for a figure."""
+    import cProfile
+    import pstats
+
+    profiles: list[cProfile.Profile] = []
+    run = threading.Thread.run
+
+    def profiled(thread: threading.Thread) -> None:
+        profiler = cProfile.Profile(time.thread_time)
+        profiles.append(profiler)
+        profiler.runcall(run, thread)
+
+    threading.Thread.run = profiled  # type: ignore[method-assign, assignment]
+    main = cProfile.Profile(time.thread_time)
+    figures = main.runcall(ours, port, messages, 100)
+    merged = pstats.Stats(main)
+    for profiler in profiles:
+        with contextlib.suppress(TypeError):  # a thread still running has nothing to give yet
+            merged.add(profiler)
+    merged.dump_stats(str(out))
+    return figures
 
 
 # -- the whole benchmark ----------------------------------------------------------------------------
@@ -274,6 +328,11 @@ def measure_server(name: str, sizes: Sizes) -> dict[str, Any]:
         "server_cpu_us_per_msg_with_ours": spread(runs["ours_server_cpu_us_per_msg"], higher_is_better=False),
         "server_cpu_us_per_msg_direct": spread(runs["direct_server_cpu_us_per_msg"], higher_is_better=False),
         "receives_per_msg": spread(runs["ours_receives_per_msg"], higher_is_better=False),
+        # The worker's CPU per message by thread, median of the runs (Linux only).
+        "worker_cpu_us_per_msg_by_thread": {
+            key.removeprefix("ours_cpu_us_per_msg_"): round(results.median(values), 1)
+            for key, values in runs.items() if key.startswith("ours_cpu_us_per_msg_")
+        },
         "_ours_runs": runs["ours_msgs_per_s"],
     }
 
@@ -304,7 +363,14 @@ def run() -> Path:
 
 
 def _child(argv: list[str]) -> int:
-    """``python -m bench.forwarding_bench {ours|direct} PORT MESSAGES WARMUP OUT``: one side's run, its figures in OUT."""
+    """``python -m bench.forwarding_bench {ours|direct} PORT MESSAGES WARMUP OUT``: one side's run, its figures in OUT.
+
+    ``python -m bench.forwarding_bench profile PORT MESSAGES OUT``: ``ours`` profiled against an app already
+    listening on PORT; the pstats in OUT (``python -m pstats OUT``), the figures on stderr.
+    """
+    if argv[0] == "profile":
+        print(json.dumps(profile(int(argv[1]), int(argv[2]), Path(argv[3]))), file=sys.stderr)
+        return 0
     side, port, messages, warmup, out = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), Path(argv[4])
     figures = ours(port, messages, warmup) if side == "ours" else direct(port, messages, warmup, _default_concurrency())
     out.write_text(json.dumps(figures))

@@ -43,7 +43,10 @@ connections kept in a pool as large as the container worker's threads (``http_co
   takes no message before. A stop (SIGTERM) ends it within ``HEALTH_STOP_POLL_SECONDS``, even
   in the middle of a check, connecting included (an app whose listen queue is full).
 
-Standard library only (``http.client``): the runtime adds no dependency for it.
+Standard library only: the runtime adds no dependency for it. ``http.client`` connects and reads the answers;
+each request is written in one ``sendall`` (the bytes ``putrequest``/``putheader``/``endheaders`` write, refused
+where they refuse), and an answer's plain header lines are split without the email parser (the same
+``HTTPMessage`` answers): those two cost more CPU than the rest of an exchange (``docs/benchmarks.md``, "HTTP forwarding").
 """
 
 from __future__ import annotations
