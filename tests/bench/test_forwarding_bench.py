@@ -19,7 +19,7 @@ def test_the_forwarding_benchmark_measures_ours_and_direct_on_both_app_servers_a
     # GIVEN the forwarding benchmark at its tiny size (gunicorn and uvicorn are installed with the dev extras)
     # WHEN it measures
     try:
-        figures = forwarding_bench.measure(forwarding_bench.TINY)
+        figures = forwarding_bench.measure(forwarding_bench.TINY, keep_going=False)
     except forwarding_bench.ServerUnavailableError as error:
         pytest.skip(f"an app server could not start here: {error}")
     # THEN the goal has its figure, over ours' runs on both servers: one run each, the worst the lowest
@@ -36,6 +36,16 @@ def test_the_forwarding_benchmark_measures_ours_and_direct_on_both_app_servers_a
         # AND the worker received up to 10 messages a call (one receive per free thread would be 1 a message)
         assert 0 < figures[f"{server}_receives_per_msg"]["worst"] <= 1
     assert figures["concurrency"] == 50  # http_connections' default: the container worker's threads with app_port
+
+
+def test_a_server_that_cannot_start_is_recorded_as_failed_and_never_passes_for_a_met_goal(monkeypatch):
+    # GIVEN an app server whose command exits at once
+    monkeypatch.setitem(forwarding_bench.SERVERS, "broken", ["-c", "raise SystemExit(3)"])
+    # WHEN the benchmark measures it alone
+    figures = forwarding_bench.measure(forwarding_bench.TINY, servers=("broken",))
+    # THEN its failure is in the figures, with its reason, and the goal's figure is 0
+    assert figures["broken_failed"].startswith("ServerUnavailableError: broken exited")
+    assert figures["forwarding_msgs_per_s"] == {"worst": 0.0, "median": 0.0, "runs": []}
 
 
 def test_a_throughput_figure_keeps_its_lowest_run_as_worst_and_a_cost_its_highest():
