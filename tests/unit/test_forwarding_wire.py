@@ -72,6 +72,7 @@ def test_a_request_goes_out_as_the_same_bytes_http_client_writes(request_, heade
     (SqsdRequest("/a b", (), b""), []),
     (SqsdRequest("/é", (), b""), []),
     (SqsdRequest("/work", (), b"", method="PO\x01ST"), []),
+    (SqsdRequest("/é", (), b""), [(" Leading", "v")]),  # the request line is refused first, as putrequest comes first
 ])
 def test_a_request_http_client_refuses_is_refused_with_the_same_error(request_, headers):
     # GIVEN a request http.client would not write

@@ -696,11 +696,14 @@ def _send(connection: http.client.HTTPConnection, request: SqsdRequest, headers:
     name that is no token, a value with a bare CR or LF. ``http.client``'s own calls cost more than the
     exchange's system calls; ``_answer`` reads the answer as ``getresponse`` would.
     """
-    if _DISALLOWED_METHOD.search(request.method):
-        raise ValueError(f"method can't contain control characters. {request.method!r}")
+    if (bad := _DISALLOWED_METHOD.search(request.method)) is not None:
+        raise ValueError(f"method can't contain control characters. {request.method!r} (found at least {bad.group()!r})")
     target = request.path or "/"
     if (bad := _DISALLOWED_TARGET.search(target)) is not None:
         raise http.client.InvalidURL(f"URL can't contain control characters. {target!r} (found at least {bad.group()!r})")
+    line = f"{request.method} {target} HTTP/1.1"
+    if not line.isascii():
+        line.encode("ascii")  # http.client's UnicodeEncodeError for a request line that is not ASCII
     names = "\n".join(name for name, _ in headers)
     # One check of every name and of every value (NUL between values: a value's own CR or LF still fails, as alone).
     lined = names.count("\n") == max(len(headers) - 1, 0)  # no name holds a line feed of its own
@@ -712,9 +715,6 @@ def _send(connection: http.client.HTTPConnection, request: SqsdRequest, headers:
                 raise ValueError(f"Invalid header name {name.encode()!r}")
             if _ILLEGAL_HEADER_VALUE.search(value):
                 raise ValueError(f"Invalid header value {value.encode()!r}")
-    line = f"{request.method} {target} HTTP/1.1"
-    if not line.isascii():
-        line.encode("ascii")  # http.client's UnicodeEncodeError for a request line that is not ASCII
     head = "\r\n".join([line, *(f"{name}: {value}" for name, value in headers), "", ""])
     connection.sock.sendall(head.encode("utf-8") + request.body)  # names ASCII, values UTF-8 (sqsd.request_for's rule)
 
