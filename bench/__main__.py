@@ -5,10 +5,20 @@ from __future__ import annotations
 import json
 import sys
 
-from bench import app_adapter_bench, heartbeat_bench, payloads_bench, peers_bench, redrive_bench, scheduler_bench, worker_bench
+from bench import (
+    app_adapter_bench,
+    forwarding_bench,
+    heartbeat_bench,
+    payloads_bench,
+    peers_bench,
+    redrive_bench,
+    scheduler_bench,
+    worker_bench,
+)
 
 BENCHMARKS = {"worker": worker_bench.run, "scheduler": scheduler_bench.run, "heartbeat": heartbeat_bench.run, "peers": peers_bench.run,
-              "app_adapter": app_adapter_bench.run, "redrive": redrive_bench.run, "payloads": payloads_bench.run}
+              "app_adapter": app_adapter_bench.run, "redrive": redrive_bench.run, "payloads": payloads_bench.run,
+              "forwarding": forwarding_bench.run}
 
 
 def main(argv: list[str]) -> int:

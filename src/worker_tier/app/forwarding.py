@@ -43,17 +43,24 @@ connections kept in a pool as large as the container worker's threads (``http_co
   takes no message before. A stop (SIGTERM) ends it within ``HEALTH_STOP_POLL_SECONDS``, even
   in the middle of a check, connecting included (an app whose listen queue is full).
 
-Standard library only (``http.client``): the runtime adds no dependency for it.
+Standard library only: the runtime adds no dependency for it. ``http.client`` connects and reads the answers;
+each request is written in one ``sendall`` (the bytes ``putrequest``/``putheader``/``endheaders`` write, refused
+where they refuse), and an answer's plain header lines are split without the email parser (the same
+``HTTPMessage`` answers): those two cost more CPU than the rest of an exchange (``docs/benchmarks.md``, "HTTP forwarding").
 """
 
 from __future__ import annotations
 
+import contextlib
+import email.parser
 import hashlib
 import hmac
 import http.client
 import io
+import re
 import select
 import socket
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -83,6 +90,22 @@ RESPONSE_DRAIN_MAX_BYTES = 1024 * 1024
 REPOST_WINDOW_SECONDS = 0.05
 # How often a read in a health check looks at the stop event.
 HEALTH_STOP_POLL_SECONDS = 0.2
+# http.client's limits on an answer's headers (its _MAXLINE and _MAXHEADERS), kept by _read_headers.
+MAX_HEADER_LINE_BYTES = 65536
+MAX_HEADER_LINES = 100
+# A header line the email parser would split at its first colon with nothing else to do: a token (RFC 9110's
+# field-name, as the email parser's header pattern allows it), a colon, no CR or LF before the line's end.
+# Lines of such fields up to the blank line (or the end of the answer), and one field's name and value (its leading
+# blanks and line end left out, as the email parser leaves them out).
+_PLAIN_HEADER_LINES = re.compile(r"(?:[!-9;-~]+:[^\r\n]*\r?\n)*(?:\r?\n)?")
+_PLAIN_HEADER_FIELD = re.compile(r"([!-9;-~]+):[ \t]*([^\r\n]*)\r?\n")
+# What http.client refuses in a request (its _contains_disallowed_method_pchar_re, _contains_disallowed_url_pchar_re,
+# _is_legal_header_name and _is_illegal_header_value): _send writes the request itself and refuses the same.
+_DISALLOWED_METHOD = re.compile(r"[\x00-\x1f]")
+_DISALLOWED_TARGET = re.compile(r"[\x00-\x20\x7f]")
+_LEGAL_HEADER_NAME = re.compile(r"[^:\s][^:\r\n]*", re.ASCII)
+_LEGAL_HEADER_NAMES = re.compile(r"(?:[^:\s][^:\r\n]*(?:\n[^:\s][^:\r\n]*)*)?", re.ASCII)  # names, one a line
+_ILLEGAL_HEADER_VALUE = re.compile(r"\n(?![ \t])|\r(?![ \t\n])")
 # The app closed the connection before any byte of its answer: what a keep-alive race looks like.
 _CLOSED_BEFORE_ANSWER = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
@@ -255,7 +278,7 @@ class HttpTarget:
                 early = True
             sent_at = self._clock()
             if response is None:
-                response = connection.getresponse()
+                response = _answer(connection, request.method)
             body, whole = _read_body(response)
         except Exception as error:
             _close(connection, response)
@@ -399,17 +422,45 @@ class _Answer(http.client.HTTPResponse):
     unread = False
 
     def begin(self) -> None:
-        super().begin()
+        """``http.client.HTTPResponse.begin`` (Python 3.11-3.13), step for step, with the headers read by
+        ``_read_headers`` (the same ``HTTPMessage``, without the email parser for plain lines) and a
+        ``Content-Length`` list read as RFC 9110 reads it (``_content_length``)."""
+        if self.headers is not None:
+            return
+        version, status, reason = self._read_status()  # interim answers skipped
+        self.code = self.status = status
+        self.reason = reason.strip()
+        if version in ("HTTP/1.0", "HTTP/0.9"):
+            self.version = 10
+        elif version.startswith("HTTP/1."):
+            self.version = 11
+        else:
+            raise http.client.UnknownProtocol(version)
+        self.headers = self.msg = _read_headers(self.fp)
+        transfer = self.msg.get("transfer-encoding")
+        self.chunked = bool(transfer) and transfer.lower() == "chunked"
+        if self.chunked:
+            self.chunk_left = None
+        self.will_close = self._check_close()
+        self.length = None
+        length = self.msg.get("content-length")
+        if length and not self.chunked:
+            with contextlib.suppress(ValueError):
+                self.length = int(length) if int(length) >= 0 else None
+        if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":
+            self.length = 0
+        if not self.will_close and not self.chunked and self.length is None:
+            self.will_close = True
         length = _content_length(self)
         if length != self.length:  # http.client took the connection as closing for want of a length it could read
-            self.length, self.will_close = length, self._check_close()  # type: ignore[attr-defined]  # http.client's own
+            self.length, self.will_close = length, self._check_close()
 
     def _read_status(self) -> tuple[str, int, str]:
         while True:
             version, status, reason = super()._read_status()  # type: ignore[misc]  # http.client's own
             if not 100 <= status < 200 or status == 101:
                 return version, status, reason
-            http.client.parse_headers(self.fp)  # the interim answer's headers: dropped
+            _read_headers(self.fp)  # the interim answer's headers: dropped
 
     def _close_conn(self) -> None:
         fp = self.fp
@@ -422,6 +473,58 @@ class _Answer(http.client.HTTPResponse):
             finally:
                 self.reader.nonblocking = False
         super()._close_conn()  # type: ignore[misc]  # http.client's own
+
+
+def _read_headers(fp: Any) -> http.client.HTTPMessage:
+    """An answer's headers as ``http.client.parse_headers`` reads them, the same limits and errors included
+    (``MAX_HEADER_LINE_BYTES`` a line, ``MAX_HEADER_LINES`` lines).
+
+    Plain ``Name: value`` lines (a token, a colon, no CR or LF but at the end) are split here, as the email
+    parser would split them (the value without its leading blanks and its line end); anything else (a folded
+    line, a bare CR, a line without a name) is handed to the email parser whole, as ``http.client`` does, so that
+    every answer reads the same either way. The email parser costs more than the rest of an answer's reading.
+    """
+    lines = []
+    while True:
+        line = fp.readline(MAX_HEADER_LINE_BYTES + 1)
+        if len(line) > MAX_HEADER_LINE_BYTES:
+            raise http.client.LineTooLong("header line")
+        lines.append(line)
+        if len(lines) > MAX_HEADER_LINES:
+            raise http.client.HTTPException(f"got more than {MAX_HEADER_LINES} headers")
+        if line in (b"\r\n", b"\n", b""):
+            break
+    text = b"".join(lines).decode("iso-8859-1")
+    if not _PLAIN_HEADER_LINES.fullmatch(text):
+        return email.parser.Parser(_class=http.client.HTTPMessage).parsestr(text)
+    return _PlainHeaders(_PLAIN_HEADER_FIELD.findall(text))
+
+
+class _PlainHeaders(http.client.HTTPMessage):
+    """An answer's headers read from plain lines (``_read_headers``), looked up by a lower-case index.
+
+    ``get``, ``get_all`` and ``items`` answer as ``email.message.Message``'s do: its policy (compat32) hands a
+    value back unchanged unless it holds surrogates, which text decoded from Latin-1 never does. Read-only, as
+    ``http.client`` and ``HttpTarget`` use it.
+    """
+
+    def __init__(self, fields: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self._headers = fields
+        self._index: dict[str, list[str]] = {}
+        for name, value in fields:
+            self._index.setdefault(name.lower(), []).append(value)
+
+    def get(self, name: str, failobj: Any = None) -> Any:
+        values = self._index.get(name.lower())
+        return values[0] if values else failobj
+
+    def get_all(self, name: str, failobj: Any = None) -> Any:
+        values = self._index.get(name.lower())
+        return list(values) if values else failobj
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._headers)
 
 
 def _content_length(answer: http.client.HTTPResponse) -> int | None:
@@ -586,11 +689,50 @@ def _close(connection: http.client.HTTPConnection, response: http.client.HTTPRes
 
 
 def _send(connection: http.client.HTTPConnection, request: SqsdRequest, headers: list[tuple[str, str]]) -> None:
-    """Write the request line, the headers as given, and the body."""
-    connection.putrequest(request.method, request.path, skip_host=True, skip_accept_encoding=True)
-    for name, value in headers:
-        connection.putheader(name, value.encode("utf-8"))  # sqsd.request_for's rule: values go out as UTF-8
-    connection.endheaders(request.body)
+    """Write the request line, the headers as given, and the body, in one ``sendall``.
+
+    The bytes ``putrequest``, ``putheader`` and ``endheaders`` would write (with ``skip_host`` and
+    ``skip_accept_encoding``), refused as they refuse them: a method or target with control characters, a header
+    name that is no token, a value with a bare CR or LF. ``http.client``'s own calls cost more than the
+    exchange's system calls; ``_answer`` reads the answer as ``getresponse`` would.
+    """
+    if (bad := _DISALLOWED_METHOD.search(request.method)) is not None:
+        raise ValueError(f"method can't contain control characters. {request.method!r} (found at least {bad.group()!r})")
+    target = request.path or "/"
+    if (bad := _DISALLOWED_TARGET.search(target)) is not None:
+        raise http.client.InvalidURL(f"URL can't contain control characters. {target!r} (found at least {bad.group()!r})")
+    line = f"{request.method} {target} HTTP/1.1"
+    if not line.isascii():
+        line.encode("ascii")  # http.client's UnicodeEncodeError for a request line that is not ASCII
+    names = "\n".join(name for name, _ in headers)
+    # One check of every name and of every value (NUL between values: a value's own CR or LF still fails, as alone).
+    lined = names.count("\n") == max(len(headers) - 1, 0)  # no name holds a line feed of its own
+    if not (lined and names.isascii() and _LEGAL_HEADER_NAMES.fullmatch(names)) or _ILLEGAL_HEADER_VALUE.search("\0".join(
+            value for _, value in headers)):
+        for name, value in headers:  # the first one at fault, refused as http.client refuses it
+            if not (name.isascii() and _LEGAL_HEADER_NAME.fullmatch(name)):
+                name.encode("ascii")  # http.client's UnicodeEncodeError for a name that is not ASCII
+                raise ValueError(f"Invalid header name {name.encode()!r}")
+            if _ILLEGAL_HEADER_VALUE.search(value):
+                raise ValueError(f"Invalid header value {value.encode()!r}")
+    head = "\r\n".join([line, *(f"{name}: {value}" for name, value in headers), "", ""])
+    connection.sock.sendall(head.encode("utf-8") + request.body)  # names ASCII, values UTF-8 (sqsd.request_for's rule)
+
+
+def _answer(connection: http.client.HTTPConnection, method: str) -> http.client.HTTPResponse:
+    """The answer to what ``_send`` wrote, as ``connection.getresponse()`` reads it: its status and headers read, the
+    connection closed when the answer says it closes (the answer then holds the socket for its body)."""
+    response = connection.response_class(connection.sock, method=method)
+    try:
+        response.begin()
+    except BaseException:
+        response.close()
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            connection.close()
+        raise
+    if response.will_close:
+        connection.close()
+    return response
 
 
 class _Pool:
