@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Callable
 
 import pytest
 
 from bench import peers_bench
-from bench.peers.frameworks import CELERY, DRAMATIQ, FRAMEWORKS, OURS, Endpoints, Feed, Framework
+from bench.peers.frameworks import CELERY, DRAMATIQ, FRAMEWORKS, OURS, Endpoints, Feed
 
 TINY_MESSAGES = 40
 
@@ -35,7 +36,7 @@ def test_every_framework_drains_every_scenario_exactly_once():
     assert [details[f.name]["rounds"]["retry"][0]["runs"] for f in FRAMEWORKS] == [TINY_MESSAGES + 4] * len(FRAMEWORKS)
 
 
-def _fake_feed(code: str) -> object:
+def _fake_feed(code: str) -> Callable[[Endpoints, str], Feed]:
     """A framework's feed whose worker process runs ``code`` (with the queue in FAKE_QUEUE_URL), fed by plain batches."""
 
     def feed(endpoints: Endpoints, queue: str) -> Feed:
