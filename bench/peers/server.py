@@ -12,6 +12,14 @@ duplicate no real SQS would make), and a send during a delete can vanish (a loss
 action but ReceiveMessage (which waits, up to 20 s, for messages) is therefore run one at a
 time, on both ports.
 
+Moto checks each message it returns against the queue's retention period by computing every
+attribute of the queue (``SQSBackend.is_message_valid_based_on_retention_period`` calls
+``get_queue_attributes``, which counts the visible, in-flight and delayed messages three times
+over), so each received message costs the server time in proportion to the queue's depth: a
+worker that keeps the queue shallower got cheaper receives, whatever its own speed, and a slower
+one a deeper queue and dearer receives. Real SQS has no such cost. ``main`` reads the retention
+period from the queue itself (the same check, in constant time) for every framework alike.
+
 Run as ``python -m bench.peers.server``: it prints ``ready <counted port> <producer port>``.
 """
 
@@ -93,7 +101,20 @@ def _read_action(environ: Environ) -> str:
     return form.get("Action", ["unknown"])[0]
 
 
+def _check_retention_in_constant_time() -> None:
+    """Moto's retention check of each received message, reading the one attribute it needs (see the docstring)."""
+    from moto.core.utils import unix_time
+    from moto.sqs.models import SQSBackend
+
+    def is_message_valid_based_on_retention_period(self: SQSBackend, queue_name: str, message: Any) -> bool:
+        retention_period = int(self.get_queue(queue_name).message_retention_period)
+        return bool(retention_period + message.sent_timestamp / 1000 > unix_time())
+
+    SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period  # type: ignore[method-assign]
+
+
 def main() -> None:
+    _check_retention_in_constant_time()
     app = SerializedApp(DomainDispatcherApplication(create_backend_app))
     counted = make_server(HOST, 0, CountingApp(app), True, request_handler=MotoRequestHandler)
     producer = make_server(HOST, 0, app, True, request_handler=MotoRequestHandler)

@@ -237,11 +237,11 @@ def test_a_duplicate_arriving_after_the_first_lease_window_does_not_run_beside_t
     assert [item["itemIdentifier"] for item in response["batchItemFailures"]] == [records[1]["messageId"]]
 
 
-# -- receive only what can run; count the 12 hours from the real receive --------------------------------------
+# -- receive only what can run (prefetch: test_container_prefetch.py); count the 12 hours from the real receive --------------------------------------
 
 
-def test_the_container_receives_no_more_messages_than_it_has_free_threads(aws):
-    # GIVEN three messages and a consumer with one thread
+def test_the_container_receives_no_more_messages_than_it_has_free_threads_until_tasks_prove_short(aws):
+    # GIVEN three messages (fewer than the short tasks it takes to prefetch) and a consumer with one thread
     tasks = Registry()
     ran: list[str] = []
     tasks.task("/p")(lambda t: ran.append(t.body))

@@ -22,8 +22,18 @@ released (visibility 0), so the group keeps its order.
 
 It receives no more messages than it has free threads, so none waits hidden behind a
 long task (but for the earlier messages of its own FIFO group), and the Worker counts
-SQS's 12 hours from each message's real receive.
+SQS's 12 hours from each message's real receive. The one exception is a bounded prefetch,
+on standard queues only, while tasks are short: once ``PREFETCH_AFTER_SHORT_TASKS`` tasks in
+a row each took at most ``PREFETCH_SHORT_TASK_SECONDS``, no running task is older than that,
+and fewer than a batch of deletes wait, a receive may take ``Consumer.prefetch`` messages
+beyond the free threads (enough to fill a receive of 10, at least one per thread). They are
+held by the heartbeat from their receive (scale-in protection counts them) and wait for a
+thread; one not started within ``PREFETCH_HOLD_SECONDS`` of its receive is released
+(visibility 0) and prefetch stops until tasks are short again, so a long task holds none
+hidden beyond that bound; the stop releases them with the other unstarted messages.
 Its metrics are printed (EMF) after each message and before it exits.
+The module is one idea, the consumer's loop: receiving, prefetching, running, releasing and
+draining share one lock and one table of pending chains, so they are kept together.
 
 A succeeded message is deleted in a DeleteMessageBatch shared with other messages
 (``worker_tier.container.deletions``: on a standard queue handed to one sender thread, on a FIFO queue
@@ -34,8 +44,8 @@ after any lost lease. A delete that fails is logged: the message returns and run
 and on a FIFO queue the rest of its group is released, as after a failed task.
 From the stop, waiting deletes go out without lingering, within the grace period; a delete
 still unanswered at its end is held like a running task, and the exit names it. Before each receive, while fewer than half
-the threads are free, running tasks get up to ``RECEIVE_GATHER_SECONDS`` to end, so one
-receive fills several threads; a long task delays no receive.
+the room (threads, plus the prefetch while it is on) is free, running tasks get up to ``RECEIVE_GATHER_SECONDS``
+to end, so one receive fills several threads; a long task delays no receive.
 """
 
 from __future__ import annotations
@@ -137,6 +147,10 @@ class _Chain:
 
     waiting: list[dict[str, Any]]
     current: dict[str, Any] | None = None
+    # A prefetched chain (received beyond the free threads) not started by then is released (``_expire_prefetched``).
+    hold_until: float | None = None
+    started: bool = False
+    current_since: float | None = None  # time.monotonic() when ``current`` started
 
 
 class Consumer:
@@ -177,6 +191,7 @@ class Consumer:
         self._pending: dict[Future[None], _Chain] = {}
         self._lock = threading.Lock()
         self._receive_failures = 0
+        self._short_streak = 0  # tasks in a row that took at most PREFETCH_SHORT_TASK_SECONDS
         self._fatal: QueueConfigurationError | None = None
         deleting_sqs = delete_sqs if delete_sqs is not None else sqs
         self._deletions: Deletions | None = None
@@ -201,6 +216,8 @@ class Consumer:
         self.heartbeat.start()
         self.protection.start(self._holds_work)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
+        if self._background is not None:  # prefetch is for standard queues only: its holds are watched from here
+            threading.Thread(target=self._watch_prefetched, name="worker-tier-prefetch", daemon=True).start()
         try:
             self._consume(pool)
         except Exception:  # logged here: an exit for abandoned tasks below would hide it
@@ -217,10 +234,10 @@ class Consumer:
         return gate is None or bool(gate(self.stopping))
 
     def _consume(self, pool: ThreadPoolExecutor) -> None:
-        """Receive while there are free threads, until stopping."""
+        """Receive while there are free threads (or room to prefetch), until stopping."""
         while not self.stopping.is_set():
             self._gather()
-            if self.stopping.is_set() or self._in_flight() >= self.concurrency:
+            if self.stopping.is_set() or self._in_flight() >= self._capacity():
                 continue
             self._receive_into(pool)
             self.protection.hold(self._holds_work())
@@ -233,8 +250,8 @@ class Consumer:
         RECEIVE_FOLLOW_SECONDS of each other, so a long task delays no receive.
         """
         deadline = self._clock() + RECEIVE_GATHER_SECONDS
-        while not self.stopping.is_set() and (free := self.concurrency - self._in_flight()) < self.concurrency:
-            few = 2 * free < self.concurrency
+        while not self.stopping.is_set() and (free := (capacity := self._capacity()) - self._in_flight()) < capacity:
+            few = 2 * free < capacity
             timeout = (1.0 if free == 0 else deadline - self._clock()) if few else RECEIVE_FOLLOW_SECONDS
             with self._lock:
                 running = [future for future in self._pending if not future.done()]
@@ -261,15 +278,20 @@ class Consumer:
             self.protection.hold(False)
 
     def _receive_into(self, pool: ThreadPoolExecutor) -> None:
-        """One long poll for as many messages as there are free threads; each is held by the heartbeat from its arrival."""
-        free = min(self.concurrency - self._in_flight(), limits.SQS_MAX_BATCH_ENTRIES)
+        """One long poll for as many messages as there are free threads (and room to prefetch); each is held by the
+        heartbeat from its arrival, and one received beyond the free threads must start within PREFETCH_HOLD_SECONDS."""
+        free = min(self._capacity() - self._in_flight(), limits.SQS_MAX_BATCH_ENTRIES)
         messages = self._receive(free)
         if messages and self.stopping.is_set():
             self._release(messages, "received after the stop")
             return
         for message in messages:
             self.heartbeat.hold(message["MessageId"], message["ReceiptHandle"])
-        for chain in _chains(messages):
+        idle_threads = self.concurrency - self._busy()
+        hold_until = self._clock() + PREFETCH_HOLD_SECONDS
+        for index, chain in enumerate(_chains(messages)):
+            if index >= idle_threads:
+                chain.hold_until = hold_until
             future = pool.submit(self._run_chain, chain)
             with self._lock:
                 self._pending[future] = chain
@@ -315,6 +337,8 @@ class Consumer:
 
     def _run_chain(self, chain: _Chain) -> None:
         """Run a chain's messages in order; after a failure, release the rest of it (visibility 0)."""
+        with self._lock:
+            chain.started = True
         while (message := self._next(chain)) is not None:
             try:
                 succeeded = self._process(message)
@@ -323,7 +347,9 @@ class Consumer:
                 raise
             finally:
                 with self._lock:
-                    chain.current = None
+                    short = chain.current_since is not None and _since(chain.current_since) <= PREFETCH_SHORT_TASK_SECONDS
+                    chain.current, chain.current_since = None, None
+                    self._short_streak = self._short_streak + 1 if short else 0
             if not succeeded:
                 self._release_rest(chain, "an earlier message of its group failed")
                 return
@@ -333,6 +359,7 @@ class Consumer:
         with self._lock:
             if chain.waiting and not self.stopping.is_set():
                 chain.current = chain.waiting.pop(0)
+                chain.current_since = time.monotonic()
                 return chain.current
         self._release_rest(chain, "not started before the stop")
         return None
@@ -378,6 +405,42 @@ class Consumer:
         error = None if future.cancelled() else future.exception()
         if error is not None:
             logger.error("message processing crashed", extra={"error": safe_repr(error)})
+
+    def _capacity(self) -> int:
+        """Messages it may hold not yet finished: its threads, plus on a standard queue, while tasks are short (the
+        last PREFETCH_AFTER_SHORT_TASKS in a row, and every one running now) and SQS keeps up with the deletes (fewer
+        than PREFETCH_MAX_PENDING_DELETES wait), ``prefetch`` more."""
+        if self._background is None or self._background.pending() >= PREFETCH_MAX_PENDING_DELETES:
+            return self.concurrency
+        with self._lock:
+            short = self._short_streak >= PREFETCH_AFTER_SHORT_TASKS and all(
+                c.current_since is None or _since(c.current_since) <= PREFETCH_SHORT_TASK_SECONDS
+                for c in self._pending.values()
+            )
+        return self.concurrency + self.prefetch if short else self.concurrency
+
+    @property
+    def prefetch(self) -> int:
+        """Messages received ahead of the free threads while tasks are short."""
+        return max(self.concurrency, limits.SQS_MAX_BATCH_ENTRIES - self.concurrency)
+
+    def _watch_prefetched(self) -> None:
+        """Until the stop (whose drain releases what never started): release prefetched chains held too long."""
+        while not self.stopping.wait(PREFETCH_CHECK_SECONDS):
+            self._expire_prefetched()
+
+    def _expire_prefetched(self) -> None:
+        """Release (visibility 0) each prefetched chain not started by its ``hold_until``; prefetch stops until tasks
+        are short again, as its threads are taken by longer tasks."""
+        now = self._clock()
+        with self._lock:
+            late = [(f, c) for f, c in self._pending.items() if not c.started and c.hold_until is not None and c.hold_until <= now]
+        expired = [chain for future, chain in late if future.cancel()]  # False: it has just started
+        if expired:
+            with self._lock:
+                self._short_streak = 0
+            for chain in expired:
+                self._release_rest(chain, f"prefetched and not started within {PREFETCH_HOLD_SECONDS} s")
 
     def _holds_work(self) -> bool:
         """Whether a message is running, waiting in a chain, or waiting for its delete (scale-in protection)."""
@@ -444,10 +507,26 @@ class Consumer:
 RECEIVE_GATHER_SECONDS = 0.2
 # Once enough threads are free, a receive waits for more only while they keep ending this close together.
 RECEIVE_FOLLOW_SECONDS = 0.02
+# Prefetch (standard queues): after this many tasks in a row of at most PREFETCH_SHORT_TASK_SECONDS each, a receive
+# may take ``Consumer.prefetch`` messages beyond the free threads; one not started within PREFETCH_HOLD_SECONDS of
+# its receive is released (checked every PREFETCH_CHECK_SECONDS), and prefetch stops until tasks are short again.
+PREFETCH_AFTER_SHORT_TASKS = 10
+PREFETCH_SHORT_TASK_SECONDS = 0.05
+PREFETCH_HOLD_SECONDS = 1.0
+PREFETCH_CHECK_SECONDS = 0.1
+# No prefetch while this many deletes wait (one batch): SQS is slow to answer, and task threads may soon stop for them.
+PREFETCH_MAX_PENDING_DELETES = limits.SQS_MAX_BATCH_ENTRIES
+
+
 def concurrency(settings: Settings) -> int:
     """Messages the container worker runs at once: http_connections when it forwards to an app over HTTP
     (``app_port``; EB HttpConnections), else container_concurrency."""
     return settings.http_connections if settings.app_port else settings.container_concurrency
+
+
+def _since(moment: float) -> float:
+    """Seconds since a ``time.monotonic()`` moment (task durations: the injected clock is for the grace period)."""
+    return time.monotonic() - moment
 
 
 def _chains(messages: list[dict[str, Any]]) -> list[_Chain]:
