@@ -350,7 +350,56 @@ def test_a_generator_exit_in_the_container_releases_the_message_from_the_heartbe
 # -- the container prints its metrics -----------------------------------------------------------------------
 
 
-def test_the_container_prints_its_metrics_after_each_message(aws, capsys, monkeypatch):
+def _processed_printed(out: str) -> float:
+    blobs = [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
+    values = [blob.get(observability.METRIC_PROCESSED, []) for blob in blobs]
+    return sum(sum(v) if isinstance(v, list) else v for v in values)
+
+
+def test_the_container_prints_the_metrics_of_its_last_messages_when_the_queue_falls_idle(aws, capsys, monkeypatch):
+    # GIVEN three messages, metrics enabled, and a flush just made (so the messages' own flushes are not due)
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    observability.metrics.clear_metrics()
+    tasks = Registry()
+    tasks.task("/p")(lambda t: None)
+    for body in "abc":
+        send(aws, "/p", body)
+    consumer = consumer_for(aws, tasks)
+    observability.flush()
+    # WHEN the container consumes them and then only long-polls an empty queue (1 s polls here)
+    printed = ""
+    thread = run_until(consumer, lambda: depth(aws) == 0)
+    deadline = time.monotonic() + 10
+    while _processed_printed(printed) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        printed += capsys.readouterr().out
+    stopped_at = time.monotonic()
+    consumer.stopping.set()
+    thread.join(10)
+    # THEN all three were counted before the stop, not only by the exit's flush
+    assert _processed_printed(printed) == 3, f"printed before the stop: {printed!r}"
+    assert stopped_at < deadline
+
+
+def test_the_container_prints_its_metrics_at_most_once_a_second(capsys, monkeypatch):
+    # GIVEN metrics enabled and a flush just made
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    observability.flush()
+    capsys.readouterr()
+    # WHEN counts are added and a flush is asked for within the second, then after it
+    observability.count(observability.METRIC_PROCESSED)
+    observability.flush_due()
+    within = capsys.readouterr().out
+    observability.count(observability.METRIC_PROCESSED)
+    monkeypatch.setattr(observability, "_last_flush", [time.monotonic() - observability.FLUSH_INTERVAL_SECONDS])
+    observability.flush_due()
+    after = capsys.readouterr().out
+    # THEN nothing was printed within the second, and one line with both counts after it
+    assert within == ""
+    assert _processed_printed(after) == 2 and len(after.splitlines()) == 1
+
+
+def test_the_container_prints_its_metrics_while_it_works_and_before_it_exits(aws, capsys, monkeypatch):
     # GIVEN two messages, no metrics pending, and metrics enabled (the test suite disables them)
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     observability.metrics.clear_metrics()

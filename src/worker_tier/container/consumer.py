@@ -31,7 +31,8 @@ held by the heartbeat from their receive (scale-in protection counts them) and w
 thread; one not started within ``PREFETCH_HOLD_SECONDS`` of its receive is released
 (visibility 0) and prefetch stops until tasks are short again, so a long task holds none
 hidden beyond that bound; the stop releases them with the other unstarted messages.
-Its metrics are printed (EMF) after each message and before it exits.
+Its metrics are printed (EMF) at most once a second while it works (``observability.flush_due``), after a
+receive (so within one long poll of the last message when the queue falls idle), and before it exits.
 The module is one idea, the consumer's loop: receiving, prefetching, running, releasing and
 draining share one lock and one table of pending chains, so they are kept together.
 
@@ -241,6 +242,7 @@ class Consumer:
                 continue
             self._receive_into(pool)
             self.protection.hold(self._holds_work())
+            observability.flush_due()  # metrics of the last messages before an idle spell: within one long poll
 
     def _gather(self) -> None:
         """Let running tasks end before a receive, so that one receive fills several threads.
@@ -376,7 +378,7 @@ class Consumer:
         The worker leaves a succeeded offloaded message's delete to this one (``Worker.handle_batch``), and its
         object is deleted only once SQS confirmed the message's (``Worker.delete_payload``). A delete that fails
         also gives False. Whatever happens, the heartbeat holds the
-        message until its fate is settled (deleted, or failed), and the metrics are printed.
+        message until its fate is settled (deleted, or failed), and the metrics are printed when due.
         """
         handed_off = False
         try:
@@ -397,7 +399,7 @@ class Consumer:
         finally:
             if not handed_off:
                 self.heartbeat.release(message["MessageId"])
-            observability.flush()
+            observability.flush_due()
 
     def _done(self, future: Future[None]) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
@@ -81,14 +82,28 @@ logger.registered_handler.addFilter(running_record)
 _metrics_lock = threading.Lock()
 
 
+# The container worker prints its metrics at most this often while busy: one EMF line per message cost more
+# CPU than forwarding the message (docs/benchmarks.md, "HTTP forwarding"). A blob holds up to 100 values of a
+# metric, and CloudWatch counts each value: sums, averages and maxima come out as with a line per message.
+FLUSH_INTERVAL_SECONDS = 1.0
+_last_flush = [float("-inf")]  # time.monotonic() of the last flush
+
+
 def flush() -> None:
     """Print the metrics added so far as EMF and clear them (the Lambda handler's decorator does this per invocation).
 
-    The container worker calls it after each message and before it exits.
+    The container worker calls it before it exits, and ``flush_due`` between messages.
     """
     with _metrics_lock:
+        _last_flush[0] = time.monotonic()
         if metrics.metric_set:
             metrics.flush_metrics()
+
+
+def flush_due() -> None:
+    """``flush``, unless the last one was less than ``FLUSH_INTERVAL_SECONDS`` ago."""
+    if time.monotonic() - _last_flush[0] >= FLUSH_INTERVAL_SECONDS:
+        flush()
 
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])
