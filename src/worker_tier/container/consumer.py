@@ -56,7 +56,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -190,6 +190,7 @@ class Consumer:
         self._queue_arn = _queue_arn(sqs, queue_url)
         self._region = self._queue_arn.split(":")[3]
         self._pending: dict[Future[None], _Chain] = {}
+        self._ended = threading.Event()  # set each time a chain ends (``_done``): what ``_gather`` waits on
         self._lock = threading.Lock()
         self._receive_failures = 0
         self._short_streak = 0  # tasks in a row that took at most PREFETCH_SHORT_TASK_SECONDS
@@ -255,12 +256,14 @@ class Consumer:
         while not self.stopping.is_set() and (free := (capacity := self._capacity()) - self._in_flight()) < capacity:
             few = 2 * free < capacity
             timeout = (1.0 if free == 0 else deadline - self._clock()) if few else RECEIVE_FOLLOW_SECONDS
+            self._ended.clear()  # before the look: a task that ends after it sets it again
             with self._lock:
-                running = [future for future in self._pending if not future.done()]
+                running = any(not future.done() for future in self._pending)
             if not running or timeout <= 0:
                 return
-            ended, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
-            if not ended and not few:
+            # One event set by every task's end, not concurrent.futures.wait over each running future (a waiter
+            # installed on up to ``concurrency`` futures, every time one ends).
+            if not self._ended.wait(timeout) and not few:
                 return
 
     def _finish(self, pool: ThreadPoolExecutor) -> None:
@@ -404,6 +407,7 @@ class Consumer:
     def _done(self, future: Future[None]) -> None:
         with self._lock:
             self._pending.pop(future, None)
+        self._ended.set()
         error = None if future.cancelled() else future.exception()
         if error is not None:
             logger.error("message processing crashed", extra={"error": safe_repr(error)})
