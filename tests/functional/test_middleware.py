@@ -253,3 +253,23 @@ def test_a_middleware_module_that_raises_on_import_is_refused_naming_the_referen
     # WHEN the middleware setting names it THEN the error names the reference and the module's error
     with pytest.raises(MiddlewareError, match=r"middleware 'broken_middleware:Thing' could not be loaded \(NameError: oops at import\)"):
         load(["broken_middleware:Thing"])
+
+
+class LegacyPaths(Middleware):
+    """Routes an old path to its new one, as a before_task hook may: before routing (docs/middleware.md)."""
+
+    def before_task(self, batch: Any, task: Task) -> None:
+        if task.path == "/old":
+            task.path = "/new"
+
+
+def test_a_before_task_that_changes_the_tasks_path_routes_the_message_by_its_new_path(aws):
+    # GIVEN a task at /new only, and a middleware that moves /old to /new before routing
+    ran: list[str] = []
+    tasks = one_task("/new", lambda t: ran.append(t.path))
+    send(aws, "/old")
+    # WHEN a message sent to /old runs
+    failed = run(aws, tasks, [LegacyPaths()])
+    # THEN the task at /new runs it
+    assert failed == set()
+    assert ran == ["/new"]

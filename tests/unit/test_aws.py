@@ -54,3 +54,34 @@ def test_a_heartbeat_client_ends_every_call_within_the_heartbeats_margin():
     config = new_heartbeat_client().meta.config
     assert config.retries["total_max_attempts"] == 1
     assert config.connect_timeout + config.read_timeout < HEARTBEAT_MARGIN_SECONDS
+
+
+_MOTO_AFTER_A_CLIENT = """
+import os
+os.environ.update(AWS_ACCESS_KEY_ID="kept-from-before", AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="eu-west-1")
+for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_PROFILE"):
+    os.environ.pop(name, None)
+from worker_tier.core.aws import new_client
+new_client("sqs")  # a client made before moto is imported (module-level code, an earlier test)
+from moto import mock_aws
+with mock_aws():
+    client = new_client("sqs", connect_timeout=1, read_timeout=1, max_attempts=1)
+    print(client.create_queue(QueueName="q")["QueueUrl"])
+"""
+
+
+def test_moto_mock_aws_answers_clients_made_in_it_even_after_one_was_made_before_moto_was_imported():
+    # GIVEN a process that made a client, then imported moto
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    # WHEN a client made inside mock_aws creates a queue
+    result = subprocess.run([sys.executable, "-c", _MOTO_AFTER_A_CLIENT], env=environ, capture_output=True, text=True, check=False,
+                            timeout=120)
+    # THEN moto answers it (as with boto3.client(), whose default session mock_aws sets aside), not AWS itself
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("/123456789012/q")

@@ -69,6 +69,7 @@ def test_a_request_goes_out_as_the_same_bytes_http_client_writes(request_, heade
     (SqsdRequest("/work", (), b""), [("X-Line\nFeed", "v")]),
     (SqsdRequest("/work", (), b""), [("X-Ok", "v"), ("X-Ends", "v\r")]),
     (SqsdRequest("/work", (), b""), [("Nämé", "v")]),
+    (SqsdRequest("/work", (), b""), [("", "v")]),  # an empty name, alone (putheader refuses it)
     (SqsdRequest("/a b", (), b""), []),
     (SqsdRequest("/é", (), b""), []),
     (SqsdRequest("/work", (), b"", method="PO\x01ST"), []),

@@ -104,7 +104,7 @@ _PLAIN_HEADER_FIELD = re.compile(r"([!-9;-~]+):[ \t]*([^\r\n]*)\r?\n")
 _DISALLOWED_METHOD = re.compile(r"[\x00-\x1f]")
 _DISALLOWED_TARGET = re.compile(r"[\x00-\x20\x7f]")
 _LEGAL_HEADER_NAME = re.compile(r"[^:\s][^:\r\n]*", re.ASCII)
-_LEGAL_HEADER_NAMES = re.compile(r"(?:[^:\s][^:\r\n]*(?:\n[^:\s][^:\r\n]*)*)?", re.ASCII)  # names, one a line
+_LEGAL_HEADER_NAMES = re.compile(r"[^:\s][^:\r\n]*(?:\n[^:\s][^:\r\n]*)*", re.ASCII)  # names, one a line (not none)
 _ILLEGAL_HEADER_VALUE = re.compile(r"\n(?![ \t])|\r(?![ \t\n])")
 # The app closed the connection before any byte of its answer: what a keep-alive race looks like.
 _CLOSED_BEFORE_ANSWER = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
@@ -707,7 +707,7 @@ def _send(connection: http.client.HTTPConnection, request: SqsdRequest, headers:
     names = "\n".join(name for name, _ in headers)
     # One check of every name and of every value (NUL between values: a value's own CR or LF still fails, as alone).
     lined = names.count("\n") == max(len(headers) - 1, 0)  # no name holds a line feed of its own
-    if not (lined and names.isascii() and _LEGAL_HEADER_NAMES.fullmatch(names)) or _ILLEGAL_HEADER_VALUE.search("\0".join(
+    if (headers and not (lined and names.isascii() and _LEGAL_HEADER_NAMES.fullmatch(names))) or _ILLEGAL_HEADER_VALUE.search("\0".join(
             value for _, value in headers)):
         for name, value in headers:  # the first one at fault, refused as http.client refuses it
             if not (name.isascii() and _LEGAL_HEADER_NAME.fullmatch(name)):

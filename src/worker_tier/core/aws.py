@@ -3,8 +3,9 @@
 They are botocore clients, made from one botocore session per process: ``import boto3`` also imports s3transfer
 (about a third of boto3's import and client cost on a cold start) for nothing the runtime calls. A client is
 the same either way: boto3's ``client()`` is botocore's, from a session that reads the same variables and files.
-When boto3's default session is set (``boto3.setup_default_session``, or an open ``worker_tier.testing`` world),
-clients come from it, as they always did.
+Once boto3 is imported (by the app, a test, moto), clients come from ``boto3.client()`` as they always did, so that
+its default session rules: ``boto3.setup_default_session``, an open ``worker_tier.testing`` world, and moto's
+``mock_aws`` (which sets it aside for a session of its own, one that sends to moto) all keep working.
 """
 
 from __future__ import annotations
@@ -32,17 +33,17 @@ AwsService = Literal["sqs", "dynamodb", "secretsmanager", "ssm", "s3"]
 def new_client(service: AwsService, **config: Any) -> Any:
     """A client with standard retries; honours AWS_ENDPOINT_URL (moto, the local environment).
 
-    ``config`` overrides botocore Config fields (for example ``read_timeout``). Made from boto3's default
-    session when one is set, else from this process's botocore session (see the module's docstring).
+    ``config`` overrides botocore Config fields (for example ``read_timeout``). Made by ``boto3.client()`` once
+    boto3 is imported, else from this process's botocore session (see the module's docstring).
     """
     from botocore.config import Config
 
     max_attempts = config.pop("max_attempts", CLIENT_MAX_ATTEMPTS)
     client_config = Config(retries={"mode": "standard", "max_attempts": max_attempts}, **config)
     boto3 = sys.modules.get("boto3")
-    if boto3 is not None and boto3.DEFAULT_SESSION is not None:
-        return boto3.client(service, config=client_config)
-    with _session_lock:  # a botocore session is not thread-safe: clients are
+    with _session_lock:  # a session (boto3's default one made on first use included) is not thread-safe: clients are
+        if boto3 is not None:  # its default session may be set, set aside (moto) or made now: boto3.client() decides
+            return boto3.client(service, config=client_config)
         return _botocore_session().create_client(service, config=client_config)
 
 

@@ -418,6 +418,7 @@ class Worker(Fates):
                 if self._fail_safely(record, task, invocation, error):
                     raise TaskFailedError(_describe(error)) from error
                 return
+            message_id, path, lease = task.message_id, task.path, task.lease  # as a hook left them: routing follows
         if remaining_ms is not None and remaining_ms() < invocation.margin_ms:
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
