@@ -8,13 +8,13 @@ so the bench can say which AWS calls a handler's first batch made.
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import threading
-import urllib.parse
 from collections import Counter
 from typing import Any, Callable, Iterable
+
+from bench.peers.server import read_action
 
 CALLS_PATH = "/local-aws/calls"
 HOST = "127.0.0.1"
@@ -34,22 +34,8 @@ class CountingApp:
                 body = json.dumps(dict(self._calls)).encode()
                 start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
                 return [body]
-            self._calls[_action(environ)] += 1
+            self._calls[read_action(environ)] += 1
             return list(self._app(environ, start_response))
-
-
-def _action(environ: dict[str, Any]) -> str:
-    """A request's AWS action, its body rewound for moto."""
-    target = environ.get("HTTP_X_AMZ_TARGET")
-    if target:
-        return str(target).rsplit(".", 1)[-1]
-    query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
-    if "Action" in query:
-        return query["Action"][0]
-    length = int(environ.get("CONTENT_LENGTH") or 0)
-    body = environ["wsgi.input"].read(length) if length else b""
-    environ["wsgi.input"] = io.BytesIO(body)
-    return urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("Action", ["unknown"])[0]
 
 
 def main() -> int:

@@ -37,15 +37,15 @@ from typing import Any, Callable
 
 from botocore.exceptions import ClientError
 
+from worker_tier.testing.queues import _check_batch, _each  # the batch rules, as the testing stand-in keeps them
+
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 SENDER_ID = "AIDAWORKERTIERBENCH"
 MAX_RECEIVE_MESSAGES = 10
 MAX_WAIT_SECONDS = 20
 MAX_VISIBILITY_SECONDS = 12 * 60 * 60
-MAX_BATCH_ENTRIES = 10
 MAXIMUM_MESSAGE_SIZE = 256 * 1024
-_BATCH = "AWS.SimpleQueueService."
 
 
 def _error(code: str, operation: str, message: str = "") -> ClientError:
@@ -271,25 +271,3 @@ class FastQueue:
         if seconds == 0:
             self._reveal(now)
             self._arrived.notify_all()
-
-
-def _check_batch(operation: str, entries: list[dict[str, Any]]) -> None:
-    if not entries:
-        raise _error(f"{_BATCH}EmptyBatchRequest", operation)
-    if len(entries) > MAX_BATCH_ENTRIES:
-        raise _error(f"{_BATCH}TooManyEntriesInBatchRequest", operation, f"at most {MAX_BATCH_ENTRIES} entries")
-    if len({entry["Id"] for entry in entries}) != len(entries):
-        raise _error(f"{_BATCH}BatchEntryIdsNotDistinct", operation)
-
-
-def _each(entries: list[dict[str, Any]], call: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
-    successful, failed = [], []
-    for entry in entries:
-        try:
-            call(entry)
-        except ClientError as error:
-            failed.append({"Id": entry["Id"], "Code": error.response["Error"]["Code"], "SenderFault": True,
-                           "Message": error.response["Error"]["Message"]})
-        else:
-            successful.append({"Id": entry["Id"]})
-    return {"Successful": successful, "Failed": failed}

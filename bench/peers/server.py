@@ -83,11 +83,12 @@ def _action(environ: Environ) -> str:
     """The SQS action of a request (JSON protocol header, else the query protocol's Action), rewinding its body."""
     if "peers_bench.action" in environ:
         return environ["peers_bench.action"]
-    environ["peers_bench.action"] = action = _read_action(environ)
+    environ["peers_bench.action"] = action = read_action(environ)
     return action
 
 
-def _read_action(environ: Environ) -> str:
+def read_action(environ: Environ) -> str:
+    """A request's AWS action (X-Amz-Target, the query's or the form's Action), its body rewound for moto."""
     target = environ.get("HTTP_X_AMZ_TARGET")
     if target:
         return target.rsplit(".", 1)[-1]
