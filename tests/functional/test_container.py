@@ -417,3 +417,26 @@ def test_the_container_prints_its_metrics_while_it_works_and_before_it_exits(aws
     values = [blob.get(observability.METRIC_PROCESSED, []) for blob in blobs]
     assert sum(sum(v) if isinstance(v, list) else v for v in values) == 2
     assert observability.metrics.metric_set == {}
+
+
+def test_the_container_prints_the_metrics_of_tasks_that_finish_during_the_grace_period(aws, capsys, monkeypatch):
+    # GIVEN metrics enabled and a task that runs on for half a second after the stop
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    observability.metrics.clear_metrics()
+    started = threading.Event()
+    tasks = Registry()
+
+    @tasks.task("/slow")
+    def slow(task: Task) -> None:
+        started.set()
+        time.sleep(0.5)
+
+    send(aws, "/slow", "a")
+    consumer = consumer_for(aws, tasks, grace_seconds=10)
+    thread = run_until(consumer, started.is_set)
+    # WHEN SIGTERM arrives while it runs, and it finishes within the grace period
+    consumer.stopping.set()
+    thread.join(10)
+    # THEN its count was printed before the worker returned, and nothing is left pending
+    assert _processed_printed(capsys.readouterr().out) == 1
+    assert observability.metrics.metric_set == {}

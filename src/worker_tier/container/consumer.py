@@ -275,6 +275,7 @@ class Consumer:
         observability.flush()
         still_running = self._drain(pool)
         unanswered = self._background.close(self._grace_left()) if self._background is not None else []
+        observability.flush()  # again: the tasks (and deletes) that ended during the grace period counted after the first
         self.protection.stop()
         if still_running or unanswered:
             self._abandon(still_running, unanswered)
