@@ -239,9 +239,11 @@ class Consumer:
         """Receive while there are free threads (or room to prefetch), until stopping."""
         while not self.stopping.is_set():
             self._gather()
-            if self.stopping.is_set() or self._in_flight() >= self._capacity():
+            # The room is read once: it may shrink at any moment (the prefetch stops), and SQS refuses a receive of 0.
+            room = min(self._capacity() - self._in_flight(), limits.SQS_MAX_BATCH_ENTRIES)
+            if self.stopping.is_set() or room < 1:
                 continue
-            self._receive_into(pool)
+            self._receive_into(pool, room)
             self.protection.hold(self._holds_work())
             observability.flush_due()  # metrics of the last messages before an idle spell: within one long poll
 
@@ -283,11 +285,10 @@ class Consumer:
             self.heartbeat.stop()
             self.protection.hold(False)
 
-    def _receive_into(self, pool: ThreadPoolExecutor) -> None:
-        """One long poll for as many messages as there are free threads (and room to prefetch); each is held by the
+    def _receive_into(self, pool: ThreadPoolExecutor, room: int) -> None:
+        """One long poll for ``room`` messages (1 to 10: the free threads, and room to prefetch); each is held by the
         heartbeat from its arrival, and one received beyond the free threads must start within PREFETCH_HOLD_SECONDS."""
-        free = min(self._capacity() - self._in_flight(), limits.SQS_MAX_BATCH_ENTRIES)
-        messages = self._receive(free)
+        messages = self._receive(room)
         if messages and self.stopping.is_set():
             self._release(messages, "received after the stop")
             return
@@ -432,22 +433,28 @@ class Consumer:
         return max(self.concurrency, limits.SQS_MAX_BATCH_ENTRIES - self.concurrency)
 
     def _watch_prefetched(self) -> None:
-        """Until the stop (whose drain releases what never started): release prefetched chains held too long."""
+        """Until the stop, release prefetched chains held too long; at the stop, every prefetched chain not started
+        (the drain would, but only once the long poll in progress ends: up to ``poll_wait_seconds`` later)."""
         while not self.stopping.wait(PREFETCH_CHECK_SECONDS):
             self._expire_prefetched()
+        self._expire_prefetched(stopped=True)
 
-    def _expire_prefetched(self) -> None:
-        """Release (visibility 0) each prefetched chain not started by its ``hold_until``; prefetch stops until tasks
-        are short again, as its threads are taken by longer tasks."""
+    def _expire_prefetched(self, stopped: bool = False) -> None:
+        """Release (visibility 0) each prefetched chain not started by its ``hold_until`` (all of them once
+        ``stopped``); prefetch stops until tasks are short again, as its threads are taken by longer tasks."""
         now = self._clock()
         with self._lock:
-            late = [(f, c) for f, c in self._pending.items() if not c.started and c.hold_until is not None and c.hold_until <= now]
+            late = [
+                (f, c) for f, c in self._pending.items()
+                if not c.started and c.hold_until is not None and (stopped or c.hold_until <= now)
+            ]
         expired = [chain for future, chain in late if future.cancel()]  # False: it has just started
         if expired:
             with self._lock:
                 self._short_streak = 0
+            why = "not started before the stop" if stopped else f"prefetched and not started within {PREFETCH_HOLD_SECONDS} s"
             for chain in expired:
-                self._release_rest(chain, f"prefetched and not started within {PREFETCH_HOLD_SECONDS} s")
+                self._release_rest(chain, why)
 
     def _holds_work(self) -> bool:
         """Whether a message is running, waiting in a chain, or waiting for its delete (scale-in protection)."""
