@@ -4,6 +4,7 @@ last as long as the task, receiving only what can run, beats that never overwrit
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -15,7 +16,7 @@ from tests.support.aws_world import AwsWorld
 from tests.support.container import consumer_for, depth, run_until
 from tests.support.strict_sqs import StrictSQS
 from tests.support.worker_world import Clock, entries, one_task, raise_, send
-from worker_tier import Client, NonRetryableError, RetryLater, Task
+from worker_tier import Client, NonRetryableError, OutgoingMessage, RetryLater, Task
 from worker_tier.core import observability
 from worker_tier.container.consumer import EXIT_CODE_TASKS_ABANDONED, Consumer
 from worker_tier.container.protection import TaskProtection
@@ -275,6 +276,55 @@ def test_a_message_held_for_two_hours_before_it_runs_gets_a_retry_sqs_accepts(aw
     longest = SQS_MAX_VISIBILITY_TIMEOUT_SECONDS - TWO_HOURS_SECONDS - VISIBILITY_SAFETY_MARGIN_SECONDS
     assert [e["VisibilityTimeout"] for e in entries(aws)] == [longest]
     assert sqs.refused == []
+
+
+def test_a_task_that_ends_while_the_receive_gathers_wakes_it_at_once(aws, monkeypatch):
+    # GIVEN two threads running a long task and a short one, and the short one ending just after the gather counted
+    # the messages in flight (before it waits for an end)
+    tasks = Registry()
+    go, long_started = threading.Event(), threading.Event()
+
+    @tasks.task("/t")
+    def run(task: Task) -> None:
+        if task.body == "long":
+            long_started.set()
+            time.sleep(4)
+        else:
+            go.wait(10)
+
+    client = Client(aws.queue_url, sqs=aws.sqs)
+    client.send_batch([OutgoingMessage("/t", "long"), OutgoingMessage("/t", "short")])
+    consumer = consumer_for(aws, tasks, concurrency=2, delete_linger_seconds=0)
+    real_in_flight, ended_at = consumer._in_flight, []
+
+    def in_flight() -> int:
+        value = real_in_flight()
+        gathering = sys._getframe(1).f_code.co_name == "_gather"
+        if value == 2 and gathering and long_started.is_set() and not go.is_set():
+            go.set()  # the short task ends now, after this count
+            deadline = time.monotonic() + 5
+            while consumer._busy() > 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            ended_at.append(time.monotonic())
+        return value
+
+    monkeypatch.setattr(consumer, "_in_flight", in_flight)
+    received_at: list[float] = []
+    real_receive = aws.sqs.receive_message
+
+    def receive_message(**params):
+        received_at.append(time.monotonic())
+        return real_receive(**params)
+
+    monkeypatch.setattr(aws.sqs, "receive_message", receive_message)
+    # WHEN it runs
+    thread = run_until(consumer, lambda: ended_at and any(t > ended_at[0] for t in received_at))
+    try:
+        # THEN the freed thread's receive came at once, not after the gather's 1 s wait for the end it missed
+        assert min(t for t in received_at if t > ended_at[0]) - ended_at[0] < 0.6
+    finally:
+        consumer.stopping.set()
+        thread.join(15)
 
 
 # -- a beat never overwrites the worker's decision -----------------------------------------------------------

@@ -255,10 +255,12 @@ class Consumer:
         RECEIVE_FOLLOW_SECONDS of each other, so a long task delays no receive.
         """
         deadline = self._clock() + RECEIVE_GATHER_SECONDS
-        while not self.stopping.is_set() and (free := (capacity := self._capacity()) - self._in_flight()) < capacity:
+        while True:
+            self._ended.clear()  # before the count: a task that ends after it sets it again (no wake-up is lost)
+            if self.stopping.is_set() or (free := (capacity := self._capacity()) - self._in_flight()) >= capacity:
+                return
             few = 2 * free < capacity
             timeout = (1.0 if free == 0 else deadline - self._clock()) if few else RECEIVE_FOLLOW_SECONDS
-            self._ended.clear()  # before the look: a task that ends after it sets it again
             with self._lock:
                 running = any(not future.done() for future in self._pending)
             if not running or timeout <= 0:
