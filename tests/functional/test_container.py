@@ -490,3 +490,35 @@ def test_the_container_prints_the_metrics_of_tasks_that_finish_during_the_grace_
     # THEN its count was printed before the worker returned, and nothing is left pending
     assert _processed_printed(capsys.readouterr().out) == 1
     assert observability.metrics.metric_set == {}
+
+
+def test_the_container_prints_the_metrics_of_earlier_messages_while_a_long_task_runs(aws, capsys, monkeypatch):
+    # GIVEN metrics enabled, one thread, a flush just made, and a short task followed by a 5 s one
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    observability.metrics.clear_metrics()
+    long_started = threading.Event()
+    tasks = Registry()
+
+    @tasks.task("/t")
+    def run(task: Task) -> None:
+        if task.body == "long":
+            long_started.set()
+            time.sleep(5)
+
+    send(aws, "/t", "short")
+    consumer = consumer_for(aws, tasks, concurrency=1)
+    observability.flush()
+    thread = run_until(consumer, lambda: depth(aws) == 0)
+    send(aws, "/t", "long")
+    try:
+        run_until_started = time.monotonic() + 10
+        while not long_started.is_set():
+            assert time.monotonic() < run_until_started
+            time.sleep(0.05)
+        # WHEN the long task runs on (2.5 s of its 5)
+        time.sleep(2.5)
+        # THEN the short task's count was printed meanwhile, not held until the long one ends
+        assert _processed_printed(capsys.readouterr().out) == 1
+    finally:
+        consumer.stopping.set()
+        thread.join(15)

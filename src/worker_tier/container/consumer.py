@@ -32,7 +32,8 @@ thread; one not started within ``PREFETCH_HOLD_SECONDS`` of its receive is relea
 (visibility 0) and prefetch stops until tasks are short again, so a long task holds none
 hidden beyond that bound; the stop releases them with the other unstarted messages.
 Its metrics are printed (EMF) at most once a second while it works (``observability.flush_due``), after a
-receive (so within one long poll of the last message when the queue falls idle), and before it exits.
+receive (so within one long poll of the last message when the queue falls idle), while it waits for a thread (so
+a long task holds back no earlier message's), and before it exits (again after the drain).
 The module is one idea, the consumer's loop: receiving, prefetching, running, releasing and
 draining share one lock and one table of pending chains, so they are kept together.
 
@@ -269,6 +270,7 @@ class Consumer:
             # installed on up to ``concurrency`` futures, every time one ends).
             if not self._ended.wait(timeout) and not few:
                 return
+            observability.flush_due()  # the metrics of tasks that ended just before a long one: within a second or so
 
     def _finish(self, pool: ThreadPoolExecutor) -> None:
         """Drain and send the waiting deletes; exit with the messages still running (or undeleted) held, or stop
