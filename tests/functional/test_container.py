@@ -522,3 +522,23 @@ def test_the_container_prints_the_metrics_of_earlier_messages_while_a_long_task_
     finally:
         consumer.stopping.set()
         thread.join(15)
+
+
+def test_the_container_counts_every_message_of_many_threads_exactly_once(aws, capsys, monkeypatch):
+    # GIVEN metrics enabled, flushed every time they are asked for, and 150 short messages for eight threads
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    monkeypatch.setattr(observability, "FLUSH_INTERVAL_SECONDS", 0.0)
+    observability.metrics.clear_metrics()
+    tasks = Registry()
+    tasks.task("/p")(lambda t: None)
+    client = Client(aws.queue_url, sqs=aws.sqs)
+    for first in range(0, 150, 10):
+        client.send_batch([OutgoingMessage("/p", str(n)) for n in range(first, first + 10)])
+    consumer = consumer_for(aws, tasks, concurrency=8)
+    # WHEN the container consumes them and stops
+    thread = run_until(consumer, lambda: depth(aws) == 0, timeout=60)
+    consumer.stopping.set()
+    thread.join(15)
+    # THEN the printed counts sum to 150, and nothing is left pending
+    assert _processed_printed(capsys.readouterr().out) == 150
+    assert observability.metrics.metric_set == {}
