@@ -163,3 +163,40 @@ def test_sigterm_during_a_long_poll_releases_prefetched_messages_at_once(aws, mo
         assert not {"a", "b", "c"} & set(ran)
     finally:
         thread.join(20)
+
+
+def test_prefetched_messages_released_as_threads_take_them_each_run_exactly_once(aws, monkeypatch):
+    # GIVEN two threads, a bound so short that prefetched messages are released while threads are about to take them,
+    # and 20 ms tasks with a 0.3 s one every 25th message
+    monkeypatch.setattr(consumer_module, "PREFETCH_HOLD_SECONDS", 0.05)
+    monkeypatch.setattr(consumer_module, "PREFETCH_CHECK_SECONDS", 0.01)
+    tasks = Registry()
+    lock = threading.Lock()
+    running: set[str] = set()
+    ran: list[str] = []
+    overlaps: list[str] = []
+
+    @tasks.task("/t")
+    def run(task: Task) -> None:
+        with lock:
+            if task.body in running:
+                overlaps.append(task.body)
+            running.add(task.body)
+        time.sleep(0.3 if int(task.body) % 25 == 24 else 0.02)
+        with lock:
+            running.discard(task.body)
+            ran.append(task.body)
+
+    client = Client(aws.queue_url, sqs=aws.sqs)
+    for first in range(0, 80, 10):
+        client.send_batch([OutgoingMessage("/t", str(n)) for n in range(first, first + 10)])
+    consumer = consumer_for(aws, tasks, concurrency=2, delete_linger_seconds=0)
+    # WHEN it consumes them all
+    thread = run_until(consumer, lambda: len(set(ran)) == 80, timeout=90)
+    consumer.stopping.set()
+    thread.join(15)
+    # THEN some were released unstarted, yet each ran exactly once, never two at once
+    releases = [e for p in aws.params("ChangeMessageVisibilityBatch") for e in p["Entries"] if e["VisibilityTimeout"] == 0]
+    assert releases, "no prefetched message was released: the race was not exercised"
+    assert overlaps == []
+    assert sorted(ran, key=int) == [str(n) for n in range(80)]
