@@ -9,7 +9,8 @@ The state table's key prefixes, one per owner:
 
 - ``idempotency#``: Powertools idempotency records (the worker and the container worker);
 - ``scheduler#``: the delay dispatcher's lease and watermark (the prefix keeps its first name);
-- ``cron#``: cron tick claims.
+- ``cron#``: cron tick claims;
+- ``flow#``: flow control's rates, concurrency slots and message waits (the worker and the container worker).
 
 The delay table's producers write ``b#`` (delayed messages) and ``dedupe#`` (dedupe-key markers); to cancel
 and reschedule, they read and delete only the cancellable shard's messages (``CANCELLABLE_MESSAGE_KEY_PATTERN``)
@@ -52,6 +53,8 @@ CANCELLABLE_MESSAGE_KEY_PATTERN = delay.bucket_key(0, delay.CANCELLABLE_SHARD).r
 
 # What Powertools' DynamoDBPersistenceLayer calls: get_item, put_item, update_item, delete_item.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# Flow control (worker_tier.flow.limiter): rate and slot updates, wait counts added and read. No Put or Delete.
+FLOW_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
 # The delay dispatcher's lease, watermark and minute records (worker_tier/delays/dispatcher.py).
 DISPATCHER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # Tick claims of periodic tasks: claim, mark sent, give back (worker_tier/periodic/ticks.py).

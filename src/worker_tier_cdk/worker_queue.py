@@ -14,13 +14,13 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import IDEMPOTENCY_ACTIONS, grant_items, grant_payload_consume, grant_payload_put
+from worker_tier_cdk.grants import FLOW_ACTIONS, IDEMPOTENCY_ACTIONS, grant_items, grant_payload_consume, grant_payload_put
 from worker_tier_cdk.payload_bucket import PayloadBucket, PayloadBucketProps
 from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.task_imports import check_imports
 from worker_tier_cdk.settings import Settings
 from worker_tier.core import contract
-from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.core.contract import FLOW_KEY_PREFIX, IDEMPOTENCY_KEY_PREFIX
 from worker_tier.core.errors import ConfigurationError
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
@@ -118,6 +118,7 @@ class WorkerQueue(Construct):
         if props.state_table is not None:
             grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
                         leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
+            grant_items(props.state_table, self.function, actions=FLOW_ACTIONS, leading_key_prefixes=[FLOW_KEY_PREFIX])
         if self.payload_bucket is not None:
             grant_payload_consume(self.payload_bucket, self.function)
         if not settings.app_port:  # HTTP forwarding: the container worker reads the queue; two readers would split it

@@ -16,7 +16,7 @@ from worker_tier.worker.batch import Worker
 def consumer_for(aws: AwsWorld, tasks: Registry, settings: Settings | None = None, sqs=None, middleware=(), **kwargs) -> Consumer:
     sqs = sqs if sqs is not None else aws.sqs
     worker = Worker(settings or Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
-                    registry=tasks, sqs=sqs, dynamodb=aws.dynamodb, middleware=middleware)
+                    state_table=aws.state_table, registry=tasks, sqs=sqs, dynamodb=aws.dynamodb, middleware=middleware)
     kwargs.setdefault("protection", TaskProtection(agent_uri=""))
     return Consumer(worker, sqs, aws.queue_url, poll_wait_seconds=1, heartbeat_interval=1, **kwargs)
 

@@ -123,5 +123,5 @@ def test_a_worker_runs_the_middleware_its_setting_names_after_the_built_in_ones(
 
     worker = Worker(Settings(middleware="tests.unit.test_middleware:INSTANCE"), queue_url="q", dead_letter_queue_url=None)
     # THEN its pipeline ends with it, after the built-in ones
-    assert [type(m).__name__ for m in worker.pipeline.middleware] == ["BatchMetricsPublisher", "Heartbeats", "OnlyBefore"]
+    assert [type(m).__name__ for m in worker.pipeline.middleware] == ["BatchMetricsPublisher", "Heartbeats", "FlowControl", "OnlyBefore"]
     assert worker.pipeline.middleware[-1] is INSTANCE

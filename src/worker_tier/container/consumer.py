@@ -510,9 +510,12 @@ class Consumer:
         self._exit_process(EXIT_CODE_TASKS_ABANDONED)
 
     def _release(self, messages: list[dict[str, Any]], why: str) -> None:
-        """Visibility 0: another worker takes them at once."""
+        """Visibility 0: another worker takes them at once. Each counts a wait first (``worker_tier.flow``): the
+        receive it spent unstarted is not an attempt, so it never costs the message one of its ``max_retries``."""
         for message in messages:
             self.heartbeat.release(message["MessageId"])
+            if self.worker.add_wait(message["MessageId"], 0, why) is None and self.worker._state_table:
+                observability.count_shared(contract.METRIC_WAIT_UNRECORDED)
         if messages:
             logger.info("released messages", extra={"count": len(messages), "reason": why})
             change_visibility(

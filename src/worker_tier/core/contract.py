@@ -260,6 +260,13 @@ METRIC_TASK_DURATION_MAX = "TaskDurationMax"
 METRIC_MESSAGE_AGE = "MessageAgeAtStart"
 # Not run because it is not due yet (the delay dispatcher's clock ran ahead of the worker's).
 METRIC_HELD_BACK = "HeldBack"
+# Flow control (worker_tier.flow): a message over its task's rate limit or concurrency waits (not an attempt); a
+# wait the state table could not record (it may then count as an attempt); a message re-sent as a fresh copy so
+# that its waits never reach the redrive policy's maxReceiveCount; a concurrency slot whose lease could not be renewed.
+METRIC_THROTTLED = "Throttled"
+METRIC_WAIT_UNRECORDED = "FlowWaitUnrecorded"
+METRIC_REFRESHED = "FlowRefreshed"
+METRIC_SLOT_LOST = "FlowSlotLost"
 # A retry longer than SQS's visibility limit allows, re-sent as a delayed copy through the delay table.
 METRIC_RESCHEDULED = "Rescheduled"
 # A retry longer than SQS's visibility limit allows with no delay table to carry it: shortened to the limit.
@@ -315,7 +322,8 @@ STATE_TTL_ATTRIBUTE = "expiration"
 IDEMPOTENCY_KEY_PREFIX = "idempotency#"
 DISPATCHER_KEY_PREFIX = "scheduler#"  # the delay dispatcher's first name, kept so deployed state stays readable
 TICK_KEY_PREFIX = "cron#"
-STATE_KEY_PREFIXES = (IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX, TICK_KEY_PREFIX)
+FLOW_KEY_PREFIX = "flow#"  # flow control: rate limits, concurrency slots, and the waits of throttled messages
+STATE_KEY_PREFIXES = (IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX, TICK_KEY_PREFIX, FLOW_KEY_PREFIX)
 
 # The delay table: pk "b#<minute>#<shard>", sk "<due ms>#<id>" (worker_tier.delays.delay); dedupe markers "dedupe#<key>".
 DELAY_PARTITION_KEY = "pk"

@@ -54,6 +54,15 @@ def _finite_non_negative(seconds: object) -> bool:
         return False
 
 
+class ThrottledError(WorkerTierError):
+    """A task's flow control (``@task(rate_limit=, concurrency=)``) holds its message back: it waits ``wait_seconds``
+    and comes back, and the wait is not an attempt (``worker_tier.flow``)."""
+
+    def __init__(self, wait_seconds: float, reason: str) -> None:
+        self.wait_seconds = wait_seconds
+        super().__init__(reason)
+
+
 class TaskAbortedError(WorkerTierError):
     """A task raised a BaseException (SystemExit, KeyboardInterrupt, GeneratorExit...); it is the ``__cause__``.
 

@@ -121,6 +121,21 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
 _PAYLOAD_SIZE_ATTRIBUTES = (PAYLOAD_SIZE_ATTRIBUTE, LEGACY_PAYLOAD_SIZE_ATTRIBUTE)
 
 
+def approximate_receive_count(record: Mapping[str, Any]) -> int:
+    """SQS's ApproximateReceiveCount of a record, as SQS counts it (1 when the record has none readable).
+
+    Examples
+    --------
+    >>> approximate_receive_count({"attributes": {"ApproximateReceiveCount": "4"}}), approximate_receive_count({})
+    (4, 1)
+    """
+    system = record.get("attributes")
+    value = system.get("ApproximateReceiveCount") if isinstance(system, dict) else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+        return max(1, int(value))
+    return 1
+
+
 def first_received_ms(record: Mapping[str, Any]) -> int | None:
     """When a record's message was first received (epoch ms): the original's, carried on a retry re-sent through
     the delay table (``worker_tier.first_received_at``), else SQS's ``ApproximateFirstReceiveTimestamp``; None

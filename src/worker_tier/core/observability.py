@@ -31,6 +31,7 @@ from worker_tier.core.contract import (  # the metric names are the contract's, 
     METRIC_SUCCEEDED as METRIC_SUCCEEDED,
     METRIC_TASK_DURATION as METRIC_TASK_DURATION,
     METRIC_TASK_DURATION_MAX as METRIC_TASK_DURATION_MAX,
+    METRIC_THROTTLED as METRIC_THROTTLED,
     METRIC_VISIBILITY_REFUSED as METRIC_VISIBILITY_REFUSED,
     METRICS_NAMESPACE as METRICS_NAMESPACE,
     SERVICE_NAME as SERVICE_NAME,
@@ -168,6 +169,11 @@ class BatchMetrics:
         self.counts: dict[str, int] = {}
         self.durations_ms: list[float] = []  # each timed task's, in order: appended to on the hot path
         self.oldest_age_ms: float | None = None
+        self.throttled: dict[str, int] = {}  # task path → messages its flow control throttled
+
+    def count_throttled(self, path: str) -> None:
+        """One message of ``path`` waited for its flow control: ``Throttled`` with a ``Task`` dimension, per task."""
+        self.throttled[path] = self.throttled.get(path, 0) + 1
 
     def count(self, name: str, value: int = 1) -> None:
         """Add to a count."""
@@ -183,9 +189,11 @@ class BatchMetrics:
             self.oldest_age_ms = value_ms
 
     def publish(self) -> None:
-        """Add the batch's metrics to the EMF blob the handler flushes."""
+        """Add the batch's metrics to the EMF blob the handler flushes; print the per-task ones (``Throttled`` by task)."""
         with _metrics_lock:
             self._add_all()
+        if self.throttled:
+            _print_per_task(METRIC_THROTTLED, self.throttled)
 
     def _add_all(self) -> None:
         for name, value in self.counts.items():
@@ -196,6 +204,23 @@ class BatchMetrics:
             _add_checked(METRIC_TASK_DURATION_MAX, _MILLISECONDS, max(durations))
         if self.oldest_age_ms is not None:
             _add_checked(METRIC_MESSAGE_AGE, _MILLISECONDS, self.oldest_age_ms)
+
+
+# A metric's dimension value may be up to 1,024 characters; a task path is cut to this.
+TASK_DIMENSION_CHARS = 250
+TASK_DIMENSION = "Task"
+
+
+def _print_per_task(name: str, counts: dict[str, int]) -> None:
+    """One EMF line per task path: ``name`` with the service and ``Task`` dimensions (Powertools' ``single_metric``)."""
+    if is_metrics_disabled():
+        return
+    from aws_lambda_powertools.metrics import single_metric
+
+    for path, value in counts.items():
+        with single_metric(name=name, unit=MetricUnit.Count, value=value, namespace=metrics.namespace,
+                           default_dimensions={"service": metrics.service}) as metric:
+            metric.add_dimension(name=TASK_DIMENSION, value=path[:TASK_DIMENSION_CHARS] or "/")
 
 
 _COUNT = MetricUnit.Count.value

@@ -65,6 +65,7 @@ from worker_tier.app.app_target import AppTarget
 from worker_tier.pipeline import middleware as _middleware
 from worker_tier.core.aws import LazyClient, new_heartbeat_client
 from worker_tier.worker.builtin_middleware import BatchMetricsPublisher, Heartbeats, Idempotency
+from worker_tier.flow.control import FlowControl
 from worker_tier.core.errors import (
     MalformedBodyError,
     PayloadError,
@@ -187,7 +188,8 @@ class Worker(Fates):
         if middleware is None:
             middleware = _middleware.load(settings.middleware.split(","))
         self._idempotency = Idempotency(self)
-        self.pipeline = Pipeline([BatchMetricsPublisher(clock), Heartbeats(self), *middleware])
+        self.flow_control = FlowControl(self)
+        self.pipeline = Pipeline([BatchMetricsPublisher(clock), Heartbeats(self), self.flow_control, *middleware])
         self._unrouted = _MessageHooks.of(self.pipeline)
         self._before_task = self.pipeline.before_task
         # id(definition) → (definition, its hooks, forwarded to the container worker, its parser)

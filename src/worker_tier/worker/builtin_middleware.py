@@ -46,7 +46,8 @@ class BatchMetricsPublisher(Middleware):
     def after_batch(self, batch: Batch) -> None:
         """Succeeded: reported done, less those reported done because they were dead-lettered or replaced; then publish."""
         counts = batch.metrics.counts
-        replaced = counts.get(contract.METRIC_DEAD_LETTERED, 0) + counts.get(contract.METRIC_RESCHEDULED, 0)
+        replaced = (counts.get(contract.METRIC_DEAD_LETTERED, 0) + counts.get(contract.METRIC_RESCHEDULED, 0)
+                    + counts.get(contract.METRIC_REFRESHED, 0))
         batch.metrics.count(contract.METRIC_SUCCEEDED, batch.reported_done - replaced)
         batch.metrics.publish()
 

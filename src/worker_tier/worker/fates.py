@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from worker_tier.core import backoff, contract, limits, message, observability
 from worker_tier.worker.dead_letter import DeadLetterQueueSize, send_to_dead_letter_queue
-from worker_tier.core.errors import DeadLetterError, NonRetryableError, RetryLater, WorkerTierError
+from worker_tier.core.errors import DeadLetterError, NonRetryableError, RetryLater, ThrottledError, WorkerTierError
 from worker_tier.core.message import safe_repr
 from worker_tier.core.observability import logger
 from worker_tier.core.settings import Settings
@@ -27,6 +27,8 @@ from worker_tier.core.visibility import VisibilityChange
 
 if TYPE_CHECKING:
     from worker_tier.core.aws import LazyClient
+    from worker_tier.flow.limiter import Waits
+    from worker_tier.worker.registry import Registry
     from worker_tier.core.payloads import Pointer
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
@@ -39,6 +41,12 @@ OUTCOME_DEAD_LETTERED = "dead_lettered"
 OUTCOME_RESCHEDULED = "rescheduled"
 OUTCOME_HELD_BACK = "held_back"
 OUTCOME_RELEASED = "released"
+OUTCOME_THROTTLED = "throttled"
+
+# A throttled message comes back after its wait plus up to this share of it (at most FLOW_JITTER_MAX_SECONDS), so
+# the messages one limit throttled together do not all come back in the same second.
+FLOW_JITTER_SHARE = 0.5
+FLOW_JITTER_MAX_SECONDS = 30
 
 # Kept below SQS's 12-hour visibility limit, which counts from the receive (time to send the change, clock drift).
 VISIBILITY_SAFETY_MARGIN_SECONDS = 60
@@ -109,6 +117,7 @@ class _Invocation:
     leases: dict[str, threading.Event] = field(default_factory=dict)
     lease_context: LeaseContext | None = None
     dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
+    waits_counted: set[str] = field(default_factory=set)  # their waits are out of task.receive_count already
     left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
     pid: int = field(default_factory=lambda: ThisProcess.pid)  # the worker's process: a task's forked child differs
     records: list[Any] = field(default_factory=list)  # the records the batch loop runs
@@ -148,6 +157,7 @@ class Fates:
     _delay_table: str | None
     _producer: Client | None
     _resolve_queue_url: Callable[[list[Any]], str]
+    registry: Registry
 
     def _lease_lost(self, task: Task, invocation: _Invocation) -> HeartbeatLeaseLostError:
         """A task whose message the heartbeat lost is not started: the error to report it failed with, its visibility left alone."""
@@ -173,11 +183,97 @@ class Fates:
 
     def _fail(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
         """Decide a failed task's fate; True when its message stays in the queue (reported failed)."""
+        if isinstance(error, ThrottledError):
+            return self._wait(record, task, invocation, error)
         if not isinstance(error, Exception):
             logger.error("task raised a BaseException; handled as its message's failure", extra={"error": safe_repr(error)})
+        self.count_waits(record, task, invocation)
         if isinstance(error, NonRetryableError) or task.receive_count >= self.settings.max_retries:
             return self._dead_letter(record, task, invocation, error)
         return self._retry(record, task, invocation, self._retry_delay(task, error), error)
+
+    def count_waits(self, record: Mapping[str, Any], task: Task, invocation: _Invocation) -> None:
+        """Take the receives the message spent waiting (``worker_tier.flow``) out of ``task.receive_count``, its attempts.
+
+        Read only where a wait can have been recorded (a worker with flow-controlled tasks, or the container worker,
+        which gives back prefetched messages unstarted) and only after a first receive. Unreadable: left as SQS counts.
+        """
+        waits = self._waits()
+        if waits is None or message.approximate_receive_count(record) <= 1 or task.message_id in invocation.waits_counted:
+            return
+        if not (invocation.caller_heartbeat is not None or self.registry.any_flow_control()):
+            return
+        invocation.waits_counted.add(task.message_id)
+        try:
+            count = waits.count(task.message_id)
+        except Exception as failure:
+            logger.warning("the message's waits could not be read: its receives count as attempts",
+                           extra={"message_id": task.message_id, "error": _describe(failure)})
+            return
+        if count:
+            task.__dict__["receive_count"] = max(1, task.receive_count - count)  # Task.receive_count is a cached property
+
+    def _waits(self) -> Waits | None:
+        """The state table's wait counts, or None without a state table."""
+        table = getattr(self, "_state_table", None)
+        if not table:
+            return None
+        from worker_tier.flow.limiter import Waits
+
+        return Waits(self._dynamodb.get, table)
+
+    def record_wait(self, task: Task, invocation: _Invocation, seconds: float, limiter: str) -> int | None:
+        """Count one wait of ``task``'s message (not an attempt); its attempts so far, or None when it was not recorded."""
+        count = self.add_wait(task.message_id, seconds, limiter)
+        if count is None:
+            invocation.metrics.count(contract.METRIC_WAIT_UNRECORDED)
+            return None
+        return max(0, task.receive_count - count)
+
+    def add_wait(self, message_id: str, seconds: float, why: str) -> int | None:
+        """Count one wait of a message, back in ``seconds``: its waits so far; None (logged) when it could not be counted,
+        and the receive may then count as an attempt."""
+        waits = self._waits()
+        if waits is None:
+            return None
+        try:
+            return waits.add(message_id, self._clock() + seconds, why)
+        except Exception as failure:
+            logger.warning("a wait could not be recorded in the state table: this receive may count as an attempt",
+                           extra={"message_id": message_id, "error": _describe(failure)})
+            return None
+
+    def _wait(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: ThrottledError) -> bool:
+        """A message over its task's limit: back after the wait plus jitter, the wait counted as no attempt; False when a
+        fresh copy replaced it (its waits had brought SQS's receive count to ``max_retries``)."""
+        wait = max(0.0, float(error.wait_seconds))
+        seconds = max(1, math.ceil(wait + self._random() * min(wait * FLOW_JITTER_SHARE, FLOW_JITTER_MAX_SECONDS)))
+        seconds = min(seconds, self._longest_visibility(invocation))
+        attempts = self.record_wait(task, invocation, seconds, str(error))
+        invocation.metrics.count(contract.METRIC_THROTTLED)
+        invocation.metrics.count_throttled(task.path)
+        if attempts is not None and self._refresh(record, task, invocation, seconds, error, attempts):
+            return False
+        invocation.set_visibility(record, seconds)
+        logger.info("over a flow limit: waits, not an attempt", extra={"reason": str(error), "back_in_seconds": seconds})
+        self._emit(invocation, OUTCOME_THROTTLED, task, str(error), seconds, error)
+        return True
+
+    def _refresh(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException, attempts: int
+    ) -> bool:
+        """Replace a message whose waits brought SQS's receive count to ``max_retries`` with a fresh copy carrying its
+        real ``attempts``, so the redrive policy (at ``max_retries`` + its margin) never moves it for its waits.
+        False when no copy was made (the message then goes back as it is)."""
+        if message.approximate_receive_count(record) < self.settings.max_retries or attempts >= self.settings.max_retries:
+            return False
+        if not self._delay_table:  # SQS's own delay: a wait comes back within 15 minutes, to wait again if it must
+            delay = min(delay, limits.SQS_MAX_DELAY_SECONDS)
+        if not self._reschedule(record, task, invocation, delay, error, attempts=attempts, status=OUTCOME_THROTTLED
+                                if isinstance(error, ThrottledError) else OUTCOME_RETRYING):
+            return False
+        invocation.metrics.count(contract.METRIC_REFRESHED)
+        return True
 
     def _retry_delay(self, task: Task, error: BaseException) -> int:
         """RetryLater's delay; the backoff for any other error (and for a RetryLater that never set its delay)."""
@@ -215,6 +311,10 @@ class Fates:
     ) -> bool:
         """Schedule a retry after ``delay`` seconds; False when a delayed copy replaced the message."""
         longest = self._longest_visibility(invocation)
+        if self._refresh(record, task, invocation, min(delay, longest), error, task.receive_count):
+            invocation.metrics.count(contract.METRIC_FAILED)
+            invocation.metrics.count(contract.METRIC_RETRIED)
+            return False
         if delay > longest:
             if self._reschedule(record, task, invocation, delay, error):
                 return False
@@ -232,15 +332,17 @@ class Fates:
         return True
 
     def _reschedule(
-        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException,
+        attempts: int | None = None, status: str = OUTCOME_RESCHEDULED,
     ) -> bool:
-        """Re-send the message through the delay table, due in ``delay`` seconds; False when that is not possible."""
-        if self.settings.fifo or not self._delay_table:
+        """Re-send the message as a copy due in ``delay`` seconds (through the delay table past SQS's 15 minutes),
+        carrying ``attempts`` (default: this receive's count); False when that is not possible."""
+        if self.settings.fifo or (not self._delay_table and delay > limits.SQS_MAX_DELAY_SECONDS):
             return False
         from worker_tier.producer.client import OutgoingMessage
 
         attributes, internal = message.copy_attributes(record)
-        internal[contract.ATTEMPTS_ATTRIBUTE] = str(task.receive_count)
+        internal[contract.ATTEMPTS_ATTRIBUTE] = str(task.receive_count if attempts is None else attempts)
         first_received = message.first_received_ms(record)
         if first_received is not None and getattr(self, "app_target", None) is not None:
             # For an app's message, retention_period counts from the original's first receive (an attribute of
@@ -260,9 +362,10 @@ class Fates:
             logger.warning("retry could not be re-sent through the delay table", extra={"error": problem})
             return False
         self._keep_payload(record)
-        invocation.metrics.count(contract.METRIC_RESCHEDULED)
-        logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
-        self._emit(invocation, OUTCOME_RESCHEDULED, task, _describe(error), delay, error)
+        if status == OUTCOME_RESCHEDULED:
+            invocation.metrics.count(contract.METRIC_RESCHEDULED)
+        logger.info("re-sent as a fresh copy", extra={"error": safe_repr(error), "back_in_seconds": delay, "as": status})
+        self._emit(invocation, status, task, _describe(error), delay, error)
         return True
 
     def _keep_payload(self, record: Mapping[str, Any]) -> None:

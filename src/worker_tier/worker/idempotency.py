@@ -34,9 +34,10 @@ from typing import Any, Callable
 
 from worker_tier.core import contract
 from worker_tier.core.aws import is_condition_failure
-from worker_tier.core.errors import MalformedBodyError, TaskAbortedError, WorkerTierError
+from worker_tier.core.errors import TaskAbortedError, WorkerTierError
 from worker_tier.worker.registry import TaskDefinition
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
+from worker_tier.core.task_keys import task_key
 from worker_tier.core.task import Task
 
 # The state table's key layout is worker_tier.core.contract's; these names stay importable from here.
@@ -201,21 +202,4 @@ def idempotency_key(definition: TaskDefinition, task: Task) -> str:
     key = definition.idempotency_key
     if key is None:
         return task.attributes.get(contract.SOURCE_MESSAGE_ID_ATTRIBUTE) or task.message_id
-    if callable(key):
-        value = key(task)
-        if value is None or str(value) == "":
-            raise MalformedBodyError(
-                f"idempotency_key function {getattr(key, '__qualname__', key)!r} of task {definition.path!r} returned {value!r} "
-                f"for message {task.message_id}; a key must be a non-empty string (a None or empty key would be one key shared by "
-                "every such message, and each after the first skipped as done): return a key for every message"
-            )
-        return str(value)
-    import jmespath
-
-    value = jmespath.search(key, task.json())
-    if value is None or value == "":
-        raise MalformedBodyError(
-            f"idempotency_key {key!r} of task {definition.path!r} found {'nothing' if value is None else 'an empty string'} "
-            f"in the body of message {task.message_id}; a key must be a non-empty value: send the key in every body"
-        )
-    return str(value)
+    return task_key(key, task, "idempotency_key", definition.path, "each after the first skipped as done")

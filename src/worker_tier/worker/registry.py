@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Iterable, TypeVar
 
 from worker_tier.core import limits
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.core.errors import MiddlewareError, TaskRegistrationError
+from worker_tier.flow.limiter import MAX_CONCURRENCY, Rate
 from worker_tier.pipeline.middleware import Middleware, checked
 from worker_tier.worker.task_imports import import_task_modules
 from worker_tier.core.task import Task
@@ -37,9 +39,22 @@ class TaskDefinition:
     heartbeat: bool = False
     container: bool = False
     middleware: tuple[Middleware, ...] = ()  # the task's own, innermost but for idempotency (worker_tier.pipeline.middleware)
+    # Flow control (worker_tier.flow): a rate across every worker, per rate_key when given; at most `concurrency`
+    # at once, per concurrency_key when given.
+    rate_limit: str | None = None
+    rate_key: str | Callable[[Task], Any] | None = None
+    rate_burst: int = 1
+    concurrency: int | None = None
+    concurrency_key: str | Callable[[Task], Any] | None = None
+
+    @cached_property
+    def rate(self) -> Rate | None:
+        """``rate_limit`` parsed (checked at registration), or None."""
+        return None if self.rate_limit is None else Rate.parse(self.rate_limit, self.rate_burst, f"rate_limit for {self.path!r}")
 
 
-_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat", "container", "middleware")
+_OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat", "container", "middleware",
+            "rate_limit", "rate_key", "rate_burst", "concurrency", "concurrency_key")
 
 
 class Registry:
@@ -91,6 +106,10 @@ class Registry:
         """The definition for ``path``, or None."""
         return self._definitions.get(path)
 
+    def any_flow_control(self) -> bool:
+        """True when some registered task has a rate limit or a concurrency limit."""
+        return any(d.rate_limit is not None or d.concurrency is not None for d in self._definitions.values())
+
     def any_heartbeat(self) -> bool:
         """True when some registered task asks for heartbeats."""
         return any(d.heartbeat for d in self._definitions.values())
@@ -124,11 +143,51 @@ def _check_definition(definition: TaskDefinition) -> None:
     for option in ("heartbeat", "container"):
         if not isinstance(getattr(definition, option), bool):
             raise TaskRegistrationError(f"{option} for {definition.path!r} must be true or false, got {getattr(definition, option)!r}")
+    _check_flow(definition)
     expiry = definition.idempotency_expiry
     if isinstance(expiry, bool) or not isinstance(expiry, int) or expiry < 1:
         raise TaskRegistrationError(
             f"idempotency_expiry for {definition.path!r} must be a positive number of seconds, got {expiry!r}"
         )
+
+
+def _check_flow(definition: TaskDefinition) -> None:
+    """TaskRegistrationError for a bad rate limit, concurrency or key, each naming the value, the rule and the fix."""
+    path = definition.path
+    if definition.rate_limit is not None:
+        definition.rate  # noqa: B018 - parses it: TaskRegistrationError names the value and the form
+    elif definition.rate_burst != 1:
+        raise TaskRegistrationError(f"rate_burst for {path!r} needs rate_limit (such as rate_limit='100/s')")
+    limit = definition.concurrency
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
+        raise TaskRegistrationError(
+            f"concurrency for {path!r} must be a whole number from 1 to {MAX_CONCURRENCY} (messages run at once per key), got {limit!r}"
+        )
+    for option, needs in (("rate_key", "rate_limit"), ("concurrency_key", "concurrency")):
+        key = getattr(definition, option)
+        if key is None:
+            continue
+        if not (callable(key) or (isinstance(key, str) and key)):
+            raise TaskRegistrationError(
+                f"{option} for {path!r} must be a JMESPath into the JSON body or a callable of the Task, got {key!r}"
+            )
+        if getattr(definition, needs) is None:
+            raise TaskRegistrationError(f"{option} for {path!r} needs {needs}: a key groups messages under a limit")
+        if isinstance(key, str):
+            _check_jmespath(key, option, path)
+
+
+def _check_jmespath(expression: str, option: str, path: str) -> None:
+    import jmespath
+    from jmespath.exceptions import JMESPathError
+
+    try:
+        jmespath.compile(expression)
+    except JMESPathError as error:
+        raise TaskRegistrationError(
+            f"{option} {expression!r} for {path!r} is not a JMESPath expression ({' '.join(str(error).split())[:120]}): "
+            "write a path into the JSON body such as 'customer.id', or pass a callable of the Task"
+        ) from None
 
 
 def _task_middleware(path: str, given: Any) -> tuple[Middleware, ...]:
@@ -184,6 +243,11 @@ def task(path: str, **options: Any) -> Callable[[HandlerT], HandlerT]:
     container:
         A long task (over Lambda's 15 minutes): the Lambda worker forwards its messages to the
         container worker's queue (``Resources.container_queue_url`` in ``worker_tier.core.contract``), where it runs.
+    rate_limit, rate_burst, rate_key:
+        Run at most ``rate_limit`` messages (``"100/s"``, ``"5/m"``) across every worker, in bursts of at most
+        ``rate_burst``; with ``rate_key`` (JMESPath or callable), per key (``docs/flow-control.md``).
+    concurrency, concurrency_key:
+        Run at most ``concurrency`` messages at once across every worker; with ``concurrency_key``, per key.
     middleware:
         The task's own middleware (``worker_tier.pipeline.middleware.Middleware`` subclasses or instances),
         run for its messages after the worker's, innermost but for idempotency (``docs/middleware.md``).

@@ -1,0 +1,241 @@
+"""Flow control: rate limits and concurrency keys held across workers on the state table (moto, the worker role's
+policy enforced); a message over its limit waits, and its waits are never attempts nor a way into the DLQ."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+
+import pytest
+
+from tests.support.container import consumer_for, run_until
+from tests.support.worker_world import Clock, failure_ids, reason_of, send, worker_for
+from worker_tier import Task
+from worker_tier.core import contract
+from worker_tier.core.settings import Settings
+from worker_tier.flow.limiter import WAITS_KEY_PREFIX, ConcurrencySlots
+from worker_tier.worker.fates import OUTCOME_THROTTLED, add_outcome_listener, remove_outcome_listener
+from worker_tier.worker.registry import Registry
+from worker_tier_local.context import LocalContext
+
+
+def context() -> LocalContext:
+    return LocalContext("fn", 300, 128, "us-east-1", "123456789012")
+
+
+def settle(aws, event: dict, response: dict) -> None:
+    """What Lambda's event source does after an invocation: delete the records reported done."""
+    failed = failure_ids(response)
+    for record in event["Records"]:
+        if record["messageId"] not in failed:
+            aws.sqs.delete_message(QueueUrl=aws.queue_url, ReceiptHandle=record["receiptHandle"])
+
+
+def visible_again(aws, event: dict) -> None:
+    """Make the batch's messages visible at once, as if their wait were over."""
+    for record in event["Records"]:
+        aws.sqs.change_message_visibility(QueueUrl=aws.queue_url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)
+
+
+def waits_of(aws, message_id: str) -> int:
+    item = aws.dynamodb.get_item(TableName=aws.state_table, Key={"pk": {"S": f"{WAITS_KEY_PREFIX}{message_id}"}}).get("Item")
+    return int(item["waits"]["N"]) if item else 0
+
+
+@pytest.fixture
+def outcomes():
+    heard: list = []
+    add_outcome_listener(heard.append)
+    yield heard
+    remove_outcome_listener(heard.append)
+
+
+def test_a_rate_limit_spaces_a_tasks_runs_across_workers(aws):
+    # GIVEN a task limited to 2 a second, and two workers sharing one clock, each sleeping on it for a reserved turn
+    clock = Clock()
+    tasks = Registry()
+    started: list[float] = []
+    tasks.task("/email", rate_limit="2/s")(lambda t: started.append(clock()))
+    workers = [worker_for(aws, tasks, clock) for _ in range(2)]
+    for worker in workers:
+        worker.flow_control.sleep = lambda seconds: setattr(clock, "now", clock.now + seconds)
+    for n in range(6):
+        send(aws, "/email", json.dumps({"n": n}))
+    # WHEN they take turns, one message each
+    for round_ in range(6):
+        event = aws.receive_event(max_messages=1)
+        response = workers[round_ % 2].handle(event, context())
+        assert response["batchItemFailures"] == []
+        settle(aws, event, response)
+    # THEN every run started at least half a second after the one before: one rate, whichever worker ran it
+    gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
+    assert len(started) == 6 and min(gaps) >= 0.5 - 1e-6, gaps
+
+
+def test_a_message_over_its_rate_waits_and_the_wait_is_not_an_attempt(aws, outcomes):
+    # GIVEN a task limited to 1 a minute that has just run
+    clock = Clock()
+    tasks = Registry()
+    ran: list[str] = []
+    tasks.task("/sync", rate_limit="1/m")(lambda t: ran.append(t.body))
+    worker = worker_for(aws, tasks, clock)
+    send(aws, "/sync", "first")
+    event = aws.receive_event()
+    settle(aws, event, worker.handle(event, context()))
+    # WHEN a second message comes
+    send(aws, "/sync", "second")
+    event = aws.receive_event()
+    response = worker.handle(event, context())
+    # THEN it did not run: it waits about the minute left (plus jitter), counted as a wait, not dead-lettered
+    [record] = event["Records"]
+    assert ran == ["first"] and failure_ids(response) == {record["messageId"]}
+    [throttled] = [o for o in outcomes if o.status == OUTCOME_THROTTLED]
+    assert 60 <= throttled.visibility_seconds <= 90 and "rate limit 1/m of '/sync'" in throttled.detail
+    assert waits_of(aws, record["messageId"]) == 1 and aws.dead_letters() == []
+
+
+def test_a_throttled_message_is_never_dead_lettered_however_often_it_waits(aws):
+    # GIVEN max_retries 3 (the redrive policy moves a message on its 7th receive) and a task limited to 1 an hour
+    clock = Clock()
+    tasks = Registry()
+    tasks.task("/report", rate_limit="1/h")(lambda t: None)
+    worker = worker_for(aws, tasks, clock, settings=Settings(max_retries=3))
+    send(aws, "/report", "first")
+    event = aws.receive_event()
+    settle(aws, event, worker.handle(event, context()))
+    send(aws, "/report", "second")
+    # WHEN the second is received again and again, throttled each time, until it is no longer in the queue
+    receives = 0
+    while event := aws.receive_event():
+        if not event["Records"]:
+            break
+        receives += 1
+        response = worker.handle(event, context())
+        settle(aws, event, response)
+        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+    # THEN on its third receive, SQS's count at max_retries, a fresh copy carrying its 0 real attempts took its place
+    # (due when its wait ends, at most SQS's 15 minutes without a delay table): it never reached the redrive policy
+    assert receives == 3 and aws.dead_letters() == []
+    [copy] = [entry for params in aws.params("SendMessageBatch") if params["QueueUrl"] == aws.queue_url
+              for entry in params["Entries"]]
+    assert copy["MessageBody"] == "second" and copy["DelaySeconds"] == 900
+    assert copy["MessageAttributes"][contract.ATTEMPTS_ATTRIBUTE]["StringValue"] == "0"
+
+
+def test_a_failing_task_that_also_waits_is_dead_lettered_after_max_retries_real_attempts(aws):
+    # GIVEN max_retries 3, a task that always fails, one at a time, and another worker holding its slot every other receive
+    clock = Clock()
+    tasks = Registry()
+    runs: list[int] = []
+
+    @tasks.task("/charge", concurrency=1)
+    def charge(task: Task) -> None:
+        runs.append(task.receive_count)
+        raise RuntimeError("card declined")
+
+    worker = worker_for(aws, tasks, clock, settings=Settings(max_retries=3, error_visibility_timeout=1, max_backoff=1))
+    other = ConcurrencySlots(lambda: aws.dynamodb, aws.state_table)
+    send(aws, "/charge", "{}")
+    # WHEN it is received until it leaves the queue (a fresh copy is due up to 1 s after it is sent)
+    for receive in range(10):
+        event = aws.receive_event()
+        for _ in range(30):
+            if event["Records"]:
+                break
+            time.sleep(0.1)
+            event = aws.receive_event()
+        if not event["Records"]:
+            break
+        held = other.take("/charge", None, 1, "other-worker", clock(), 30) if receive % 2 else None
+        response = worker.handle(event, context())
+        settle(aws, event, response)
+        if held is not None and held[0] is not None:
+            other.give_back(held[0])
+        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+        clock.now += 1
+    # THEN the task ran exactly 3 times, counted 1, 2, 3, and the DLQ has it with 3 attempts: the waits between
+    # did not count, however many receives they took
+    assert runs == [1, 2, 3]
+    [dead] = aws.dead_letters()
+    assert json.loads(dead["MessageAttributes"][contract.FAILURE_ATTRIBUTE]["StringValue"])["attempts"] == 3
+
+
+def test_a_crashed_workers_slot_is_taken_once_its_lease_ends(aws):
+    # GIVEN a task run one at a time, whose only slot a worker took with a 10 s lease and then died holding it
+    clock = Clock()
+    tasks = Registry()
+    ran: list[float] = []
+    tasks.task("/export", concurrency=1)(lambda t: ran.append(clock()))
+    worker = worker_for(aws, tasks, clock)
+    crashed, _, _ = ConcurrencySlots(lambda: aws.dynamodb, aws.state_table).take("/export", None, 1, "dead", clock(), 10)
+    assert crashed is not None
+    send(aws, "/export", "{}")
+    # WHEN its message comes 5 s later, and again 11 s after the crash
+    clock.now += 5
+    event = aws.receive_event()
+    first = worker.handle(event, context())
+    visible_again(aws, event)
+    clock.now += 6
+    event = aws.receive_event()
+    second = worker.handle(event, context())
+    # THEN it waited while the lease lasted, then ran: no slot stays stuck after a crash
+    assert len(failure_ids(first)) == 1 and second["batchItemFailures"] == [] and ran == [clock.now]
+
+
+def test_each_concurrency_key_has_its_own_slots(aws):
+    # GIVEN one at a time per tenant, and tenant "a"'s slot held by another worker
+    clock = Clock()
+    tasks = Registry()
+    ran: list[str] = []
+    tasks.task("/sync", concurrency=1, concurrency_key="tenant")(lambda t: ran.append(t.json()["tenant"]))
+    worker = worker_for(aws, tasks, clock)
+    ConcurrencySlots(lambda: aws.dynamodb, aws.state_table).take("/sync", "a", 1, "other", clock(), 60)
+    send(aws, "/sync", json.dumps({"tenant": "a"}))
+    send(aws, "/sync", json.dumps({"tenant": "b"}))
+    # WHEN both come in one batch
+    event = aws.receive_event()
+    response = worker.handle(event, context())
+    # THEN "b" ran and "a" waits
+    assert ran == ["b"] and len(failure_ids(response)) == 1 and aws.dead_letters() == []
+
+
+def test_a_message_without_its_key_is_dead_lettered_naming_the_option(aws):
+    # GIVEN a per-customer rate, and a message whose body has no customer
+    tasks = Registry()
+    tasks.task("/bill", rate_limit="5/s", rate_key="customer")(lambda t: None)
+    worker = worker_for(aws, tasks)
+    send(aws, "/bill", json.dumps({"amount": 3}))
+    # WHEN it is handled
+    event = aws.receive_event()
+    worker.handle(event, context())
+    # THEN it is dead-lettered at once, the reason naming the option and the fix
+    [dead] = aws.dead_letters()
+    reason = reason_of({"MessageAttributes": {contract.FAILURE_ATTRIBUTE: {"StringValue": dead["MessageAttributes"][contract.FAILURE_ATTRIBUTE]["StringValue"]}}})
+    assert reason["error_type"] == "MalformedBodyError"
+    assert "rate_key 'customer' of task '/bill' found nothing in the body" in reason["error_message"]
+
+
+def test_a_running_tasks_heartbeat_keeps_its_slot_past_the_first_lease(aws):
+    # GIVEN the container worker (heartbeat every 1 s, a 2 s lease) running a 4 s task that runs one at a time
+    tasks = Registry()
+    started = threading.Event()
+
+    @tasks.task("/render", concurrency=1)
+    def render(task: Task) -> None:
+        started.set()
+        time.sleep(4)
+
+    send(aws, "/render", "{}")
+    consumer = consumer_for(aws, tasks, concurrency=2, delete_linger_seconds=0)
+    thread = run_until(consumer, started.is_set)
+    try:
+        # WHEN another worker tries its slot 3 s in, past the first lease
+        time.sleep(3)
+        taken, wait, _ = ConcurrencySlots(lambda: aws.dynamodb, aws.state_table).take("/render", None, 1, "other", time.time(), 5)
+        # THEN the slot is still held (the heartbeat renewed it), and the other is told to wait
+        assert taken is None and wait > 0
+    finally:
+        consumer.stopping.set()
+        thread.join(15)
