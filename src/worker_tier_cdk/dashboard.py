@@ -3,6 +3,7 @@
 ``WorkerQueue`` draws the queue, the backlog per worker, the outcome counts and the failure paths. This
 adds, on the same dashboard:
 
+- the messages each task's flow control made wait (``Throttled`` per task);
 - the numbers of ``status``: visible, in flight and delayed messages, the DLQ depth, the age of the oldest
   message in the queue and in the DLQ, the delay dispatcher's lag, the periodic tasks' ticks, and every
   alarm of the stack;
@@ -19,6 +20,7 @@ from __future__ import annotations
 from aws_cdk import Duration, Stack, aws_cloudwatch as cloudwatch, aws_logs as logs
 
 from worker_tier.core import contract
+from worker_tier.core.observability import TASK_DIMENSION
 from worker_tier_cdk.alarms import count_metric
 
 # Metric name of each per-path outcome count (metric filters; namespace METRICS_NAMESPACE, dimension path).
@@ -33,7 +35,7 @@ MAX_ALARMS_PER_WIDGET = 100  # CloudWatch's AlarmStatusWidget limit
 def add_stack_widgets(dashboard: cloudwatch.Dashboard, worker, delay_dispatcher=None, periodic_tasks=None) -> None:
     """Add the status row, per-path outcomes, delay dispatcher, periodic tasks and alarms to ``dashboard``."""
     filters = add_outcome_filters(worker.log_group)
-    widgets: list[cloudwatch.IWidget] = [_status_widget(worker), _outcomes_by_path_widget(filters)]
+    widgets: list[cloudwatch.IWidget] = [_status_widget(worker), _outcomes_by_path_widget(filters), _throttled_widget()]
     if delay_dispatcher is not None:
         widgets.append(cloudwatch.GraphWidget(title="Delay dispatcher lag (s)", width=WIDGET_WIDTH, left=[
             count_metric(contract.METRIC_DISPATCHER_LAG).with_(statistic="Maximum", label="lag")]))
@@ -70,6 +72,17 @@ def _status_widget(worker) -> cloudwatch.SingleValueWidget:
         dead.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum", label="DLQ depth"),
         dead.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum", label="DLQ oldest (s)"),
     ])
+
+
+def _throttled_widget() -> cloudwatch.GraphWidget:
+    """Messages each task's flow control made wait (``Throttled``, printed by the workers with a ``Task`` dimension)."""
+    search = cloudwatch.MathExpression(
+        expression=(f"SEARCH('{{{contract.METRICS_NAMESPACE},service,{TASK_DIMENSION}}} "
+                    f"MetricName=\"{contract.METRIC_THROTTLED}\"', 'Sum', {int(PERIOD.to_seconds())})"),
+        label="throttled", period=PERIOD, using_metrics={},
+    )
+    return cloudwatch.GraphWidget(title="Throttled per task (flow control: waits, not attempts)", width=WIDGET_WIDTH,
+                                  left=[search])
 
 
 def _outcomes_by_path_widget(filters: dict[str, logs.MetricFilter]) -> cloudwatch.GraphWidget:

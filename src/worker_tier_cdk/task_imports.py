@@ -49,7 +49,7 @@ _ISOLATED_ENVIRONMENT = {
 _BOOTSTRAP = ("import sys; sys.path[:0] = sys.argv[1:3]; from worker_tier.worker.task_imports import main; "
               "sys.exit(main(sys.argv[3:]))")
 # (asset directory, modules) already imported: equal content is one staged directory, so one check per synth.
-_checked: set[tuple[Path, str]] = set()
+_checked: set[tuple[Path, str, bool]] = set()
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,13 @@ class _ImportRun:
     output: str
 
 
-def check_imports(asset: Path, task_code: TaskCode, task_modules: str, timeout_seconds: float | None = None) -> None:
+def check_imports(asset: Path, task_code: TaskCode, task_modules: str, timeout_seconds: float | None = None,
+                  fifo: bool = False) -> None:
     """TaskImportError when a ``task_modules`` module, imported from ``asset``, fails on a task directory's line,
-    exits, or takes longer than ``timeout_seconds`` (default IMPORT_TIMEOUT_SECONDS)."""
+    exits, or takes longer than ``timeout_seconds`` (default IMPORT_TIMEOUT_SECONDS); on a ``fifo`` stack, also when
+    a task has a rate or concurrency limit (flow control needs standard queues: docs/flow-control.md)."""
     modules = ",".join(m.strip() for m in task_modules.split(",") if m.strip())
-    if not modules or not task_code.directories or (asset, modules) in _checked:
+    if not modules or not task_code.directories or (asset, modules, fifo) in _checked:
         return
     timeout = IMPORT_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
     with tempfile.TemporaryDirectory(prefix="worker-tier-import-check-") as scratch:
@@ -73,7 +75,14 @@ def check_imports(asset: Path, task_code: TaskCode, task_modules: str, timeout_s
     failure = _judge(run, {d.name for d in task_code.directories}, timeout)
     if failure is not None:
         raise failure
-    _checked.add((asset, modules))
+    flow = next((step.get("flow_controlled") or [] for step in run.steps if step.get("ok")), [])
+    if fifo and flow:
+        raise TaskImportError(
+            f"task {flow[0]!r} has a rate_limit or concurrency, and this stack's queue is FIFO (fifo: true); flow control "
+            "gives a throttled message back to wait, which a FIFO queue's message group cannot do without holding up the "
+            "group or changing its order: use a standard queue for these tasks, or drop rate_limit and concurrency"
+        )
+    _checked.add((asset, modules, fifo))
 
 
 def _run(asset: Path, modules: str, scratch: Path, timeout_seconds: float) -> _ImportRun:

@@ -110,7 +110,7 @@ class WorkerQueue(Construct):
                 task_code=props.task_code,
             ),
         )
-        check_imports(worker.code_directory, props.task_code, settings.task_modules)
+        check_imports(worker.code_directory, props.task_code, settings.task_modules, fifo=settings.fifo)
         self.function = worker.function
         self.log_group = worker.log_group
         self.dead_letter_queue.grant_send_messages(self.function)

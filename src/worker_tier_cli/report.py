@@ -22,6 +22,7 @@ def gather(session: Session) -> dict[str, Any]:
         "delay_backlog": status.delay_backlog(session.client("dynamodb"), delay_table, now,
                                               dispatcher["minute"] if dispatcher else None) if delay_table else None,
         "periodic_tasks": _periodic(session),
+        "flow_limits": status.flow_limits(session.client("dynamodb"), state_table, now) if state_table else None,
         "alarms_in_alarm": (status.alarms_in_alarm(session.client("cloudwatch"), target.stack_name)
                             if target.stack_name else None),
     }
@@ -57,6 +58,7 @@ def render(report: dict[str, Any], terminal: bool = False) -> str:
     lines = [table(("queue", "visible", "in flight", "delayed", "oldest", "url"), rows, terminal), AGE_NOTE]
     lines += _dispatcher_lines(report["delay_dispatcher"], report["delay_backlog"], terminal)
     lines += _periodic_lines(report["periodic_tasks"], terminal)
+    lines += _flow_lines(report["flow_limits"], terminal)
     lines += _alarm_lines(report["alarms_in_alarm"], terminal)
     return "\n".join(lines)
 
@@ -96,6 +98,17 @@ def _periodic_lines(periodic: dict[str, Any] | None, terminal: bool) -> list[str
              e["next_tick"]) for e in periodic["entries"]]
     header = ("periodic task", "path", "schedule", "zone", "state", "last tick", "last tick fate", "next tick")
     return [table(header, rows, terminal)] if rows else [f"periodic tasks: no schedules in {periodic['group']}"]
+
+
+def _flow_lines(limits: list[dict[str, Any]] | None, terminal: bool) -> list[str]:
+    if limits is None:
+        return ["flow limits: no state table (pass --state-table or --stack)"]
+    if not limits:
+        return ["flow limits: none used yet (rate_limit and concurrency tasks show here once they run)"]
+    rows = [(row["path"], row["key"] or "-", row["kind"], row["limit"],
+             "-" if row["booked_ahead_seconds"] is None else f"{row['booked_ahead_seconds']:g} s",
+             "-" if row["held"] is None else row["held"], row["waiting"]) for row in limits]
+    return [table(("task", "key", "limit", "rate or slots", "booked ahead", "held now", "waiting"), rows, terminal)]
 
 
 def _alarm_lines(alarms: list[dict[str, Any]] | None, terminal: bool) -> list[str]:

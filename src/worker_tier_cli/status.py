@@ -128,3 +128,62 @@ def alarms_in_alarm(cloudwatch: Any, stack_name: str) -> list[dict[str, Any]]:
 
 def _iso(epoch_seconds: float) -> str:
     return datetime.fromtimestamp(epoch_seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def flow_limits(dynamodb: Any, state_table: str, now: float) -> list[dict[str, Any]]:
+    """Each flow-control limit the workers have used (``worker_tier.flow``), with how busy it is and how many messages
+    wait on it now: one Scan of the state table, filtered to the ``flow#`` items (a Scan reads, and is billed for, the
+    whole table, idempotency records included).
+
+    A rate shows how far ahead its next free turn is (``booked_ahead_seconds``); a concurrency key how many of its
+    slots are held now. ``waiting``: messages given back for the limit whose wait has not ended yet.
+    """
+    from worker_tier.core.contract import FLOW_KEY_PREFIX, STATE_PARTITION_KEY
+    from worker_tier.flow import limiter
+
+    items = _scan_prefix(dynamodb, state_table, FLOW_KEY_PREFIX)
+    waiting: dict[str, int] = {}
+    for item in items:
+        if item[STATE_PARTITION_KEY]["S"].startswith(limiter.WAITS_KEY_PREFIX) and _number(item, limiter.WAIT_UNTIL_ATTRIBUTE) > now:
+            name = item.get(limiter.LIMITER_ATTRIBUTE, {}).get("S", "")
+            waiting[name] = waiting.get(name, 0) + 1
+    limits: list[dict[str, Any]] = []
+    for item in items:
+        key = item[STATE_PARTITION_KEY]["S"]
+        common = {"path": item.get(limiter.PATH_ATTRIBUTE, {}).get("S", ""),
+                  "key": item.get(limiter.KEY_ATTRIBUTE, {}).get("S", "") or None, "waiting": waiting.pop(key, 0)}
+        if key.startswith(limiter.RATE_KEY_PREFIX):
+            ahead = max(0.0, _number(item, limiter.TAT_ATTRIBUTE) / 1_000_000 - now)
+            limits.append({"kind": "rate", "limit": item.get(limiter.RATE_ATTRIBUTE, {}).get("S", ""), **common,
+                           "booked_ahead_seconds": round(ahead, 3), "held": None})
+        elif key.startswith(limiter.SLOTS_KEY_PREFIX):
+            size = int(_number(item, limiter.LIMIT_ATTRIBUTE))
+            held = sum(1 for i in range(size) if _number(item, f"u{i}") / 1_000_000 > now)
+            limits.append({"kind": "concurrency", "limit": str(size), **common, "booked_ahead_seconds": None, "held": held})
+    for name, count in waiting.items():  # waits whose limit item is gone (its TTL), or recorded without one (a release)
+        limits.append({"kind": "released" if not name.startswith(FLOW_KEY_PREFIX) else "unknown", "limit": name, "path": "",
+                       "key": None, "waiting": count, "booked_ahead_seconds": None, "held": None})
+    return sorted(limits, key=lambda row: (row["path"], row["kind"], row["key"] or ""))
+
+
+def _scan_prefix(dynamodb: Any, table: str, prefix: str) -> list[dict[str, Any]]:
+    """Every item of ``table`` whose partition key starts with ``prefix`` (a filtered Scan, every page)."""
+    from worker_tier.core.contract import STATE_PARTITION_KEY
+
+    request: dict[str, Any] = {"TableName": table, "FilterExpression": "begins_with(#pk, :prefix)",
+                               "ExpressionAttributeNames": {"#pk": STATE_PARTITION_KEY},
+                               "ExpressionAttributeValues": {":prefix": {"S": prefix}}}
+    items: list[dict[str, Any]] = []
+    while True:
+        page = dynamodb.scan(**request)
+        items.extend(page.get("Items") or [])
+        if "LastEvaluatedKey" not in page:
+            return items
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _number(item: dict[str, Any], name: str) -> float:
+    try:
+        return float(item.get(name, {}).get("N", 0))
+    except ValueError:
+        return 0.0

@@ -21,7 +21,9 @@ import click
 from botocore.exceptions import ClientError
 
 from worker_tier.core.contract import OUTCOME_LOG_MESSAGES
-from worker_tier.worker.fates import OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING
+from worker_tier.worker.fates import (
+    OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING, OUTCOME_THROTTLED,
+)
 from worker_tier_cli.target import TargetError
 from worker_tier_cli.session import Session, parse_time
 
@@ -29,7 +31,7 @@ FOLLOW_POLL_SECONDS = 2.0
 DEFAULT_SINCE = "5m"
 # The marks of worker_tier_local's outcome lines (`make run`), for the outcomes the worker logs.
 OUTCOME_MARKS = {OUTCOME_RETRYING: "retry", OUTCOME_DEAD_LETTERED: "DLQ ", OUTCOME_HELD_BACK: "hold",
-                 OUTCOME_RESCHEDULED: "later"}
+                 OUTCOME_RESCHEDULED: "later", OUTCOME_THROTTLED: "wait"}
 LEVEL_MARKS = {"WARNING": "warn ", "ERROR": "error", "CRITICAL": "error"}
 NO_LOG_GROUP = ("no log group {group!r} at this endpoint; the local environment (make run) has none: it prints "
                 "every outcome in its own terminal. Against a stack, pass --stack (WorkerLogGroupName) or --log-group")
@@ -57,6 +59,8 @@ def _detail(status: str | None, line: dict[str, Any]) -> str:
     """What make run prints after the receive count: the error, and where it goes next."""
     if status == OUTCOME_HELD_BACK:
         return f"due at {line.get('due_at')}"
+    if status == OUTCOME_THROTTLED:
+        return f"{line.get('error')} -> back in {line.get('back_in_seconds')}s"
     text = str(line.get("error") or line.get("message", "")) if status else str(line.get("message", ""))
     wait = line.get("retry_in_seconds")
     return f"{text} -> retry in {wait}s" if wait is not None and status else text

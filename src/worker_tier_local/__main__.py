@@ -37,6 +37,7 @@ if "--verbose" not in sys.argv:
 from worker_tier.worker.fates import (
     OUTCOME_DEAD_LETTERED,
     OUTCOME_HELD_BACK,
+    OUTCOME_THROTTLED,
     OUTCOME_RELEASED,
     OUTCOME_RESCHEDULED,
     OUTCOME_RETRYING,
@@ -65,6 +66,7 @@ _MARKS = {
     OUTCOME_RELEASED: "back",
     OUTCOME_HELD_BACK: "hold",
     OUTCOME_RESCHEDULED: "later",
+    OUTCOME_THROTTLED: "wait",
 }
 
 

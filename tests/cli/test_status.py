@@ -153,3 +153,34 @@ def test_status_watch_refreshes_until_ctrl_c(deployment):
 def test_status_watch_interval_below_one_second_is_a_usage_error(deployment, interval):
     result = deployment.run("status", "--watch", "--interval", interval)
     assert result.exit_code == 2 and "--interval" in result.stderr and "x>=1" in result.stderr
+
+
+def test_status_shows_each_flow_limit_how_busy_it_is_and_how_many_messages_wait_on_it(deployment):
+    # GIVEN a rate whose next free turn is 4 s ahead (four turns taken at 1/s), a tenant's concurrency with 2 of 3 slots held (one more lease ended), and three
+    # messages waiting: two on the rate (one whose wait has ended), one on the tenant's slots
+    from worker_tier.flow.limiter import RATE_KEY_PREFIX, SLOTS_KEY_PREFIX, ConcurrencySlots, Rate, RateLimiter, Waits, item_key
+
+    now = NOW.timestamp()
+    client = lambda: deployment.dynamodb  # noqa: E731
+    rates = RateLimiter(client, "state")
+    for _ in range(4):
+        assert rates.admit("/email", None, Rate.parse("1/s"), now, hold=5).admitted
+    slots = ConcurrencySlots(client, "state")
+    slots.take("/sync", "acme", 3, "a", now - 100, 10)  # its lease ended 90 s ago
+    slots.take("/sync", "acme", 3, "b", now, 60)
+    slots.take("/sync", "acme", 3, "c", now, 60)
+    waits = Waits(client, "state")
+    waits.add("m1", now + 30, item_key(RATE_KEY_PREFIX, "/email", None))
+    waits.add("m2", now - 1, item_key(RATE_KEY_PREFIX, "/email", None))
+    waits.add("m3", now + 5, item_key(SLOTS_KEY_PREFIX, "/sync", "acme"))
+    # WHEN status runs, as JSON and as text
+    shown = parsed(deployment.run("status", "--json"))["flow_limits"]
+    text = deployment.run("status").stdout
+    # THEN both limits are listed with their state and the messages waiting on each now
+    assert shown == [
+        {"kind": "rate", "limit": "1/s burst 1", "path": "/email", "key": None, "waiting": 1,
+         "booked_ahead_seconds": 4.0, "held": None},
+        {"kind": "concurrency", "limit": "3", "path": "/sync", "key": "acme", "waiting": 1,
+         "booked_ahead_seconds": None, "held": 2},
+    ]
+    assert "/email" in text and "1/s burst 1" in text and "acme" in text

@@ -18,14 +18,14 @@ from worker_tier_cdk.task_imports import UNREACHABLE_ENDPOINT_URL
 TASK = "from worker_tier import task\n\n\n@task('/bill')\ndef bill(t):\n    return None\n"
 
 
-def _synth(tmp_path: Path, billing: str) -> WorkerTierStack:
+def _synth(tmp_path: Path, billing: str, **settings: object) -> WorkerTierStack:
     """A stack whose task code is ./tasks with ``billing`` as tasks/billing.py, the module task_modules names."""
     tasks = tmp_path / "project" / "tasks"
     tasks.mkdir(parents=True)
     (tasks / "__init__.py").write_text("")
     (tasks / "billing.py").write_text(billing)
     app = cdk.App(outdir=str(tmp_path / "cdk.out"))
-    return WorkerTierStack(app, "Jobs", settings=Settings(task_modules="tasks.billing"),
+    return WorkerTierStack(app, "Jobs", settings=Settings(task_modules="tasks.billing", **settings),  # type: ignore[arg-type]
                            task_code=TaskCode.from_directories(tasks))
 
 
@@ -136,3 +136,13 @@ def test_a_task_module_not_on_the_path_says_how_to_put_it_there():
         "task module 'shop_tasks_not_on_the_path' cannot be imported: No module named 'shop_tasks_not_on_the_path'; "
         "run from the project directory that holds it (python -m pytest adds it to sys.path; plain pytest needs "
         "pythonpath = . in its configuration), or correct the task_modules setting")
+
+
+def test_a_rate_limited_task_on_a_fifo_stack_fails_synth_saying_why_and_what_to_do(tmp_path):
+    # GIVEN a task with a rate limit, on a stack whose queue is FIFO
+    limited = "from worker_tier import task\n\n\n@task('/bill', rate_limit='5/s')\ndef bill(t):\n    return None\n"
+    # WHEN synthesized  THEN synth fails in one line naming the task, the rule and the fix
+    with pytest.raises(TaskImportError, match=r"^task '/bill' has a rate_limit or concurrency, and this stack's queue is "
+                                              r"FIFO \(fifo: true\); .*: use a standard queue for these tasks, or drop "
+                                              r"rate_limit and concurrency$"):
+        _synth(tmp_path, limited, fifo=True)

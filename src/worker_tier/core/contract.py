@@ -314,6 +314,7 @@ OUTCOME_LOG_MESSAGES = {
     "rescheduled": "retry re-sent through the delay table",
     "dead_lettered": "task dead-lettered",
     "held_back": "message not due yet: held back",
+    "throttled": "over a flow limit: waits, not an attempt",
 }
 
 # The state table: one partition key, a TTL, and one key prefix per kind of item (dynamodb:LeadingKeys grants).

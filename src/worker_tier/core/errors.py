@@ -58,8 +58,9 @@ class ThrottledError(WorkerTierError):
     """A task's flow control (``@task(rate_limit=, concurrency=)``) holds its message back: it waits ``wait_seconds``
     and comes back, and the wait is not an attempt (``worker_tier.flow``)."""
 
-    def __init__(self, wait_seconds: float, reason: str) -> None:
+    def __init__(self, wait_seconds: float, reason: str, limit: str = "") -> None:
         self.wait_seconds = wait_seconds
+        self.limit = limit  # the limit's state-table key, which the wait is counted under for `worker-tier status`
         super().__init__(reason)
 
 

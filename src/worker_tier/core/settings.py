@@ -186,8 +186,9 @@ class RuntimeSettings:
     )
     max_retries: int = _setting(
         DEFAULT_MAX_RETRIES,
-        "Receives before the worker dead-letters a failing message with its reason; the queue's redrive policy, "
-        "at max_retries + 3 receives, is only the backstop.",
+        "Attempts before the worker dead-letters a failing message with its reason (receives that waited for a flow "
+        "limit or were given back unstarted are not attempts); the queue's redrive policy, at max_retries + 3 "
+        "receives, is only the backstop.",
     )
     heartbeat: bool = _setting(
         False,

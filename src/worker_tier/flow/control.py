@@ -20,10 +20,10 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from worker_tier.core import contract
-from worker_tier.core.errors import ConfigurationError, ThrottledError
+from worker_tier.core.errors import ConfigurationError, NonRetryableError, ThrottledError
 from worker_tier.core.observability import logger
 from worker_tier.core.task_keys import task_key
-from worker_tier.flow.limiter import ConcurrencySlots, RateLimiter, Slot
+from worker_tier.flow.limiter import RATE_KEY_PREFIX, SLOTS_KEY_PREFIX, ConcurrencySlots, RateLimiter, Slot, item_key
 from worker_tier.pipeline.middleware import CallNext, Middleware
 
 if TYPE_CHECKING:
@@ -61,6 +61,11 @@ class FlowControl(Middleware):
     def around_task(self, batch: Batch, task: Task, call_next: CallNext) -> None:
         definition = self._worker.registry.get(task.path)
         assert definition is not None  # wraps() chose this task's chain by its definition
+        if self._worker.settings.fifo:
+            raise NonRetryableError(
+                f"task {definition.path!r} has a rate_limit or concurrency, which a FIFO queue cannot give (a throttled "
+                "message would hold up its group or lose its order); synth refuses it: run these tasks on a standard queue"
+            )
         slot = self._take_slot(batch, task, definition) if definition.concurrency is not None else None
         try:
             if definition.rate is not None:
@@ -101,7 +106,8 @@ class FlowControl(Middleware):
         admission = self.rates().admit(definition.path, key, rate, self._worker._clock(), hold)
         if not admission.admitted:
             raise ThrottledError(admission.wait, f"rate limit {rate.text} of {definition.path!r}"
-                                 + (f" for key {key[:80]!r}" if key is not None else ""))
+                                 + (f" for key {key[:80]!r}" if key is not None else ""),
+                                 item_key(RATE_KEY_PREFIX, definition.path, key))
         if admission.wait > 0:
             self.sleep(admission.wait)
 
@@ -125,7 +131,8 @@ class FlowControl(Middleware):
         if slot is None:
             wait = min(max(wait, MIN_CONCURRENCY_WAIT_SECONDS), MAX_CONCURRENCY_WAIT_SECONDS)
             raise ThrottledError(wait, f"concurrency {limit} of {definition.path!r}"
-                                 + (f" for key {key[:80]!r}" if key is not None else "") + " is reached")
+                                 + (f" for key {key[:80]!r}" if key is not None else "") + " is reached",
+                                 item_key(SLOTS_KEY_PREFIX, definition.path, key))
         if heartbeat is not None:
             held = slot
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         OUTCOME_RESCHEDULED,
         OUTCOME_RETRYING,
         OUTCOME_SUCCEEDED,
+        OUTCOME_THROTTLED,
         Outcome,
         OutcomeListener,
         add_outcome_listener,
@@ -29,6 +30,7 @@ _HOMES = {
     "OUTCOME_RESCHEDULED": "fates",
     "OUTCOME_RETRYING": "fates",
     "OUTCOME_SUCCEEDED": "fates",
+    "OUTCOME_THROTTLED": "fates",
     "Outcome": "fates",
     "OutcomeListener": "fates",
     "add_outcome_listener": "fates",
@@ -41,6 +43,7 @@ __all__ = [
     "OUTCOME_RESCHEDULED",
     "OUTCOME_RETRYING",
     "OUTCOME_SUCCEEDED",
+    "OUTCOME_THROTTLED",
     "Outcome", "OutcomeListener", "Worker", "add_outcome_listener", "remove_outcome_listener"]
 
 

@@ -1,10 +1,13 @@
 """What becomes of a message: the fates ``worker`` lists, decided and carried out per invocation.
 
 ``Fates`` holds the decisions (retry, reschedule, dead-letter, release, hold back, lease
-lost) and ``_Invocation`` the state they write to (visibility changes, metrics, what is
-already dead-lettered); ``Worker`` routes and runs each record, then calls on them.
-Outcome listeners (the local environment prints them) and the middleware's ``after_task`` hooks
-(``worker_tier.pipeline.middleware``) hear every decision.
+lost, wait for a flow limit, and the count of attempts apart from waits) and ``_Invocation`` the
+state they write to (visibility changes, metrics, what is already dead-lettered); ``Worker`` routes
+and runs each record, then calls on them. Outcome listeners (the local environment prints them) and
+the middleware's ``after_task`` hooks (``worker_tier.pipeline.middleware``) hear every decision.
+
+The module is one idea, a message's fate once its task has had its say: every way a message leaves
+the worker's hands is decided here, so that each keeps the same guarantees (never lost, never silent).
 """
 
 from __future__ import annotations
@@ -249,13 +252,13 @@ class Fates:
         wait = max(0.0, float(error.wait_seconds))
         seconds = max(1, math.ceil(wait + self._random() * min(wait * FLOW_JITTER_SHARE, FLOW_JITTER_MAX_SECONDS)))
         seconds = min(seconds, self._longest_visibility(invocation))
-        attempts = self.record_wait(task, invocation, seconds, str(error))
+        attempts = self.record_wait(task, invocation, seconds, error.limit or str(error))
         invocation.metrics.count(contract.METRIC_THROTTLED)
         invocation.metrics.count_throttled(task.path)
         if attempts is not None and self._refresh(record, task, invocation, seconds, error, attempts):
             return False
         invocation.set_visibility(record, seconds)
-        logger.info("over a flow limit: waits, not an attempt", extra={"reason": str(error), "back_in_seconds": seconds})
+        logger.info("over a flow limit: waits, not an attempt", extra={"error": str(error), "back_in_seconds": seconds})
         self._emit(invocation, OUTCOME_THROTTLED, task, str(error), seconds, error)
         return True
 
@@ -364,7 +367,11 @@ class Fates:
         self._keep_payload(record)
         if status == OUTCOME_RESCHEDULED:
             invocation.metrics.count(contract.METRIC_RESCHEDULED)
-        logger.info("re-sent as a fresh copy", extra={"error": safe_repr(error), "back_in_seconds": delay, "as": status})
+        if status == OUTCOME_RESCHEDULED:
+            logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
+        else:  # a fresh copy that keeps the redrive policy from moving a message for its waits
+            logger.info("re-sent as a fresh copy: its waits brought SQS's receive count to max_retries",
+                        extra={"error": safe_repr(error), "back_in_seconds": delay, "attempts": attempts})
         self._emit(invocation, status, task, _describe(error), delay, error)
         return True
 

@@ -106,9 +106,10 @@ class Registry:
         """The definition for ``path``, or None."""
         return self._definitions.get(path)
 
-    def any_flow_control(self) -> bool:
-        """True when some registered task has a rate limit or a concurrency limit."""
-        return any(d.rate_limit is not None or d.concurrency is not None for d in self._definitions.values())
+    def any_flow_control(self, path: str | None = None) -> bool:
+        """True when some registered task (the one at ``path``, when given) has a rate limit or a concurrency limit."""
+        definitions = self._definitions.values() if path is None else [d for d in (self._definitions.get(path),) if d]
+        return any(d.rate_limit is not None or d.concurrency is not None for d in definitions)
 
     def any_heartbeat(self) -> bool:
         """True when some registered task asks for heartbeats."""

@@ -80,7 +80,8 @@ def main(argv: list[str]) -> int:
     """``python -m worker_tier.worker.task_imports RESULT_FILE MODULE,...``: import each module, saying each step as a
     JSON line in RESULT_FILE, not on stdout, which the modules may write to.
 
-    ``{"importing": module}`` before each import, then the last line: ``{"ok": true}``, ``{"failed": message,
+    ``{"importing": module}`` before each import, then the last line: ``{"ok": true, "flow_controlled": [path, ...]}``
+    (the tasks with a rate or concurrency limit), ``{"failed": message,
     "file": file}`` (ImportError), ``{"exited": "sys.exit(3)", "file": ..., "line": ...}`` (SystemExit) or
     ``{"raised": ...}`` (any other exception). No last line: the process ended inside an import (os._exit, a crash).
     """
@@ -98,7 +99,10 @@ def main(argv: list[str]) -> int:
                 return _report(result, exited=f"sys.exit({code})", file=file, line=line)
             except Exception as error:  # any other exception at import is Lambda's to judge
                 return _report(result, raised=f"{type(error).__name__}: {error}")
-        return _report(result, ok=True)
+        # The registry the modules' @task filled (imported by them; not here, which would make an import cycle).
+        registry = getattr(sys.modules.get("worker_tier.worker.registry"), "DEFAULT_REGISTRY", None)
+        flow = [path for path in registry.paths() if registry.any_flow_control(path)] if registry is not None else []
+        return _report(result, ok=True, flow_controlled=flow)
 
 
 def _report(result: TextIO, **step: object) -> int:
