@@ -62,6 +62,9 @@ MAX_RATE_PER_SECOND = 1_000_000  # an interval of at least 1 µs
 MAX_TRIES = 4
 # How long an item outlives the last moment it matters: a rate's tat, a slot's lease, a waiting message.
 KEEP_SECONDS = 24 * 60 * 60
+# Limits a worker remembers what it last saw of (a lower bound of each rate's tat, each key's slots); past this many
+# (a key per customer), it forgets them all and learns each again from its next write's answer.
+MAX_REMEMBERED = 10_000
 # A label (path, key) stored beside the numbers for `worker-tier status`: cut to this many characters.
 LABEL_CHARS = 200
 _MICRO = 1_000_000
@@ -173,7 +176,7 @@ class RateLimiter:
                 seen = tat
                 continue
             new = tat if tat is not None else now_us + interval
-            self._seen[pk] = new
+            _remember(self._seen, pk, new)
             return Admission(True, max(0, new - interval - tolerance - now_us) / _MICRO, calls)
         # Every try met another worker's write in between: a crowded limit; come back after a few intervals.
         return Admission(False, max(interval * MAX_TRIES, 1) / _MICRO, calls)
@@ -266,7 +269,8 @@ class ConcurrencySlots:
             except Exception as error:
                 if not is_condition_failure(error):
                     raise
-                item = self._seen[pk] = dict(getattr(error, "response", {}).get("Item") or {})
+                item = dict(getattr(error, "response", {}).get("Item") or {})
+                _remember(self._seen, pk, item)
                 fresh = True
                 continue
             return Slot(pk, index, holder), 0.0, calls
@@ -302,6 +306,13 @@ class ConcurrencySlots:
                 return False
             raise
         return True
+
+
+def _remember(seen: dict[str, Any], key: str, value: Any) -> None:
+    """``seen[key] = value``, forgetting everything first once ``seen`` holds MAX_REMEMBERED limits."""
+    if len(seen) >= MAX_REMEMBERED and key not in seen:
+        seen.clear()
+    seen[key] = value
 
 
 def _first_end(item: Mapping[str, Any], limit: int, now_us: int) -> float:

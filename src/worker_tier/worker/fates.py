@@ -201,10 +201,12 @@ class Fates:
         Read only where a wait can have been recorded (a worker with flow-controlled tasks, or the container worker,
         which gives back prefetched messages unstarted) and only after a first receive. Unreadable: left as SQS counts.
         """
-        waits = self._waits()
-        if waits is None or message.approximate_receive_count(record) <= 1 or task.message_id in invocation.waits_counted:
+        if message.approximate_receive_count(record) <= 1 or task.message_id in invocation.waits_counted:
             return
         if not (invocation.caller_heartbeat is not None or self.registry.any_flow_control()):
+            return
+        waits = self._waits()
+        if waits is None:
             return
         invocation.waits_counted.add(task.message_id)
         try:
