@@ -46,6 +46,7 @@ import random
 import statistics
 import threading
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,12 +346,14 @@ def _consume(worker: Any, queue: FastQueue, stop: threading.Event, received: _Ta
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """Metrics lines to nowhere and the worker's logs at ERROR, for the run; restored after."""
+    """Metrics lines to nowhere and the worker's logs at ERROR, for the run; restored after (and Powertools' warning
+    when an invocation's flush finds no metric, silenced)."""
     from worker_tier.core.observability import logger
 
     level = logger.log_level
     logger.setLevel("ERROR")
-    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
         try:
             yield
         finally:
