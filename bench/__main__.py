@@ -7,6 +7,7 @@ import sys
 
 from bench import (
     app_adapter_bench,
+    flow_bench,
     forwarding_bench,
     heartbeat_bench,
     payloads_bench,
@@ -18,7 +19,7 @@ from bench import (
 
 BENCHMARKS = {"worker": worker_bench.run, "scheduler": scheduler_bench.run, "heartbeat": heartbeat_bench.run, "peers": peers_bench.run,
               "app_adapter": app_adapter_bench.run, "redrive": redrive_bench.run, "payloads": payloads_bench.run,
-              "forwarding": forwarding_bench.run}
+              "forwarding": forwarding_bench.run, "flow": flow_bench.run}
 
 
 def main(argv: list[str]) -> int:

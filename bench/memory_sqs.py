@@ -17,6 +17,11 @@ This stand-in keeps the calls the container worker makes, with SQS's documented 
   the current handle of a message in flight (else ``ReceiptHandleIsInvalid`` / ``MessageNotInflight``).
 - Batches (API_DeleteMessageBatch.html): 1..10 entries with distinct ``Id`` s, else the batch's own error.
 - GetQueueAttributes: ``QueueArn``, ``MaximumMessageSize``, ``VisibilityTimeout`` and the approximate counts.
+- SendMessageBatch (API_SendMessageBatch.html): 1..10 entries, ``DelaySeconds`` 0..900 (hidden until then).
+- A redrive policy (``dead_letter_queue`` and ``max_receive_count``; SQS Developer Guide, "Using dead-letter queues"):
+  "when the ReceiveCount for a message exceeds the maxReceiveCount", SQS moves it to the dead-letter queue as it is,
+  without a reason: a message received ``max_receive_count`` times goes there on its next receive instead of
+  being delivered. ``redriven`` counts those moves.
 
 It answers at once (no network time): the benchmark measures the worker's forwarding, not SQS's latency.
 ``close()`` ends every long poll at once (the benchmark's stop), and ``drained`` is set when the last message
@@ -46,6 +51,7 @@ MAX_RECEIVE_MESSAGES = 10
 MAX_WAIT_SECONDS = 20
 MAX_VISIBILITY_SECONDS = 12 * 60 * 60
 MAXIMUM_MESSAGE_SIZE = 256 * 1024
+MAX_DELAY_SECONDS = 15 * 60  # SendMessage's DelaySeconds
 
 
 def _error(code: str, operation: str, message: str = "") -> ClientError:
@@ -70,7 +76,12 @@ class FastQueue:
     """One standard queue named ``name``; ``clock`` gives monotonic seconds for visibility."""
 
     def __init__(self, name: str = "bench-forwarding", visibility_timeout: int = 30,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, dead_letter_queue: FastQueue | None = None,
+                 max_receive_count: int | None = None) -> None:
+        if (dead_letter_queue is None) != (max_receive_count is None):
+            raise ValueError("a redrive policy needs both dead_letter_queue and max_receive_count, got only one")
+        self.dead_letter_queue, self.max_receive_count = dead_letter_queue, max_receive_count
+        self.redriven = 0
         self.name = name
         self.url = f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{name}"
         self.arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
@@ -164,6 +175,29 @@ class FastQueue:
         with self._lock:
             return _each(Entries, lambda entry: self._delete(entry["ReceiptHandle"], "DeleteMessageBatch"))
 
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]], **_: Any) -> dict[str, Any]:
+        self._check_url(QueueUrl)
+        self.calls["SendMessageBatch"] += 1
+        _check_batch("SendMessageBatch", Entries)
+        successful, failed = [], []
+        for entry in Entries:
+            delay = entry.get("DelaySeconds", 0)
+            if not 0 <= delay <= MAX_DELAY_SECONDS:
+                failed.append({"Id": entry["Id"], "SenderFault": True, "Code": "InvalidParameterValue",
+                               "Message": f"DelaySeconds must be 0..{MAX_DELAY_SECONDS}, got {delay}"})
+                continue
+            [message] = self.stage([entry["MessageBody"]], entry.get("MessageAttributes"))
+            with self._lock:
+                self._messages[message.message_id] = message
+                self.drained.clear()
+                if delay:
+                    self._hide(message, self.clock() + delay)
+                else:
+                    self._visible.append(message.message_id)
+                self._arrived.notify_all()
+            successful.append({"Id": entry["Id"], "MessageId": message.message_id, "MD5OfMessageBody": message.md5})
+        return {"Successful": successful, "Failed": failed}
+
     def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int, **_: Any) -> dict[str, Any]:
         self._check_url(QueueUrl)
         self.calls["ChangeMessageVisibility"] += 1
@@ -216,6 +250,9 @@ class FastQueue:
             message = self._messages.get(self._visible.popleft())
             if message is None or message.visible_at > now:
                 continue  # deleted, or hidden again meanwhile
+            if self.max_receive_count is not None and message.receive_count >= self.max_receive_count:
+                self._redrive(message)
+                continue
             message.receive_count += 1
             message.first_received_ms = message.first_received_ms or int(time.time() * 1000)
             message.handle = f"{message.message_id}#{next(self._sequence)}"
@@ -223,6 +260,16 @@ class FastQueue:
             self._hide(message, now + hidden)
             taken.append(message)
         return taken
+
+    def _redrive(self, message: _Message) -> None:
+        """SQS's own move to the dead-letter queue: the message as it was, without a reason."""
+        del self._messages[message.message_id]
+        self.redriven += 1
+        if not self._messages:
+            self.drained.set()
+        assert self.dead_letter_queue is not None  # set with max_receive_count
+        self.dead_letter_queue.put([_Message(message.message_id, message.body, message.attributes, message.sent_ms,
+                                             receive_count=message.receive_count, md5=message.md5)])
 
     def _hide(self, message: _Message, until: float) -> None:
         message.visible_at = until
