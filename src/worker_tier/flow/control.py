@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 # The longest a worker sleeps for a message's reserved turn; further ahead, the message is given back.
 FLOW_MAX_HOLD_SECONDS = 1.0
-# A concurrency wait: until the first lease ends, within these bounds (a live holder renews its lease).
+# A concurrency wait: until the first lease ends, at least the minimum; a lease ending beyond the maximum (an
+# invocation's deadline) says nothing of when its task ends, so the wait is then the minimum.
 MIN_CONCURRENCY_WAIT_SECONDS = 1.0
 MAX_CONCURRENCY_WAIT_SECONDS = 30.0
 # Without a heartbeat, a Lambda message's slot is leased until its invocation ends, plus this.
@@ -129,7 +130,9 @@ class FlowControl(Middleware):
         slots, clock = self.slots(), self._worker._clock
         slot, wait, _ = slots.take(definition.path, key, limit, holder, clock(), lease)
         if slot is None:
-            wait = min(max(wait, MIN_CONCURRENCY_WAIT_SECONDS), MAX_CONCURRENCY_WAIT_SECONDS)
+            # A lease ending far off (a Lambda invocation's deadline, without a heartbeat) says nothing of when its task
+            # ends: then try again soon.
+            wait = MIN_CONCURRENCY_WAIT_SECONDS if wait > MAX_CONCURRENCY_WAIT_SECONDS else max(wait, MIN_CONCURRENCY_WAIT_SECONDS)
             raise ThrottledError(wait, f"concurrency {limit} of {definition.path!r}"
                                  + (f" for key {key[:80]!r}" if key is not None else "") + " is reached",
                                  item_key(SLOTS_KEY_PREFIX, definition.path, key))

@@ -158,6 +158,7 @@ class RateLimiter:
         self._dynamodb = dynamodb
         self._table = table
         self._seen: dict[str, int] = {}
+        self._busy: dict[str, bool] = {}  # limits whose last admission here found them busy: the next guess is busy too
 
     def admit(self, path: str, key: str | None, rate: Rate, now: float, hold: float) -> Admission:
         """Admit one message of ``path`` (per ``key``) at ``now`` (epoch seconds, this worker's clock)."""
@@ -166,15 +167,19 @@ class RateLimiter:
         latest = now_us + tolerance + max(0, int(hold * _MICRO))
         seen = self._seen.get(pk)
         calls = 0
+        fresh = False  # whether ``seen`` came from DynamoDB during this admission (then the case is known, not guessed)
         for _ in range(MAX_TRIES):
             if seen is not None and seen > latest:
                 return Admission(False, (seen - tolerance - now_us) / _MICRO, calls)
             calls += 1
-            idle = seen is None or seen <= now_us
+            # Under load a ``seen`` behind the clock says little (other workers reserve turns ahead of it): guess the
+            # case this worker's last admission found; a wrong guess fails, returns the item, and the next try knows.
+            idle = seen is None or (seen <= now_us and (fresh or not self._busy.get(pk, False)))
             written, tat = self._write(pk, path, key, rate, now_us, latest, idle)
             if not written:
-                seen = tat
+                seen, fresh = tat, True
                 continue
+            _remember(self._busy, pk, not idle)
             new = tat if tat is not None else now_us + interval
             _remember(self._seen, pk, new)
             return Admission(True, max(0, new - interval - tolerance - now_us) / _MICRO, calls)
