@@ -68,6 +68,7 @@ RESOURCE_NAMES = {
     "delay_table": "The delay table", "container_queue_url": "The container worker's queue",
     "worker_log_group": "The worker's log group", "schedule_group": "The periodic tasks' schedule group",
     "payload_bucket": "The bucket large bodies are offloaded to",
+    "high_queue_url": "The high priority level's queue", "low_queue_url": "The low priority level's queue",
 }
 # The options naming the deployment: accepted before the subcommand and after it (the later one wins).
 # (flags, parameter name, help)
