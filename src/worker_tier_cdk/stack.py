@@ -64,6 +64,7 @@ class WorkerTierStack(Stack):
             raise ValueError("WorkerTierStack: pass cron_file or cron_entries, not both")
         entries = cron_entries if cron_entries is not None else (
             cron_config.load(os.fspath(cron_file), fifo=self.settings.fifo) if cron_file is not None else [])
+        cron_config.check_priorities(entries, priorities=self.settings.priorities)
         self.periodic_tasks = (
             PeriodicTasks(
                 self,

@@ -178,8 +178,8 @@ class WorkerQueue(Construct):
 
     def level_environment(self) -> dict[str, str]:
         """The variables naming the levels' queues (``contract.PRIORITY_QUEUE_FIELDS``); empty while priorities are off."""
-        return contract.Resources(**{contract.PRIORITY_QUEUE_FIELDS[level]: queue.queue_url
-                                     for level, queue in self.level_queues.items()}).to_environment()
+        return {contract.Resources.variable(contract.PRIORITY_QUEUE_FIELDS[level]): queue.queue_url
+                for level, queue in self.level_queues.items()}
 
     def grant_levels(self, function: lambda_.Function) -> None:
         """Let ``function`` (the delay dispatcher, the safety net, the periodic tasks) send to the levels' queues, and
