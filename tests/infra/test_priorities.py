@@ -134,7 +134,7 @@ def test_the_high_queue_has_its_own_oldest_message_alarm(prioritized):
 
 def test_a_ticks_priority_travels_in_its_schedules_input(prioritized):
     # GIVEN cron.yaml with a high-priority entry and a normal one  WHEN the schedules' inputs are read
-    stack, template = prioritized
+    _, template = prioritized
     inputs = [s["Properties"]["Target"]["Input"] for s in template.find_resources("AWS::Scheduler::Schedule").values()]
     # THEN the high entry's input names its priority, and the normal one's carries none
     assert sum('"priority":"high"' in str(i) for i in inputs) == 1
