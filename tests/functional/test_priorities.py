@@ -3,11 +3,17 @@ queue, and every re-send keeps the level (a retry, the DLQ copy and its redrive,
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from moto import mock_aws
 
+from tests.support.container import run_until
 from tests.support.priority_world import PriorityWorld
-from worker_tier import Client
+from worker_tier import Client, OutgoingMessage
+from worker_tier.__main__ import poll_order
+from worker_tier.container.consumer import Consumer
+from worker_tier.container.protection import TaskProtection
 from worker_tier.core import contract
 from worker_tier.core.errors import MessageError
 from worker_tier.core.priority import PriorityQueues
@@ -61,8 +67,6 @@ def test_send_routes_each_message_to_its_levels_queue(world):
     # WHEN it sends one message at each level, and a batch mixing them
     for level in ("high", "normal", "low"):
         producer.send("/job", level, priority=level)
-    from worker_tier import OutgoingMessage
-
     results = producer.send_batch([OutgoingMessage("/job", "batch-low", priority="low"),
                                    OutgoingMessage("/job", "batch-high", priority="high")])
     # THEN each level's queue holds its own, and only a high or low message carries the priority attribute
@@ -162,3 +166,55 @@ def test_a_tick_with_a_priority_is_enqueued_on_its_levels_queue(world):
     # THEN it is on the low queue, carrying its level
     [message] = world.receive("low")
     assert (message["MessageAttributes"][contract.PATH_ATTRIBUTE]["StringValue"], level_of(message)) == ("/cleanup", "low")
+
+
+@pytest.fixture
+def forwarding_world():
+    """The world of a forwarding stack: its container worker reads the work queue's levels itself."""
+    with mock_aws():
+        yield PriorityWorld("priorities_forwarding")
+
+
+def test_the_container_worker_drains_high_before_normal_before_low(forwarding_world):
+    # GIVEN a backlog of ten messages on each level, the low ones sent first, and a container worker on one thread
+    world = forwarding_world
+    producer = client(world)
+    for level in ("low", "normal", "high"):
+        producer.send_batch([OutgoingMessage("/record", f"{level}-{n}", priority=level) for n in range(10)])
+    ran: list[str] = []
+    tasks = Registry()
+
+    @tasks.task("/record")
+    def record(task: Task) -> None:
+        ran.append(task.body.split("-")[0])
+        time.sleep(0.01)
+
+    polls: list[tuple[str, int]] = []
+    world.sqs.meta.events.register("provide-client-params.sqs.ReceiveMessage",
+                                   lambda params, **_: polls.append((params["QueueUrl"], params["WaitTimeSeconds"])))
+    consumer = Consumer(worker(world, tasks), world.sqs, world.urls["normal"], concurrency=1, poll_wait_seconds=20,
+                        heartbeat_interval=1, protection=TaskProtection(agent_uri=""),
+                        priority_queue_urls=[world.urls[level] for level in ("high", "normal", "low")])
+    # WHEN it runs until all thirty have run
+    started = time.monotonic()
+    thread = run_until(consumer, lambda: len(ran) == 30)
+    took = time.monotonic() - started
+    consumer.stopping.set()
+    thread.join(10)
+    # THEN every high message ran before any normal one, and every normal one before any low one
+    assert ran == ["high"] * 10 + ["normal"] * 10 + ["low"] * 10
+    # AND no long poll held it while a level had messages: each long poll was on the high queue, and the backlog
+    # drained in less than one 20 s long poll
+    assert {url for url, wait in polls if wait} <= {world.urls["high"]}
+    assert took < 10
+
+
+def test_the_container_worker_polls_the_levels_only_when_it_reads_the_work_queue():
+    # GIVEN the variables of a stack with priorities (the levels' queues, for its tasks' sends too)
+    resources = contract.Resources(queue_url="https://q/work", high_queue_url="https://q/work-high",
+                                   low_queue_url="https://q/work-low")
+    # WHEN it forwards over HTTP (it reads the work queue)  THEN it polls the levels highest first
+    forwarding = Settings(priorities=True, container_worker=True, app_port=8080)
+    assert poll_order(forwarding, resources) == ["https://q/work-high", "https://q/work", "https://q/work-low"]
+    # AND with its own long-task queue it polls that one alone
+    assert poll_order(Settings(priorities=True, container_worker=True), resources) == []

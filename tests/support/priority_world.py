@@ -27,7 +27,7 @@ QUEUE_NAMES = {"normal": "work", "high": "work-high", "low": "work-low"}
 class PriorityWorld:
     """moto's queues per level, the DLQ, the state and delay tables; ``environment`` is what the stack gives a function."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: str = "priorities") -> None:
         self.sqs = boto3.client("sqs", region_name=REGION)
         self.dynamodb = StrictDynamoDB(boto3.client("dynamodb", region_name=REGION))
         self.dlq = self.sqs.create_queue(QueueName="dlq")["QueueUrl"]
@@ -45,7 +45,7 @@ class PriorityWorld:
             AttributeDefinitions=[{"AttributeName": delay.PK, "AttributeType": "S"},
                                   {"AttributeName": delay.SK, "AttributeType": "S"}])
         boto3.client("s3", region_name=REGION).create_bucket(Bucket="payloads")
-        stacks.enforce("priorities", queues={"WorkerQueue": "work", "WorkerHighQueue": "work-high", "WorkerLowQueue": "work-low",
+        stacks.enforce(shape, queues={"WorkerQueue": "work", "WorkerHighQueue": "work-high", "WorkerLowQueue": "work-low",
                                              "WorkerDeadLetterQueue": "dlq", "LongTasksLongTaskQueue": "long"},
                        tables={"StateTable": "state", "DelaysDelayTable": "delay"}, buckets={stacks.PAYLOAD_BUCKET: "payloads"})
 

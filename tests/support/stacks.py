@@ -37,6 +37,7 @@ SHAPES: dict[str, Settings] = {
     "forwarding_secret": Settings(container_worker=True, app_port=APP_PORT, app_signing_secret_arn=SIGNING_SECRET_ARN),
     "forwarding_parameter": Settings(container_worker=True, app_port=APP_PORT, app_signing_secret_arn=SIGNING_PARAMETER_ARN),
     "priorities": Settings(priorities=True, container_worker=True),
+    "priorities_forwarding": Settings(priorities=True, container_worker=True, app_port=APP_PORT),
 }
 
 
