@@ -10,7 +10,10 @@ The EB format (https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-feat
 
 Worker Tier's extensions, all optional: ``timezone`` (an IANA name; the schedule
 runs in that zone's local time, DST handled by EventBridge Scheduler), ``body``
-(default EB's ``elasticbeanstalk scheduled job``) and ``enabled`` (default true).
+(default EB's ``elasticbeanstalk scheduled job``), ``enabled`` (default true) and ``priority`` (the level whose queue
+takes the ticks, docs/priorities.md; default normal).
+
+One idea, kept whole: the file's schema and every check an entry passes before it deploys.
 
 What EB's sqsd accepts (``schedule_parser.rb`` with the ``parse-cron`` gem) deploys
 with EB's meaning and a synth warning (``CronEntry.warnings``) where the meaning is
