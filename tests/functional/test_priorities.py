@@ -10,7 +10,7 @@ from moto import mock_aws
 
 from tests.support.container import run_until
 from tests.support.priority_world import PriorityWorld
-from worker_tier import Client, OutgoingMessage
+from worker_tier import Client, OutgoingMessage, RetryLater
 from worker_tier.__main__ import poll_order
 from worker_tier.container.consumer import Consumer
 from worker_tier.container.protection import TaskProtection
@@ -50,10 +50,11 @@ def client(world: PriorityWorld, now: float = NOW) -> Client:
                   clock=lambda: now, sleep=lambda s: None, priority_queue_urls=world.levels)
 
 
-def worker(world: PriorityWorld, registry: Registry, **settings: object) -> Worker:
+def worker(world: PriorityWorld, registry: Registry, clock=None, **settings: object) -> Worker:
     """The worker as its function builds it: from the stack's variables."""
     environment = {**Settings(priorities=True, task_modules="json", **settings).to_environment(), **world.environment}
-    return Worker.from_environment(environment, registry=registry, sqs=world.sqs, dynamodb=world.dynamodb)
+    extra = {} if clock is None else {"clock": clock}
+    return Worker.from_environment(environment, registry=registry, sqs=world.sqs, dynamodb=world.dynamodb, **extra)
 
 
 def level_of(message: dict) -> str | None:
@@ -218,3 +219,36 @@ def test_the_container_worker_polls_the_levels_only_when_it_reads_the_work_queue
     assert poll_order(forwarding, resources) == ["https://q/work-high", "https://q/work", "https://q/work-low"]
     # AND with its own long-task queue it polls that one alone
     assert poll_order(Settings(priorities=True, container_worker=True), resources) == []
+
+
+def test_a_prioritized_delayed_message_counts_its_level_among_its_attributes(world):
+    # GIVEN eight attributes of its own, which a message delayed past 15 minutes may carry
+    attributes = {f"a{n}": "v" for n in range(8)}
+    client(world).send("/later", "normal", attributes=attributes, delay=3600)
+    # WHEN a high one carries them  THEN it is refused, naming the level's attribute and its own count
+    with pytest.raises(MessageError) as error:
+        client(world).send("/later", "high", attributes=attributes, delay=3600, priority="high")
+    assert str(error.value) == (
+        "a delayed message may carry at most 7 attributes of its own (the path and worker_tier.due_at take two of "
+        "SQS's 10, and worker_tier.priority one more), got 8"
+    )
+
+
+def test_a_high_retry_rescheduled_through_the_delay_table_is_dispatched_back_to_the_high_queue(world):
+    # GIVEN a high message whose task asks to be retried in two days (longer than SQS's 12 h visibility allows)
+    tasks = Registry()
+
+    @tasks.task("/later")
+    def later(task: Task) -> None:
+        raise RetryLater(2 * 24 * 3600)
+
+    client(world).send("/later", "urgent", priority="high")
+    now = float(int(time.time()) // 60 * 60)  # a minute boundary, near the messages' real receive times
+    # WHEN the worker reschedules it through the delay table, and the dispatcher runs when it is due
+    worker(world, tasks, clock=lambda: now).handle(world.event("high"), None)
+    DelayDispatcher("delay", "state", world.urls["normal"], dead_letter_queue_url=world.dlq, sqs=world.sqs,
+                    dynamodb=world.dynamodb, clock=lambda: now + 2 * 24 * 3600 + 5, sleep=lambda s: None,
+                    parallel=False, priority_queue_urls=world.levels).run()
+    # THEN the copy is on the high queue, still high
+    [copy] = world.receive("high")
+    assert (copy["Body"], level_of(copy)) == ("urgent", "high")

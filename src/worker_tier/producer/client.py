@@ -618,11 +618,13 @@ def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
     """A direct ``at=`` send's attributes plus ``worker_tier.due_at``, so a worker holds it back if the producer's
     clock ran ahead (DelaySeconds comes from that clock); MessageError when there is no attribute left for it."""
     if attribute_room(len(attributes), reserved=1) < 0:
+        level = int(contract.PRIORITY_ATTRIBUTE in attributes)  # a prioritized message's level takes one more
+        also = f", and {contract.PRIORITY_ATTRIBUTE} one more" if level else ""
         raise MessageError(
             f"a message sent with at= carries {contract.DUE_AT_ATTRIBUTE}, so it is never delivered early whatever this "
-            f"clock says: it may carry at most {attribute_room(0, reserved=2)} attributes of its own "
-            f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
-            f"got {len(attributes) - 1}"
+            f"clock says: it may carry at most {attribute_room(0, reserved=2 + level)} attributes of its own "
+            f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}{also}), "
+            f"got {len(attributes) - 1 - level}"
         )
     return {**attributes, contract.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
 
