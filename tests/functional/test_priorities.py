@@ -4,6 +4,7 @@ queue, and every re-send keeps the level (a retry, the DLQ copy and its redrive,
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 import pytest
 from moto import mock_aws
@@ -19,6 +20,10 @@ from worker_tier.core.errors import MessageError
 from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
+from worker_tier.delays import delay
+from worker_tier.delays.delay import DelayedMessage
+from worker_tier.delays.delay_recovery import DelayRecovery
+from worker_tier.delays.dispatch_state import WATERMARK_KEY
 from worker_tier.delays.dispatcher import DelayDispatcher
 from worker_tier.periodic.ticks import Tick, TickEnqueuer
 from worker_tier.worker.batch import Worker
@@ -158,8 +163,6 @@ def test_a_delayed_high_message_is_dispatched_to_the_high_queue(world):
 
 def test_a_tick_with_a_priority_is_enqueued_on_its_levels_queue(world):
     # GIVEN a cron.yaml entry's tick with priority low
-    from datetime import datetime, timezone
-
     tick = Tick("cleanup", "/cleanup", datetime(2026, 11, 22, 3, 0, tzinfo=timezone.utc), priority="low")
     # WHEN the periodic function enqueues it
     TickEnqueuer(world.urls["normal"], "state", sqs=world.sqs, dynamodb=world.dynamodb, clock=lambda: NOW,
@@ -252,3 +255,25 @@ def test_a_high_retry_rescheduled_through_the_delay_table_is_dispatched_back_to_
     # THEN the copy is on the high queue, still high
     [copy] = world.receive("high")
     assert (copy["Body"], level_of(copy)) == ("urgent", "high")
+
+
+def test_the_safety_net_delivers_a_late_high_message_to_the_high_queue(world):
+    # GIVEN a dispatcher watermark past minute M, and a high message of minute M written late
+    minute = int(NOW // delay.BUCKET_SECONDS)
+    world.dynamodb.put_item(TableName="state", Item={"pk": {"S": WATERMARK_KEY}, "bucket": {"N": str(minute + 1)}})
+    attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/remind"},
+                  contract.PRIORITY_ATTRIBUTE: {"DataType": "String", "StringValue": "high"}}
+    item = DelayedMessage("m-1", int((NOW + 5) * 1000), "late-high", attributes, 0).to_item()
+    world.dynamodb.put_item(TableName="delay", Item=item)
+    change = {"ApproximateCreationDateTime": float(int(NOW + 10)), "Keys": {k: item[k] for k in (delay.PK, delay.SK)},
+              "SequenceNumber": "1".zfill(21), "SizeBytes": 300, "StreamViewType": "NEW_AND_OLD_IMAGES", "NewImage": item}
+    record = {"eventID": "event-1", "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+              "awsRegion": "us-east-1", "dynamodb": change,
+              "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/delay/stream/2026-11-22T00:00:00.000"}
+    # WHEN the safety net (told the levels' queues) handles the stream's INSERT
+    report = DelayRecovery("state", world.urls["normal"], world.dlq, delay_table="delay", sqs=world.sqs,
+                           dynamodb=world.dynamodb, clock=lambda: NOW + 10, sleep=lambda s: None,
+                           priority_queue_urls=world.levels).process([record])
+    # THEN it sent it to the high queue
+    assert (report.late_writes, report.failed_sequence_number) == (1, None)
+    assert (world.bodies("high"), world.bodies("normal")) == (["late-high"], [])
