@@ -175,6 +175,7 @@ class WorkerTierStack(Stack):
                 work_queue=self.worker.queue,
                 task_code=self.task_code,
                 payload_bucket=self.payload_bucket,
+                level_queues=self.worker.level_queues,
             ),
         )
         if not container.forwarding:  # forwarding: it reads the work queue itself, so nothing is forwarded to it

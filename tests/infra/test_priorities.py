@@ -175,3 +175,20 @@ def test_a_cron_priority_without_the_priorities_setting_fails_synth(tmp_path):
         "cron.yaml line 3, entry 'urgent-sync': priority 'high' needs the priorities setting (its queue exists only "
         "with it): set priorities true in the stack's worker_tier settings, or remove the entry's priority"
     )
+
+
+def test_a_forwarding_container_worker_scales_on_every_levels_backlog(tmp_path):
+    # GIVEN a forwarding stack with priorities (its container worker reads the levels' queues)
+    stack, _ = synth(settings=Settings(priorities=True, container_worker=True, app_port=8080), outdir=str(tmp_path),
+                     cron_entries=[])
+    template = Template.from_stack(stack)
+    # WHEN its scaling policy's math is read
+    [policy] = template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy").values()
+    metrics = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]["Metrics"]
+    [expression] = [m["Expression"] for m in metrics if "Expression" in m]
+    # THEN the backlog is the three levels' visible messages, per running task
+    assert expression == "(visible + visible_high + visible_low) / IF(running > 0, running, 1)"
+    # AND the task role consumes each level's queue
+    task_role = stack.get_logical_id(stack.container_worker.service.task_definition.task_role.node.default_child)
+    for level_queue in stack.worker.level_queues.values():
+        assert "sqs:ReceiveMessage" in _queue_actions(template, task_role, _id(stack, level_queue))
