@@ -17,6 +17,7 @@ import sys
 
 from worker_tier.core import contract
 from worker_tier.core.aws import new_heartbeat_client
+from worker_tier.core.priority import PriorityQueues
 from worker_tier.container.consumer import EXIT_CODE_CONFIGURATION, Consumer, concurrency, exit_now, threads_left
 from worker_tier.core.errors import QueueConfigurationError, SettingsError
 from worker_tier.worker.heartbeat import Heartbeat
@@ -62,7 +63,8 @@ def run_worker(argv: list[str]) -> int:
                         help="seconds running tasks get after SIGTERM before the process exits without them")
     args = parser.parse_args(argv)
     try:
-        queue_url = NEEDS.read(os.environ).named("queue_url")
+        resources = NEEDS.read(os.environ)
+        queue_url = resources.named("queue_url")
     except SettingsError as error:
         print(error, file=sys.stderr)
         return EXIT_CODE_USAGE
@@ -71,7 +73,8 @@ def run_worker(argv: list[str]) -> int:
     try:
         # Deletes use the heartbeat's bounded client too: a task thread waits on its delete, so a hung call must end soon.
         consumer = Consumer(core, core.sqs(), queue_url, concurrency=args.concurrency, grace_seconds=args.grace,
-                            heartbeat=heartbeat, delete_sqs=new_heartbeat_client())
+                            heartbeat=heartbeat, delete_sqs=new_heartbeat_client(), heartbeat_sqs=new_heartbeat_client(),
+                            priority_queue_urls=poll_order(settings, resources))
     except QueueConfigurationError as error:  # no such queue, access denied: before any message was taken
         print(error, file=sys.stderr)
         return EXIT_CODE_CONFIGURATION
@@ -85,6 +88,13 @@ def run_worker(argv: list[str]) -> int:
         return _exit(EXIT_CODE_CONFIGURATION)
     logger.info("container worker stopped")
     return _exit(0)
+
+
+def poll_order(settings: Settings, resources: contract.Resources) -> list[str]:
+    """The work queue's priority levels, highest first, when it reads the work queue itself (HTTP forwarding) and
+    priorities are on; otherwise none (its own queue alone: the levels' variables are for its tasks' sends)."""
+    queues = PriorityQueues.from_resources(resources, resources.named("queue_url"))
+    return [url for _, url in queues.levels()] if settings.app_port and queues.enabled else []
 
 
 def _exit(code: int) -> int:

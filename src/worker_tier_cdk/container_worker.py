@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from aws_cdk import Acknowledgment, Annotations, Duration, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb, aws_ec2 as ec2, aws_ecr as ecr, aws_ecs as ecs, aws_iam as iam
@@ -84,6 +85,8 @@ class ContainerWorkerProps:
     work_queue: sqs.IQueue | None = None  # where tasks' follow-ups go (the contract's send_queue_url)
     task_code: TaskCode = field(default_factory=TaskCode)  # the team's tasks, beside the installed runtime
     payload_bucket: s3.IBucket | None = None  # where offloaded bodies are read and deleted (the WorkerQueue's)
+    # The work queue's priority levels (WorkerQueue.level_queues): forwarding, it reads them too, so it scales on them.
+    level_queues: Mapping[str, sqs.IQueue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.settings.app_port and self.work_queue is None:
@@ -106,6 +109,7 @@ class ContainerWorker(Construct):
         props.task_code.check_middleware(settings.middleware)
         self.dead_letter_queue = props.dead_letter_queue
         self.payload_bucket = props.payload_bucket
+        self._level_queues = props.level_queues
         self.forwarding = bool(settings.app_port)
         self.queue = props.work_queue if self.forwarding and props.work_queue is not None else sqs.Queue(
             self,
@@ -278,6 +282,9 @@ class ContainerWorker(Construct):
             min_capacity=settings.container_min_tasks, max_capacity=settings.container_max_tasks
         )
         target = capacity.node.find_child("Target")
+        # Forwarding with priorities: the backlog is every level's (the work queue's is the normal level's).
+        levels = dict(self._level_queues) if self.forwarding else {}
+        backlog = " + ".join(["visible", *(f"visible_{level}" for level in levels)])
         return autoscaling.CfnScalingPolicy(
             self,
             "BacklogPerTask",
@@ -292,11 +299,14 @@ class ContainerWorker(Construct):
                     metrics=[
                         _metric("visible", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Sum",
                                 {"QueueName": self.queue.queue_name}),
+                        *(_metric(f"visible_{level}", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Sum",
+                                  {"QueueName": queue.queue_name}) for level, queue in levels.items()),
                         _metric("running", "ECS/ContainerInsights", "RunningTaskCount", "Average",
                                 {"ClusterName": self.cluster.cluster_name, "ServiceName": self.service.service_name}),
                         autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
                             id="backlog_per_task",
-                            expression="visible / IF(running > 0, running, 1)",
+                            expression=f"({backlog}) / IF(running > 0, running, 1)" if levels
+                            else "visible / IF(running > 0, running, 1)",
                             label="Backlog per task",
                             return_data=True,
                         ),

@@ -39,7 +39,7 @@ from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
 from worker_tier_cdk.grants import TICK_ACTIONS, grant_items, grant_payload_put
 from worker_tier_cdk.settings import Settings
 from worker_tier.core import limits
-from worker_tier.core.contract import METRIC_TICK_MARK_FAILED, Resources
+from worker_tier.core.contract import DEFAULT_PRIORITY, METRIC_TICK_MARK_FAILED, Resources
 from worker_tier.core.contract import TICK_KEY_PREFIX
 
 PERIODIC_HANDLER = "worker_tier.handlers.periodic.lambda_handler"
@@ -215,6 +215,7 @@ class PeriodicTasks(Construct):
                     "url": entry.url,
                     "body": entry.body,
                     "scheduled_time": scheduler.ContextAttribute.scheduled_time,
+                    **({} if entry.priority == DEFAULT_PRIORITY else {"priority": entry.priority}),
                 }
             ),
             role=role,

@@ -64,6 +64,7 @@ class WorkerTierStack(Stack):
             raise ValueError("WorkerTierStack: pass cron_file or cron_entries, not both")
         entries = cron_entries if cron_entries is not None else (
             cron_config.load(os.fspath(cron_file), fifo=self.settings.fifo) if cron_file is not None else [])
+        cron_config.check_priorities(entries, priorities=self.settings.priorities)
         self.periodic_tasks = (
             PeriodicTasks(
                 self,
@@ -74,7 +75,27 @@ class WorkerTierStack(Stack):
             if entries
             else None
         )
+        self._wire_levels()
         self._outputs()
+
+    def _wire_levels(self) -> None:
+        """With priorities: whatever sends to the work queue sends to the levels' queues too (and is told where they
+        are): the delay dispatcher and its safety net, the periodic tasks, the container worker's tasks."""
+        if not self.worker.level_queues:
+            return
+        if self.delay_dispatcher is not None:
+            self.worker.grant_levels(self.delay_dispatcher.function)
+            self.worker.grant_levels(self.delay_dispatcher.recovery.function)
+        if self.periodic_tasks is not None:
+            self.worker.grant_levels(self.periodic_tasks.function)
+        if self.container_worker is not None:
+            task_definition = self.container_worker.service.task_definition
+            for name, value in self.worker.level_environment().items():
+                task_definition.default_container.add_environment(name, value)  # type: ignore[union-attr]  # the pattern's container
+            for level_queue in self.worker.level_queues.values():
+                level_queue.grant_send_messages(task_definition.task_role)
+                if self.container_worker.forwarding:  # it reads the work queue, so every level of it
+                    level_queue.grant_consume_messages(task_definition.task_role)
 
     def grant_produce(self, grantee: iam.IGrantable) -> None:
         """Let ``grantee`` (a web app's role, another function) send work as ``Client.send`` does, and nothing more.
@@ -99,6 +120,7 @@ class WorkerTierStack(Stack):
             state_table=self.state_table.table_name,
             payload_bucket=self.payload_bucket.bucket_name if self.payload_bucket is not None else None,
         ).to_environment()
+        environment.update(self.worker.level_environment())
         if self.delay_dispatcher is not None:
             environment.update(self.delay_dispatcher.producer_environment(self.settings))
         if self.payload_bucket is not None:  # a producer offloads and refuses by the stack's own limits
@@ -153,6 +175,7 @@ class WorkerTierStack(Stack):
                 work_queue=self.worker.queue,
                 task_code=self.task_code,
                 payload_bucket=self.payload_bucket,
+                level_queues=self.worker.level_queues,
             ),
         )
         if not container.forwarding:  # forwarding: it reads the work queue itself, so nothing is forwarded to it

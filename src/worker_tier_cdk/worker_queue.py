@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from aws_cdk import Annotations, Duration, aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_iam as iam, aws_s3 as s3
-from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_lambda as lambda_, aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
@@ -19,11 +19,13 @@ from worker_tier_cdk.payload_bucket import PayloadBucket, PayloadBucketProps
 from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.task_imports import check_imports
 from worker_tier_cdk.settings import Settings
-from worker_tier.core import contract
-from worker_tier.core.contract import FLOW_KEY_PREFIX, IDEMPOTENCY_KEY_PREFIX
+from worker_tier.core import contract, priority
+from worker_tier.core.contract import FLOW_KEY_PREFIX, IDEMPOTENCY_KEY_PREFIX, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL
 from worker_tier.core.errors import ConfigurationError
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
+# The high queue's oldest-message alarm fires at the oldest_message_alarm setting divided by this (at least 60 s).
+HIGH_AGE_ALARM_DIVISOR = 4
 # The id of the synth warnings for settings AWS accepts but advises against (Settings.advisories).
 SETTINGS_ADVICE_WARNING_ID = "worker-tier:settings-advice"
 
@@ -83,8 +85,14 @@ class WorkerQueue(Construct):
     With the ``large_payloads`` setting (the default) the function reads offloaded bodies from the payload
     bucket, a new one unless ``payload_bucket`` is given; its producers put bodies there (``grant_produce``).
 
-    Public attributes: ``queue``, ``dead_letter_queue``, ``function``, ``payload_bucket`` (None when
-    ``large_payloads`` is off), ``dead_letter_alarm`` and ``oldest_message_alarm``.
+    With the ``priorities`` setting it makes a high and a low queue beside the work queue (the normal level),
+    shaped alike (the same options, DLQ and redrive policy), each with its own event source on the function and its
+    concurrency share (``worker_tier.core.priority.concurrency_shares``); the rest of the stack sends to them
+    through ``grant_levels``.
+
+    Public attributes: ``queue``, ``level_queues`` (level -> queue, empty while priorities are off),
+    ``dead_letter_queue``, ``function``, ``payload_bucket`` (None when ``large_payloads`` is off),
+    ``dead_letter_alarm``, ``oldest_message_alarm`` and ``high_oldest_message_alarm`` (None while priorities are off).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: WorkerQueueProps) -> None:
@@ -97,6 +105,10 @@ class WorkerQueue(Construct):
             self, "DeadLetterQueue", **{**defaults.dead_letter_queue_props(settings), **(props.dead_letter_queue_props or {})}
         )
         self.queue = props.queue or self._new_queue(settings, props.queue_props or {})
+        self.level_queues: dict[str, sqs.IQueue] = {
+            level: self._new_queue(settings, props.queue_props or {}, f"{level.capitalize()}Queue")
+            for level in (PRIORITY_HIGH, PRIORITY_LOW) if settings.priorities
+        }
         self.payload_bucket = props.payload_bucket or self._new_payload_bucket(settings, props.payload_bucket_props)
         worker = ServiceFunction(
             self,
@@ -115,6 +127,8 @@ class WorkerQueue(Construct):
         self.log_group = worker.log_group
         self.dead_letter_queue.grant_send_messages(self.function)
         self.queue.grant_send_messages(self.function)  # tasks send follow-ups (Client.from_env)
+        for level_queue in self.level_queues.values():
+            level_queue.grant_send_messages(self.function)
         if props.state_table is not None:
             grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
                         leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
@@ -122,7 +136,10 @@ class WorkerQueue(Construct):
         if self.payload_bucket is not None:
             grant_payload_consume(self.payload_bucket, self.function)
         if not settings.app_port:  # HTTP forwarding: the container worker reads the queue; two readers would split it
-            self.function.add_event_source(self._event_source(settings))
+            shares = priority.concurrency_shares(settings.http_connections) if settings.priorities else {}
+            self.function.add_event_source(self._event_source(settings, self.queue, shares.get(PRIORITY_NORMAL)))
+            for level, level_queue in self.level_queues.items():
+                self.function.add_event_source(self._event_source(settings, level_queue, shares[level]))
         for advice in settings.advisories():
             Annotations.of(self).add_warning_v2(SETTINGS_ADVICE_WARNING_ID, advice)
         self._add_alarms(settings, props.alarm_actions)
@@ -132,6 +149,8 @@ class WorkerQueue(Construct):
         """The stack outputs ``worker-tier --stack`` reads: the queues, the function and its logs, the state table."""
         publish(self, "queue_url", self.queue.queue_url)
         publish(self, "dlq_url", self.dead_letter_queue.queue_url)
+        for level, level_queue in self.level_queues.items():
+            publish(self, contract.PRIORITY_QUEUE_FIELDS[level], level_queue.queue_url)
         publish(self, "worker_function", self.function.function_name)
         publish(self, "worker_log_group", self.log_group.log_group_name)  # worker-tier tail
         if state_table is not None:
@@ -152,9 +171,24 @@ class WorkerQueue(Construct):
         >>> worker_queue.grant_produce(web_app_role)  # doctest: +SKIP
         """
         grant = self.queue.grant_send_messages(grantee)
+        for level_queue in self.level_queues.values():
+            level_queue.grant_send_messages(grantee)
         if self.payload_bucket is not None:
             grant_payload_put(self.payload_bucket, grantee)
         return grant
+
+    def level_environment(self) -> dict[str, str]:
+        """The variables naming the levels' queues (``contract.PRIORITY_QUEUE_FIELDS``); empty while priorities are off."""
+        return {contract.Resources.variable(contract.PRIORITY_QUEUE_FIELDS[level]): queue.queue_url
+                for level, queue in self.level_queues.items()}
+
+    def grant_levels(self, function: lambda_.Function) -> None:
+        """Let ``function`` (the delay dispatcher, the safety net, the periodic tasks) send to the levels' queues, and
+        tell it where they are; nothing while priorities are off."""
+        for name, value in self.level_environment().items():
+            function.add_environment(name, value)
+        for level_queue in self.level_queues.values():
+            level_queue.grant_send_messages(function)
 
     def _new_payload_bucket(self, settings: Settings, overrides: Mapping[str, Any] | None) -> s3.IBucket | None:
         """A payload bucket of this worker's own (no delay table waits before its queue); None without large_payloads."""
@@ -162,11 +196,11 @@ class WorkerQueue(Construct):
             return None
         return PayloadBucket(self, "PayloadBucket", PayloadBucketProps(settings=settings, bucket_props=overrides)).bucket
 
-    def _new_queue(self, settings: Settings, overrides: Mapping[str, Any]) -> sqs.Queue:
-        """The work queue, its redrive policy the backstop behind the worker's own dead-lettering."""
+    def _new_queue(self, settings: Settings, overrides: Mapping[str, Any], construct_id: str = "Queue") -> sqs.Queue:
+        """The work queue (or a level's), its redrive policy the backstop behind the worker's own dead-lettering."""
         return sqs.Queue(
             self,
-            "Queue",
+            construct_id,
             dead_letter_queue=sqs.DeadLetterQueue(
                 queue=self.dead_letter_queue,
                 # Above max_retries on purpose: see Settings.redrive_max_receive_count.
@@ -183,17 +217,17 @@ class WorkerQueue(Construct):
             state_table=state_table.table_name if state_table is not None else None,
             payload_bucket=self.payload_bucket.bucket_name if self.payload_bucket is not None else None,
         )
-        return {**settings.to_environment(), **resources.to_environment()}
+        return {**settings.to_environment(), **resources.to_environment(), **self.level_environment()}
 
-    def _event_source(self, settings: Settings) -> SqsEventSource:
-        """Batches with partial-failure reporting; concurrency capped at http_connections."""
+    def _event_source(self, settings: Settings, queue: sqs.IQueue, share: int | None = None) -> SqsEventSource:
+        """Batches with partial-failure reporting; concurrency capped at http_connections, or the level's share."""
         window = settings.max_batching_window
         return SqsEventSource(
-            self.queue,
+            queue,
             batch_size=settings.batch_size,
             max_batching_window=Duration.seconds(window) if window else None,
             report_batch_item_failures=True,
-            max_concurrency=settings.http_connections,
+            max_concurrency=settings.http_connections if share is None else share,
         )
 
     def _add_alarms(self, settings: Settings, actions: Sequence[cloudwatch.IAlarmAction]) -> None:
@@ -241,7 +275,23 @@ class WorkerQueue(Construct):
             count_alarm(self, construct_id, metric_name, description)
             for construct_id, metric_name, description in _FAILURE_PATH_ALARMS
         ]
-        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm, self.backlog_alarm, *self.failure_path_alarms):
+        high = self.level_queues.get(PRIORITY_HIGH)
+        # High work waits least: its own alarm, at a quarter of the threshold (at least a minute).
+        self.high_oldest_message_alarm = None if high is None else high.metric_approximate_age_of_oldest_message(
+            period=Duration.minutes(1), statistic="Maximum"
+        ).create_alarm(
+            self,
+            "HighOldestMessageAge",
+            threshold=max(60, settings.oldest_message_alarm // HIGH_AGE_ALARM_DIVISOR),
+            evaluation_periods=3,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(f"The oldest high-priority message has waited over "
+                               f"{max(60, settings.oldest_message_alarm // HIGH_AGE_ALARM_DIVISOR)} s: its share of "
+                               "concurrency is used up or its tasks fail."),
+        )
+        for alarm in (self.dead_letter_alarm, self.oldest_message_alarm, self.high_oldest_message_alarm,
+                      self.backlog_alarm, *self.failure_path_alarms):
             if alarm is not None:
                 alarm.add_alarm_action(*actions)
         self._add_dashboard()
@@ -264,6 +314,15 @@ class WorkerQueue(Construct):
                 self.dead_letter_queue.metric_approximate_number_of_messages_visible()
             ], right=[self.queue.metric_approximate_age_of_oldest_message()]),
         )
+        if self.level_queues:
+            levels = {PRIORITY_NORMAL: self.queue, **self.level_queues}
+            self.dashboard.add_widgets(
+                cloudwatch.GraphWidget(title="Priorities: visible messages and oldest age per level", left=[
+                    queue.metric_approximate_number_of_messages_visible(label=f"{level} visible")
+                    for level, queue in levels.items()
+                ], right=[queue.metric_approximate_age_of_oldest_message(label=f"{level} oldest age")
+                          for level, queue in levels.items()]),
+            )
 
 
 # The worker's outcome counts, one line each on the dashboard.

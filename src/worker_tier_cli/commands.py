@@ -15,7 +15,8 @@ from typing import Any, Callable, TypeVar
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
-from worker_tier.core import limits
+from worker_tier.core import contract, limits
+from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.settings import DEFAULT_PAYLOAD_MAX_BYTES
 from worker_tier.delays.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
 from worker_tier_cli import body as message_body
@@ -68,6 +69,7 @@ RESOURCE_NAMES = {
     "delay_table": "The delay table", "container_queue_url": "The container worker's queue",
     "worker_log_group": "The worker's log group", "schedule_group": "The periodic tasks' schedule group",
     "payload_bucket": "The bucket large bodies are offloaded to",
+    "high_queue_url": "The high priority level's queue", "low_queue_url": "The low priority level's queue",
 }
 # The options naming the deployment: accepted before the subcommand and after it (the later one wins).
 # (flags, parameter name, help)
@@ -310,7 +312,9 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
     sqs = session.client("sqs")
     shown = _progress_shown(as_json)
     total = status.queue_counts(sqs, dlq_url)["visible"] if shown else None
-    if which.empty:
+    levels = PriorityQueues(queue_url, **{level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items()
+                                          if (url := session.target.optional(field))})
+    if which.empty and not levels.enabled:  # SQS's move task sends everything to one queue: no level would be kept
         task = _move_task(sqs, dlq_url, queue_url, rate, shown, session.runtime.sleep)
         if task is not None:
             _print_move_task(task, as_json)
@@ -325,7 +329,7 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
                                                             _counts(so_far)), session.runtime.clock,
                                      session.runtime.sleep, journal, resend_possibly_sent,
                                      lambda: click.echo(INTERRUPT_NOTE, err=True),
-                                     session.client("sqs", redrive.NO_RETRIES))
+                                     session.client("sqs", redrive.NO_RETRIES), levels if levels.enabled else None)
     _print_report(moved, "batches", as_json)
     if moved.stopped == redrive.INTERRUPTED:
         raise SystemExit(EXIT_CODE_INTERRUPTED)
@@ -413,9 +417,11 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
 @click.option("--cancellable", is_flag=True,
               help="Keep it in the delay table so `delayed cancel KEY` can cancel it: KEY is --dedupe-key, else one "
                    f"made up and printed; due more than {CANCELLABLE_MIN_DELAY_SECONDS} s ahead; needs the state table.")
+@click.option("--priority", type=click.Choice(contract.PRIORITY_LEVELS), default=contract.DEFAULT_PRIORITY,
+              show_default=True, help="The level whose queue takes it (the priorities setting; docs/priorities.md).")
 @json_option
 def send_command(path: str, body: str, delay: float | None, at_text: str | None, attrs: tuple[str, ...],
-                 dedupe_key: str | None, group_id: str | None, cancellable: bool, as_json: bool) -> None:
+                 dedupe_key: str | None, group_id: str | None, cancellable: bool, priority: str, as_json: bool) -> None:
     """Send BODY to the task at PATH through worker_tier.Client, with its checks.
 
     BODY is the text to send, - to read it from stdin, or @PATH to read a file (@@TEXT sends @TEXT). A body
@@ -450,10 +456,12 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     try:
         # A payload bucket, when one is known: the Client offloads a body too large for the queue there.
         offload: dict[str, Any] = {"payload_bucket": bucket, "s3": session.client("s3")} if bucket else {}
+        levels = {level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items()
+                  if priority == level and (url := target.optional(field))}
         client = Client(queue_url, delay_table, sqs=sqs, dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
-                        maximum_message_size=maximum, state_table=state_table, **offload)
+                        maximum_message_size=maximum, state_table=state_table, priority_queue_urls=levels, **offload)
         message_id = client.send(path, text, delay=delay, at=at, attributes=attributes or None,
-                                 dedupe_key=dedupe_key, group_id=group_id, cancellable=cancellable)
+                                 dedupe_key=dedupe_key, group_id=group_id, cancellable=cancellable, priority=priority)
     except MissingResourceError as error:  # say how the command line names it: option, variable or stack output
         target.required(error.resource)
         raise UsageFailure(str(error)) from error

@@ -58,6 +58,7 @@ from botocore.exceptions import ClientError
 
 from worker_tier.core import limits
 from worker_tier.core.aws import outcome_unknown
+from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.errors import WorkerTierError
 from worker_tier.core.retry import batches, chunks
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS, DeadLetter, Filter, RecordShelf, receive, release
@@ -208,8 +209,12 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  journal: Journal | None = None, resend_possibly_sent: bool = False,
-                 on_interrupt: Callable[[], None] = lambda: None, send_sqs: Any = None) -> MoveReport:
+                 on_interrupt: Callable[[], None] = lambda: None, send_sqs: Any = None,
+                 levels: PriorityQueues | None = None) -> MoveReport:
     """Move the dead letters ``which`` matches, one received batch at a time; see the module docstring.
+
+    ``levels``: the work queue's priority levels (``worker_tier.core.priority``); each message goes back to its
+    level's queue, by its ``worker_tier.priority`` attribute (``queue_url`` is the normal level's).
 
     ``send_sqs``, when given, makes the SendMessageBatch calls: it must not retry (``NO_RETRIES``), as a retry
     after a lost answer sends the batch twice and hides that the first may have been sent.
@@ -219,6 +224,7 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
     A Ctrl-C or an error ends the run after the batch in hand (``stopped``); the report is returned either way.
     """
     move = _Move(sqs, dlq_url, queue_url, which, journal or Journal(None, clock), resend_possibly_sent, send_sqs)
+    move.levels = levels
     try:
         started_ms = server_start_ms(sqs, dlq_url, clock, sleep)  # a Ctrl-C here stops before anything is received
         while True:
@@ -253,6 +259,7 @@ class _Move:
         self.shelf = RecordShelf()  # reason records not yet joined to a message
         self.unjoined: dict[str, list[DeadLetter]] = {}  # skipped without a reason: a later record may join them
         self.moved_unjoined: Counter[str] = Counter()  # moved without a record: a later record of theirs is deleted
+        self.levels: PriorityQueues | None = None  # with priorities, each message back to its level's queue
 
     def batch(self, received: list[DeadLetter], started_ms: int) -> bool:
         """Handle one receive; False when it brought nothing new (the DLQ is done)."""
@@ -309,6 +316,12 @@ class _Move:
                 revived.append(waiting.pop(0).joined(self.shelf.take(md5)))
         return revived
 
+    def _batches(self, letters: list[DeadLetter]) -> Iterator[tuple[str, list[DeadLetter]]]:
+        """Each SendMessageBatch's queue and letters: one level's at a time (the work queue's without priorities)."""
+        for queue_url, level_letters in _by_level(letters, self.levels, self.queue_url).items():
+            for batch in _send_batches(level_letters):
+                yield queue_url, batch
+
     def _move(self, letters: list[DeadLetter]) -> None:
         """Send ``letters`` to the work queue; delete those sent, with their reason records, from the DLQ.
 
@@ -317,12 +330,12 @@ class _Move:
         4xx: nothing was processed) or an entry SQS names as failed is counted failed and forgotten; any other end
         of the call (no answer, a 5xx, an interrupt) names the batch in ``possibly_sent``.
         """
-        for batch in _send_batches(letters):
+        for queue_url, batch in self._batches(letters):
             by_id = {str(i): letter for i, letter in enumerate(batch)}
             ids = [m.message_id for m in batch]
             self.journal.mark(Journal.UNSURE, ids)
             try:
-                response = self.send_sqs.send_message_batch(QueueUrl=self.queue_url,
+                response = self.send_sqs.send_message_batch(QueueUrl=queue_url,
                                                             Entries=[_entry(i, m, self.fifo) for i, m in by_id.items()])
             except ClientError as error:
                 self.report.errors.append(f"SendMessageBatch: {error}")
@@ -419,6 +432,15 @@ def _send_batches(letters: list[DeadLetter]) -> Iterator[list[DeadLetter]]:
     """``letters`` in SendMessageBatch calls: at most 10 entries and SQS's 1 MiB in all (each fits alone)."""
     return batches(letters, lambda letter: letter.redriven().size(),
                    max_count=limits.SQS_MAX_BATCH_ENTRIES, max_bytes=limits.SQS_MAX_MESSAGE_BYTES)
+
+
+def _by_level(letters: list[DeadLetter], levels: PriorityQueues | None, default: str) -> dict[str, list[DeadLetter]]:
+    """The letters grouped by the queue each goes back to: its priority level's, or ``default``."""
+    grouped: dict[str, list[DeadLetter]] = {}
+    for letter in letters:
+        url = default if levels is None else levels.url_for(letter.attributes)
+        grouped.setdefault(url, []).append(letter)
+    return grouped
 
 
 def _entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:

@@ -30,7 +30,9 @@ def gather(session: Session) -> dict[str, Any]:
 
 def _queues(session: Session, now: float) -> dict[str, dict[str, Any]]:
     target, sqs, cloudwatch = session.target, session.client("sqs"), session.client("cloudwatch")
-    queues = {"work queue": target.required("queue_url"), "DLQ": target.required("dlq_url")}
+    high, low = target.optional("high_queue_url"), target.optional("low_queue_url")  # the priorities setting's levels
+    queues = {**({"high queue": high} if high else {}), "work queue": target.required("queue_url"),
+              **({"low queue": low} if low else {}), "DLQ": target.required("dlq_url")}
     container = target.optional("container_queue_url")
     if container:
         queues["container queue"] = container

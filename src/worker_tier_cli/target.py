@@ -37,6 +37,7 @@ OPTION_NAMES = {
     "queue_url": "--queue-url", "dlq_url": "--dlq-url", "state_table": "--state-table",
     "delay_table": "--delay-table", "container_queue_url": "--container-queue-url",
     "worker_log_group": "--log-group", "schedule_group": "--schedule-group", "payload_bucket": "--payload-bucket",
+    "high_queue_url": "--high-queue-url", "low_queue_url": "--low-queue-url",
 }
 # Resource -> the variable naming it: the runtime's contract where the runtime has one, else the command line's own.
 VARIABLES = {
@@ -48,6 +49,8 @@ VARIABLES = {
     "worker_log_group": contract.LOG_GROUP_VARIABLE,
     "schedule_group": contract.SCHEDULE_GROUP_VARIABLE,
     "payload_bucket": contract.PAYLOAD_BUCKET_VARIABLE,
+    "high_queue_url": contract.HIGH_QUEUE_URL_VARIABLE,
+    "low_queue_url": contract.LOW_QUEUE_URL_VARIABLE,
 }
 
 

@@ -77,6 +77,7 @@ class LocalEnvironment:
         self.cron: CronEmulator | None = None
         self._next_dispatcher_run = 0.0
         self._container = container
+        self.level_queue_urls: dict[str, str] = {}  # with priorities: the high and low levels' queues (set by start)
         self.consumer: Any = None
         self._consumer_thread: threading.Thread | None = None
         self._server: Any = None
@@ -143,6 +144,7 @@ class LocalEnvironment:
             self._new_context,
             self.settings.batch_size,
             LOCAL_REGION,
+            [(url, self._queue_arn(url)) for url in self._poll_order()],
         )
         if self._cron_entries:
             self.cron = CronEmulator(self._cron_entries, _real_periodic_handler(), self._new_context, self._cron_clock)
@@ -200,7 +202,15 @@ class LocalEnvironment:
             container_queue_url=self.container_queue_url,
             delay_horizon_seconds=LOCAL_DELAY_HORIZON_SECONDS,
             payload_bucket=self.payload_bucket,
+            **{field: self.level_queue_urls.get(level) for level, field in contract.PRIORITY_QUEUE_FIELDS.items()},
         )
+
+    def _poll_order(self) -> list[str]:
+        """With priorities, the levels' queues highest first; otherwise none (the work queue alone)."""
+        if not self.level_queue_urls:
+            return []
+        urls = {**self.level_queue_urls, contract.DEFAULT_PRIORITY: self.queue_url}
+        return [urls[level] for level in contract.PRIORITY_LEVELS]
 
     def _start_container_worker(self) -> None:
         """The container worker on its own long-task queue, beside the Lambda emulator that forwards to it."""
@@ -271,7 +281,7 @@ class LocalEnvironment:
 
     def pending(self) -> Pending:
         """What is not processed yet: each queue's messages by state, and delayed messages not yet dispatched."""
-        queues = [("queue", self.queue_url)]
+        queues = [("queue", self.queue_url), *((f"{level} queue", url) for level, url in self.level_queue_urls.items())]
         if self.container_queue_url is not None:
             queues.append(("container queue", self.container_queue_url))
         count, next_due_ms = undispatched(self.dynamodb, self.delay_table, self.state_table)
@@ -296,6 +306,9 @@ class LocalEnvironment:
         self.queue_url = self._create_queue("queue", work_queue)
         self.queue_arn = self._queue_arn(self.queue_url)
         self.container_queue_url = self._create_queue("container", work_queue) if self._container else None
+        # With priorities, the high and low levels' queues, shaped as the work queue (the normal level).
+        self.level_queue_urls = {level: self._create_queue(f"queue-{level}", work_queue)
+                                 for level in contract.PRIORITY_QUEUE_FIELDS if self.settings.priorities}
         self.state_table = f"{LOCAL_PREFIX}-state"
         self._create_table(self.state_table, [contract.STATE_PARTITION_KEY], contract.STATE_TTL_ATTRIBUTE)
         self.delay_table = f"{LOCAL_PREFIX}-delays"

@@ -245,7 +245,8 @@ def test_the_container_gets_every_variable_its_code_reads(forwarding):
     # GIVEN a forwarding stack  WHEN the container's variables are compared with what its entry module reads
     _, container = worker_environments(*forwarding)
     absent_by_design = {contract.DELAY_HORIZON_VARIABLE, contract.CONTAINER_QUEUE_URL_VARIABLE,
-                        contract.SEND_QUEUE_URL_VARIABLE}  # it reads the work queue itself: nothing to send elsewhere
+                        contract.SEND_QUEUE_URL_VARIABLE,  # it reads the work queue itself: nothing to send elsewhere
+                        contract.HIGH_QUEUE_URL_VARIABLE, contract.LOW_QUEUE_URL_VARIABLE}  # priorities are off
     # THEN none is missing, and it is told where the app is
     assert variables_read(CONTAINER_ENTRY_MODULE) - absent_by_design - set(container) == set()
     assert container[contract.setting_variable("app_port")] == str(APP_PORT)

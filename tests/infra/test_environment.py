@@ -37,6 +37,7 @@ STACKS = {
     "container": Settings(container_worker=True),
     "fifo-container": Settings(fifo=True, container_worker=True),
     "container-without-large-payloads": Settings(container_worker=True, large_payloads=False),
+    "priorities-container": Settings(priorities=True, container_worker=True),
 }
 
 
@@ -49,6 +50,8 @@ def absent_by_design(settings: Settings, entry_module: str) -> set[str]:
         absent |= DELAY_TABLE_VARIABLES
     if not settings.large_payloads:
         absent.add(contract.PAYLOAD_BUCKET_VARIABLE)  # no bucket: nothing is offloaded, and an offloaded message dead-letters
+    if not settings.priorities:
+        absent |= {contract.HIGH_QUEUE_URL_VARIABLE, contract.LOW_QUEUE_URL_VARIABLE}  # no level has a queue of its own
     if entry_module != CONTAINER_ENTRY_MODULE:
         absent.add(contract.SEND_QUEUE_URL_VARIABLE)  # the queue it consumes is already the work queue
     return absent
@@ -125,4 +128,6 @@ def test_the_periodic_task_function_reads_no_delay_table_and_no_setting():
     read = variables_read("worker_tier.handlers.periodic")
     # THEN it reads its queue and state table (and the payload bucket, for a tick too large for the queue), and nothing
     # of the delay table or the settings
-    assert {contract.QUEUE_URL_VARIABLE, contract.STATE_TABLE_VARIABLE, contract.PAYLOAD_BUCKET_VARIABLE} == read
+    # (and the priority levels' queues, for an entry's priority)
+    assert {contract.QUEUE_URL_VARIABLE, contract.STATE_TABLE_VARIABLE, contract.PAYLOAD_BUCKET_VARIABLE,
+            contract.HIGH_QUEUE_URL_VARIABLE, contract.LOW_QUEUE_URL_VARIABLE} == read

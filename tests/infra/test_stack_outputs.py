@@ -17,10 +17,11 @@ def _output_keys(template: Template) -> set[str]:
 
 
 def test_the_whole_stack_publishes_every_output_the_command_line_reads_under_its_plain_name(template):
-    # GIVEN the repo's stack (delays and cron.yaml on; the container worker off)
+    # GIVEN the repo's stack (delays and cron.yaml on; the container worker and priorities off)
     keys = _output_keys(template)
-    # THEN every resource the command line reads is there by its plain key, but the container queue it lacks
-    assert {key for resource, key in CLI_OUTPUTS.items() if resource != "container_queue_url"} <= keys
+    # THEN every resource the command line reads is there by its plain key, but the container and level queues it lacks
+    lacked = ("container_queue_url", "high_queue_url", "low_queue_url")
+    assert {key for resource, key in CLI_OUTPUTS.items() if resource not in lacked} <= keys
     assert STACK_OUTPUTS["worker_function"] in keys and "ContainerQueueUrl" not in keys
 
 

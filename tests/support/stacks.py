@@ -29,13 +29,15 @@ PRODUCER_ROLE = "Producer"
 PAYLOAD_BUCKET = "PayloadBucket"
 
 # Every shape the stack takes: the default, FIFO, the container worker, forwarding with a signing secret (Secrets
-# Manager, or an SSM parameter), and several dispatch groups.
+# Manager, or an SSM parameter), several dispatch groups, and priorities (a high and a low queue).
 SHAPES: dict[str, Settings] = {
     "default": Settings(),
     "fifo": Settings(fifo=True, container_worker=True),
     "container": Settings(container_worker=True, dispatch_groups=3),
     "forwarding_secret": Settings(container_worker=True, app_port=APP_PORT, app_signing_secret_arn=SIGNING_SECRET_ARN),
     "forwarding_parameter": Settings(container_worker=True, app_port=APP_PORT, app_signing_secret_arn=SIGNING_PARAMETER_ARN),
+    "priorities": Settings(priorities=True, container_worker=True),
+    "priorities_forwarding": Settings(priorities=True, container_worker=True, app_port=APP_PORT),
 }
 
 

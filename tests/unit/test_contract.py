@@ -101,7 +101,8 @@ def test_joined_needs_keep_required_over_optional():
     # GIVEN a worker that requires its queue, joined with a producer for which the queue is optional
     joined = Needs("the worker", required=("queue_url",), settings=True) | contract.PRODUCER_NEEDS
     # THEN the queue stays required, the producer's others are optional, and settings are still read
-    assert joined == Needs("the worker", ("queue_url",), ("send_queue_url", "delay_table", "payload_bucket"), True)
+    assert joined == Needs("the worker", ("queue_url",), ("send_queue_url", "delay_table", "payload_bucket",
+                                                          "high_queue_url", "low_queue_url"), True)
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,7 @@ def _one(entry: str) -> str:
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "*/0 * * * *"\n'), "cron.yaml line 3, entry 'a': schedule '*/0 * * * *': minute field: step '0' must be a whole number of at least 1"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   timezone: "Mars/Olympus"\n'), "cron.yaml line 3, entry 'a': unknown timezone 'Mars/Olympus'; use an IANA name like 'Europe/Berlin'"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   enabled: "no"\n'), "cron.yaml line 3, entry 'a': enabled must be true or false, got 'no'"),
-        (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   enable: false\n'), "cron.yaml line 3, entry 'a': unknown key 'enable'; did you mean 'enabled'? EB would ignore 'enable', and so would Worker Tier, so write 'enabled' (keys are name, url, schedule, timezone, body, enabled), or remove it"),
+        (_one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n   enable: false\n'), "cron.yaml line 3, entry 'a': unknown key 'enable'; did you mean 'enabled'? EB would ignore 'enable', and so would Worker Tier, so write 'enabled' (keys are name, url, schedule, timezone, body, enabled, priority), or remove it"),
         (_one(' - name: "a"\n   url: "/a"\n   schedule: "0 0 12 * * ? *"\n'), "cron.yaml line 3, entry 'a': schedule '0 0 12 * * ? *': schedule '0 0 12 * * ? *' has 7 fields; standard cron has 5"),
         (
             _one(' - name: "a"\n   url: "/a"\n   schedule: "* * * * *"\n - just a string\n'),

@@ -21,7 +21,7 @@ def test_a_description_is_ignored_as_eb_ignores_it_with_a_warning():
     # THEN it deploys as if the key were absent, and synth will say the key was ignored
     assert (entry.name, entry.url, entry.schedule, entry.expressions) == ("backup", "/backup", "0 3 * * *", ("cron(0 3 * * ? *)",))
     assert entry.warnings == (
-        "ignored key(s) 'description', as EB ignores them (Worker Tier reads name, url, schedule, timezone, body, enabled)",
+        "ignored key(s) 'description', as EB ignores them (Worker Tier reads name, url, schedule, timezone, body, enabled, priority)",
     )
 
 

@@ -31,6 +31,7 @@ NAMES = {
     "container_memory_mb": "WORKER_TIER_CONTAINER_MEMORY_MB",
     "container_min_tasks": "WORKER_TIER_CONTAINER_MIN_TASKS",
     "container_subnets": "WORKER_TIER_CONTAINER_SUBNETS",
+    "priorities": "WORKER_TIER_PRIORITIES",
     "container_worker": "WORKER_TIER_CONTAINER_WORKER",
     "delay_shards": "WORKER_TIER_DELAY_SHARDS",
     "dispatch_groups": "WORKER_TIER_DISPATCH_GROUPS",

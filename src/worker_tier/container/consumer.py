@@ -34,6 +34,11 @@ hidden beyond that bound; the stop releases them with the other unstarted messag
 Its metrics are printed (EMF) at most once a second while it works (``observability.flush_due``), after a
 receive (so within one long poll of the last message when the queue falls idle), while it waits for a thread (so
 a long task holds back no earlier message's), and before it exits (again after the drain).
+With priorities (``priority_queue_urls``: the work queue's levels, highest first, when it reads them itself under
+HTTP forwarding), each receive polls the levels in order, short polls each asking only for the room the higher ones
+left, so a backlog on a lower level never holds back a higher one's messages; only when every level came back
+empty does it long-poll, on the highest level, for at most ``PRIORITY_LONG_POLL_SECONDS``, so a lower level's new
+message waits no longer than that. Each level's messages are held, deleted and released on their own queue.
 The module is one idea, the consumer's loop: receiving, prefetching, running, releasing and
 draining share one lock and one table of pending chains, so they are kept together.
 
@@ -59,7 +64,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from worker_tier.core import contract, limits, observability
 from worker_tier.core.aws import error_code
@@ -144,6 +149,17 @@ class StopSignal(threading.Event):
 
 
 @dataclass
+class _Source:
+    """One queue the consumer reads: its URL and ARN, the heartbeat holding its messages, and its deletes."""
+
+    url: str
+    arn: str
+    heartbeat: Heartbeat
+    deletions: Deletions | None = None
+    background: BackgroundDeletions | None = None
+
+
+@dataclass
 class _Chain:
     """Messages run one after another on one thread: one message, or one FIFO group's in receive order."""
 
@@ -175,6 +191,8 @@ class Consumer:
         clock: Callable[[], float] = time.monotonic,
         delete_linger_seconds: float | None = None,
         delete_sqs: Any | None = None,
+        priority_queue_urls: Sequence[str] = (),
+        heartbeat_sqs: Any | None = None,
     ) -> None:
         self.worker = worker
         self.sqs = sqs
@@ -190,6 +208,7 @@ class Consumer:
         self.stopping = StopSignal(clock)
         self._queue_arn = _queue_arn(sqs, queue_url)
         self._region = self._queue_arn.split(":")[3]
+        self._interval, self._heartbeat_sqs = interval, heartbeat_sqs if heartbeat_sqs is not None else sqs
         self._pending: dict[Future[None], _Chain] = {}
         self._ended = threading.Event()  # set each time a chain ends (``_done``): what ``_gather`` waits on
         self._lock = threading.Lock()
@@ -205,6 +224,19 @@ class Consumer:
         else:
             linger = BACKGROUND_DELETE_LINGER_SECONDS if delete_linger_seconds is None else delete_linger_seconds
             self._background = BackgroundDeletions(deleting_sqs, queue_url, self.heartbeat.release, linger, clock)
+        primary = _Source(queue_url, self._queue_arn, self.heartbeat, self._deletions, self._background)
+        # The queues it polls, highest priority first (``priority_queue_urls``); queue_url alone without priorities.
+        self._sources = [primary if url == queue_url else self._level_source(url, deleting_sqs, linger, clock)
+                         for url in (priority_queue_urls or (queue_url,))]
+        self._primary = primary
+        if primary not in self._sources:
+            raise QueueConfigurationError(f"priority_queue_urls {list(priority_queue_urls)!r} must include queue_url {queue_url!r}")
+
+    def _level_source(self, url: str, deleting_sqs: Any, linger: float, clock: Callable[[], float]) -> _Source:
+        """A priority level's queue beside queue_url: its own heartbeat and background deletes (standard queues only)."""
+        heartbeat = Heartbeat(self._heartbeat_sqs, url, interval_seconds=self._interval)
+        return _Source(url, _queue_arn(self.sqs, url), heartbeat,
+                       background=BackgroundDeletions(deleting_sqs, url, heartbeat.release, linger, clock))
 
     def run(self) -> None:
         """Consume until ``stopping`` is set, then drain within the grace period (counted from the stop).
@@ -216,7 +248,8 @@ class Consumer:
         if not self._app_healthy():
             logger.info("stopped before the app was healthy: no message was taken")
             return
-        self.heartbeat.start()
+        for source in self._sources:
+            source.heartbeat.start()
         self.protection.start(self._holds_work)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="worker-tier-task")
         if self._background is not None:  # prefetch is for standard queues only: its holds are watched from here
@@ -276,28 +309,31 @@ class Consumer:
         """Drain and send the waiting deletes; exit with the messages still running (or undeleted) held, or stop
         the heartbeat and protection."""
         self.stopping.set()
-        if self._background is not None:
-            self._background.hurry()
+        for source in self._sources:
+            if source.background is not None:
+                source.background.hurry()
         observability.flush()
         still_running = self._drain(pool)
-        unanswered = self._background.close(self._grace_left()) if self._background is not None else []
+        unanswered = [message for source in self._sources if source.background is not None
+                      for message in source.background.close(self._grace_left())]
         observability.flush()  # again: the tasks (and deletes) that ended during the grace period counted after the first
         self.protection.stop()
         if still_running or unanswered:
             self._abandon(still_running, unanswered)
         else:
-            self.heartbeat.stop()
+            for source in self._sources:
+                source.heartbeat.stop()
             self.protection.hold(False)
 
     def _receive_into(self, pool: ThreadPoolExecutor, room: int) -> None:
         """One long poll for ``room`` messages (1 to 10: the free threads, and room to prefetch); each is held by the
         heartbeat from its arrival, and one received beyond the free threads must start within PREFETCH_HOLD_SECONDS."""
-        messages = self._receive(room)
+        messages = self._receive_levels(room)
         if messages and self.stopping.is_set():
             self._release(messages, "received after the stop")
             return
         for message in messages:
-            self.heartbeat.hold(message["MessageId"], message["ReceiptHandle"])
+            self._source_of(message).heartbeat.hold(message["MessageId"], message["ReceiptHandle"])
         idle_threads = self.concurrency - self._busy()
         hold_until = self._clock() + PREFETCH_HOLD_SECONDS
         for index, chain in enumerate(_chains(messages)):
@@ -308,32 +344,52 @@ class Consumer:
                 self._pending[future] = chain
             future.add_done_callback(self._done)
 
-    def _receive(self, free: int) -> list[dict[str, Any]]:
+    def _receive_levels(self, room: int) -> list[dict[str, Any]]:
+        """One long poll of the one queue; with priorities, a short poll of each level highest first for the room left,
+        then, only if all were empty, a long poll of the highest level bounded by ``PRIORITY_LONG_POLL_SECONDS``."""
+        if len(self._sources) == 1:
+            return self._receive(room)
+        got: list[dict[str, Any]] = []
+        for index, source in enumerate(self._sources):
+            if room - len(got) < 1 or self.stopping.is_set() or self._fatal is not None:
+                break
+            got += _tagged(self._receive(room - len(got), source, 0), index)
+        if got or self.stopping.is_set() or self._fatal is not None:
+            return got
+        return _tagged(self._receive(room, self._sources[0], min(self.poll_wait_seconds, PRIORITY_LONG_POLL_SECONDS)), 0)
+
+    def _source_of(self, message: Mapping[str, Any]) -> _Source:
+        """The queue a message came from (the one queue without priorities)."""
+        index = message.get(SOURCE_KEY)
+        return self._sources[index] if isinstance(index, int) else self._primary
+
+    def _receive(self, free: int, source: _Source | None = None, wait_seconds: int | None = None) -> list[dict[str, Any]]:
         """One ReceiveMessage, hidden for the heartbeat's window; a failure is handled and gives no messages."""
+        url = self.queue_url if source is None else source.url
         try:
             response = self.sqs.receive_message(
-                QueueUrl=self.queue_url,
+                QueueUrl=url,
                 MaxNumberOfMessages=free,
-                WaitTimeSeconds=self.poll_wait_seconds,
+                WaitTimeSeconds=self.poll_wait_seconds if wait_seconds is None else wait_seconds,
                 VisibilityTimeout=self.heartbeat.extension_seconds,
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
             )
         except Exception as error:  # any AWS or network error: decide between a pause and a stop
-            self._receive_failed(error)
+            self._receive_failed(error, url)
             return []
         self._receive_failures = 0
         return response.get("Messages") or []
 
-    def _receive_failed(self, error: Exception) -> None:
+    def _receive_failed(self, error: Exception, url: str) -> None:
         """Stop (after a drain) on a configuration error; otherwise pause, longer each time, and poll again."""
         code = error_code(error)
         if code in CONFIGURATION_ERROR_CODES:
             logger.error(
                 "the queue cannot be read: draining running tasks, then exiting",
-                extra={"queue": self.queue_url, "code": code, "error": safe_repr(error)},
+                extra={"queue": url, "code": code, "error": safe_repr(error)},
             )
-            self._fatal = _refused("ReceiveMessage", self.queue_url, code)
+            self._fatal = _refused("ReceiveMessage", url, code)
             self._fatal.__cause__ = error
             self.stopping.set()
             return
@@ -390,24 +446,25 @@ class Consumer:
         message until its fate is settled (deleted, or failed), and the metrics are printed when due.
         """
         handed_off = False
+        source = self._source_of(message)
         try:
-            record = lambda_record(message, self._queue_arn, self._region)
-            handled = self.worker.handle_batch({"Records": [record]}, None, heartbeat=self.heartbeat)
+            record = lambda_record(message, source.arn, self._region)
+            handled = self.worker.handle_batch({"Records": [record]}, None, heartbeat=source.heartbeat)
             if handled.response["batchItemFailures"]:
                 return False
             pointer = handled.payloads.get(message["MessageId"])
             then = None if pointer is None else functools.partial(self.worker.delete_payload, pointer)
-            if self._background is None:
-                deleted = self._deletions is not None and self._deletions.delete(message)
+            if source.background is None:
+                deleted = source.deletions is not None and source.deletions.delete(message)
                 if deleted and then is not None:  # a succeeded offloaded message's object goes after it
                     then()
                 return deleted
-            self._background.hand_off(message, then)  # its answer releases it from the heartbeat, then runs ``then``
+            source.background.hand_off(message, then)  # its answer releases it from the heartbeat, then runs ``then``
             handed_off = True
             return True
         finally:
             if not handed_off:
-                self.heartbeat.release(message["MessageId"])
+                source.heartbeat.release(message["MessageId"])
             observability.flush_due()
 
     def _done(self, future: Future[None]) -> None:
@@ -422,7 +479,7 @@ class Consumer:
         """Messages it may hold not yet finished: its threads, plus on a standard queue, while tasks are short (the
         last PREFETCH_AFTER_SHORT_TASKS in a row, and every one running now) and SQS keeps up with the deletes (fewer
         than PREFETCH_MAX_PENDING_DELETES wait), ``prefetch`` more."""
-        if self._background is None or self._background.pending() >= PREFETCH_MAX_PENDING_DELETES:
+        if self._background is None or self._pending_deletes() >= PREFETCH_MAX_PENDING_DELETES:
             return self.concurrency
         with self._lock:
             short = self._short_streak >= PREFETCH_AFTER_SHORT_TASKS and all(
@@ -462,7 +519,11 @@ class Consumer:
 
     def _holds_work(self) -> bool:
         """Whether a message is running, waiting in a chain, or waiting for its delete (scale-in protection)."""
-        return self._in_flight() > 0 or (self._background is not None and self._background.pending() > 0)
+        return self._in_flight() > 0 or self._pending_deletes() > 0
+
+    def _pending_deletes(self) -> int:
+        """Succeeded messages whose background delete SQS has not answered yet, on every queue it reads."""
+        return sum(source.background.pending() for source in self._sources if source.background is not None)
 
     def _busy(self) -> int:
         """Threads that hold or will soon hold a message: one per chain received and not yet finished."""
@@ -513,14 +574,18 @@ class Consumer:
         """Visibility 0: another worker takes them at once. Each counts a wait first (``worker_tier.flow``): the
         receive it spent unstarted is not an attempt, so it never costs the message one of its ``max_retries``."""
         for message in messages:
-            self.heartbeat.release(message["MessageId"])
             if self.worker.add_wait(message["MessageId"], 0, why) is None and self.worker._state_table:
                 observability.count_shared(contract.METRIC_WAIT_UNRECORDED)
         if messages:
             logger.info("released messages", extra={"count": len(messages), "reason": why})
-            change_visibility(
-                self.sqs, self.queue_url, [VisibilityChange(m["MessageId"], m["ReceiptHandle"], 0) for m in messages]
-            )
+        for source in self._sources:
+            mine = [m for m in messages if self._source_of(m) is source]
+            for message in mine:
+                source.heartbeat.release(message["MessageId"])
+            if mine:
+                change_visibility(
+                    self.sqs, source.url, [VisibilityChange(m["MessageId"], m["ReceiptHandle"], 0) for m in mine]
+                )
 
 
 # Before a receive, while fewer than half the threads are free, running tasks get at most this long to end, so
@@ -537,6 +602,20 @@ PREFETCH_HOLD_SECONDS = 1.0
 PREFETCH_CHECK_SECONDS = 0.1
 # No prefetch while this many deletes wait (one batch): SQS is slow to answer, and task threads may soon stop for them.
 PREFETCH_MAX_PENDING_DELETES = limits.SQS_MAX_BATCH_ENTRIES
+
+
+# With priorities, the long poll made when every level's short poll came back empty (on the highest level): a lower
+# level's message that arrives meanwhile waits at most this long.
+PRIORITY_LONG_POLL_SECONDS = 2
+# The key a received message carries, with priorities, naming the index of the queue it came from.
+SOURCE_KEY = "worker_tier.source"
+
+
+def _tagged(messages: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+    """Each message marked with the index of the queue it came from."""
+    for message in messages:
+        message[SOURCE_KEY] = index
+    return messages
 
 
 def concurrency(settings: Settings) -> int:

@@ -51,6 +51,10 @@ DELAY_TABLE_VARIABLE = "WORKER_TIER_DELAY_TABLE"
 CONTAINER_QUEUE_URL_VARIABLE = "WORKER_TIER_CONTAINER_QUEUE_URL"
 # The work queue, where a process that consumes another queue (the container worker) sends follow-ups.
 SEND_QUEUE_URL_VARIABLE = "WORKER_TIER_SEND_QUEUE_URL"
+# The work queue's other priority levels (priorities setting; worker_tier.core.priority): the normal level is
+# QUEUE_URL_VARIABLE's (or SEND_QUEUE_URL_VARIABLE's) queue; unset: priorities are off.
+HIGH_QUEUE_URL_VARIABLE = "WORKER_TIER_HIGH_QUEUE_URL"
+LOW_QUEUE_URL_VARIABLE = "WORKER_TIER_LOW_QUEUE_URL"
 # The S3 bucket large bodies are offloaded to (worker_tier.core.payloads); unset: nothing is offloaded.
 PAYLOAD_BUCKET_VARIABLE = "WORKER_TIER_PAYLOAD_BUCKET"
 # Only the local environment sets it, with a lower long-delay threshold; deployed, the dispatcher's default holds.
@@ -79,6 +83,8 @@ STACK_OUTPUTS = {
     "worker_log_group": "WorkerLogGroupName",
     "schedule_group": "ScheduleGroupName",
     "payload_bucket": "PayloadBucketName",
+    "high_queue_url": "HighQueueUrl",
+    "low_queue_url": "LowQueueUrl",
 }
 # The field of the delay dispatcher's event naming its shard group ({"group": g}); an event without it is group 0.
 DISPATCH_GROUP_FIELD = "group"
@@ -102,6 +108,8 @@ class Resources:
     send_queue_url: str | None = dataclasses.field(default=None, metadata={"variable": SEND_QUEUE_URL_VARIABLE})
     payload_bucket: str | None = dataclasses.field(default=None, metadata={"variable": PAYLOAD_BUCKET_VARIABLE})
     delay_horizon_seconds: int | None = dataclasses.field(default=None, metadata={"variable": DELAY_HORIZON_VARIABLE})
+    high_queue_url: str | None = dataclasses.field(default=None, metadata={"variable": HIGH_QUEUE_URL_VARIABLE})
+    low_queue_url: str | None = dataclasses.field(default=None, metadata={"variable": LOW_QUEUE_URL_VARIABLE})
 
     @classmethod
     def variable(cls, field_name: str) -> str:
@@ -194,7 +202,8 @@ class Needs:
 
 
 # What any producer reads (Client.from_env, in task code too): where to send, and the delay table.
-PRODUCER_NEEDS = Needs("a producer (Client.from_env)", optional=("queue_url", "send_queue_url", "delay_table", "payload_bucket"))
+PRODUCER_NEEDS = Needs("a producer (Client.from_env)", optional=(
+    "queue_url", "send_queue_url", "delay_table", "payload_bucket", "high_queue_url", "low_queue_url"))
 
 # Message attributes. sqsd's: https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-features-managing-env-tiers.html
 SQSD_ATTRIBUTE_PREFIX = "beanstalk.sqsd."
@@ -214,9 +223,19 @@ PAYLOAD_KEY_PREFIX = "payloads/"
 DELAYED_PAYLOAD_KEY_PREFIX = "payloads/delayed/"
 SCHEDULED_TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 ROUTING_ATTRIBUTES = (PATH_ATTRIBUTE, TASK_NAME_ATTRIBUTE, SCHEDULED_TIME_ATTRIBUTE)
-# What a DLQ copy never sheds for room (worker_tier.core.envelope.dead_letter_attributes): the routing attributes, and
-# the Extended Client's size attribute, without which the copy's pointer body would read as an ordinary body.
-KEPT_ATTRIBUTES = (*ROUTING_ATTRIBUTES, PAYLOAD_SIZE_ATTRIBUTE, LEGACY_PAYLOAD_SIZE_ATTRIBUTE)
+# A message's priority level other than the default (worker_tier.core.priority): it names the queue every re-send
+# goes to (a retry through the delay table, the DLQ copy redriven, a forward), so it is never shed.
+PRIORITY_ATTRIBUTE = "worker_tier.priority"
+PRIORITY_HIGH = "high"
+PRIORITY_NORMAL = "normal"
+PRIORITY_LOW = "low"
+PRIORITY_LEVELS = (PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW)  # highest first: the container worker's poll order
+DEFAULT_PRIORITY = PRIORITY_NORMAL
+# The Resources field carrying each level's queue; the normal level's is the work queue itself.
+PRIORITY_QUEUE_FIELDS = {PRIORITY_HIGH: "high_queue_url", PRIORITY_LOW: "low_queue_url"}
+# What a DLQ copy never sheds for room (worker_tier.core.envelope.dead_letter_attributes): the routing attributes, the
+# priority, and the Extended Client's size attribute, without which the copy's pointer body would read as an ordinary body.
+KEPT_ATTRIBUTES = (*ROUTING_ATTRIBUTES, PRIORITY_ATTRIBUTE, PAYLOAD_SIZE_ATTRIBUTE, LEGACY_PAYLOAD_SIZE_ATTRIBUTE)
 # Worker Tier's own attributes: the producer refuses user attributes with this prefix.
 WORKER_TIER_ATTRIBUTE_PREFIX = "worker_tier."
 FAILURE_ATTRIBUTE = "worker_tier.failure"

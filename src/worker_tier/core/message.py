@@ -22,6 +22,7 @@ from worker_tier.core.contract import (
     LEGACY_PAYLOAD_SIZE_ATTRIBUTE,
     PATH_ATTRIBUTE,
     PAYLOAD_SIZE_ATTRIBUTE,
+    PRIORITY_ATTRIBUTE,
     SCHEDULED_TIME_FORMAT,
     SQSD_ATTRIBUTE_PREFIX,
     WORKER_TIER_ATTRIBUTE_PREFIX,
@@ -101,7 +102,7 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     and a Number as a Decimal of its exact text, so the copy carries the same
     digits; custom type labels (``Number.int``) are not kept. The path is
     left out (the Client sets it from the path) and so are ``worker_tier.*``
-    attributes (the caller sets its own); ``beanstalk.sqsd.*`` ones, which the
+    attributes (the caller sets its own), but for the priority, kept as an internal attribute; ``beanstalk.sqsd.*`` ones, which the
     Client refuses from users, come back as internal attributes, as strings, and so does an offloaded message's
     ``ExtendedPayloadSize`` (or the legacy ``SQSLargePayloadSize``): the copy carries the same pointer as its body.
     """
@@ -109,6 +110,9 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     user: dict[str, Any] = {}
     internal: dict[str, Any] = {}
     for name, value in converted.items():
+        if name == PRIORITY_ATTRIBUTE:  # the copy goes back to its level's queue (worker_tier.core.priority)
+            internal[name] = value.get("StringValue")
+            continue
         if name == PATH_ATTRIBUTE or name.startswith(WORKER_TIER_ATTRIBUTE_PREFIX):
             continue
         if name.startswith(SQSD_ATTRIBUTE_PREFIX) or name in _PAYLOAD_SIZE_ATTRIBUTES:

@@ -290,6 +290,11 @@ class DeploymentSettings:
         "(1,769 MB). Each group adds an invocation and about 5 state-table writes a minute. Changing it loses nothing "
         "and sends nothing early: what was dispatched after the slowest group's watermark is sent again.",
     )
+    priorities: bool = _setting(
+        False,
+        "Message priorities (docs/priorities.md): a high and a low queue beside the work queue (the normal level), each "
+        "with its own event source and a share of http_connections; `send(priority=...)` picks the level. Not with fifo.",
+    )
     container_worker: bool = _setting(
         False,
         "Deploy the container worker (ECS Fargate) for @task(container=True) tasks.",
@@ -500,7 +505,8 @@ class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
             )
         if not isinstance(self.mime_type, str) or not re.match(_MIME_TYPE, self.mime_type):
             raise SettingsError(f"mime_type must be a MIME type like 'application/json' (EB MimeType), got {self.mime_type!r}")
-        for name in ("fifo", "heartbeat", "container_worker", "app_route_by_path", "via_sns", "large_payloads", "payload_kms"):
+        for name in ("fifo", "heartbeat", "container_worker", "app_route_by_path", "via_sns", "large_payloads", "payload_kms",
+                     "priorities"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.task_modules == "" and not (self.app or self.app_port):
@@ -620,6 +626,11 @@ class Settings(AppSettings, DeploymentSettings, RuntimeSettings):
             if value and not self.app_port:
                 raise SettingsError(f"{name} {value!r} applies to HTTP forwarding only: set app_port too")
         self._check_payload_memory()
+        if self.fifo and self.priorities:
+            raise SettingsError(
+                "priorities true with fifo true: a message group's order would not hold across the levels' queues; "
+                "turn priorities off, or use a standard queue"
+            )
         if self.fifo and self.batch_size > limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO:
             raise SettingsError(
                 f"batch_size must be 1..{limits.LAMBDA_SQS_MAX_BATCH_SIZE_FIFO} for a FIFO queue, got {self.batch_size}"

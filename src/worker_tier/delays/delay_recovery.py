@@ -84,6 +84,7 @@ from worker_tier.delays import delay, delivery
 from worker_tier.core.aws import LazyClient
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.core.envelope import Envelope
+from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.contract import STATE_PARTITION_KEY as STATE_TABLE_PARTITION_KEY
 from worker_tier.core.errors import LayoutLostError, StateError, UnreadableItemError, WorkerTierError
 from worker_tier.core.retry import BATCH_ENTRIES, chunks
@@ -317,10 +318,13 @@ class DelayRecovery:
         clock: Callable[[], float] = wall_clock.now,
         sleep: Callable[[float], None] = time.sleep,
         delay_table: str | None = None,
+        priority_queue_urls: Mapping[str, str] | None = None,
     ) -> None:
         self.delay_table = delay_table  # None: each record's eventSourceARN names it
         self.state_table = state_table
         self.queue_url = queue_url
+        # With priorities, each message goes to its level's queue (its worker_tier.priority attribute).
+        self.queues = PriorityQueues(queue_url, **dict(priority_queue_urls or {}))
         self.dead_letter_queue_url = dead_letter_queue_url
         self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
@@ -530,7 +534,7 @@ class DelayRecovery:
         """One SendMessageBatch; returns the actions to try again and the dead-letter actions for refusals."""
         now = self._clock()
         entries = [delivery.entry(str(i), a.message, now) for i, a in enumerate(actions) if a.message is not None]
-        accepted, refused_ids = delivery.send_batch(self._sqs.get(), self.queue_url, entries)
+        accepted, refused_ids = delivery.send_batch(self._sqs.get(), self.queues, entries)
         retry, refused = [], []
         for index, action in enumerate(actions):
             if str(index) in accepted:

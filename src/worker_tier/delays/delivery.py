@@ -32,6 +32,7 @@ from worker_tier.core.contract import PATH_ATTRIBUTE
 from worker_tier.core.errors import DispatchIncompleteError, DispatchRefusedError, UnreadableItemError
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.message import failure_reason
+from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.retry import BATCH_ENTRIES
 
 # SQS errors that refuse a whole SendMessageBatch call because of what a message holds (botocore may
@@ -106,8 +107,14 @@ def delay_seconds(due_ms: int, now: float) -> int:
     return max(0, min(limits.SQS_MAX_DELAY_SECONDS, math.ceil(due_ms / 1000 - now)))
 
 
-def send_batch(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str]]:
-    """One SendMessageBatch: (accepted ids, refused id -> "Code: message"); ids in neither failed transiently.
+# Where a delivery goes: one queue, or the work queue's priority levels, each entry to its level's queue
+# (``worker_tier.core.priority``: its worker_tier.priority attribute, which the delay table kept).
+Destination = str | PriorityQueues
+
+
+def send_batch(sqs: Any, queue_url: Destination, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str]]:
+    """One SendMessageBatch (one per level with ``PriorityQueues``): (accepted ids, refused id -> "Code: message");
+    ids in neither failed transiently.
 
     A call refused as a whole for content is split into single sends, to find the entry at fault.
     """
@@ -115,11 +122,13 @@ def send_batch(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple
     return accepted, refused
 
 
-def send_batch_explained(sqs: Any, queue_url: str, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str], str]:
+def send_batch_explained(sqs: Any, queue_url: Destination, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str], str]:
     """``send_batch``, and the last transient failure as "Code: message" ("" when none).
 
     Only an AWS call's errors (``AWS_CALL_ERRORS``) are transient; any other exception propagates.
     """
+    if isinstance(queue_url, PriorityQueues):
+        return _send_by_level(sqs, queue_url, entries)
     try:
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
     except AWS_CALL_ERRORS as error:  # botocore already retried throttling
@@ -133,6 +142,23 @@ def send_batch_explained(sqs: Any, queue_url: str, entries: list[dict[str, Any]]
     refused = {failure["Id"]: _described(failure) for failure in failed if failure.get("SenderFault")}
     transient = [_described(failure) for failure in failed if not failure.get("SenderFault")]
     return accepted, refused, transient[-1] if transient else ""
+
+
+def _send_by_level(sqs: Any, queues: PriorityQueues, entries: list[dict[str, Any]]) -> tuple[set[str], dict[str, str], str]:
+    """Each level's entries to its own queue, highest level first; one level's failure does not hold back another's."""
+    by_queue: dict[str, list[dict[str, Any]]] = {url: [] for _, url in queues.levels()}
+    for one in entries:
+        by_queue.setdefault(queues.url_for(one.get("MessageAttributes")), []).append(one)
+    accepted: set[str] = set()
+    refused: dict[str, str] = {}
+    last = ""
+    for url, level_entries in by_queue.items():
+        if level_entries:
+            got, lost, failure = send_batch_explained(sqs, url, level_entries)
+            accepted |= got
+            refused.update(lost)
+            last = failure or last
+    return accepted, refused, last
 
 
 def _described(failure: Mapping[str, Any]) -> str:
@@ -198,7 +224,7 @@ class Delivery:
         self._clock = clock
         self._sleep = sleep
 
-    def deliver(self, queue_url: str, entries: list[dict[str, Any]], due_ms: Mapping[str, int] | None = None,
+    def deliver(self, queue_url: Destination, entries: list[dict[str, Any]], due_ms: Mapping[str, int] | None = None,
                 time_low: Callable[[], bool] | None = None) -> Sent:
         """Send one batch until each entry is accepted or refused for a sender fault, or ``BATCH_ENTRIES`` runs out.
 
@@ -223,7 +249,7 @@ class Delivery:
                 break
         return sent
 
-    def _send_batch(self, queue_url: str, batch: list[dict[str, Any]], sent: Sent,
+    def _send_batch(self, queue_url: Destination, batch: list[dict[str, Any]], sent: Sent,
                     due_ms: Mapping[str, int]) -> list[list[dict[str, Any]]]:
         """One SendMessageBatch, recorded in ``sent``; returns the batches to try again."""
         sqs = self._sqs.get()

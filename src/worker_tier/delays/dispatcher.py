@@ -80,7 +80,7 @@ import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from worker_tier.core import contract, limits
 from worker_tier.core import wall_clock
@@ -90,6 +90,7 @@ from worker_tier.delays.delay import BUCKET_SECONDS, DISPATCH_HORIZON_SECONDS
 from worker_tier.core.errors import LeaseLostError
 from worker_tier.delays.dispatch_state import EPOCH_ATTRIBUTE, GROUPS_ATTRIBUTE, LAYOUT_KEY, DispatchGroup, GroupState, Layout, watermark_epoch
 from worker_tier.delays.delivery import Delivery
+from worker_tier.core.priority import PriorityQueues
 from worker_tier.delays.minute import (
     DISPATCHER_CONNECT_TIMEOUT_SECONDS,
     DISPATCHER_READ_TIMEOUT_SECONDS,
@@ -149,11 +150,15 @@ class DelayDispatcher:
         horizon_seconds: int = DISPATCH_HORIZON_SECONDS,
         pool: Any = None,
         group: DispatchGroup | None = None,
+        priority_queue_urls: Mapping[str, str] | None = None,
     ) -> None:
         self.group = group or DispatchGroup()  # the shards this dispatcher reads, and its state keys (worker_tier.delays.dispatch_state)
         self.delay_table = delay_table
         self.state_table = state_table
         self.queue_url = queue_url
+        # With priorities, each message goes to its level's queue (its worker_tier.priority attribute).
+        self.priority_queue_urls = dict(priority_queue_urls or {})
+        self.queues = PriorityQueues(queue_url, **self.priority_queue_urls)
         self.dead_letter_queue_url = dead_letter_queue_url
         self.horizon_seconds = _checked_horizon(horizon_seconds)
         self._dynamodb = LazyClient("dynamodb", dynamodb, factory=_pooled_client("dynamodb"))
@@ -175,7 +180,7 @@ class DelayDispatcher:
                 self.delay_table, self.state_table, self.queue_url, dead_letter_queue_url=self.dead_letter_queue_url,
                 sqs=self._sqs.get(), dynamodb=self._dynamodb.get(), clock=self._clock, sleep=self._sleep,
                 parallel=self._parallel, horizon_seconds=self.horizon_seconds, pool=self._given_pool,
-                group=DispatchGroup(index, self.group.count))
+                group=DispatchGroup(index, self.group.count), priority_queue_urls=self.priority_queue_urls)
         return self._siblings[index]
 
     def run(self, remaining_ms: Callable[[], int] | None = None) -> RunReport:
@@ -224,7 +229,7 @@ class DelayDispatcher:
         while watermark <= last:
             try:
                 done = _MinuteDispatch(watermark, cursors, report, state=self.state, table=self._table, delivery=self.delivery,
-                                       queue_url=self.queue_url, budget=self._budget, clock=self._clock, sleep=self._sleep).run()
+                                       queue_url=self.queues, budget=self._budget, clock=self._clock, sleep=self._sleep).run()
             except DispatchIncompleteError as error:
                 report.stopped = str(error)
                 break

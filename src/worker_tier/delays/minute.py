@@ -239,7 +239,7 @@ class _MinuteDispatch:
         state: GroupState,
         table: _DelayTable,
         delivery: Delivery,
-        queue_url: str,
+        queue_url: delivery.Destination,
         budget: _Budget,
         clock: Callable[[], float],
         sleep: Callable[[float], None],

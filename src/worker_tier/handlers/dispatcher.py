@@ -27,7 +27,7 @@ from worker_tier.core.settings import Settings
 
 # The horizon is optional: only the local environment sets it, together with a lower long-delay threshold.
 NEEDS = contract.Needs("the delay dispatcher", required=("delay_table", "state_table", "queue_url", "dlq_url"),
-                       optional=("delay_horizon_seconds",))
+                       optional=("delay_horizon_seconds", *contract.PRIORITY_QUEUE_FIELDS.values()))
 
 
 GROUP_FIELD = contract.DISPATCH_GROUP_FIELD  # each minute's schedule for group g passes {"group": g}; none: group 0
@@ -49,7 +49,13 @@ def _new_dispatcher() -> DelayDispatcher:
         dead_letter_queue_url=resources.named("dlq_url"),
         horizon_seconds=delay.DISPATCH_HORIZON_SECONDS if resources.delay_horizon_seconds is None else resources.delay_horizon_seconds,
         group=DispatchGroup(0, groups),
+        priority_queue_urls=_level_urls(resources),
     )
+
+
+def _level_urls(resources: contract.Resources) -> dict[str, str]:
+    """The priority levels' queues the dispatcher was given (none while priorities are off)."""
+    return {level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items() if (url := getattr(resources, field))}
 
 
 def group_index(event: Any, groups: int) -> int:

@@ -15,12 +15,16 @@ from worker_tier.core.observability import logger, metrics
 from worker_tier.periodic.ticks import TickEnqueuer, tick_from_event
 
 # The payload bucket takes a tick too large for the queue (a long cron.yaml body on a queue with a small maximum).
-NEEDS = contract.Needs("the periodic-task function", required=("queue_url", "state_table"), optional=("payload_bucket",))
+# With priorities, the levels' queues: a cron.yaml entry's priority names its ticks' queue.
+NEEDS = contract.Needs("the periodic-task function", required=("queue_url", "state_table"),
+                       optional=("payload_bucket", *contract.PRIORITY_QUEUE_FIELDS.values()))
 
 
 def _new_enqueuer() -> TickEnqueuer:
     resources = NEEDS.read()
-    return TickEnqueuer(resources.named("queue_url"), resources.named("state_table"), payload_bucket=resources.payload_bucket)
+    levels = {level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items() if (url := getattr(resources, field))}
+    return TickEnqueuer(resources.named("queue_url"), resources.named("state_table"), payload_bucket=resources.payload_bucket,
+                        priority_queue_urls=levels)
 
 
 enqueuer = PerProcess(_new_enqueuer)

@@ -18,7 +18,8 @@ from worker_tier.handlers import PerProcess
 from worker_tier.core.observability import count, logger, metrics
 
 # The delay table is optional: without it, each record's eventSourceARN names it.
-NEEDS = contract.Needs("delay recovery", required=("state_table", "queue_url", "dlq_url"), optional=("delay_table",))
+NEEDS = contract.Needs("delay recovery", required=("state_table", "queue_url", "dlq_url"),
+                       optional=("delay_table", *contract.PRIORITY_QUEUE_FIELDS.values()))
 
 
 class StreamEventError(WorkerTierError, ValueError):
@@ -28,7 +29,9 @@ class StreamEventError(WorkerTierError, ValueError):
 def _new_recovery() -> DelayRecovery:
     resources = NEEDS.read()
     return DelayRecovery(resources.named("state_table"), resources.named("queue_url"), resources.named("dlq_url"),
-                         delay_table=resources.delay_table)
+                         delay_table=resources.delay_table,
+                         priority_queue_urls={level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items()
+                                              if (url := getattr(resources, field))})
 
 
 recovery = PerProcess(_new_recovery)

@@ -10,7 +10,10 @@ The EB format (https://docs.aws.amazon.com/elasticbeanstalk/latest/dg/using-feat
 
 Worker Tier's extensions, all optional: ``timezone`` (an IANA name; the schedule
 runs in that zone's local time, DST handled by EventBridge Scheduler), ``body``
-(default EB's ``elasticbeanstalk scheduled job``) and ``enabled`` (default true).
+(default EB's ``elasticbeanstalk scheduled job``), ``enabled`` (default true) and ``priority`` (the level whose queue
+takes the ticks, docs/priorities.md; default normal).
+
+One idea, kept whole: the file's schema and every check an entry passes before it deploys.
 
 What EB's sqsd accepts (``schedule_parser.rb`` with the ``parse-cron`` gem) deploys
 with EB's meaning and a synth warning (``CronEntry.warnings``) where the meaning is
@@ -51,7 +54,13 @@ from worker_tier.periodic.cron_expression import MACROS, WEEKDAY_NAMES, CronExpr
 from worker_tier.periodic.cron_expression import parse as parse_expression
 from worker_tier.core import limits, sqs_rules
 from worker_tier.app.sqsd import HEADER_VALUE_FORBIDDEN, REQUEST_PATH
-from worker_tier.core.contract import PATH_ATTRIBUTE, SCHEDULED_JOB_BODY, TASK_NAME_ATTRIBUTE
+from worker_tier.core.contract import (
+    DEFAULT_PRIORITY,
+    PATH_ATTRIBUTE,
+    PRIORITY_LEVELS,
+    SCHEDULED_JOB_BODY,
+    TASK_NAME_ATTRIBUTE,
+)
 from worker_tier.core.envelope import Envelope
 from worker_tier.periodic.ticks import Tick
 from worker_tier.core.errors import CronConfigError
@@ -62,7 +71,8 @@ UTC = "UTC"
 DEFAULT_SOURCE = "cron.yaml"
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys
 _REQUIRED = ("name", "url", "schedule")
-_OPTIONAL = ("timezone", "body", "enabled")
+# priority is Worker Tier's extension (EB has none): the level whose queue takes the ticks (worker_tier.core.priority).
+_OPTIONAL = ("timezone", "body", "enabled", "priority")
 _TOP_LEVEL = ("version", "cron")
 # EventBridge Scheduler's Description: at most 512 characters.
 # https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html
@@ -90,6 +100,7 @@ class CronEntry:
     enabled: bool = True
     line: int = 0
     source: str = DEFAULT_SOURCE
+    priority: str = DEFAULT_PRIORITY
     # Where the entry deploys with EB's meaning though the file seems to say otherwise; synth shows each.
     warnings: tuple[str, ...] = ()
 
@@ -169,7 +180,7 @@ def send_problem(
     entry: CronEntry, *, fifo: bool, maximum_message_size: int = limits.SQS_MAX_MESSAGE_BYTES, large_payloads: bool = False
 ) -> str | None:
     """Why every tick of the entry (``worker_tier.periodic.ticks.Tick``) would fail to be claimed or sent, or None."""
-    tick = Tick(entry.name, entry.url, _SAMPLE_TICK_TIME, entry.body)
+    tick = Tick(entry.name, entry.url, _SAMPLE_TICK_TIME, entry.body, entry.priority)
     attributes = tick.message_attributes()
     checks: tuple[tuple[str, Callable[[], str | None]], ...] = (
         ("name", lambda: sqs_rules.attribute_value_problem(TASK_NAME_ATTRIBUTE, attributes[TASK_NAME_ATTRIBUTE])),
@@ -292,6 +303,7 @@ def _entry(raw: Any, index: int, line: int, source: str) -> CronEntry:
         timezone=_timezone(raw.get("timezone", UTC), where),
         body=_string(raw, "body", SCHEDULED_JOB_BODY, where),
         enabled=_boolean(raw, "enabled", where),
+        priority=_priority(raw, where),
         line=line,
         source=source,
         warnings=tuple(w for w in (*warnings, url_warning) if w),
@@ -419,6 +431,24 @@ def _boolean(raw: dict[str, Any], key: str, where: str) -> bool:
     if not isinstance(value, bool):
         raise CronConfigError(f"{where}: {key} must be true or false, got {show(value)}")
     return value
+
+
+def _priority(raw: dict[str, Any], where: str) -> str:
+    """The entry's priority level (Worker Tier's extension); CronConfigError naming the value and the levels."""
+    value = raw.get("priority", DEFAULT_PRIORITY)
+    if not isinstance(value, str) or value not in PRIORITY_LEVELS:
+        raise CronConfigError(f"{where}: priority must be one of {', '.join(PRIORITY_LEVELS)}, got {show(value)}")
+    return value
+
+
+def check_priorities(entries: Iterable[CronEntry], *, priorities: bool) -> None:
+    """CronConfigError for the first entry with a priority other than normal while the priorities setting is off."""
+    for entry in entries:
+        if entry.priority != DEFAULT_PRIORITY and not priorities:
+            raise CronConfigError(
+                f"{entry.where}: priority {entry.priority!r} needs the priorities setting (its queue exists only with "
+                "it): set priorities true in the stack's worker_tier settings, or remove the entry's priority"
+            )
 
 
 def _is_number_name(raw: Any) -> bool:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from worker_tier.core import contract, limits, message, observability, sqs_rules
+from worker_tier.core import contract, limits, message, observability, priority, sqs_rules
 from worker_tier.core import wall_clock
 from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
 from worker_tier.core.contract import METRIC_PAYLOAD_ORPHANS, METRIC_PAYLOADS_OFFLOADED, METRIC_TICK_MARK_FAILED, TICK_KEY_PREFIX
@@ -81,6 +81,7 @@ class Tick:
     url: str
     scheduled_at: datetime
     body: str = contract.SCHEDULED_JOB_BODY
+    priority: str = contract.DEFAULT_PRIORITY  # cron.yaml's priority key: the level whose queue takes the tick
 
     @property
     def key(self) -> str:
@@ -115,6 +116,7 @@ class Tick:
                 "DataType": "String",
                 "StringValue": message.format_scheduled_time(self.scheduled_at),
             },
+            **priority.attribute(self.priority),
         }
 
 
@@ -132,8 +134,10 @@ class TickEnqueuer:
         sleep: Callable[[float], None] = time.sleep,
         payload_bucket: str | None = None,
         s3: Any = None,
+        priority_queue_urls: Mapping[str, str] | None = None,
     ) -> None:
         self.queue_url = queue_url
+        self.queues = priority.PriorityQueues(queue_url, **dict(priority_queue_urls or {}))  # each tick to its level's
         self.state_table = state_table
         self.fifo = queue_url.endswith(".fifo")
         self._sqs = LazyClient("sqs", sqs)
@@ -233,7 +237,7 @@ class TickEnqueuer:
         """SendMessage arguments: EB's body (or its pointer) and ``beanstalk.sqsd.*`` attributes."""
         if self.fifo:
             return envelope.request(self.queue_url, MessageGroupId=tick.group_id, MessageDeduplicationId=tick.deduplication_id())
-        return envelope.request(self.queue_url)
+        return envelope.request(self.queues.url(tick.priority))
 
 
     def _offload(self, envelope: Envelope) -> Pointer | None:
@@ -281,7 +285,10 @@ def tick_from_event(event: Any) -> Tick:
     body = event.get("body") or contract.SCHEDULED_JOB_BODY
     if not isinstance(body, str):
         raise ValueError(f"cron event body must be a string, got {type(body).__name__}: {body!r:.200}")
-    tick = Tick(event["name"], event["url"], _scheduled_time(event["scheduled_time"]), body)
+    level = event.get("priority") or contract.DEFAULT_PRIORITY
+    if level not in contract.PRIORITY_LEVELS:
+        raise ValueError(f"cron event priority must be one of {', '.join(contract.PRIORITY_LEVELS)}, got {level!r:.200}")
+    tick = Tick(event["name"], event["url"], _scheduled_time(event["scheduled_time"]), body, level)
     problem = _send_problem(tick)
     if problem:
         raise ValueError(f"cron event would be refused by SQS: {problem}")

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier.delays import cancellation, dedupe, delay
-from worker_tier.core import contract, limits, message
+from worker_tier.core import contract, limits, message, priority
 from worker_tier.core import wall_clock
 from worker_tier.pipeline import middleware
 from worker_tier.producer import offload
@@ -107,12 +107,15 @@ class Client:
         s3: Any = None,
         payload_threshold: int = 0,
         payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES,
+        priority_queue_urls: Mapping[str, str] | None = None,
     ) -> None:
         if not queue_url or not isinstance(queue_url, str):
             raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), "
                                f"got {checks.shown(queue_url)}")
         checks.check_settings(delay_shards, maximum_message_size)
         self.queue_url = queue_url
+        # Each priority level's queue (the priorities setting); queue_url is the normal level's.
+        self.queues = priority.PriorityQueues(queue_url, **_level_urls(priority_queue_urls))
         self.delay_table = delay_table
         self.state_table = state_table  # the delay dispatcher's records: cancellable sends, cancel and reschedule check them
         self.fifo = queue_url.endswith(".fifo")
@@ -140,7 +143,8 @@ class Client:
 
         The work queue is the send queue (``contract.SEND_QUEUE_URL_VARIABLE``) where a process consumes
         another queue (the container worker consumes its own queue, but its tasks' follow-ups go to the
-        work queue), else the queue (``contract.QUEUE_URL_VARIABLE``); see ``contract.PRODUCER_NEEDS``.
+        work queue), else the queue (``contract.QUEUE_URL_VARIABLE``); with the priorities setting, the high and
+        low levels' queues too; see ``contract.PRODUCER_NEEDS``.
         """
         shards = environ.get(contract.DELAY_SHARDS_VARIABLE)
         if shards is not None:
@@ -150,6 +154,8 @@ class Client:
         resources = contract.PRODUCER_NEEDS.read(environ)
         kwargs.setdefault("state_table", environ.get(contract.STATE_TABLE_VARIABLE))
         kwargs.setdefault("payload_bucket", resources.payload_bucket)
+        kwargs.setdefault("priority_queue_urls", {level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items()
+                                                  if (url := getattr(resources, field)) is not None})
         return cls(resources.send_queue_url or resources.queue_url, resources.delay_table, **kwargs)
 
     def send(
@@ -163,6 +169,7 @@ class Client:
         dedupe_key: str | None = None,
         group_id: str | None = None,
         cancellable: bool = False,
+        priority: str = contract.DEFAULT_PRIORITY,
     ) -> str:
         """Send one message to the task at ``path``; return its message id.
 
@@ -197,6 +204,11 @@ class Client:
             delay dispatcher starts its minute; it must be due more than
             ``cancellation.CANCELLABLE_MIN_DELAY_SECONDS`` (840 s) ahead, and it
             needs the state table (``worker_tier.delays.cancellation``).
+        priority
+            ``"high"``, ``"normal"`` (the default) or ``"low"``: the level's queue, which exists with the
+            ``priorities`` setting (docs/priorities.md). A high or low message carries
+            ``worker_tier.priority``, one of SQS's 10 attributes, so it may carry one attribute fewer of its
+            own; a delayed one keeps its level and is delivered to its level's queue.
 
         Without a ``dedupe_key``, a FIFO message gets a random
         MessageDeduplicationId, kept across the Client's own retries, so two
@@ -207,7 +219,7 @@ class Client:
         rule, and SendError (with the code) when the message was not sent or
         stored: SQS or the delay table refused it, or a retryable condition held.
         """
-        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id, cancellable)
+        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id, cancellable, priority)
         result = self.send_batch([outgoing])[0]
         if result.code == MESSAGE_ERROR_CODE:
             raise MessageError(result.error or "")
@@ -262,8 +274,9 @@ class Client:
             direct = self._claim_dedupe_keys(entries, results)
             for held in {e["Id"] for e in entries} - {e["Id"] for e in direct}:
                 uploads.unsent(int(held))
-            for chunk in _chunks(direct, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES):
-                results.update(self._send_chunk(chunk))
+            for queue_url, level_entries in _by_queue(direct, self.queue_url).items():
+                for chunk in _chunks(level_entries, self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES):
+                    results.update(self._send_chunk(chunk, queue_url))
             self._settle_dedupe_keys(direct, results)
         except Exception as error:
             uploads.settle(results, f"{type(error).__name__}: {error}")
@@ -302,6 +315,7 @@ class Client:
         envelope = middleware.on_send(Envelope(checks.body_text(outgoing.body, characters=characters),
                                                checks.message_attributes(outgoing, internal)))
         checks.check_ids(outgoing)
+        queue_url = self._queue_of(outgoing, internal)
         if not isinstance(outgoing.cancellable, bool):
             raise MessageError(f"cancellable must be True or False, got {checks.shown(outgoing.cancellable)}")
         seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
@@ -313,7 +327,14 @@ class Client:
         self._payloads.fit(envelope, self._direct_limit(queue_limit), uploads, index)
         checks.check_characters(envelope)
         size = envelope.checked_size(self._maximum_message_size or limits.SQS_MAX_MESSAGE_BYTES)
-        return envelope.entry(str(index), **options, _size=size)
+        return envelope.entry(str(index), **options, _size=size, _queue_url=queue_url)
+
+    def _queue_of(self, outgoing: OutgoingMessage, internal: Mapping[str, str]) -> str:
+        """The queue of the message's level: the one it was sent with (MessageError when that level has no queue here),
+        or, for Worker Tier's own re-send of a message (its level in ``internal``), that level's, else the work queue."""
+        if outgoing.priority != contract.DEFAULT_PRIORITY or contract.PRIORITY_ATTRIBUTE not in internal:
+            return self.queues.url(outgoing.priority)
+        return self.queues.url_for({contract.PRIORITY_ATTRIBUTE: {"StringValue": internal[contract.PRIORITY_ATTRIBUTE]}})
 
     def _direct_limit(self, queue_limit: Callable[[], tuple[int | None, str]]) -> Callable[[], int]:
         """The queue's limit for a message sent now: without a bucket, as given (SQS checks the rest); with one, read
@@ -376,10 +397,12 @@ class Client:
         if outgoing.group_id is not None:
             raise MessageError("group_id applies to FIFO queues (a queue URL ending in .fifo)")
         if attribute_room(attribute_count, reserved=1) < 0:  # worker_tier.due_at, added at dispatch
+            level = 0 if outgoing.priority == contract.DEFAULT_PRIORITY else 1
+            also = f", and {contract.PRIORITY_ATTRIBUTE} one more" if level else ""
             raise MessageError(
-                f"a delayed message may carry at most {attribute_room(0, reserved=2)} attributes of its own "
-                f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
-                f"got {attribute_count - 1}"
+                f"a delayed message may carry at most {attribute_room(0, reserved=2 + level)} attributes of its own "
+                f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}{also}), "
+                f"got {attribute_count - 1 - level}"
             )
 
     def _check_cancellable(self, outgoing: OutgoingMessage, seconds: float) -> None:
@@ -547,7 +570,7 @@ class Client:
             if result.ok:
                 results[index] = SendResult(index, message_id=delay.new_message_id(key))
 
-    def _send_chunk(self, chunk: list[dict[str, Any]]) -> dict[int, SendResult]:
+    def _send_chunk(self, chunk: list[dict[str, Any]], queue_url: str) -> dict[int, SendResult]:
         """One batch, retrying entries that failed on SQS's side (``retry.SEND_ENTRIES``); no call for a dedupe claim past its send window."""
         results: dict[int, SendResult] = {}
         claims = {e["Id"]: (e["_dedupe_key"], e["_claimed_ms"]) for e in chunk if "_claimed_ms" in e}
@@ -557,7 +580,7 @@ class Client:
             if not pending:
                 break
             try:
-                response = self._sqs.get().send_message_batch(QueueUrl=self.queue_url, Entries=pending)
+                response = self._sqs.get().send_message_batch(QueueUrl=queue_url, Entries=pending)
             except Exception as error:  # botocore already retried call-level throttling
                 code, text = error_code(error), str(error)
                 if outcome_unknown(error):  # SQS may have taken them: a dedupe key stays held (see _settle_dedupe_keys)
@@ -595,11 +618,13 @@ def _with_due_at(attributes: dict[str, Any], due_ms: int) -> dict[str, Any]:
     """A direct ``at=`` send's attributes plus ``worker_tier.due_at``, so a worker holds it back if the producer's
     clock ran ahead (DelaySeconds comes from that clock); MessageError when there is no attribute left for it."""
     if attribute_room(len(attributes), reserved=1) < 0:
+        level = int(contract.PRIORITY_ATTRIBUTE in attributes)  # a prioritized message's level takes one more
+        also = f", and {contract.PRIORITY_ATTRIBUTE} one more" if level else ""
         raise MessageError(
             f"a message sent with at= carries {contract.DUE_AT_ATTRIBUTE}, so it is never delivered early whatever this "
-            f"clock says: it may carry at most {attribute_room(0, reserved=2)} attributes of its own "
-            f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}), "
-            f"got {len(attributes) - 1}"
+            f"clock says: it may carry at most {attribute_room(0, reserved=2 + level)} attributes of its own "
+            f"(the path and {contract.DUE_AT_ATTRIBUTE} take two of SQS's {limits.SQS_MAX_MESSAGE_ATTRIBUTES}{also}), "
+            f"got {len(attributes) - 1 - level}"
         )
     return {**attributes, contract.DUE_AT_ATTRIBUTE: {"DataType": "String", "StringValue": message.format_due_at(due_ms)}}
 
@@ -616,6 +641,23 @@ def _limit_unknown_reason(size: int, failure: str) -> str:
         f"{contract.DUE_AT_ATTRIBUTE}, over the {limits.SQS_FORMER_DEFAULT_MAXIMUM_MESSAGE_SIZE_BYTES} bytes any queue takes, "
         "so it was not stored: retry"
     )
+
+
+def _level_urls(urls: Mapping[str, str] | None) -> dict[str, str]:
+    """``priority_queue_urls`` checked: the high and low levels only (the normal level's is ``queue_url``)."""
+    wrong = sorted(set(urls or {}) - set(contract.PRIORITY_QUEUE_FIELDS))
+    if wrong:
+        raise MessageError(f"priority_queue_urls takes the levels {', '.join(map(repr, contract.PRIORITY_QUEUE_FIELDS))} "
+                           f"(the normal level's is queue_url), got {wrong[0]!r}")
+    return dict(urls or {})
+
+
+def _by_queue(entries: list[dict[str, Any]], default: str) -> dict[str, list[dict[str, Any]]]:
+    """Entries grouped by their level's queue, highest level's first as the batch gave them."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.get("_queue_url") or default, []).append(entry)
+    return grouped
 
 
 def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict[str, Any]]]:

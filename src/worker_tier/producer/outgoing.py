@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from worker_tier.core import contract, limits, sqs_rules
+from worker_tier.core import contract, limits, priority, sqs_rules
 from worker_tier.delays import delay
 from worker_tier.core.limits import attribute_room
 from worker_tier.core.errors import MessageError
@@ -41,6 +41,7 @@ class OutgoingMessage:
     dedupe_key: str | None = None
     group_id: str | None = None
     cancellable: bool = False
+    priority: str = contract.DEFAULT_PRIORITY
 
 
 
@@ -161,12 +162,15 @@ def message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -
     user = outgoing.attributes or {}
     if not isinstance(user, Mapping):
         raise MessageError(f"attributes must be a mapping of name to value, got {type(user).__name__}")
-    if attribute_room(len(user), reserved=1) < 0:
+    level = priority.check_level(outgoing.priority)
+    reserved = 1 + len(priority.attribute(level))
+    if attribute_room(len(user), reserved=reserved) < 0:
+        also = f" and one for the priority {level!r} ({contract.PRIORITY_ATTRIBUTE})" if reserved > 1 else ""
         raise MessageError(
             f"{len(user)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
-            f"and Worker Tier uses one for the path, so at most {attribute_room(0, reserved=1)}"
+            f"and Worker Tier uses one for the path{also}, so at most {attribute_room(0, reserved=reserved)}"
         )
-    attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}}
+    attributes = {contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": outgoing.path}, **priority.attribute(level)}
     attributes.update({user_attribute_name(name): attribute_value(name, value) for name, value in user.items()})
     attributes.update({name: {"DataType": "Number" if name in SIZE_ATTRIBUTES else "String", "StringValue": value}
                        for name, value in internal.items()})

@@ -56,7 +56,7 @@ import os
 import random as _random
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
-from worker_tier.core import contract, message
+from worker_tier.core import contract, message, priority
 from worker_tier.core import observability, wall_clock
 from worker_tier.worker import fates
 from worker_tier.app import sqsd
@@ -147,6 +147,10 @@ class Worker(Fates):
     {'batchItemFailures': []}
     """
 
+    # The priority levels' queue URLs by queue name (``from_environment`` sets them): a record from one of them has
+    # its visibility changes, deletes and heartbeats sent there.
+    level_queue_urls: Mapping[str, str] = {}
+
     def __init__(
         self,
         settings: Settings,
@@ -216,7 +220,7 @@ class Worker(Fates):
             from worker_tier.core.payloads import PayloadStore
 
             overrides["payloads"] = PayloadStore(resources.payload_bucket, s3, max_bytes=settings.payload_max_bytes)
-        return cls(
+        worker = cls(
             settings,
             queue_url=resources.queue_url,
             dead_letter_queue_url=resources.dlq_url,
@@ -226,6 +230,9 @@ class Worker(Fates):
             registry=registry,
             **overrides,
         )
+        if resources.queue_url:  # priorities: a record's own level queue takes its visibility changes and re-sends
+            worker.level_queue_urls = priority.PriorityQueues.from_resources(resources, resources.queue_url).by_name()
+        return worker
 
     def handle(self, event: Mapping[str, Any], context: Any, heartbeat: Heartbeat | None = None) -> dict[str, Any]:
         """Process one Lambda SQS event; return ``{"batchItemFailures": [...]}``.
@@ -639,7 +646,10 @@ class Worker(Fates):
             logger.warning("visibility changes refused: those messages keep their current timeout", extra={"refused": shown})
 
     def _resolve_queue_url(self, records: list[Any]) -> str:
-        """The source queue's URL: configured, or looked up once from the event source ARN."""
+        """The source queue's URL: a priority level's by the event source ARN, configured, or looked up once from it."""
+        level_url = self.level_queue_urls.get(priority.queue_name(records[0].get("eventSourceARN") or "")) if records else None
+        if level_url is not None:
+            return level_url
         if self._queue_url is None:
             _, _, _, _, account, name = records[0]["eventSourceARN"].split(":", 5)
             self._queue_url = self._sqs.get().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
