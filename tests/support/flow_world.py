@@ -18,6 +18,7 @@ from typing import Any
 from worker_tier import Task
 from worker_tier.core import contract
 from worker_tier.core.settings import Settings
+from worker_tier.flow.control import FLOW_MAX_HOLD_SECONDS
 from worker_tier.testing import lambda_record
 from worker_tier.testing.queues import REGION, MemoryQueues
 from worker_tier.testing.tables import MemoryTables
@@ -26,7 +27,7 @@ from worker_tier.worker.registry import Registry
 
 START = 1_893_456_000.0  # 2030-01-01, a whole minute
 STATE_TABLE = "flow-state"
-CONCURRENT, RATED = "/concurrent", "/rated"
+CONCURRENT, RATED, BOTH = "/concurrent", "/rated", "/both"  # the last: one at a time per key, and at the rate
 CRASH_WAIT_SECONDS = 10  # how long the test waits for a crashing invocation's task to park (it parks at once)
 POLL_SECONDS = 0.002
 
@@ -59,12 +60,13 @@ class FlowWorld:
     runs: dict[int, int] = field(default_factory=dict)  # task runs (real attempts) of each message
     lost: dict[int, int] = field(default_factory=dict)  # receives in a crashed invocation that never reached the task
     succeeded: dict[int, int] = field(default_factory=dict)
+    failed_tries: dict[int, set[int]] = field(default_factory=dict)  # the attempts so far at each failing run
     fails: dict[int, int] = field(default_factory=dict)  # how many of its first runs fail, per message
     running: list[Run] = field(default_factory=list)  # task bodies started and not ended (nested invocations)
     crashed: list[Run] = field(default_factory=list)  # task bodies that never end
-    rated: dict[str, list[float]] = field(default_factory=dict)  # each rate key's run starts (world time)
-    # Each concurrent run's key, the slots held as it started (its own included), and when.
-    concurrency_seen: list[tuple[str, int, float]] = field(default_factory=list)
+    rated: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # each path and rate key's run starts
+    # Each concurrent run's path and key, the slots held as it started (its own included), and when.
+    concurrency_seen: list[tuple[str, str, int, float]] = field(default_factory=list)
     handling: list[int] = field(default_factory=list)  # the skews' indexes of the invocations in progress
     crash_armed: bool = False
     nest_armed: bool = False
@@ -82,7 +84,9 @@ class FlowWorld:
         self.tables.create_table(STATE_TABLE, contract.STATE_PARTITION_KEY)
         self.registry = Registry()
         self.registry.task(CONCURRENT, concurrency=self.concurrency, concurrency_key="key")(self._body)
-        self.registry.task(RATED, rate_limit=f"{self.rate_per_second}/s", rate_burst=self.rate_burst, rate_key="key")(self._body)
+        rate = {"rate_limit": f"{self.rate_per_second}/s", "rate_burst": self.rate_burst, "rate_key": "key"}
+        self.registry.task(RATED, **rate)(self._body)
+        self.registry.task(BOTH, concurrency=1, concurrency_key="key", **rate)(self._body)
         self.workers = [self._worker(index) for index in range(len(self.skews))]
 
     # -- time --------------------------------------------------------------------------------
@@ -161,15 +165,21 @@ class FlowWorld:
         """The receives that were attempts: task runs, and receives a crash took before the task could run."""
         return self.runs.get(ident, 0) + self.lost.get(ident, 0)
 
-    def holders(self, key: str) -> list[Run]:
-        """The runs of ``key``'s concurrent task holding a slot now: those running, and those crashed whose lease has
-        not ended by any worker's clock (the fastest clock sees it end first, and its worker may take the slot, then
-        give it back to a slower one). The lease was taken as the task started (no time passes between for a task
-        without a rate limit), on the crashed worker's clock, for the visibility timeout (no heartbeat, no deadline)."""
+    def limit(self, path: str) -> int:
+        """A concurrent path's limit per key."""
+        return 1 if path == BOTH else self.concurrency
+
+    def holders(self, path: str, key: str) -> list[Run]:
+        """The runs of ``path`` and ``key`` holding a slot now: those running, and those crashed whose lease has not
+        ended by any worker's clock (the fastest clock sees it end first, and its worker may take the slot, then give
+        it back to a slower one). The lease was taken on the crashed worker's clock, for the visibility timeout (no
+        heartbeat, no deadline), as the task started, or before a rate's reserved turn of at most
+        ``FLOW_MAX_HOLD_SECONDS`` (so, for a task with both, counted from that much before its start)."""
         lease, fastest = self.settings.visibility_timeout, max(self.skews)
-        live = [run for run in self.running if run.path == CONCURRENT and run.key == key]
-        return live + [run for run in self.crashed if run.path == CONCURRENT and run.key == key
-                       and self.now + fastest <= run.started + run.skew + lease]
+        reserved = FLOW_MAX_HOLD_SECONDS if path == BOTH else 0.0
+        live = [run for run in self.running if run.path == path and run.key == key]
+        return live + [run for run in self.crashed if run.path == path and run.key == key
+                       and self.now + fastest <= run.started - reserved + run.skew + lease]
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -192,10 +202,10 @@ class FlowWorld:
         ident, key = data["id"], data["key"]
         run = Run(ident, task.path, key, self.now, self.skews[self.handling[-1]])
         self.runs[ident] = self.runs.get(ident, 0) + 1
-        if task.path == CONCURRENT:
-            self.concurrency_seen.append((key, len(self.holders(key)) + 1, self.now))
-        else:
-            self.rated.setdefault(key, []).append(self.now)
+        if task.path in (CONCURRENT, BOTH):
+            self.concurrency_seen.append((task.path, key, len(self.holders(task.path, key)) + 1, self.now))
+        if task.path in (RATED, BOTH):
+            self.rated.setdefault((task.path, key), []).append(self.now)
         if self.crash_armed and threading.current_thread() is not threading.main_thread():
             self.crash_armed = False
             self.crashed.append(run)
@@ -208,6 +218,7 @@ class FlowWorld:
                 self.nest_armed = False
                 self.handle((self.handling[-1] + 1) % len(self.workers))  # another worker's invocation meanwhile
             if self.runs[ident] <= self.fails[ident]:
+                self.failed_tries.setdefault(ident, set()).add(self.tries(ident))
                 raise TaskFailure(f"message {ident} fails its run {self.runs[ident]}")
             self.succeeded[ident] = self.succeeded.get(ident, 0) + 1
         finally:
