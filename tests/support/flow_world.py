@@ -1,4 +1,4 @@
-"""A world for flow control's state machine: several real ``Worker`` s on in-memory SQS (visibility, receive counts,
+"""A world for flow control's state machine: several real ``Worker`` objects on in-memory SQS (visibility, receive counts,
 the redrive policy) and DynamoDB, each on its own clock (the world's plus a skew), sharing one virtual time.
 
 A sleep of any worker (a rate limit's reserved turn) is time passing for all: the world's time moves, and every
