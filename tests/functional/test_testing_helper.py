@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import os
 import subprocess
 import sys
@@ -362,3 +363,45 @@ def test_a_dead_lettered_offloaded_message_in_a_task_world_keeps_its_object_with
         # THEN its object is kept (its clock restarted by a copy onto itself, which the in-memory S3 makes too)
         assert len(world.objects.buckets[world.payload_bucket]) == 1
     assert [r.getMessage() for r in caplog.records if "lifecycle clock" in r.getMessage()] == []
+
+
+def test_a_rate_limited_task_runs_at_its_rate_on_the_worlds_clock():
+    # GIVEN a task limited to 2 a second, and five messages for it
+    tasks, started = Registry(), []
+    with TaskWorld((), registry=tasks) as world:
+        tasks.task("/email", rate_limit="2/s")(lambda task: started.append(world.clock()))
+        ids = [world.client.send("/email", {"n": n}) for n in range(5)]
+        # WHEN the world runs them, and then time passes for those throttled
+        world.run()
+        world.advance(minutes=5)
+        # THEN each ran once, at least half a second after the one before (a reserved turn's sleep is the world's time),
+        # and no wait counted as an attempt
+        assert [world.fate(message_id) for message_id in ids] == ["succeeded"] * 5
+        assert all(later - earlier >= 0.5 - 1e-6 for earlier, later in itertools.pairwise(started)) and len(started) == 5
+        assert {outcome.receive_count for outcome in world.outcomes if outcome.status == "succeeded"} == {1}
+
+
+def test_a_concurrency_limited_task_waits_for_the_slot_of_its_key():
+    # GIVEN a task run one at a time per tenant, whose body sends a second message for its own tenant while it runs
+    tasks, running, most = Registry(), {}, {}
+    with TaskWorld((), registry=tasks) as world:
+        @tasks.task("/sync", concurrency=1, concurrency_key="tenant")
+        def sync(task: Task) -> None:
+            tenant = task.json()["tenant"]
+            running[tenant] = running.get(tenant, 0) + 1
+            most[tenant] = max(most.get(tenant, 0), running[tenant])
+            # While this one holds its tenant's slot, the world's worker runs another invocation on what is visible.
+            if task.json().get("first"):
+                world.client.send("/sync", {"tenant": tenant})
+                world.run()
+            running[tenant] -= 1
+
+        first = world.client.send("/sync", {"tenant": "a", "first": True})
+        # WHEN it runs, and then time passes
+        outcomes = world.run()
+        world.advance(minutes=5)
+        # THEN the second, sent while the first held the slot, waited (throttled, not an attempt) and then ran
+        assert world.fate(first) == "succeeded" and most == {"a": 1}
+        assert [outcome.status for outcome in outcomes.outcomes] == ["throttled", "succeeded"]
+        assert world.outcomes[-1].status == "succeeded" and world.outcomes[-1].receive_count == 1
+        assert world.pending() == 0 and world.dead_letters == []

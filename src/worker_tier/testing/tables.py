@@ -1,16 +1,22 @@
 """``MemoryTables``: an in-memory DynamoDB for the calls Worker Tier makes, for ``TaskWorld`` and the unit tests.
 
-The calls: PutItem, GetItem, DeleteItem and UpdateItem (``SET #a = :v, ...``), each with a condition and
-``ReturnValuesOnConditionCheckFailure``; Query on the partition key (``pk = :pk``, paged by ``Limit``),
-BatchWriteItem, TransactWriteItems (Put, Delete, ConditionCheck: all or none) and Scan (with a
+The calls: PutItem, GetItem, DeleteItem and UpdateItem, each with a condition and
+``ReturnValuesOnConditionCheckFailure``; UpdateItem's ``SET #a = :v, #b = #b + :n, #c = #c - :n`` and
+``ADD #d :n`` clauses (numbers; ADD makes a missing one from 0, arithmetic on a missing attribute is refused), in
+either order, and its ``ReturnValues`` (NONE, ALL_OLD, UPDATED_OLD, ALL_NEW, UPDATED_NEW); Query on the
+partition key (``pk = :pk``, paged by ``Limit``), BatchWriteItem, TransactWriteItems (Put, Delete, ConditionCheck: all or none) and Scan (with a
 ``ProjectionExpression`` of names). Conditions: ``attribute_not_exists``, ``attribute_exists``, ``NOT``, the six
 comparisons, ``AND``, ``OR``, parentheses, ``#names`` and ``:values``, compared as DynamoDB compares them
 (numbers exactly; values of different types never equal). DynamoDB's validation for these calls is kept: an
-expression name or value unused or undefined, a key not matching the table's, a batch of more than 25 items
+expression name or value unused or undefined, a key not matching the table's, an update of a key attribute, of
+one attribute twice, or with an operand that is not a number where one must be, a batch of more than 25 items
 or with one key twice, a transaction naming one item twice. Any other call or expression raises
 ``UnsupportedCallError`` naming it. Each rule was checked against moto and dynalite
 (tests/functional/test_testing_stand_ins.py); where moto is laxer than the API reference, the reference and
 dynalite win. ``tests/support/fake_dynamodb.py`` builds on this class for the unit tests.
+
+One idea, kept in one module though it is long: DynamoDB's answers to Worker Tier's calls, its expression
+readers (conditions, updates) included, since every call checks and applies them the same way.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from __future__ import annotations
 import bisect
 import copy
 import re
-from decimal import Decimal
-from typing import Any, Iterable
+from dataclasses import dataclass
+from decimal import Context, Decimal, Inexact
+from typing import Any, Iterable, NoReturn
 
 from botocore.exceptions import ClientError
 
@@ -31,8 +38,15 @@ PAGE_ITEMS = 100
 # TransactWriteItems' limit: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
 MAX_TRANSACTION_ITEMS = 100
 _KEYWORDS = {"AND", "OR", "NOT", "ATTRIBUTE_EXISTS", "ATTRIBUTE_NOT_EXISTS"}
-_TOKEN = re.compile(r"\s*(<>|<=|>=|=|<|>|\(|\)|,|[#:]?[A-Za-z_][\w.]*)")
-_ASSIGNMENT = re.compile(r"(#?\w+) = (:\w+)")
+_TOKEN = re.compile(r"\s*(<>|<=|>=|=|<|>|\(|\)|,|\+|-|[#:]?[A-Za-z_][\w.]*)")
+# UpdateItem's ReturnValues, in the order DynamoDB's refusal lists them.
+RETURN_VALUES = ("ALL_NEW", "UPDATED_OLD", "ALL_OLD", "NONE", "UPDATED_NEW")
+# DynamoDB's numbers: up to 38 digits of precision.
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html#HowItWorks.DataTypes.Number
+NUMBER_DIGITS = 38
+MISSING_ATTRIBUTE_MESSAGE = "The provided expression refers to an attribute that does not exist in the item"
+WRONG_TYPE_MESSAGE = "An operand in the update expression has an incorrect data type"
+_UPDATE_TOKEN = re.compile(r"\s*([#:]?[A-Za-z_]\w*|[=+,-])")
 _ORDERED = ("N", "S", "B")  # the types <, <=, > and >= compare
 CONDITION_FAILED_MESSAGE = "The conditional request failed"
 
@@ -90,23 +104,30 @@ class MemoryTables:
 
     def update_item(self, TableName: str, Key: Item, UpdateExpression: str, ConditionExpression: str | None = None,
                     ExpressionAttributeNames: dict[str, str] | None = None,
-                    ExpressionAttributeValues: dict[str, Any] | None = None,
+                    ExpressionAttributeValues: dict[str, Any] | None = None, ReturnValues: str = "NONE",
                     ReturnValuesOnConditionCheckFailure: str = "NONE", **_: Any) -> dict[str, Any]:
-        """``SET #a = :v, ...`` on the item, made from its key when missing, if the condition holds."""
+        """``SET`` and ``ADD`` clauses on the item, made from its key when missing, if the condition holds.
+
+        The answer's ``Attributes`` follow ``ReturnValues``: none, the item before or after (``ALL_OLD``,
+        ``ALL_NEW``), or only the attributes the expression names, before or after (``UPDATED_OLD``, ``UPDATED_NEW``).
+        """
         self._called("UpdateItem", locals())
-        assignments = [_ASSIGNMENT.fullmatch(part.strip()) for part in UpdateExpression.removeprefix("SET ").split(",")]
-        if not UpdateExpression.startswith("SET ") or not all(assignments):
-            raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, ...' here, got {UpdateExpression!r}")
+        if ReturnValues not in RETURN_VALUES:
+            raise client_error("ValidationException", "UpdateItem", message=(
+                f"1 validation error detected: Value {ReturnValues!r} at 'returnValues' failed to satisfy constraint: "
+                f"Member must satisfy enum value set: [{', '.join(RETURN_VALUES)}]"))
+        names, values = ExpressionAttributeNames or {}, ExpressionAttributeValues or {}
+        actions = _Update(UpdateExpression).actions
         key = self._key(TableName, Key, exact=True)
         _check_expressions([UpdateExpression, ConditionExpression], ExpressionAttributeNames, ExpressionAttributeValues)
+        _check_actions(actions, names, values, self.keys[TableName])
         self._check("UpdateItem", TableName, key, ConditionExpression, ExpressionAttributeNames, ExpressionAttributeValues,
                     ReturnValuesOnConditionCheckFailure)
-        item = copy.deepcopy(self._table(TableName).get(key) or Key)
-        for match in assignments:
-            assert match is not None  # checked above
-            item[(ExpressionAttributeNames or {}).get(match.group(1), match.group(1))] = (ExpressionAttributeValues or {})[match.group(2)]
+        old = self._table(TableName).get(key)
+        item = copy.deepcopy(old or Key)
+        updated = [_apply(action, names, values, old or {}, item) for action in actions]
         self._store(TableName, item)
-        return {}
+        return _returned(ReturnValues, old, item, updated)
 
     def query(self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict[str, Any],
               ExclusiveStartKey: Item | None = None, Limit: int | None = None, ConsistentRead: bool = False,
@@ -300,6 +321,168 @@ def _check_expressions(expressions: Iterable[str | None], names: dict[str, str] 
             raise client_error("ValidationException", "DynamoDB", message=f"{kind} lacks {sorted(wanted - set(given or {}))}")
         if set(given or {}) - wanted:
             raise client_error("ValidationException", "DynamoDB", message=f"Value provided in {kind} unused in expressions: {sorted(set(given or {}) - wanted)}")
+
+
+@dataclass(frozen=True)
+class _Action:
+    """One action of an update expression: ``SET path = operand [+|- operand]`` or ``ADD path :value``."""
+
+    clause: str
+    path: str  # a #name or an attribute's name
+    operands: tuple[str, ...]
+    operator: str | None = None
+
+
+class _Update:
+    """An update expression read as its ``SET`` and ``ADD`` clauses (each at most once, in any order); anything else
+    (REMOVE, DELETE, functions, nested paths) raises UnsupportedCallError."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.tokens, self.position = text, _update_tokens(text), 0
+        self.actions: list[_Action] = []
+        clauses: set[str] = set()
+        while self.position < len(self.tokens):
+            clause = self._next().upper()
+            if clause not in ("SET", "ADD"):
+                self._unsupported()
+            if clause in clauses:
+                raise client_error("ValidationException", "UpdateItem", message=(
+                    f'Invalid UpdateExpression: The "{clause}" section can only be used once in an update expression;'))
+            clauses.add(clause)
+            self.actions.append(self._action(clause))
+            while self._peek() == ",":
+                self._next()
+                self.actions.append(self._action(clause))
+
+    def _action(self, clause: str) -> _Action:
+        path = self._path()
+        if clause == "ADD":
+            value = self._next()
+            if not value.startswith(":"):
+                self._unsupported()
+            return _Action(clause, path, (value,))
+        if self._next() != "=":
+            self._unsupported()
+        first = self._operand()
+        if self._peek() in ("+", "-"):
+            operator = self._next()
+            return _Action(clause, path, (first, self._operand()), operator)
+        return _Action(clause, path, (first,))
+
+    def _path(self) -> str:
+        token = self._next()
+        if not (token[0] in "#_" or token[0].isalpha()) or token.upper() in ("SET", "ADD"):
+            self._unsupported()
+        return token
+
+    def _operand(self) -> str:
+        return self._next() if (self._peek() or "").startswith(":") else self._path()
+
+    def _next(self) -> str:
+        if self.position >= len(self.tokens):
+            self._unsupported()
+        self.position += 1
+        return self.tokens[self.position - 1]
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.position] if self.position < len(self.tokens) else None
+
+    def _unsupported(self) -> NoReturn:
+        raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, #b = #b + :n' and 'ADD #c :n' clauses here, "
+                                   f"got {self.text!r}")
+
+
+def _update_tokens(text: str) -> list[str]:
+    tokens, position = [], 0
+    while position < len(text.rstrip()):
+        match = _UPDATE_TOKEN.match(text, position)
+        if match is None:
+            raise UnsupportedCallError(f"update expression {text!r} is not modelled by worker_tier.testing from {text[position:]!r}")
+        tokens.append(match.group(1))
+        position = match.end()
+    return tokens
+
+
+# How DynamoDB's refusal of an operand names its type (dynalite's words).
+_TYPE_NAMES = {"S": "STRING", "N": "NUMBER", "B": "BINARY", "BOOL": "BOOLEAN", "NULL": "NULL", "L": "LIST", "M": "MAP"}
+
+
+def _check_actions(actions: list[_Action], names: dict[str, str], values: dict[str, Any], key: tuple[str, ...]) -> None:
+    """DynamoDB's refusals of an update before it reads the item: a key attribute updated, one attribute updated twice,
+    a value of the wrong type for ADD, + or -."""
+    seen: set[str] = set()
+    for action in actions:
+        name = names.get(action.path, action.path)
+        if name in key:
+            raise client_error("ValidationException", "UpdateItem", message=(
+                f"One or more parameter values were invalid: Cannot update attribute {name}. This attribute is part of the key"))
+        if name in seen:
+            raise client_error("ValidationException", "UpdateItem", message=(
+                "Invalid UpdateExpression: Two document paths overlap with each other; must remove or rewrite one of "
+                f"these paths; path one: [{name}], path two: [{name}]"))
+        seen.add(name)
+        for operand in action.operands if action.clause == "ADD" or action.operator else ():
+            kind = next(iter(values[operand])) if operand.startswith(":") else "N"
+            if kind in ("SS", "NS", "BS"):
+                raise UnsupportedCallError(f"ADD of a set ({operand} is {kind}) is not modelled by worker_tier.testing")
+            if kind != "N" and action.clause == "ADD":
+                raise client_error("ValidationException", "UpdateItem", message=(
+                    f"Invalid UpdateExpression: Incorrect operand type for operator or function; operator: ADD, "
+                    f"operand type: {_TYPE_NAMES.get(kind, kind)}"))
+            if kind != "N":
+                raise client_error("ValidationException", "UpdateItem", message=(
+                    f"Invalid UpdateExpression: Incorrect operand type for operator or function; operator or function: "
+                    f"{action.operator}, operand type: {kind}"))
+
+
+def _apply(action: _Action, names: dict[str, str], values: dict[str, Any], old: Item, item: Item) -> str:
+    """Carry out one action on ``item``, its operands read from the item as it was (``old``); the attribute's name."""
+    name = names.get(action.path, action.path)
+    if action.clause == "ADD":
+        item[name] = {"N": _arithmetic(old.get(name, {"N": "0"}), values[action.operands[0]], "+")}  # missing: from 0
+        return name
+    operands = [_operand(token, names, values, old) for token in action.operands]
+    if action.operator is None:  # a number is written as DynamoDB writes it: 1.50 as 1.5
+        item[name] = {"N": _arithmetic(operands[0], {"N": "0"}, "+")} if "N" in operands[0] else operands[0]
+    else:
+        item[name] = {"N": _arithmetic(operands[0], operands[1], action.operator)}
+    return name
+
+
+def _operand(token: str, names: dict[str, str], values: dict[str, Any], item: Item) -> dict[str, Any]:
+    """A ``:value``, or the attribute's value in ``item``; DynamoDB's refusal when the item lacks it."""
+    operand = values[token] if token.startswith(":") else item.get(names.get(token, token))
+    if operand is None:
+        raise client_error("ValidationException", "UpdateItem", message=MISSING_ATTRIBUTE_MESSAGE)
+    return dict(operand)
+
+
+def _arithmetic(left: Any, right: Any, operator: str) -> str:
+    """``left`` plus or minus ``right``, numbers to 38 digits as DynamoDB keeps them, written without trailing zeros."""
+    if "N" not in left or "N" not in right:
+        raise client_error("ValidationException", "UpdateItem", message=WRONG_TYPE_MESSAGE)
+    context = Context(prec=NUMBER_DIGITS, traps=[Inexact])
+    try:
+        result = (context.add if operator == "+" else context.subtract)(Decimal(left["N"]), Decimal(right["N"]))
+    except Inexact:
+        raise UnsupportedCallError(f"{left['N']} {operator} {right['N']} needs more than DynamoDB's {NUMBER_DIGITS} digits: "
+                                   "not modelled by worker_tier.testing") from None
+    return format(result.normalize(context), "f") if result else "0"
+
+
+def _returned(kind: str, old: Item | None, new: Item, updated: list[str]) -> dict[str, Any]:
+    """UpdateItem's answer under ``ReturnValues``: ``Attributes`` only when there are any."""
+    if kind == "ALL_OLD":
+        attributes = old or {}
+    elif kind == "ALL_NEW":
+        attributes = new
+    elif kind == "UPDATED_OLD":
+        attributes = {name: old[name] for name in updated if old is not None and name in old}
+    elif kind == "UPDATED_NEW":
+        attributes = {name: new[name] for name in updated}
+    else:
+        attributes = {}
+    return {"Attributes": copy.deepcopy(attributes)} if attributes else {}
 
 
 def _holds(text: str | None, names: dict[str, str] | None, values: dict[str, Any] | None, item: Item | None) -> bool:

@@ -144,6 +144,7 @@ class TaskWorld:
             payloads=None if self.payload_bucket is None else PayloadStore(
                 self.payload_bucket, self.objects, max_bytes=self.settings.payload_max_bytes, sleep=self.sleep),
         )
+        self.worker.flow_control.sleep = self.sleep  # a reserved turn of a rate limit is time passing in the world
         self.client = Client(self.queue_url, DELAY_TABLE, sqs=self.queues, dynamodb=self.tables, clock=self.clock,
                              sleep=self.sleep, state_table=STATE_TABLE, delay_shards=self.settings.delay_shards,
                              payload_bucket=self.payload_bucket, s3=self.objects,
