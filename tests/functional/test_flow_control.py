@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.support.container import consumer_for, run_until
 from tests.support.worker_world import Clock, failure_ids, reason_of, send, worker_for
@@ -17,7 +18,9 @@ from worker_tier.core import contract
 from worker_tier.core.settings import Settings
 from worker_tier.flow.limiter import WAITS_KEY_PREFIX, ConcurrencySlots
 from worker_tier.worker.fates import OUTCOME_THROTTLED, add_outcome_listener, remove_outcome_listener
+from worker_tier.worker.batch import Worker
 from worker_tier.worker.registry import Registry
+from worker_tier_cli.status import flow_limits
 from worker_tier_local.context import LocalContext
 
 
@@ -239,3 +242,106 @@ def test_a_running_tasks_heartbeat_keeps_its_slot_past_the_first_lease(aws):
     finally:
         consumer.stopping.set()
         thread.join(15)
+
+
+class WaitsUnrecordable:
+    """The state table as a throttled one answers the waits' writes (ProvisionedThroughputExceeded); the rest passes."""
+
+    def __init__(self, dynamodb) -> None:
+        self._dynamodb = dynamodb
+
+    def __getattr__(self, name: str):
+        return getattr(self._dynamodb, name)
+
+    def update_item(self, **params):
+        if params["Key"]["pk"]["S"].startswith(WAITS_KEY_PREFIX):
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Throughput exceeds the "
+                                         "current capacity of your table or index."}}, "UpdateItem")
+        return self._dynamodb.update_item(**params)
+
+
+def throttled_until_gone(aws, worker, limit: int = 40) -> int:
+    """Receive and handle, the throttled messages visible again at once, until the queue hands out nothing; the receives."""
+    receives = 0
+    while receives < limit and (event := aws.receive_event())["Records"]:
+        receives += 1
+        response = worker.handle(event, context())
+        settle(aws, event, response)
+        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+    return receives
+
+
+@pytest.mark.xfail(strict=True, reason="fates._refresh: the fresh copy needs an 11th attribute (worker_tier.attempts) for a "
+                   "message with the path and 9 of its own, the copy is refused, and the message goes back as it is until "
+                   "the redrive policy moves it without a reason")
+def test_a_throttled_message_with_nine_attributes_of_its_own_is_never_moved_by_the_redrive_policy(aws):
+    # GIVEN a task limited to 1 an hour that has just run, and a message with 9 attributes of its own (the most a
+    # producer may send: the path takes SQS's 10th)
+    clock = Clock()
+    tasks = Registry()
+    tasks.task("/report", rate_limit="1/h")(lambda t: None)
+    worker = worker_for(aws, tasks, clock)  # max_retries 10: the world's redrive policy moves a message on receive 14
+    send(aws, "/report", "first")
+    event = aws.receive_event()
+    settle(aws, event, worker.handle(event, context()))
+    send(aws, "/report", "second", **{f"a{n}": {"DataType": "String", "StringValue": "v"} for n in range(9)})
+    # WHEN it is received again and again, throttled each time, until the queue hands it out no more
+    throttled_until_gone(aws, worker)
+    # THEN it only waited: it is not in the DLQ (today the redrive policy moved it there, with no reason, on receive 14)
+    assert aws.dead_letters() == []
+
+
+@pytest.mark.xfail(strict=True, reason="fates._wait: when its wait cannot be recorded (attempts None), a throttled message "
+                   "is neither refreshed nor dead-lettered at max_retries: it goes back until the redrive policy moves "
+                   "it without a reason")
+def test_a_throttled_message_whose_waits_cannot_be_recorded_ends_in_the_dlq_only_with_a_reason(aws):
+    # GIVEN a task limited to 1 an hour that has just run on this worker (which now throttles from what it saw, no call),
+    # and a state table that throttles the waits' writes
+    clock = Clock()
+    tasks = Registry()
+    tasks.task("/report", rate_limit="1/h")(lambda t: None)
+    worker = Worker(Settings(), queue_url=aws.queue_url, dead_letter_queue_url=aws.dead_letter_queue_url,
+                    state_table=aws.state_table, registry=tasks, sqs=aws.sqs, dynamodb=WaitsUnrecordable(aws.dynamodb),
+                    clock=clock, random=lambda: 0.999)
+    send(aws, "/report", "first")
+    event = aws.receive_event()
+    settle(aws, event, worker.handle(event, context()))
+    send(aws, "/report", "second")
+    # WHEN it is received again and again, throttled each time, its waits unrecorded (FlowWaitUnrecorded: "that receive
+    # may then count as an attempt")
+    throttled_until_gone(aws, worker)
+    # THEN whatever its fate, it is not silent: a message in the DLQ carries its reason (today the redrive policy moved
+    # it there on receive 14, with none)
+    dead = aws.dead_letters()
+    assert all(contract.FAILURE_ATTRIBUTE in d.get("MessageAttributes", {}) for d in dead), dead
+
+
+@pytest.mark.xfail(strict=True, reason="fates._wait records the wait's end (now + the uncapped wait) before _refresh sends "
+                   "the copy due within SQS's 15 minutes: the original's wait still counts while the copy waits too")
+def test_status_counts_a_refreshed_message_waiting_once(aws, monkeypatch):
+    # GIVEN SQS's clock is the test's, a task limited to 1 an hour that has just run, no delay table, and a second message
+    # throttled on 3 receives (max_retries 3), so a fresh copy due in 15 minutes replaced it
+    clock = Clock()
+    monkeypatch.setattr("moto.sqs.models.unix_time_millis", lambda: int(clock.now * 1000))
+    tasks = Registry()
+    tasks.task("/report", rate_limit="1/h")(lambda t: None)
+    worker = worker_for(aws, tasks, clock, settings=Settings(max_retries=3))
+    send(aws, "/report", "first")
+    event = aws.receive_event()
+    settle(aws, event, worker.handle(event, context()))
+    send(aws, "/report", "second")
+    for _ in range(3):
+        event = aws.receive_event()
+        response = worker.handle(event, context())
+        settle(aws, event, response)
+        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+        clock.now += 0.01
+    # WHEN the copy comes 15 minutes later and waits again
+    clock.now += 901
+    event = aws.receive_event()
+    assert [r["body"] for r in event["Records"]] == ["second"]
+    assert len(failure_ids(worker.handle(event, context()))) == 1
+    # THEN status shows one message waiting on the limit, as there is one (today: 2, the original's wait still
+    # running to its end an hour after it was given back, and the copy's)
+    [limit] = flow_limits(aws.dynamodb, aws.state_table, clock.now)
+    assert limit["waiting"] == 1, limit
