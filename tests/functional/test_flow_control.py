@@ -15,6 +15,7 @@ from tests.support.container import consumer_for, run_until
 from tests.support.worker_world import Clock, failure_ids, reason_of, send, worker_for
 from worker_tier import Task
 from worker_tier.core import contract
+from worker_tier.core.errors import ThrottledError
 from worker_tier.core.settings import Settings
 from worker_tier.flow.limiter import WAITS_KEY_PREFIX, ConcurrencySlots
 from worker_tier.worker.fates import OUTCOME_THROTTLED, add_outcome_listener, remove_outcome_listener
@@ -345,3 +346,36 @@ def test_status_counts_a_refreshed_message_waiting_once(aws, monkeypatch):
     # running to its end an hour after it was given back, and the copy's)
     [limit] = flow_limits(aws.dynamodb, aws.state_table, clock.now)
     assert limit["waiting"] == 1, limit
+
+
+@pytest.mark.xfail(strict=True, reason="fates.record_wait subtracts the message's waits from task.receive_count, which "
+                   "FlowControl's count_waits already took them out of: a ThrottledError raised by the task itself "
+                   "undercounts its attempts by its earlier waits")
+def test_a_task_that_raises_throttled_error_keeps_its_real_attempts_in_its_fresh_copy(aws):
+    # GIVEN max_retries 3 and a task run one at a time that calls a partner API: its first receive waits for the slot
+    # another worker holds, its second fails (an attempt), its third is told by the partner to wait (ThrottledError)
+    clock = Clock()
+    tasks = Registry()
+    answers = iter([RuntimeError("partner down"), ThrottledError(5, "partner said 429")])
+
+    @tasks.task("/push", concurrency=1)
+    def push(task: Task) -> None:
+        raise next(answers)
+
+    worker = worker_for(aws, tasks, clock, settings=Settings(max_retries=3, error_visibility_timeout=1, max_backoff=1))
+    other = ConcurrencySlots(lambda: aws.dynamodb, aws.state_table)
+    send(aws, "/push", "{}")
+    for receive in range(3):
+        event = aws.receive_event()
+        held = other.take("/push", None, 1, "other-worker", clock(), 30)[0] if receive == 0 else None
+        response = worker.handle(event, context())
+        if held is not None:
+            other.give_back(held)
+        settle(aws, event, response)
+        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+        clock.now += 2
+    # WHEN its third receive (SQS's count at max_retries) was replaced by a fresh copy
+    [copy] = [entry for params in aws.params("SendMessageBatch") if params["QueueUrl"] == aws.queue_url
+              for entry in params["Entries"]]
+    # THEN the copy carries its 1 real attempt (3 receives, 2 of them waits), so max_retries still bounds the chain
+    assert copy["MessageAttributes"][contract.ATTEMPTS_ATTRIBUTE]["StringValue"] == "1"
