@@ -412,3 +412,26 @@ def test_messages_a_batch_spent_its_time_waiting_turns_for_are_not_charged_an_at
     worker.handle(event, LocalContext("fn", 300, 128, "us-east-1", "123456789012", clock=clock))
     # THEN each runs as its first attempt: the receive it spent in the line for its turn was no attempt
     assert {body: counts[body] for body in left} == dict.fromkeys(left, 1)
+
+
+@pytest.mark.xfail(strict=True, reason="container/consumer.py Consumer._release counts a wait but never replaces the "
+                   "message with a fresh copy (fates._refresh runs only from _wait and _retry): SQS's count climbs to the "
+                   "redrive policy's")
+def test_a_message_the_container_worker_gives_back_unstarted_again_and_again_is_never_moved_by_the_redrive_policy(aws):
+    # GIVEN the container worker, and a message it receives and gives back unstarted each time (prefetched and not
+    # started in time, or unstarted at a stop: a wait, not an attempt)
+    tasks = Registry()
+    tasks.task("/render", concurrency=1)(lambda t: None)
+    consumer = consumer_for(aws, tasks)
+    send(aws, "/render", "{}")
+    # WHEN that happens more times than the redrive policy allows receives (13: max_retries 10 + 3)
+    given_back = 0
+    for _ in range(20):
+        got = aws.sqs.receive_message(QueueUrl=aws.queue_url, MessageSystemAttributeNames=["All"],
+                                      MessageAttributeNames=["All"]).get("Messages", [])
+        if not got:
+            break
+        consumer._release(got, "not started before the stop")
+        given_back += 1
+    # THEN it is still there to run (today the redrive policy moved it to the DLQ, with no reason, on receive 14)
+    assert aws.dead_letters() == [] and given_back == 20
