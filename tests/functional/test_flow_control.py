@@ -12,12 +12,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.support.container import consumer_for, run_until
-from tests.support.worker_world import Clock, failure_ids, reason_of, send, worker_for
+from tests.support.worker_world import START, Clock, failure_ids, reason_of, send, worker_for
 from worker_tier import Task
 from worker_tier.core import contract
 from worker_tier.core.errors import ThrottledError
 from worker_tier.core.settings import Settings
-from worker_tier.flow.limiter import WAITS_KEY_PREFIX, ConcurrencySlots
+from worker_tier.flow.limiter import WAITS_KEY_PREFIX, ConcurrencySlots, Rate, RateLimiter
 from worker_tier.worker.fates import OUTCOME_THROTTLED, add_outcome_listener, remove_outcome_listener
 from worker_tier.worker.batch import Worker
 from worker_tier.worker.registry import Registry
@@ -435,3 +435,19 @@ def test_a_message_the_container_worker_gives_back_unstarted_again_and_again_is_
         given_back += 1
     # THEN it is still there to run (today the redrive policy moved it to the DLQ, with no reason, on receive 14)
     assert aws.dead_letters() == [] and given_back == 20
+
+
+@pytest.mark.xfail(strict=True, reason="RateLimiter.admit keeps the tat a failed condition returned only in a local: "
+                   "_remember runs on an admission only, so a worker that never admits pays a write for every throttle")
+def test_a_worker_a_failed_write_told_the_limit_is_booked_throttles_its_next_message_without_a_call(aws):
+    # GIVEN a limit of 1 an hour that one worker has just used, and another worker that tried it once and was told so
+    # by its failed conditional write (the item it returned)
+    rate = Rate.parse("1/h")
+    RateLimiter(lambda: aws.dynamodb, aws.state_table).admit("/sync", None, rate, START, 1.0)
+    other = RateLimiter(lambda: aws.dynamodb, aws.state_table)
+    told = other.admit("/sync", None, rate, START + 1, 1.0)
+    assert not told.admitted and told.calls == 1
+    # WHEN its next message comes a second later
+    again = other.admit("/sync", None, rate, START + 2, 1.0)
+    # THEN it throttles from what it saw (tat only grows), with no write: docs/flow-control.md's cost of a throttle
+    assert not again.admitted and again.calls == 0
