@@ -159,3 +159,14 @@ def test_a_negative_attempts_attribute_cannot_reset_the_retry_count():
               "messageAttributes": {"worker_tier.attempts": {"dataType": "String", "stringValue": "-100"}}}
     # WHEN its receive count is read  THEN the attribute adds nothing, so max_retries still bounds it
     assert Task.from_record(record, default_path="/", content_type="application/json").receive_count == 3
+
+
+@pytest.mark.xfail(strict=True, reason="limiter.py MAX_RATE_PER_SECOND is 1,000,000 while a rate is one DynamoDB item "
+                   "written once per admission, and one item (one partition key) takes at most 1,000 writes a second: "
+                   "past that DynamoDB throttles the limiter's writes and each message fails as an attempt")
+def test_a_rate_faster_than_one_state_table_item_can_be_written_is_refused_at_registration():
+    # GIVEN a rate of 5,000 a second: 5,000 conditional writes a second on one item, which DynamoDB's per-partition
+    # limit (1,000 write units a second) refuses  WHEN registered
+    # THEN it is refused, naming the value, the rule and the fix (a lower rate, or rate_key to spread it)
+    with pytest.raises(TaskRegistrationError, match="'5000/s'"):
+        Registry().task("/x", rate_limit="5000/s")(lambda t: None)
