@@ -122,13 +122,14 @@ def test_a_throttled_message_is_never_dead_lettered_however_often_it_waits(aws):
         response = worker.handle(event, context())
         settle(aws, event, response)
         visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
-    # THEN on its third receive, SQS's count at max_retries, a fresh copy carrying its 0 real attempts took its place
+    # THEN on its third receive, SQS's count at max_retries, a fresh copy of its 0 real attempts took its place (0 needs
+    # no attribute: the copy's first receive is its first attempt)
     # (due when its wait ends, at most SQS's 15 minutes without a delay table): it never reached the redrive policy
     assert receives == 3 and aws.dead_letters() == []
     [copy] = [entry for params in aws.params("SendMessageBatch") if params["QueueUrl"] == aws.queue_url
               for entry in params["Entries"]]
     assert copy["MessageBody"] == "second" and copy["DelaySeconds"] == 900
-    assert copy["MessageAttributes"][contract.ATTEMPTS_ATTRIBUTE]["StringValue"] == "0"
+    assert contract.ATTEMPTS_ATTRIBUTE not in copy["MessageAttributes"]
 
 
 def test_a_failing_task_that_also_waits_is_dead_lettered_after_max_retries_real_attempts(aws):
@@ -275,9 +276,6 @@ def throttled_until_gone(aws, worker, limit: int = 40) -> int:
     return receives
 
 
-@pytest.mark.xfail(strict=True, reason="fates._refresh: the fresh copy needs an 11th attribute (worker_tier.attempts) for a "
-                   "message with the path and 9 of its own, the copy is refused, and the message goes back as it is until "
-                   "the redrive policy moves it without a reason")
 def test_a_throttled_message_with_nine_attributes_of_its_own_is_never_moved_by_the_redrive_policy(aws):
     # GIVEN a task limited to 1 an hour that has just run, and a message with 9 attributes of its own (the most a
     # producer may send: the path takes SQS's 10th)
@@ -295,9 +293,6 @@ def test_a_throttled_message_with_nine_attributes_of_its_own_is_never_moved_by_t
     assert aws.dead_letters() == []
 
 
-@pytest.mark.xfail(strict=True, reason="fates._wait: when its wait cannot be recorded (attempts None), a throttled message "
-                   "is neither refreshed nor dead-lettered at max_retries: it goes back until the redrive policy moves "
-                   "it without a reason")
 def test_a_throttled_message_whose_waits_cannot_be_recorded_ends_in_the_dlq_only_with_a_reason(aws):
     # GIVEN a task limited to 1 an hour that has just run on this worker (which now throttles from what it saw, no call),
     # and a state table that throttles the waits' writes
@@ -320,8 +315,6 @@ def test_a_throttled_message_whose_waits_cannot_be_recorded_ends_in_the_dlq_only
     assert all(contract.FAILURE_ATTRIBUTE in d.get("MessageAttributes", {}) for d in dead), dead
 
 
-@pytest.mark.xfail(strict=True, reason="fates._wait records the wait's end (now + the uncapped wait) before _refresh sends "
-                   "the copy due within SQS's 15 minutes: the original's wait still counts while the copy waits too")
 def test_status_counts_a_refreshed_message_waiting_once(aws, monkeypatch):
     # GIVEN SQS's clock is the test's, a task limited to 1 an hour that has just run, no delay table, and a second message
     # throttled on 3 receives (max_retries 3), so a fresh copy due in 15 minutes replaced it
@@ -351,9 +344,6 @@ def test_status_counts_a_refreshed_message_waiting_once(aws, monkeypatch):
     assert limit["waiting"] == 1, limit
 
 
-@pytest.mark.xfail(strict=True, reason="fates.record_wait subtracts the message's waits from task.receive_count, which "
-                   "FlowControl's count_waits already took them out of: a ThrottledError raised by the task itself "
-                   "undercounts its attempts by its earlier waits")
 def test_a_task_that_raises_throttled_error_keeps_its_real_attempts_in_its_fresh_copy(aws):
     # GIVEN max_retries 3 and a task run one at a time that calls a partner API: its first receive waits for the slot
     # another worker holds, its second fails (an attempt), its third is told by the partner to wait (ThrottledError)
@@ -384,9 +374,6 @@ def test_a_task_that_raises_throttled_error_keeps_its_real_attempts_in_its_fresh
     assert copy["MessageAttributes"][contract.ATTEMPTS_ATTRIBUTE]["StringValue"] == "1"
 
 
-@pytest.mark.xfail(strict=True, reason="fates._release ('invocation ending', batch.py _process_record) records no wait: "
-                   "the records a batch's reserved turns left no time for are charged an attempt (and a receive toward the "
-                   "redrive policy, with no fresh copy)")
 def test_messages_a_batch_spent_its_time_waiting_turns_for_are_not_charged_an_attempt(aws):
     # GIVEN a task limited to 2 a second (the worker sleeps up to 1 s for a reserved turn), ten messages, and an
     # invocation with 4 s to run and a 1 s margin, on the test's clock
@@ -417,9 +404,6 @@ def test_messages_a_batch_spent_its_time_waiting_turns_for_are_not_charged_an_at
     assert {body: counts[body] for body in left} == dict.fromkeys(left, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="container/consumer.py Consumer._release counts a wait but never replaces the "
-                   "message with a fresh copy (fates._refresh runs only from _wait and _retry): SQS's count climbs to the "
-                   "redrive policy's")
 def test_a_message_the_container_worker_gives_back_unstarted_again_and_again_is_never_moved_by_the_redrive_policy(aws):
     # GIVEN the container worker, and a message it receives and gives back unstarted each time (prefetched and not
     # started in time, or unstarted at a stop: a wait, not an attempt)
@@ -440,8 +424,6 @@ def test_a_message_the_container_worker_gives_back_unstarted_again_and_again_is_
     assert aws.dead_letters() == [] and given_back == 20
 
 
-@pytest.mark.xfail(strict=True, reason="RateLimiter.admit keeps the tat a failed condition returned only in a local: "
-                   "_remember runs on an admission only, so a worker that never admits pays a write for every throttle")
 def test_a_worker_a_failed_write_told_the_limit_is_booked_throttles_its_next_message_without_a_call(aws):
     # GIVEN a limit of 1 an hour that one worker has just used, and another worker that tried it once and was told so
     # by its failed conditional write (the item it returned)
@@ -456,9 +438,6 @@ def test_a_worker_a_failed_write_told_the_limit_is_booked_throttles_its_next_mes
     assert not again.admitted and again.calls == 0
 
 
-@pytest.mark.xfail(strict=True, reason="fates._reschedule's fresh copy gets a new message id and copy_attributes drops "
-                   "worker_tier.source_message_id, so an idempotent task's default key (the message id) changes: a "
-                   "redelivery refreshed while it waited runs again")
 def test_an_idempotent_tasks_redelivered_message_that_waited_into_a_fresh_copy_does_not_run_again(aws, monkeypatch):
     # GIVEN SQS's clock is the test's, an idempotent task limited to 1 an hour (max_retries 3), and its message, which
     # ran, but whose delete did not happen (SQS delivers at least once): it is delivered again
@@ -489,9 +468,6 @@ def test_an_idempotent_tasks_redelivered_message_that_waited_into_a_fresh_copy_d
     assert ran == ["card 42"]
 
 
-@pytest.mark.xfail(strict=True, reason="limiter.py ConcurrencySlots keeps every slot ever used in one item (h<i>, u<i>; "
-                   "a give-back only zeroes u<i>), and DynamoDB bills a write by the item's size: at concurrency 100 "
-                   "the item is ~6 KB, 6 write units a write, not docs/flow-control.md's 2 a message")
 def test_a_concurrency_keys_take_and_give_back_cost_a_write_unit_each_at_any_concurrency(aws):
     # GIVEN concurrency 100 for a key, whose slots have all been used once (100 messages at once, as a burst does)
     slots = ConcurrencySlots(lambda: aws.dynamodb, aws.state_table)
@@ -506,8 +482,6 @@ def test_a_concurrency_keys_take_and_give_back_cost_a_write_unit_each_at_any_con
     assert math.ceil(item_size(item) / 1024) == 1, item_size(item)
 
 
-@pytest.mark.xfail(strict=True, reason="core/task_keys.py task_key refuses only None and '': a projection that found "
-                   "nothing answers [], which str() makes the key '[]', one key shared by every such message")
 def test_a_message_whose_key_projection_finds_nothing_is_dead_lettered_naming_the_option(aws):
     # GIVEN a rate per customer found by a projection, and a message whose body lists no customer
     tasks = Registry()

@@ -706,6 +706,24 @@ def stored(dynamodb: DynamoLane, key: str) -> dict[str, Any] | None:
     return dynamodb.client.get_item(TableName="state", Key={"pk": {"S": key}}).get("Item")
 
 
+def test_remove_takes_attributes_out_under_its_condition_and_a_missing_one_is_no_error(dynamodb):
+    # GIVEN a concurrency key's item with a slot held by "me" (flow.limiter.ConcurrencySlots.give_back removes it)
+    dynamodb.client.put_item(TableName="state", Item={"pk": {"S": "k"}, "h0": {"S": "me"}, "u0": {"N": "5"},
+                                                      "limit": {"N": "3"}})
+    # WHEN one holder that is not it tries to remove the slot, then its holder does, then once more (nothing to remove)
+    other = refused(lambda: dynamodb.client.update_item(
+        TableName="state", Key={"pk": {"S": "k"}}, UpdateExpression="REMOVE #h, #u", ConditionExpression="#h = :holder",
+        ExpressionAttributeNames={"#h": "h0", "#u": "u0"}, ExpressionAttributeValues={":holder": {"S": "other"}}))
+    dynamodb.client.update_item(
+        TableName="state", Key={"pk": {"S": "k"}}, UpdateExpression="REMOVE #h, #u", ConditionExpression="#h = :holder",
+        ExpressionAttributeNames={"#h": "h0", "#u": "u0"}, ExpressionAttributeValues={":holder": {"S": "me"}})
+    dynamodb.client.update_item(TableName="state", Key={"pk": {"S": "k"}}, UpdateExpression="REMOVE #h",
+                                ExpressionAttributeNames={"#h": "h9"})
+    # THEN the other was refused, and the slot is gone with nothing else
+    assert other is not None and other["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert stored(dynamodb, "k") == {"pk": {"S": "k"}, "limit": {"N": "3"}}
+
+
 def test_add_makes_a_missing_number_from_zero_and_adds_to_one_that_is_there(dynamodb):
     # GIVEN no item "w" (a message's waits: limiter.Waits.add) and an item "v" whose number has a trailing zero
     dynamodb.client.put_item(TableName="state", Item={"pk": {"S": "v"}, "waits": {"N": "2.50"}})
@@ -854,10 +872,11 @@ def test_an_update_clause_the_stand_in_does_not_model_is_refused_naming_it():
     # GIVEN the stand-in
     tables = MemoryTables()
     tables.create_table("state", "pk")
-    # WHEN an update removes an attribute, or adds to a set
+    # WHEN an update deletes from a set, or adds to a set
     # THEN it is refused as outside the model, never answered wrongly
-    with pytest.raises(UnsupportedCallError, match=r"got 'REMOVE #a'"):
-        tables.update_item(TableName="state", Key={"pk": {"S": "a"}}, UpdateExpression="REMOVE #a", ExpressionAttributeNames={"#a": "a"})
+    with pytest.raises(UnsupportedCallError, match=r"got 'DELETE #a :s'"):
+        tables.update_item(TableName="state", Key={"pk": {"S": "a"}}, UpdateExpression="DELETE #a :s",
+                           ExpressionAttributeNames={"#a": "a"}, ExpressionAttributeValues={":s": {"SS": ["x"]}})
     with pytest.raises(UnsupportedCallError, match=r"ADD of a set \(:s is SS\)"):
         tables.update_item(TableName="state", Key={"pk": {"S": "a"}}, UpdateExpression="ADD #a :s",
                            ExpressionAttributeNames={"#a": "a"}, ExpressionAttributeValues={":s": {"SS": ["x"]}})

@@ -570,12 +570,35 @@ class Consumer:
                 )
         self._exit_process(EXIT_CODE_TASKS_ABANDONED)
 
+    def _refreshed(self, message: dict[str, Any], waits: int, why: str) -> bool:
+        """True when a released message's waits brought SQS's count to ``max_retries`` and a fresh copy replaced it."""
+        source = self._source_of(message)
+        record = lambda_record(message, source.arn, self._region)
+        if int(record.get("attributes", {}).get("ApproximateReceiveCount", "1")) < self.worker.settings.max_retries:
+            return False
+        try:
+            return self.worker.refresh_released(record, waits, why)
+        except Exception as error:  # the release still happens: the wait is counted, the copy was not made
+            logger.warning("a released message could not be replaced by a fresh copy",
+                           extra={"message_id": message["MessageId"], "error": f"{type(error).__name__}: {error}"[:300]})
+            return False
+
     def _release(self, messages: list[dict[str, Any]], why: str) -> None:
         """Visibility 0: another worker takes them at once. Each counts a wait first (``worker_tier.flow``): the
         receive it spent unstarted is not an attempt, so it never costs the message one of its ``max_retries``."""
+        replaced = []
         for message in messages:
-            if self.worker.add_wait(message["MessageId"], 0, why) is None and self.worker._state_table:
+            count = self.worker.add_wait(message["MessageId"], 0, why)
+            if count is None and self.worker._state_table:
                 observability.count_shared(contract.METRIC_WAIT_UNRECORDED)
+            elif count is not None and self._refreshed(message, count, why):
+                replaced.append(message)
+        if replaced:  # a fresh copy carrying its attempts took each one's place: delete it rather than release it
+            messages = [m for m in messages if m not in replaced]
+            for source in self._sources:
+                for message in (m for m in replaced if self._source_of(m) is source):
+                    source.heartbeat.release(message["MessageId"])
+                    self.sqs.delete_message(QueueUrl=source.url, ReceiptHandle=message["ReceiptHandle"])
         if messages:
             logger.info("released messages", extra={"count": len(messages), "reason": why})
         for source in self._sources:

@@ -286,6 +286,8 @@ METRIC_THROTTLED = "Throttled"
 METRIC_WAIT_UNRECORDED = "FlowWaitUnrecorded"
 METRIC_REFRESHED = "FlowRefreshed"
 METRIC_SLOT_LOST = "FlowSlotLost"
+# A fresh copy with no room left for worker_tier.attempts (a message with all 10 attributes): it starts from its first.
+METRIC_ATTEMPTS_DROPPED = "FlowAttemptsDropped"
 # A retry longer than SQS's visibility limit allows, re-sent as a delayed copy through the delay table.
 METRIC_RESCHEDULED = "Rescheduled"
 # A retry longer than SQS's visibility limit allows with no delay table to carry it: shortened to the limit.

@@ -33,9 +33,10 @@ def task_key(spec: str | Callable[[Task], Any], task: Task, option: str, path: s
     import jmespath
 
     value = jmespath.search(spec, task.json())
-    if value is None or value == "":
+    if value is None or value == "" or value == [] or value == {}:
+        found = {"": "an empty string", "[]": "an empty list", "{}": "an empty object"}.get(str(value), "nothing")
         raise MalformedBodyError(
-            f"{option} {spec!r} of task {path!r} found {'nothing' if value is None else 'an empty string'} "
+            f"{option} {spec!r} of task {path!r} found {found} "
             f"in the body of message {task.message_id}; a key must be a non-empty value: send the key in every body"
         )
     return str(value)

@@ -126,7 +126,7 @@ class FlowControl(Middleware):
             lease = float(self._worker.settings.visibility_timeout)
         import uuid  # here, not at import: the worker's cold start never pays for it
 
-        holder = f"{task.message_id}#{uuid.uuid4().hex[:12]}"
+        holder = uuid.uuid4().hex[:16]  # short: a held slot is billed by its bytes on every write of the item
         slots, clock = self.slots(), self._worker._clock
         slot, wait, _ = slots.take(definition.path, key, limit, holder, clock(), lease)
         if slot is None:

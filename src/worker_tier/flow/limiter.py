@@ -56,8 +56,15 @@ WAITS_ATTRIBUTE = "waits"
 WAIT_UNTIL_ATTRIBUTE = "until"
 LIMITER_ATTRIBUTE = "limiter"
 
-MAX_CONCURRENCY = 1000  # slots in one item: 2 attributes each, well under DynamoDB's 400 KB
-MAX_RATE_PER_SECOND = 1_000_000  # an interval of at least 1 µs
+# Slots in one item. A held slot is about 40 bytes (a given-back one is removed), and DynamoDB bills a write by the
+# item's size (1 unit per KB): up to about 20 held at once a take or give-back is 1 write unit; at 100, 4 or 5.
+MAX_CONCURRENCY = 100
+# A rate is one item, written once per admission, and one partition takes at most 1,000 write units a second
+# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html): a faster rate needs
+# a rate_key, which spreads it over one item per key.
+MAX_RATE_PER_SECOND = 1000
+# The slowest rate: one a year. A slower one's interval would outgrow the numbers the limiter stores.
+MIN_RATE_PER_SECOND = 1 / (366 * 86400)
 # Tries of one admission: each failed condition returns the item, so a second try is almost always right.
 MAX_TRIES = 4
 # How long an item outlives the last moment it matters: a rate's tat, a slot's lease, a waiting message.
@@ -68,8 +75,10 @@ MAX_REMEMBERED = 10_000
 # A label (path, key) stored beside the numbers for `worker-tier status`: cut to this many characters.
 LABEL_CHARS = 200
 _MICRO = 1_000_000
-_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
-_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+?)s?\s*")
+_UNITS = {name: seconds for seconds, names in ((1, "s sec secs second seconds"), (60, "m min mins minute minutes"),
+                                                (3600, "h hr hrs hour hours"), (86400, "d day days"))
+          for name in names.split()}
+_RATE = re.compile(r"\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*/\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)?\s*([a-z]+)\s*")
 
 
 @dataclass(frozen=True)
@@ -98,10 +107,10 @@ class Rate:
                 "(units s, m, h, d)"
             )
         count, seconds = float(match.group(1)), float(match.group(2) or 1) * unit
-        if count <= 0 or seconds <= 0 or count / seconds > MAX_RATE_PER_SECOND:
+        if count <= 0 or seconds <= 0 or not MIN_RATE_PER_SECOND <= count / seconds <= MAX_RATE_PER_SECOND:
             raise TaskRegistrationError(
-                f"{what} is {text!r}: a rate must be above 0 and at most {MAX_RATE_PER_SECOND:,} per second; "
-                "give a count above 0 over a period above 0"
+                f"{what} is {text!r}: a rate must be from 1 a year to {MAX_RATE_PER_SECOND:,} a second (one state-table "
+                "item takes at most 1,000 writes a second); for more, add a rate_key, which gives each key its own"
             )
         if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 100_000:
             raise TaskRegistrationError(
@@ -178,6 +187,8 @@ class RateLimiter:
             written, tat = self._write(pk, path, key, rate, now_us, latest, idle)
             if not written:
                 seen, fresh = tat, True
+                if tat is not None:  # a true lower bound: the next message may throttle on it without a call
+                    _remember(self._seen, pk, max(tat, self._seen.get(pk, 0)))
                 continue
             _remember(self._busy, pk, not idle)
             new = tat if tat is not None else now_us + interval
@@ -293,7 +304,7 @@ class ConcurrencySlots:
     def give_back(self, slot: Slot) -> bool:
         """Free the slot while its holder still has it; False when it did not (its lease ended and another took it)."""
         slot.given_back = True
-        return self._if_held(slot, "SET #u = :zero", {":zero": {"N": "0"}})
+        return self._if_held(slot, "REMOVE #h, #u", {})
 
     def _if_held(self, slot: Slot, update: str, values: dict[str, Any]) -> bool:
         names = {"#h": f"h{slot.index}", "#u": f"u{slot.index}"}
@@ -302,9 +313,8 @@ class ConcurrencySlots:
         try:
             self._dynamodb().update_item(
                 TableName=self._table, Key={STATE_PARTITION_KEY: {"S": slot.pk}}, UpdateExpression=update,
-                ConditionExpression="#h = :holder AND #u > :zero",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues={**values, ":holder": {"S": slot.holder}, ":zero": {"N": "0"}},
+                ConditionExpression="#h = :holder", ExpressionAttributeNames=names,
+                ExpressionAttributeValues={**values, ":holder": {"S": slot.holder}},
             )
         except Exception as error:
             if is_condition_failure(error):

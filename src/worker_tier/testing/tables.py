@@ -334,8 +334,8 @@ class _Action:
 
 
 class _Update:
-    """An update expression read as its ``SET`` and ``ADD`` clauses (each at most once, in any order); anything else
-    (REMOVE, DELETE, functions, nested paths) raises UnsupportedCallError."""
+    """An update expression read as its ``SET``, ``ADD`` and ``REMOVE`` clauses (each at most once, in any order);
+    anything else (DELETE, functions, nested paths) raises UnsupportedCallError."""
 
     def __init__(self, text: str) -> None:
         self.text, self.tokens, self.position = text, _update_tokens(text), 0
@@ -343,7 +343,7 @@ class _Update:
         clauses: set[str] = set()
         while self.position < len(self.tokens):
             clause = self._next().upper()
-            if clause not in ("SET", "ADD"):
+            if clause not in ("SET", "ADD", "REMOVE"):
                 self._unsupported()
             if clause in clauses:
                 raise client_error("ValidationException", "UpdateItem", message=(
@@ -356,6 +356,8 @@ class _Update:
 
     def _action(self, clause: str) -> _Action:
         path = self._path()
+        if clause == "REMOVE":
+            return _Action(clause, path, ())
         if clause == "ADD":
             value = self._next()
             if not value.startswith(":"):
@@ -371,7 +373,7 @@ class _Update:
 
     def _path(self) -> str:
         token = self._next()
-        if not (token[0] in "#_" or token[0].isalpha()) or token.upper() in ("SET", "ADD"):
+        if not (token[0] in "#_" or token[0].isalpha()) or token.upper() in ("SET", "ADD", "REMOVE"):
             self._unsupported()
         return token
 
@@ -388,7 +390,7 @@ class _Update:
         return self.tokens[self.position] if self.position < len(self.tokens) else None
 
     def _unsupported(self) -> NoReturn:
-        raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, #b = #b + :n' and 'ADD #c :n' clauses here, "
+        raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, #b = #b + :n', 'ADD #c :n' and 'REMOVE #d' clauses here, "
                                    f"got {self.text!r}")
 
 
@@ -438,6 +440,9 @@ def _check_actions(actions: list[_Action], names: dict[str, str], values: dict[s
 def _apply(action: _Action, names: dict[str, str], values: dict[str, Any], old: Item, item: Item) -> str:
     """Carry out one action on ``item``, its operands read from the item as it was (``old``); the attribute's name."""
     name = names.get(action.path, action.path)
+    if action.clause == "REMOVE":  # a missing attribute is no error
+        item.pop(name, None)
+        return name
     if action.clause == "ADD":
         item[name] = {"N": _arithmetic(old.get(name, {"N": "0"}), values[action.operands[0]], "+")}  # missing: from 0
         return name
@@ -479,7 +484,7 @@ def _returned(kind: str, old: Item | None, new: Item, updated: list[str]) -> dic
     elif kind == "UPDATED_OLD":
         attributes = {name: old[name] for name in updated if old is not None and name in old}
     elif kind == "UPDATED_NEW":
-        attributes = {name: new[name] for name in updated}
+        attributes = {name: new[name] for name in updated if name in new}  # a removed one is not returned
     else:
         attributes = {}
     return {"Attributes": copy.deepcopy(attributes)} if attributes else {}

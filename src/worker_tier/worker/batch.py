@@ -429,6 +429,8 @@ class Worker(Fates):
                 return
             message_id, path, lease = task.message_id, task.path, task.lease  # as a hook left them: routing follows
         if remaining_ms is not None and remaining_ms() < invocation.margin_ms:
+            if self.release_unstarted(record, task, invocation, "invocation ending"):
+                return  # a fresh copy took its place: done
             self._release(record, task, invocation, "invocation ending")
             raise InvocationEndingError(f"less than {invocation.margin_ms} ms left, the safety margin")
         if lease is not None and lease.is_set():

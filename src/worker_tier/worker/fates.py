@@ -96,6 +96,11 @@ def remove_outcome_listener(listener: OutcomeListener) -> None:
     _listeners.remove(listener)
 
 
+class WaitedError(WorkerTierError):
+    """A message given back unstarted (the invocation ran out of time): a wait, not an attempt; the reason its fresh
+    copy is logged with."""
+
+
 class HeartbeatLeaseLostError(WorkerTierError):
     """The heartbeat lost the message's lease (its visibility) before its task started: another consumer may run it now.
 
@@ -120,7 +125,7 @@ class _Invocation:
     leases: dict[str, threading.Event] = field(default_factory=dict)
     lease_context: LeaseContext | None = None
     dead_lettered: set[str] = field(default_factory=set)  # already in the DLQ: never reported failed
-    waits_counted: set[str] = field(default_factory=set)  # their waits are out of task.receive_count already
+    waits_counted: dict[str, int] = field(default_factory=dict)  # message id → waits taken out of task.receive_count
     left_alone: set[str] = field(default_factory=set)  # reported failed with no visibility change of ours
     pid: int = field(default_factory=lambda: ThisProcess.pid)  # the worker's process: a task's forked child differs
     records: list[Any] = field(default_factory=list)  # the records the batch loop runs
@@ -208,7 +213,7 @@ class Fates:
         waits = self._waits()
         if waits is None:
             return
-        invocation.waits_counted.add(task.message_id)
+        invocation.waits_counted[task.message_id] = 0
         try:
             count = waits.count(task.message_id)
         except Exception as failure:
@@ -216,7 +221,9 @@ class Fates:
                            extra={"message_id": task.message_id, "error": _describe(failure)})
             return
         if count:
-            task.__dict__["receive_count"] = max(1, task.receive_count - count)  # Task.receive_count is a cached property
+            before = task.receive_count
+            task.__dict__["receive_count"] = max(1, before - count)  # Task.receive_count is a cached property
+            invocation.waits_counted[task.message_id] = before - task.receive_count
 
     def _waits(self) -> Waits | None:
         """The state table's wait counts, or None without a state table."""
@@ -233,7 +240,9 @@ class Fates:
         if count is None:
             invocation.metrics.count(contract.METRIC_WAIT_UNRECORDED)
             return None
-        return max(0, task.receive_count - count)
+        # SQS's receives (with those carried by earlier copies), less every wait: the ones count_waits took out already
+        # are added back first, so no wait is taken out twice.
+        return max(0, task.receive_count + invocation.waits_counted.get(task.message_id, 0) - count)
 
     def add_wait(self, message_id: str, seconds: float, why: str) -> int | None:
         """Count one wait of a message, back in ``seconds``: its waits so far; None (logged) when it could not be counted,
@@ -250,19 +259,51 @@ class Fates:
 
     def _wait(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: ThrottledError) -> bool:
         """A message over its task's limit: back after the wait plus jitter, the wait counted as no attempt; False when a
-        fresh copy replaced it (its waits had brought SQS's receive count to ``max_retries``)."""
+        fresh copy replaced it (its waits had brought SQS's receive count to ``max_retries``) or it was dead-lettered
+        (its waits could not be recorded, so they counted as attempts, up to ``max_retries``)."""
         wait = max(0.0, float(error.wait_seconds))
         seconds = max(1, math.ceil(wait + self._random() * min(wait * FLOW_JITTER_SHARE, FLOW_JITTER_MAX_SECONDS)))
         seconds = min(seconds, self._longest_visibility(invocation))
+        if not self._delay_table:  # a fresh copy could be delayed no longer: the wait repeats if it must
+            seconds = min(seconds, limits.SQS_MAX_DELAY_SECONDS)
         attempts = self.record_wait(task, invocation, seconds, error.limit or str(error))
         invocation.metrics.count(contract.METRIC_THROTTLED)
         invocation.metrics.count_throttled(task.path)
-        if attempts is not None and self._refresh(record, task, invocation, seconds, error, attempts):
+        if attempts is None:  # not recorded: this receive counts as an attempt, and max_retries still ends it with a reason
+            attempts = task.receive_count
+            if attempts >= self.settings.max_retries:
+                unrecorded = ThrottledError(error.wait_seconds, f"{error}; the state table could not record its waits, so "
+                                            f"they counted as attempts, and max_retries ({self.settings.max_retries}) is "
+                                            "reached", error.limit)
+                return self._dead_letter(record, task, invocation, unrecorded)
+        if self._refresh(record, task, invocation, seconds, error, attempts):
             return False
         invocation.set_visibility(record, seconds)
         logger.info("over a flow limit: waits, not an attempt", extra={"error": str(error), "back_in_seconds": seconds})
         self._emit(invocation, OUTCOME_THROTTLED, task, str(error), seconds, error)
         return True
+
+    def refresh_released(self, record: Mapping[str, Any], waits: int, why: str) -> bool:
+        """The container worker's release of an unstarted message that has ``waits`` waits: True when a fresh copy
+        carrying its attempts replaced it (then the caller deletes it rather than releasing it)."""
+        task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
+        invocation = _Invocation(None, 0)
+        attempts = max(0, task.receive_count - waits)
+        replaced = self._refresh(record, task, invocation, 0, WaitedError(why), attempts)
+        invocation.metrics.publish()
+        return replaced
+
+    def release_unstarted(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, why: str) -> bool:
+        """Count a message given back unstarted as a wait (on a worker with flow-controlled tasks); True when a fresh
+        copy replaced it (SQS's count had reached ``max_retries``): it is then done, not released."""
+        if not self.registry.any_flow_control():
+            return False
+        count = self.add_wait(task.message_id, 0, why)
+        if count is None:
+            invocation.metrics.count(contract.METRIC_WAIT_UNRECORDED)
+            return False
+        attempts = max(0, task.receive_count + invocation.waits_counted.get(task.message_id, 0) - count)
+        return self._refresh(record, task, invocation, 0, WaitedError(why), attempts)
 
     def _refresh(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException, attempts: int
@@ -274,9 +315,15 @@ class Fates:
             return False
         if not self._delay_table:  # SQS's own delay: a wait comes back within 15 minutes, to wait again if it must
             delay = min(delay, limits.SQS_MAX_DELAY_SECONDS)
-        if not self._reschedule(record, task, invocation, delay, error, attempts=attempts, status=OUTCOME_THROTTLED
-                                if isinstance(error, ThrottledError) else OUTCOME_RETRYING):
-            return False
+        status = OUTCOME_THROTTLED if isinstance(error, (ThrottledError, WaitedError)) else OUTCOME_RETRYING
+        if not self._reschedule(record, task, invocation, delay, error, attempts=attempts, status=status):
+            # No room for the attempts attribute (a message with all of SQS's 10): a copy without it runs up to
+            # max_retries times more, which is better than the redrive policy moving it without a reason.
+            if not attempts or not self._reschedule(record, task, invocation, delay, error, attempts=0, status=status):
+                return False
+            invocation.metrics.count(contract.METRIC_ATTEMPTS_DROPPED)
+            logger.warning("a fresh copy had no room for its attempts: it starts again from its first",
+                           extra={"message_id": task.message_id, "attempts": attempts})
         invocation.metrics.count(contract.METRIC_REFRESHED)
         return True
 
@@ -347,7 +394,11 @@ class Fates:
         from worker_tier.producer.client import OutgoingMessage
 
         attributes, internal = message.copy_attributes(record)
-        internal[contract.ATTEMPTS_ATTRIBUTE] = str(task.receive_count if attempts is None else attempts)
+        carried = task.receive_count if attempts is None else attempts
+        if carried:  # none to carry: a copy starting at receive 1 counts right without it, and keeps an attribute free
+            internal[contract.ATTEMPTS_ATTRIBUTE] = str(carried)
+        if self._keeps_source_id(task):  # the copy must be the same message to the idempotency layer
+            internal[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = task.attributes.get(contract.SOURCE_MESSAGE_ID_ATTRIBUTE) or task.message_id
         first_received = message.first_received_ms(record)
         if first_received is not None and getattr(self, "app_target", None) is not None:
             # For an app's message, retention_period counts from the original's first receive (an attribute of
@@ -376,6 +427,11 @@ class Fates:
                         extra={"error": safe_repr(error), "back_in_seconds": delay, "attempts": attempts})
         self._emit(invocation, status, task, _describe(error), delay, error)
         return True
+
+    def _keeps_source_id(self, task: Task) -> bool:
+        """True when ``task``'s copy must carry its message id: its task is idempotent, keyed by the message id."""
+        definition = self.registry.get(task.path)
+        return definition is not None and definition.idempotent and definition.idempotency_key is None
 
     def _keep_payload(self, record: Mapping[str, Any]) -> None:
         """An offloaded message's copy begins a new life (in the DLQ, or re-sent through the delay table): its object's

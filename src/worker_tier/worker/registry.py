@@ -245,7 +245,7 @@ def task(path: str, **options: Any) -> Callable[[HandlerT], HandlerT]:
         A long task (over Lambda's 15 minutes): the Lambda worker forwards its messages to the
         container worker's queue (``Resources.container_queue_url`` in ``worker_tier.core.contract``), where it runs.
     rate_limit, rate_burst, rate_key:
-        Run at most ``rate_limit`` messages (``"100/s"``, ``"5/m"``) across every worker, in bursts of at most
+        Run at most ``rate_limit`` messages (``"100/s"``, ``"5/m"``; at most 1,000 a second per key) across every worker, in bursts of at most
         ``rate_burst``; with ``rate_key`` (JMESPath or callable), per key (``docs/flow-control.md``).
     concurrency, concurrency_key:
         Run at most ``concurrency`` messages at once across every worker; with ``concurrency_key``, per key.
