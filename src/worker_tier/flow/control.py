@@ -106,7 +106,9 @@ class FlowControl(Middleware):
             hold = max(0.0, min(hold, (batch.remaining_ms() - batch.margin_ms) / 1000))
         admission = self.rates().admit(definition.path, key, rate, self._worker._clock(), hold)
         if not admission.admitted:
-            raise ThrottledError(admission.wait, f"rate limit {rate.text} of {definition.path!r}"
+            # Back when its turn is within the hold, not after it: then it reserves the turn, and no turn goes unused
+            # while it is on its way back.
+            raise ThrottledError(max(0.0, admission.wait - FLOW_MAX_HOLD_SECONDS), f"rate limit {rate.text} of {definition.path!r}"
                                  + (f" for key {key[:80]!r}" if key is not None else ""),
                                  item_key(RATE_KEY_PREFIX, definition.path, key))
         if admission.wait > 0:
