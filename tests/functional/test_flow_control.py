@@ -10,7 +10,6 @@ import threading
 import time
 import uuid
 
-import pytest
 from botocore.exceptions import ClientError
 
 from tests.support.container import consumer_for, run_until
@@ -21,7 +20,7 @@ from worker_tier.core import contract
 from worker_tier.core.errors import ThrottledError
 from worker_tier.core.settings import Settings
 from worker_tier.flow.limiter import WAITS_KEY_PREFIX, ConcurrencySlots, Rate, RateLimiter
-from worker_tier.worker.fates import OUTCOME_THROTTLED, add_outcome_listener, remove_outcome_listener
+from worker_tier.worker.fates import OUTCOME_THROTTLED
 from worker_tier.worker.batch import Worker
 from worker_tier.worker.registry import Registry
 from worker_tier_cli.status import flow_limits
@@ -40,6 +39,32 @@ def settle(aws, event: dict, response: dict) -> None:
             aws.sqs.delete_message(QueueUrl=aws.queue_url, ReceiptHandle=record["receiptHandle"])
 
 
+def settle_and_return_the_failed(aws, event: dict, response: dict) -> None:
+    """``settle``, then the messages reported failed visible again at once, as if their wait were over."""
+    settle(aws, event, response)
+    visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+
+
+def hourly_report_after_its_first_run(aws, clock):
+    """A worker (max_retries 3) of a task limited to 1 an hour whose first message has just run, and a second sent."""
+    tasks = Registry()
+    tasks.task("/report", rate_limit="1/h")(lambda t: None)
+    worker = worker_for(aws, tasks, clock, settings=Settings(max_retries=3))
+    send(aws, "/report", "first")
+    event = aws.receive_event()
+    settle(aws, event, worker.handle(event, context()))
+    send(aws, "/report", "second")
+    return worker
+
+
+def invocations(aws, worker, clock, count: int) -> None:
+    """``count`` invocations on what is visible, each settled with its failed messages visible again, 10 ms apart."""
+    for _ in range(count):
+        event = aws.receive_event()
+        settle_and_return_the_failed(aws, event, worker.handle(event, context()))
+        clock.now += 0.01
+
+
 def visible_again(aws, event: dict) -> None:
     """Make the batch's messages visible at once, as if their wait were over."""
     for record in event["Records"]:
@@ -49,14 +74,6 @@ def visible_again(aws, event: dict) -> None:
 def waits_of(aws, message_id: str) -> int:
     item = aws.dynamodb.get_item(TableName=aws.state_table, Key={"pk": {"S": f"{WAITS_KEY_PREFIX}{message_id}"}}).get("Item")
     return int(item["waits"]["N"]) if item else 0
-
-
-@pytest.fixture
-def outcomes():
-    heard: list = []
-    add_outcome_listener(heard.append)
-    yield heard
-    remove_outcome_listener(heard.append)
 
 
 def test_a_rate_limit_spaces_a_tasks_runs_across_workers(aws):
@@ -106,13 +123,7 @@ def test_a_message_over_its_rate_waits_and_the_wait_is_not_an_attempt(aws, outco
 def test_a_throttled_message_is_never_dead_lettered_however_often_it_waits(aws):
     # GIVEN max_retries 3 (the redrive policy moves a message on its 7th receive) and a task limited to 1 an hour
     clock = Clock()
-    tasks = Registry()
-    tasks.task("/report", rate_limit="1/h")(lambda t: None)
-    worker = worker_for(aws, tasks, clock, settings=Settings(max_retries=3))
-    send(aws, "/report", "first")
-    event = aws.receive_event()
-    settle(aws, event, worker.handle(event, context()))
-    send(aws, "/report", "second")
+    worker = hourly_report_after_its_first_run(aws, clock)
     # WHEN the second is received again and again, throttled each time, until it is no longer in the queue
     receives = 0
     while event := aws.receive_event():
@@ -120,8 +131,7 @@ def test_a_throttled_message_is_never_dead_lettered_however_often_it_waits(aws):
             break
         receives += 1
         response = worker.handle(event, context())
-        settle(aws, event, response)
-        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+        settle_and_return_the_failed(aws, event, response)
     # THEN on its third receive, SQS's count at max_retries, a fresh copy of its 0 real attempts took its place (0 needs
     # no attribute: the copy's first receive is its first attempt)
     # (due when its wait ends, at most SQS's 15 minutes without a delay table): it never reached the redrive policy
@@ -158,10 +168,9 @@ def test_a_failing_task_that_also_waits_is_dead_lettered_after_max_retries_real_
             break
         held = other.take("/charge", None, 1, "other-worker", clock(), 30) if receive % 2 else None
         response = worker.handle(event, context())
-        settle(aws, event, response)
         if held is not None and held[0] is not None:
             other.give_back(held[0])
-        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+        settle_and_return_the_failed(aws, event, response)
         clock.now += 1
     # THEN the task ran exactly 3 times, counted 1, 2, 3, and the DLQ has it with 3 attempts: the waits between
     # did not count, however many receives they took
@@ -271,8 +280,7 @@ def throttled_until_gone(aws, worker, limit: int = 40) -> int:
     while receives < limit and (event := aws.receive_event())["Records"]:
         receives += 1
         response = worker.handle(event, context())
-        settle(aws, event, response)
-        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+        settle_and_return_the_failed(aws, event, response)
     return receives
 
 
@@ -320,19 +328,8 @@ def test_status_counts_a_refreshed_message_waiting_once(aws, monkeypatch):
     # throttled on 3 receives (max_retries 3), so a fresh copy due in 15 minutes replaced it
     clock = Clock()
     monkeypatch.setattr("moto.sqs.models.unix_time_millis", lambda: int(clock.now * 1000))
-    tasks = Registry()
-    tasks.task("/report", rate_limit="1/h")(lambda t: None)
-    worker = worker_for(aws, tasks, clock, settings=Settings(max_retries=3))
-    send(aws, "/report", "first")
-    event = aws.receive_event()
-    settle(aws, event, worker.handle(event, context()))
-    send(aws, "/report", "second")
-    for _ in range(3):
-        event = aws.receive_event()
-        response = worker.handle(event, context())
-        settle(aws, event, response)
-        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
-        clock.now += 0.01
+    worker = hourly_report_after_its_first_run(aws, clock)
+    invocations(aws, worker, clock, 3)
     # WHEN the copy comes 15 minutes later and waits again
     clock.now += 901
     event = aws.receive_event()
@@ -364,8 +361,7 @@ def test_a_task_that_raises_throttled_error_keeps_its_real_attempts_in_its_fresh
         response = worker.handle(event, context())
         if held is not None:
             other.give_back(held)
-        settle(aws, event, response)
-        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+        settle_and_return_the_failed(aws, event, response)
         clock.now += 2
     # WHEN its third receive (SQS's count at max_retries) was replaced by a fresh copy
     [copy] = [entry for params in aws.params("SendMessageBatch") if params["QueueUrl"] == aws.queue_url
@@ -393,8 +389,7 @@ def test_messages_a_batch_spent_its_time_waiting_turns_for_are_not_charged_an_at
     event = aws.receive_event()
     response = worker.handle(event, LocalContext("fn", 4, 128, "us-east-1", "123456789012", clock=clock))
     left = {r["body"] for r in event["Records"] if r["messageId"] in failure_ids(response)}
-    settle(aws, event, response)
-    visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
+    settle_and_return_the_failed(aws, event, response)
     assert left and not left & set(counts)
     # WHEN the messages it had no time left for come back to an invocation with time enough
     clock.now += 10
@@ -454,12 +449,7 @@ def test_an_idempotent_tasks_redelivered_message_that_waited_into_a_fresh_copy_d
     clock.now += 0.01
     # WHEN the redelivery waits on the limit its first delivery used, until a fresh copy replaces it, and the copy's
     # turn comes an hour later
-    for _ in range(2):
-        event = aws.receive_event()
-        response = worker.handle(event, context())
-        settle(aws, event, response)
-        visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
-        clock.now += 0.01
+    invocations(aws, worker, clock, 2)
     clock.now += 3700
     event = aws.receive_event()
     assert [r["body"] for r in event["Records"]] == ["card 42"]
