@@ -298,12 +298,8 @@ class Fates:
         copy replaced it (SQS's count had reached ``max_retries``): it is then done, not released."""
         if not self.registry.any_flow_control():
             return False
-        count = self.add_wait(task.message_id, 0, why)
-        if count is None:
-            invocation.metrics.count(contract.METRIC_WAIT_UNRECORDED)
-            return False
-        attempts = max(0, task.receive_count + invocation.waits_counted.get(task.message_id, 0) - count)
-        return self._refresh(record, task, invocation, 0, WaitedError(why), attempts)
+        attempts = self.record_wait(task, invocation, 0, why)
+        return attempts is not None and self._refresh(record, task, invocation, 0, WaitedError(why), attempts)
 
     def _refresh(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException, attempts: int
@@ -420,7 +416,6 @@ class Fates:
         self._keep_payload(record)
         if status == OUTCOME_RESCHEDULED:
             invocation.metrics.count(contract.METRIC_RESCHEDULED)
-        if status == OUTCOME_RESCHEDULED:
             logger.info("retry re-sent through the delay table", extra={"error": safe_repr(error), "retry_in_seconds": delay})
         else:  # a fresh copy that keeps the redrive policy from moving a message for its waits
             logger.info("re-sent as a fresh copy: its waits brought SQS's receive count to max_retries",
