@@ -342,3 +342,19 @@ def test_a_normal_messages_fresh_copy_stays_on_the_normal_queue_after_a_high_one
     # THEN the normal message's copy is not promoted to the high queue
     copies = [(p["QueueUrl"], e["MessageBody"]) for p in sent[2:] for e in p["Entries"]]
     assert sorted(copies) == sorted([(world.urls["normal"], "plain"), (world.urls["high"], "urgent")])
+
+
+@pytest.mark.xfail(strict=True, reason="_resolve_queue_url (batch.py) falls back to the configured work queue for a record "
+                   "whose eventSourceARN names a queue it was not told of, rather than the ARN's queue: a Worker built "
+                   "without from_environment changes a high record's visibility on the normal queue")
+def test_a_worker_changes_a_records_visibility_on_the_queue_its_event_source_arn_names(world, failing):
+    # GIVEN a high message whose task fails, and a worker built in code with the work queue's URL alone (its
+    # constructor takes no levels' URLs)
+    client(world).send("/flaky", "urgent", priority="high")
+    handler = Worker(Settings(priorities=True, error_visibility_timeout=0), queue_url=world.urls["normal"],
+                     dead_letter_queue_url=world.dlq, registry=failing, sqs=world.sqs)
+    changed = recorded(world, "ChangeMessageVisibilityBatch")
+    # WHEN it handles the high queue's event (a backoff of 0 s)
+    handler.handle(world.event("high"), None)
+    # THEN the visibility change went to the high queue, the one the record's eventSourceARN names
+    assert [p["QueueUrl"] for p in changed] == [world.urls["high"]]
