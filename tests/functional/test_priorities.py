@@ -358,3 +358,26 @@ def test_a_worker_changes_a_records_visibility_on_the_queue_its_event_source_arn
     handler.handle(world.event("high"), None)
     # THEN the visibility change went to the high queue, the one the record's eventSourceARN names
     assert [p["QueueUrl"] for p in changed] == [world.urls["high"]]
+
+
+@pytest.mark.xfail(strict=True, reason="priority_queue_urls' values are not checked (client.py _level_urls) and an empty "
+                   "URL falls through to the work queue (client.py _by_queue's `or default`)")
+def test_a_level_given_an_empty_queue_url_is_refused_not_sent_to_the_work_queue(world):
+    # GIVEN a producer whose high level's URL came from an unset setting, as an empty string
+    producer = Client(world.urls["normal"], sqs=world.sqs, priority_queue_urls={"high": ""})
+    # WHEN it sends a high message  THEN it is refused naming the level, and nothing reached the work queue
+    with pytest.raises(MessageError, match="high"):
+        producer.send("/job", "urgent", priority="high")
+    assert world.receive("normal") == []
+
+
+@pytest.mark.xfail(strict=True, reason="the refusal of a priority without its queue (priority.py PriorityQueues.url) tells "
+                   "a FIFO producer to set priorities true, which synth refuses with fifo")
+def test_a_fifo_producers_priority_is_refused_naming_fifo_not_a_setting_it_cannot_turn_on(world):
+    # GIVEN a producer of a FIFO deployment (priorities cannot be on with fifo)
+    producer = Client(world.sqs.create_queue(QueueName="work.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"],
+                      sqs=world.sqs)
+    # WHEN it sends a high message  THEN the one-line refusal names FIFO, and does not send it to turn priorities on
+    with pytest.raises(MessageError) as error:
+        producer.send("/job", "urgent", priority="high", group_id="g")
+    assert "FIFO" in str(error.value) and "set priorities true" not in str(error.value), str(error.value)
