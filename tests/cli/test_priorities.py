@@ -63,7 +63,7 @@ def test_redrive_sends_a_high_dead_letter_back_to_the_high_queue(deployment):
                    "sends a level it was not told the queue of to the work queue, still carrying its level")
 def test_redrive_never_sends_a_low_dead_letter_to_the_work_queue_when_only_the_high_queue_is_known(deployment):
     # GIVEN a low message in the DLQ, and a redrive told of the high queue only (--high-queue-url, no --low-queue-url)
-    url, *option = _high_queue(deployment)
+    _, *option = _high_queue(deployment)
     deployment.dead_letter("/resize", NonRetryableError("bad"), "later", attributes={contract.PRIORITY_ATTRIBUTE: "low"})
     # WHEN redrive runs
     deployment.run("redrive", "--yes", options=tuple(option))
