@@ -651,3 +651,31 @@ def test_one_unrecorded_wait_counts_as_one_attempt_not_every_earlier_recorded_wa
         visible_again(aws, {"Records": [r for r in event["Records"] if r["messageId"] in failure_ids(response)]})
     # THEN it is not dead-lettered: it has had one receive that may count as an attempt, not max_retries
     assert aws.dead_letters() == []
+
+
+@pytest.mark.xfail(strict=True, reason="the container worker's fresh copy goes to its own long-task queue (fates.py _client: "
+                   "the record's queue), where its task role may receive but not send (container_worker.py grants consume)")
+def test_the_container_worker_may_send_the_fresh_copy_of_a_message_of_its_own_long_task_queue(aws):
+    # GIVEN the container worker on its own long-task queue (the stack's LongTaskQueue; the tests' "work" queue stands
+    # for it elsewhere, and the container's role may send there as the work queue), max_retries 3
+    from tests.support import iam
+    from worker_tier.container.consumer import Consumer
+    from worker_tier.container.protection import TaskProtection
+
+    long_queue = aws.sqs.create_queue(QueueName="long", Attributes={"VisibilityTimeout": "300"})["QueueUrl"]
+    tasks = Registry()
+    tasks.task("/render", container=True, concurrency=1)(lambda t: None)
+    worker = Worker(Settings(max_retries=3), queue_url=long_queue, dead_letter_queue_url=aws.dead_letter_queue_url,
+                    state_table=aws.state_table, registry=tasks, sqs=aws.sqs, dynamodb=aws.dynamodb)
+    consumer = Consumer(worker, aws.sqs, long_queue, poll_wait_seconds=1, heartbeat_interval=1,
+                        protection=TaskProtection(agent_uri=""))
+    aws.sqs.send_message(QueueUrl=long_queue, MessageBody="{}",
+                         MessageAttributes={contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/render"}})
+    # WHEN it gives the message back unstarted three times (the third at SQS's count of max_retries: a fresh copy)
+    for _ in range(3):
+        got = aws.sqs.receive_message(QueueUrl=long_queue, MessageSystemAttributeNames=["All"],
+                                      MessageAttributeNames=["All"]).get("Messages", [])
+        consumer._release(got, "not started before the stop")
+    # THEN every call its role made was allowed by the synthesized policy (the copy's SendMessageBatch included)
+    denials = iam.ENFORCEMENT.check()
+    assert not denials, iam.denial_lines(denials)
