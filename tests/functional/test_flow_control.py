@@ -679,3 +679,23 @@ def test_the_container_worker_may_send_the_fresh_copy_of_a_message_of_its_own_lo
     # THEN every call its role made was allowed by the synthesized policy (the copy's SendMessageBatch included)
     denials = iam.ENFORCEMENT.check()
     assert not denials, iam.denial_lines(denials)
+
+
+@pytest.mark.xfail(strict=True, reason="message.copy_attributes passes a Binary worker_tier.priority on as None, which "
+                   "send_batch's _internal_attributes check refuses, so no fresh copy is ever made (fates.py _reschedule)")
+def test_a_throttled_message_with_a_binary_priority_attribute_is_never_moved_by_the_redrive_policy_without_a_reason(aws):
+    # GIVEN a task limited to 1 an hour that has just run, and a message from another producer whose
+    # worker_tier.priority attribute is Binary (SQS takes any type under any name)
+    clock = Clock()
+    tasks = Registry()
+    tasks.task("/report", rate_limit="1/h")(lambda t: None)
+    worker = worker_for(aws, tasks, clock)
+    send(aws, "/report", "first")
+    event = aws.receive_event()
+    settle(aws, event, worker.handle(event, context()))
+    send(aws, "/report", "second", **{contract.PRIORITY_ATTRIBUTE: {"DataType": "Binary", "BinaryValue": b"high"}})
+    # WHEN it is received again and again, throttled each time, until the queue hands it out no more
+    throttled_until_gone(aws, worker)
+    # THEN whatever its fate, it is not silent: a message in the DLQ carries its reason
+    dead = aws.dead_letters()
+    assert all(contract.FAILURE_ATTRIBUTE in d.get("MessageAttributes", {}) for d in dead), dead
