@@ -381,3 +381,28 @@ def test_a_fifo_producers_priority_is_refused_naming_fifo_not_a_setting_it_canno
     with pytest.raises(MessageError) as error:
         producer.send("/job", "urgent", priority="high", group_id="g")
     assert "FIFO" in str(error.value) and "set priorities true" not in str(error.value), str(error.value)
+
+
+@pytest.mark.xfail(strict=True, reason="a re-send trusts the record's worker_tier.priority over the queue it came from "
+                   "(message.copy_attributes keeps it; the dispatcher routes by it): a sender to the work queue alone "
+                   "gets its messages onto the high queue")
+def test_a_normal_queues_message_claiming_high_priority_is_rescheduled_back_to_the_normal_queue(world):
+    # GIVEN a message sent straight to the work queue (the normal level) by a sender that set worker_tier.priority high
+    # itself, whose task asks to be retried in two days
+    tasks = Registry()
+
+    @tasks.task("/later")
+    def later(task: Task) -> None:
+        raise RetryLater(2 * 24 * 3600)
+
+    world.sqs.send_message(QueueUrl=world.urls["normal"], MessageBody="claims-high", MessageAttributes={
+        contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/later"},
+        contract.PRIORITY_ATTRIBUTE: {"DataType": "String", "StringValue": "high"}})
+    now = float(int(time.time()) // 60 * 60)
+    # WHEN the worker reschedules it through the delay table, and the dispatcher runs when it is due
+    worker(world, tasks, clock=lambda: now).handle(world.event("normal"), None)
+    DelayDispatcher("delay", "state", world.urls["normal"], dead_letter_queue_url=world.dlq, sqs=world.sqs,
+                    dynamodb=world.dynamodb, clock=lambda: now + 2 * 24 * 3600 + 5, sleep=lambda s: None,
+                    parallel=False, priority_queue_urls=world.levels).run()
+    # THEN the copy is back on the queue the message came from, not promoted to the high queue
+    assert (world.bodies("normal"), world.bodies("high")) == (["claims-high"], [])
