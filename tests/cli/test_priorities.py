@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli.deployment import parsed
 from worker_tier.core import contract
 from worker_tier.core.errors import NonRetryableError
@@ -55,3 +57,27 @@ def test_redrive_sends_a_high_dead_letter_back_to_the_high_queue(deployment):
     assert result.exit_code == 0, result.output
     assert [m["Body"] for m in deployment.drain(url)] == ["urgent"]
     assert [m["Body"] for m in deployment.drain(deployment.queue_url)] == ["plain"]
+
+
+@pytest.mark.xfail(strict=True, reason="redrive routes each letter with PriorityQueues.url_for (redrive.py _by_level), which "
+                   "sends a level it was not told the queue of to the work queue, still carrying its level")
+def test_redrive_never_sends_a_low_dead_letter_to_the_work_queue_when_only_the_high_queue_is_known(deployment):
+    # GIVEN a low message in the DLQ, and a redrive told of the high queue only (--high-queue-url, no --low-queue-url)
+    _, *option = _high_queue(deployment)
+    deployment.dead_letter("/resize", NonRetryableError("bad"), "later", attributes={contract.PRIORITY_ATTRIBUTE: "low"})
+    # WHEN redrive runs
+    deployment.run("redrive", "--yes", options=tuple(option))
+    # THEN the low letter was not promoted to the work queue (it stays in the DLQ, named, until its queue is known)
+    assert deployment.drain(deployment.queue_url) == []
+
+
+@pytest.mark.xfail(strict=True, reason="with the levels' queues known, redrive takes the batch move (commands.py "
+                   "redrive_command), which has no rate, and --rate is ignored without a word")
+def test_redrive_with_a_rate_says_the_rate_does_not_apply_when_the_levels_need_the_batch_move(deployment):
+    # GIVEN a deployment with a high queue, and a dead letter
+    _, *option = _high_queue(deployment)
+    deployment.dead_letter("/resize", NonRetryableError("bad"), "plain")
+    # WHEN redrive runs with --rate (StartMessageMoveTask's limit), which the batch move cannot keep
+    result = deployment.run("redrive", "--yes", "--rate", "1", options=tuple(option))
+    # THEN it says so (refused, or named in its output), rather than moving at full speed in silence
+    assert result.exit_code != 0 or "--rate" in result.output + result.stderr, result.output

@@ -16,7 +16,7 @@ from worker_tier.__main__ import poll_order
 from worker_tier.container.consumer import Consumer
 from worker_tier.container.protection import TaskProtection
 from worker_tier.core import contract
-from worker_tier.core.errors import MessageError
+from worker_tier.core.errors import MessageError, ThrottledError
 from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.settings import Settings
 from worker_tier.core.task import Task
@@ -277,3 +277,132 @@ def test_the_safety_net_delivers_a_late_high_message_to_the_high_queue(world):
     # THEN it sent it to the high queue
     assert (report.late_writes, report.failed_sequence_number) == (1, None)
     assert (world.bodies("high"), world.bodies("normal")) == (["late-high"], [])
+
+
+def recorded(world: PriorityWorld, operation: str) -> list[dict]:
+    """The parameters of each ``operation`` call made on the world's SQS client from now on."""
+    calls: list[dict] = []
+    world.sqs.meta.events.register(f"provide-client-params.sqs.{operation}", lambda params, **_: calls.append(dict(params)))
+    return calls
+
+
+def _throttled_until_refreshed(world: PriorityWorld, handler: Worker, level: str) -> None:
+    """Receive the level's one message three times (max_retries 3), each handled by ``handler`` (its task throttles):
+    the third receive, SQS's count at max_retries, is replaced by a fresh copy."""
+    for _ in range(3):
+        event = world.event(level)
+        response = handler.handle(event, None)
+        for record in event["Records"]:
+            if record["messageId"] in {f["itemIdentifier"] for f in response["batchItemFailures"]}:
+                world.sqs.change_message_visibility(QueueUrl=world.urls[level], ReceiptHandle=record["receiptHandle"],
+                                                    VisibilityTimeout=0)
+
+
+@pytest.mark.xfail(strict=True, reason="the worker's re-sending Client is built once, from the first record's queue and "
+                   "without the levels' queues (fates.py _client): a high message's fresh copy goes to the normal queue")
+def test_a_high_messages_fresh_copy_goes_back_to_the_high_queue_after_a_normal_ones(world):
+    # GIVEN max_retries 3 and a task whose partner API always says wait (ThrottledError), one worker for every level
+    tasks = Registry()
+
+    @tasks.task("/push")
+    def push(task: Task) -> None:
+        raise ThrottledError(30, "partner said 429")
+
+    handler = worker(world, tasks, max_retries=3)
+    sent = recorded(world, "SendMessageBatch")
+    producer = client(world)
+    producer.send("/push", "plain")
+    producer.send("/push", "urgent", priority="high")
+    # WHEN the normal message's waits bring SQS's count to max_retries (a fresh copy replaces it), then the high one's
+    _throttled_until_refreshed(world, handler, "normal")
+    _throttled_until_refreshed(world, handler, "high")
+    # THEN each fresh copy is on its own level's queue (receive with a visibility of 0: the copies are delayed 30 s)
+    copies = [(p["QueueUrl"], e["MessageBody"]) for p in sent[2:] for e in p["Entries"]]
+    assert sorted(copies) == sorted([(world.urls["normal"], "plain"), (world.urls["high"], "urgent")])
+
+
+@pytest.mark.xfail(strict=True, reason="the worker's re-sending Client is built once, from the first record's queue "
+                   "(fates.py _client): after a high message's copy, a normal message's fresh copy goes to the high queue")
+def test_a_normal_messages_fresh_copy_stays_on_the_normal_queue_after_a_high_ones(world):
+    # GIVEN max_retries 3 and a task whose partner API always says wait (ThrottledError), one worker for every level
+    tasks = Registry()
+
+    @tasks.task("/push")
+    def push(task: Task) -> None:
+        raise ThrottledError(30, "partner said 429")
+
+    handler = worker(world, tasks, max_retries=3)
+    sent = recorded(world, "SendMessageBatch")
+    producer = client(world)
+    producer.send("/push", "urgent", priority="high")
+    producer.send("/push", "plain")
+    # WHEN the high message's waits bring SQS's count to max_retries (a fresh copy replaces it), then the normal one's
+    _throttled_until_refreshed(world, handler, "high")
+    _throttled_until_refreshed(world, handler, "normal")
+    # THEN the normal message's copy is not promoted to the high queue
+    copies = [(p["QueueUrl"], e["MessageBody"]) for p in sent[2:] for e in p["Entries"]]
+    assert sorted(copies) == sorted([(world.urls["normal"], "plain"), (world.urls["high"], "urgent")])
+
+
+@pytest.mark.xfail(strict=True, reason="_resolve_queue_url (batch.py) falls back to the configured work queue for a record "
+                   "whose eventSourceARN names a queue it was not told of, rather than the ARN's queue: a Worker built "
+                   "without from_environment changes a high record's visibility on the normal queue")
+def test_a_worker_changes_a_records_visibility_on_the_queue_its_event_source_arn_names(world, failing):
+    # GIVEN a high message whose task fails, and a worker built in code with the work queue's URL alone (its
+    # constructor takes no levels' URLs)
+    client(world).send("/flaky", "urgent", priority="high")
+    handler = Worker(Settings(priorities=True, error_visibility_timeout=0), queue_url=world.urls["normal"],
+                     dead_letter_queue_url=world.dlq, registry=failing, sqs=world.sqs)
+    changed = recorded(world, "ChangeMessageVisibilityBatch")
+    # WHEN it handles the high queue's event (a backoff of 0 s)
+    handler.handle(world.event("high"), None)
+    # THEN the visibility change went to the high queue, the one the record's eventSourceARN names
+    assert [p["QueueUrl"] for p in changed] == [world.urls["high"]]
+
+
+@pytest.mark.xfail(strict=True, reason="priority_queue_urls' values are not checked (client.py _level_urls) and an empty "
+                   "URL falls through to the work queue (client.py _by_queue's `or default`)")
+def test_a_level_given_an_empty_queue_url_is_refused_not_sent_to_the_work_queue(world):
+    # GIVEN a producer whose high level's URL came from an unset setting, as an empty string
+    producer = Client(world.urls["normal"], sqs=world.sqs, priority_queue_urls={"high": ""})
+    # WHEN it sends a high message  THEN it is refused naming the level, and nothing reached the work queue
+    with pytest.raises(MessageError, match="high"):
+        producer.send("/job", "urgent", priority="high")
+    assert world.receive("normal") == []
+
+
+@pytest.mark.xfail(strict=True, reason="the refusal of a priority without its queue (priority.py PriorityQueues.url) tells "
+                   "a FIFO producer to set priorities true, which synth refuses with fifo")
+def test_a_fifo_producers_priority_is_refused_naming_fifo_not_a_setting_it_cannot_turn_on(world):
+    # GIVEN a producer of a FIFO deployment (priorities cannot be on with fifo)
+    producer = Client(world.sqs.create_queue(QueueName="work.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"],
+                      sqs=world.sqs)
+    # WHEN it sends a high message  THEN the one-line refusal names FIFO, and does not send it to turn priorities on
+    with pytest.raises(MessageError) as error:
+        producer.send("/job", "urgent", priority="high", group_id="g")
+    assert "FIFO" in str(error.value) and "set priorities true" not in str(error.value), str(error.value)
+
+
+@pytest.mark.xfail(strict=True, reason="a re-send trusts the record's worker_tier.priority over the queue it came from "
+                   "(message.copy_attributes keeps it; the dispatcher routes by it): a sender to the work queue alone "
+                   "gets its messages onto the high queue")
+def test_a_normal_queues_message_claiming_high_priority_is_rescheduled_back_to_the_normal_queue(world):
+    # GIVEN a message sent straight to the work queue (the normal level) by a sender that set worker_tier.priority high
+    # itself, whose task asks to be retried in two days
+    tasks = Registry()
+
+    @tasks.task("/later")
+    def later(task: Task) -> None:
+        raise RetryLater(2 * 24 * 3600)
+
+    world.sqs.send_message(QueueUrl=world.urls["normal"], MessageBody="claims-high", MessageAttributes={
+        contract.PATH_ATTRIBUTE: {"DataType": "String", "StringValue": "/later"},
+        contract.PRIORITY_ATTRIBUTE: {"DataType": "String", "StringValue": "high"}})
+    now = float(int(time.time()) // 60 * 60)
+    # WHEN the worker reschedules it through the delay table, and the dispatcher runs when it is due
+    worker(world, tasks, clock=lambda: now).handle(world.event("normal"), None)
+    DelayDispatcher("delay", "state", world.urls["normal"], dead_letter_queue_url=world.dlq, sqs=world.sqs,
+                    dynamodb=world.dynamodb, clock=lambda: now + 2 * 24 * 3600 + 5, sleep=lambda s: None,
+                    parallel=False, priority_queue_urls=world.levels).run()
+    # THEN the copy is back on the queue the message came from, not promoted to the high queue
+    assert (world.bodies("normal"), world.bodies("high")) == (["claims-high"], [])
