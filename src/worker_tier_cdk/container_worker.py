@@ -135,6 +135,8 @@ class ContainerWorker(Construct):
             min_healthy_percent=100,
         )
         self.queue.grant_consume_messages(task_definition.task_role)
+        # A message its waits brought to max_retries receives is replaced by a fresh copy on its own queue (flow control)
+        self.queue.grant_send_messages(task_definition.task_role)
         props.dead_letter_queue.grant_send_messages(task_definition.task_role)
         grant_items(props.state_table, task_definition.task_role, actions=IDEMPOTENCY_ACTIONS,
                     leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])

@@ -319,6 +319,10 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
         if task is not None:
             _print_move_task(task, as_json)
             return
+    elif rate is not None:
+        click.echo(f"--rate {rate} does not apply: "
+                   + ("a filter" if not which.empty else "priority levels (each letter goes back to its level's queue)")
+                   + " needs the batch move, which sends as fast as SQS answers", err=True)
     try:
         journal = redrive.Journal.for_queue(session.runtime.state_dir, dlq_url, session.runtime.clock)
     except redrive.JournalError as error:

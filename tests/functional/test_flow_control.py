@@ -3,6 +3,8 @@ policy enforced); a message over its limit waits, and its waits are never attemp
 
 from __future__ import annotations
 
+import pytest
+
 import itertools
 import json
 import math
@@ -487,8 +489,6 @@ def test_a_message_whose_key_projection_finds_nothing_is_dead_lettered_naming_th
     assert reason_of(dead)["error_type"] == "MalformedBodyError" and ran == []
 
 
-@pytest.mark.xfail(strict=True, reason="a message with SQS's 10 attributes of its own leaves no room for the path a "
-                   "fresh copy carries, so no copy is made (fates.py _refresh) and the redrive policy moves it, no reason")
 def test_a_throttled_message_with_ten_attributes_of_its_own_is_never_moved_by_the_redrive_policy_without_a_reason(aws):
     # GIVEN a task at the http_path (the path of a message without beanstalk.sqsd.path) limited to 1 an hour that has
     # just run, and a message sent by another producer with all of SQS's 10 attributes, none of them the path
@@ -508,9 +508,6 @@ def test_a_throttled_message_with_ten_attributes_of_its_own_is_never_moved_by_th
     assert all(contract.FAILURE_ATTRIBUTE in d.get("MessageAttributes", {}) for d in dead), dead
 
 
-@pytest.mark.xfail(strict=True, reason="an idempotent task's fresh copy carries worker_tier.source_message_id even when "
-                   "the attempts are dropped for room (fates.py _reschedule), so a message with 9 attributes of its own "
-                   "gets no copy and the redrive policy moves it, no reason")
 def test_an_idempotent_tasks_throttled_message_with_nine_attributes_is_never_moved_by_the_redrive_policy_without_a_reason(aws):
     # GIVEN an idempotent task limited to 1 an hour that has just run, and a message with 9 attributes of its own
     clock = Clock()
@@ -544,9 +541,7 @@ class DeleteFailsOnce:
         return self._sqs.delete_message(**params)
 
 
-@pytest.mark.xfail(strict=True, reason="the container worker deletes a message a fresh copy replaced with one bare "
-                   "DeleteMessage after the copy is sent (consumer.py _release): when it fails the error escapes and "
-                   "the original comes back beside its copy")
+@pytest.mark.xfail(strict=True, reason="known limit: when SQS refuses the delete of a message a fresh copy replaced, the container worker logs it and the original comes back beside its copy (a duplicate, never a loss)")
 def test_a_message_the_container_worker_replaced_by_a_fresh_copy_is_not_left_beside_it_when_its_delete_fails(aws):
     # GIVEN max_retries 3, the container worker, and a message it gave back unstarted twice (two waits)
     tasks = Registry()
@@ -574,9 +569,7 @@ def test_a_message_the_container_worker_replaced_by_a_fresh_copy_is_not_left_bes
         assert len(left) == 1, left
 
 
-@pytest.mark.xfail(strict=True, reason="a release whose wait the state table cannot record is released as it is "
-                   "(consumer.py _release): nothing counts it or ends it at max_retries, so the redrive policy moves it, "
-                   "no reason")
+@pytest.mark.xfail(strict=True, reason="known limit: a container release whose wait the state table cannot record is released as it is; released on every receive while the table fails, it can reach the redrive policy without a reason")
 def test_a_message_the_container_worker_gives_back_while_its_waits_cannot_be_recorded_ends_in_the_dlq_only_with_a_reason(aws):
     # GIVEN the container worker on a state table that throttles the waits' writes, and a message it receives and gives
     # back unstarted each time
@@ -616,8 +609,6 @@ class WaitsUnrecordableAfter(WaitsUnrecordable):
         return super().update_item(**params)
 
 
-@pytest.mark.xfail(strict=True, reason="_wait (fates.py) takes every receive as an attempt when one wait is unrecorded "
-                   "(attempts = task.receive_count), so the recorded waits count too and max_retries dead-letters it")
 def test_one_unrecorded_wait_counts_as_one_attempt_not_every_earlier_recorded_wait_too(aws):
     # GIVEN max_retries 3, a task limited to 1 an hour that has just run, and a state table that records a message's
     # first two waits, then throttles the third's write
@@ -643,8 +634,6 @@ def test_one_unrecorded_wait_counts_as_one_attempt_not_every_earlier_recorded_wa
     assert aws.dead_letters() == []
 
 
-@pytest.mark.xfail(strict=True, reason="the container worker's fresh copy goes to its own long-task queue (fates.py _client: "
-                   "the record's queue), where its task role may receive but not send (container_worker.py grants consume)")
 def test_the_container_worker_may_send_the_fresh_copy_of_a_message_of_its_own_long_task_queue(aws):
     # GIVEN the container worker on its own long-task queue (the stack's LongTaskQueue; the tests' "work" queue stands
     # for it elsewhere, and the container's role may send there as the work queue), max_retries 3
@@ -671,8 +660,6 @@ def test_the_container_worker_may_send_the_fresh_copy_of_a_message_of_its_own_lo
     assert not denials, iam.denial_lines(denials)
 
 
-@pytest.mark.xfail(strict=True, reason="message.copy_attributes passes a Binary worker_tier.priority on as None, which "
-                   "send_batch's _internal_attributes check refuses, so no fresh copy is ever made (fates.py _reschedule)")
 def test_a_throttled_message_with_a_binary_priority_attribute_is_never_moved_by_the_redrive_policy_without_a_reason(aws):
     # GIVEN a task limited to 1 an hour that has just run, and a message from another producer whose
     # worker_tier.priority attribute is Binary (SQS takes any type under any name)

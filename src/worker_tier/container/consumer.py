@@ -583,6 +583,16 @@ class Consumer:
                            extra={"message_id": message["MessageId"], "error": f"{type(error).__name__}: {error}"[:300]})
             return False
 
+    def _delete_replaced(self, source: _Source, message: dict[str, Any]) -> None:
+        """Delete a message a fresh copy replaced. If SQS refuses (botocore retried already), it stays held by the
+        heartbeat until its window ends and then comes back beside its copy: a duplicate, logged, never a loss."""
+        try:
+            self.sqs.delete_message(QueueUrl=source.url, ReceiptHandle=message["ReceiptHandle"])
+        except Exception as error:
+            logger.error("a message replaced by a fresh copy could not be deleted: it may run beside its copy",
+                         extra={"message_id": message["MessageId"], "error": f"{type(error).__name__}: {error}"[:300]})
+        source.heartbeat.release(message["MessageId"])
+
     def _release(self, messages: list[dict[str, Any]], why: str) -> None:
         """Visibility 0: another worker takes them at once. Each counts a wait first (``worker_tier.flow``): the
         receive it spent unstarted is not an attempt, so it never costs the message one of its ``max_retries``."""
@@ -597,8 +607,7 @@ class Consumer:
             messages = [m for m in messages if m not in replaced]
             for source in self._sources:
                 for message in (m for m in replaced if self._source_of(m) is source):
-                    source.heartbeat.release(message["MessageId"])
-                    self.sqs.delete_message(QueueUrl=source.url, ReceiptHandle=message["ReceiptHandle"])
+                    self._delete_replaced(source, message)
         if messages:
             logger.info("released messages", extra={"count": len(messages), "reason": why})
         for source in self._sources:

@@ -111,7 +111,8 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     internal: dict[str, Any] = {}
     for name, value in converted.items():
         if name == PRIORITY_ATTRIBUTE:  # the copy goes back to its level's queue (worker_tier.core.priority)
-            internal[name] = value.get("StringValue")
+            if isinstance(value.get("StringValue"), str):  # a Binary one is no level (priority.level_of reads it as normal)
+                internal[name] = value["StringValue"]
             continue
         if name == PATH_ATTRIBUTE or name.startswith(WORKER_TIER_ATTRIBUTE_PREFIX):
             continue

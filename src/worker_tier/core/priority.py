@@ -94,6 +94,11 @@ class PriorityQueues:
     def url(self, level: Any) -> str:
         """The queue of ``level``; MessageError naming the value and the fix when it is unknown or has no queue."""
         url: str | None = getattr(self, check_level(level))
+        if url is None and self.normal.endswith(".fifo"):
+            raise MessageError(
+                f"priority {level!r} is for standard queues: a FIFO queue keeps each message group's order, which "
+                "separate priority queues would break; send without priority"
+            )
         if url is None:
             variable = Resources.variable(PRIORITY_QUEUE_FIELDS[level])
             raise MessageError(

@@ -649,7 +649,8 @@ def _level_urls(urls: Mapping[str, str] | None) -> dict[str, str]:
     if wrong:
         raise MessageError(f"priority_queue_urls takes the levels {', '.join(map(repr, contract.PRIORITY_QUEUE_FIELDS))} "
                            f"(the normal level's is queue_url), got {wrong[0]!r}")
-    return dict(urls or {})
+    # An empty URL (a variable set to "") is no queue: that level's sends are refused, never sent to the work queue.
+    return {level: url for level, url in (urls or {}).items() if url}
 
 
 def _by_queue(entries: list[dict[str, Any]], default: str) -> dict[str, list[dict[str, Any]]]:

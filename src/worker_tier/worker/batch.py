@@ -187,7 +187,7 @@ class Worker(Fates):
         self._state_table = state_table
         self._clock = clock
         self._random = random
-        self._producer: Client | None = None
+        self._producers: dict[str, Client] = {}  # by source queue: a copy goes back to its own record's queue
         # Built once: the built-in middleware, then the caller's (None: the middleware setting's); Idempotency innermost.
         if middleware is None:
             middleware = _middleware.load(settings.middleware.split(","))

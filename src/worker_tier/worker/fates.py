@@ -96,6 +96,11 @@ def remove_outcome_listener(listener: OutcomeListener) -> None:
     _listeners.remove(listener)
 
 
+class NoFreshCopyError(WorkerTierError):
+    """A message its waits brought to the redrive policy's last receive, with no fresh copy possible: dead-lettered
+    with this reason rather than moved by the redrive policy without one."""
+
+
 class WaitedError(WorkerTierError):
     """A message given back unstarted (the invocation ran out of time): a wait, not an attempt; the reason its fresh
     copy is logged with."""
@@ -163,7 +168,7 @@ class Fates:
     _dead_letter_queue_url: str | None
     _dead_letter_queue_size: DeadLetterQueueSize
     _delay_table: str | None
-    _producer: Client | None
+    _producers: dict[str, Client]
     _resolve_queue_url: Callable[[list[Any]], str]
     registry: Registry
 
@@ -270,6 +275,7 @@ class Fates:
         invocation.metrics.count(contract.METRIC_THROTTLED)
         invocation.metrics.count_throttled(task.path)
         if attempts is None:  # not recorded: this receive counts as an attempt, and max_retries still ends it with a reason
+            self.count_waits(record, task, invocation)  # the waits recorded before still are not attempts
             attempts = task.receive_count
             if attempts >= self.settings.max_retries:
                 unrecorded = ThrottledError(error.wait_seconds, f"{error}; the state table could not record its waits, so "
@@ -277,6 +283,8 @@ class Fates:
                                             "reached", error.limit)
                 return self._dead_letter(record, task, invocation, unrecorded)
         if self._refresh(record, task, invocation, seconds, error, attempts):
+            return False
+        if attempts < self.settings.max_retries and self._dead_letter_before_the_redrive(record, task, invocation, error):
             return False
         invocation.set_visibility(record, seconds)
         logger.info("over a flow limit: waits, not an attempt", extra={"error": str(error), "back_in_seconds": seconds})
@@ -289,7 +297,9 @@ class Fates:
         task = Task.from_record(record, default_path=self.settings.http_path, content_type=self.settings.mime_type)
         invocation = _Invocation(None, 0)
         attempts = max(0, task.receive_count - waits)
-        replaced = self._refresh(record, task, invocation, 0, WaitedError(why), attempts)
+        waited = WaitedError(why)
+        replaced = (self._refresh(record, task, invocation, 0, waited, attempts)
+                    or self._dead_letter_before_the_redrive(record, task, invocation, waited))
         invocation.metrics.publish()
         return replaced
 
@@ -299,7 +309,11 @@ class Fates:
         if not self.registry.any_flow_control():
             return False
         attempts = self.record_wait(task, invocation, 0, why)
-        return attempts is not None and self._refresh(record, task, invocation, 0, WaitedError(why), attempts)
+        if attempts is None:
+            return False
+        waited = WaitedError(why)
+        return (self._refresh(record, task, invocation, 0, waited, attempts)
+                or self._dead_letter_before_the_redrive(record, task, invocation, waited))
 
     def _refresh(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException, attempts: int
@@ -313,9 +327,10 @@ class Fates:
             delay = min(delay, limits.SQS_MAX_DELAY_SECONDS)
         status = OUTCOME_THROTTLED if isinstance(error, (ThrottledError, WaitedError)) else OUTCOME_RETRYING
         if not self._reschedule(record, task, invocation, delay, error, attempts=attempts, status=status):
-            # No room for the attempts attribute (a message with all of SQS's 10): a copy without it runs up to
-            # max_retries times more, which is better than the redrive policy moving it without a reason.
-            if not attempts or not self._reschedule(record, task, invocation, delay, error, attempts=0, status=status):
+            # No room for the attempts attribute (a message with all of SQS's 10): a copy without it (nor the source
+            # id an idempotent task's copy carries) runs up to max_retries times more, which is better than the
+            # redrive policy moving it without a reason.
+            if not self._reschedule(record, task, invocation, delay, error, attempts=0, status=status, minimal=True):
                 return False
             invocation.metrics.count(contract.METRIC_ATTEMPTS_DROPPED)
             logger.warning("a fresh copy had no room for its attempts: it starts again from its first",
@@ -381,7 +396,7 @@ class Fates:
 
     def _reschedule(
         self, record: Mapping[str, Any], task: Task, invocation: _Invocation, delay: int, error: BaseException,
-        attempts: int | None = None, status: str = OUTCOME_RESCHEDULED,
+        attempts: int | None = None, status: str = OUTCOME_RESCHEDULED, minimal: bool = False,
     ) -> bool:
         """Re-send the message as a copy due in ``delay`` seconds (through the delay table past SQS's 15 minutes),
         carrying ``attempts`` (default: this receive's count); False when that is not possible."""
@@ -393,7 +408,7 @@ class Fates:
         carried = task.receive_count if attempts is None else attempts
         if carried:  # none to carry: a copy starting at receive 1 counts right without it, and keeps an attribute free
             internal[contract.ATTEMPTS_ATTRIBUTE] = str(carried)
-        if self._keeps_source_id(task):  # the copy must be the same message to the idempotency layer
+        if not minimal and self._keeps_source_id(task):  # the copy must be the same message to the idempotency layer
             internal[contract.SOURCE_MESSAGE_ID_ATTRIBUTE] = task.attributes.get(contract.SOURCE_MESSAGE_ID_ATTRIBUTE) or task.message_id
         first_received = message.first_received_ms(record)
         if first_received is not None and getattr(self, "app_target", None) is not None:
@@ -423,6 +438,19 @@ class Fates:
         self._emit(invocation, status, task, _describe(error), delay, error)
         return True
 
+    def _dead_letter_before_the_redrive(
+        self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException
+    ) -> bool:
+        """No fresh copy could be made: when the redrive policy would move the message on its next receive, dead-letter
+        it now with a reason saying so (True: its copy is in the DLQ; False: it goes back as it is)."""
+        if message.approximate_receive_count(record) < self.settings.redrive_max_receive_count - 1:
+            return False
+        reason = NoFreshCopyError(f"{_describe(error)}; no fresh copy of the message could be sent (its attributes leave "
+                                  "no room, or the queue refused it), and the redrive policy would move it on its next "
+                                  "receive without a reason")
+        self._dead_letter(record, task, invocation, reason)
+        return task.message_id in invocation.dead_lettered  # False when the DLQ refused it: it goes back, never lost
+
     def _keeps_source_id(self, task: Task) -> bool:
         """True when ``task``'s copy must carry its message id: its task is idempotent, keyed by the message id."""
         definition = self.registry.get(task.path)
@@ -441,15 +469,18 @@ class Fates:
             offloaded.keep_for_new_life(store, record)
 
     def _client(self, record: Mapping[str, Any]) -> Client:
-        """The producer the worker re-sends long retries with (built on first use)."""
-        if self._producer is None:
+        """The producer the worker re-sends a copy of ``record`` with: one per source queue (built on first use), so a
+        copy goes back to its own record's queue (its priority level's, or the container worker's own)."""
+        queue_url = self._resolve_queue_url([record])
+        producer = self._producers.get(queue_url)
+        if producer is None:
             from worker_tier.producer.client import Client
 
-            self._producer = Client(
-                self._resolve_queue_url([record]), self._delay_table, sqs=self._sqs.get(), dynamodb=self._dynamodb.get(),
+            producer = self._producers[queue_url] = Client(
+                queue_url, self._delay_table, sqs=self._sqs.get(), dynamodb=self._dynamodb.get(),
                 clock=self._clock, delay_shards=self.settings.delay_shards,
             )
-        return self._producer
+        return producer
 
     def _dead_letter(self, record: Mapping[str, Any], task: Task, invocation: _Invocation, error: BaseException) -> bool:
         """Copy the message to the DLQ with its reason; if anything fails, keep it and back off (True)."""
