@@ -23,10 +23,10 @@ from worker_tier.core import contract
 from worker_tier.core.errors import ConfigurationError, NonRetryableError, ThrottledError
 from worker_tier.core.observability import logger
 from worker_tier.core.task_keys import task_key
-from worker_tier.flow.limiter import RATE_KEY_PREFIX, SLOTS_KEY_PREFIX, ConcurrencySlots, RateLimiter, Slot, item_key
 from worker_tier.pipeline.middleware import CallNext, Middleware
 
 if TYPE_CHECKING:
+    from worker_tier.flow.limiter import ConcurrencySlots, RateLimiter, Slot
     from worker_tier.core.task import Task
     from worker_tier.worker.batch import Worker
     from worker_tier.worker.fates import _Invocation as Batch
@@ -88,11 +88,15 @@ class FlowControl(Middleware):
         return table
 
     def rates(self) -> RateLimiter:
+        from worker_tier.flow.limiter import RateLimiter  # the limiter: imported with the first flow-controlled message
+
         if self._rates is None:
             self._rates = RateLimiter(self._worker._dynamodb.get, self._table())
         return self._rates
 
     def slots(self) -> ConcurrencySlots:
+        from worker_tier.flow.limiter import ConcurrencySlots
+
         if self._slots is None:
             self._slots = ConcurrencySlots(self._worker._dynamodb.get, self._table(), self._worker._random)
         return self._slots
@@ -108,6 +112,8 @@ class FlowControl(Middleware):
         if not admission.admitted:
             # Back when its turn is within the hold, not after it: then it reserves the turn, and no turn goes unused
             # while it is on its way back.
+            from worker_tier.flow.limiter import RATE_KEY_PREFIX, item_key
+
             raise ThrottledError(max(0.0, admission.wait - FLOW_MAX_HOLD_SECONDS), f"rate limit {rate.text} of {definition.path!r}"
                                  + (f" for key {key[:80]!r}" if key is not None else ""),
                                  item_key(RATE_KEY_PREFIX, definition.path, key))
@@ -132,6 +138,8 @@ class FlowControl(Middleware):
         slots, clock = self.slots(), self._worker._clock
         slot, wait, _ = slots.take(definition.path, key, limit, holder, clock(), lease)
         if slot is None:
+            from worker_tier.flow.limiter import SLOTS_KEY_PREFIX, item_key
+
             # A lease ending far off (a Lambda invocation's deadline, without a heartbeat) says nothing of when its task
             # ends: then try again soon.
             wait = MIN_CONCURRENCY_WAIT_SECONDS if wait > MAX_CONCURRENCY_WAIT_SECONDS else max(wait, MIN_CONCURRENCY_WAIT_SECONDS)

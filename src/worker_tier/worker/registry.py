@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from worker_tier.core import limits
 from worker_tier.core.contract import IDEMPOTENCY_KEY_PREFIX
 from worker_tier.core.errors import MiddlewareError, TaskRegistrationError
-from worker_tier.flow.limiter import MAX_CONCURRENCY, Rate
 from worker_tier.pipeline.middleware import Middleware, checked
 from worker_tier.worker.task_imports import import_task_modules
 from worker_tier.core.task import Task
+
+if TYPE_CHECKING:
+    from worker_tier.flow.limiter import Rate
 
 # A task returns nothing that matters: returning is success, whatever it returns.
 TaskHandler = Callable[[Task], object]
@@ -50,7 +52,11 @@ class TaskDefinition:
     @cached_property
     def rate(self) -> Rate | None:
         """``rate_limit`` parsed (checked at registration), or None."""
-        return None if self.rate_limit is None else Rate.parse(self.rate_limit, self.rate_burst, f"rate_limit for {self.path!r}")
+        if self.rate_limit is None:
+            return None
+        from worker_tier.flow.limiter import Rate  # only for a task with a rate: kept off the worker's cold start
+
+        return Rate.parse(self.rate_limit, self.rate_burst, f"rate_limit for {self.path!r}")
 
 
 _OPTIONS = ("parser", "idempotent", "idempotency_key", "idempotency_expiry", "heartbeat", "container", "middleware",
@@ -160,9 +166,9 @@ def _check_flow(definition: TaskDefinition) -> None:
     elif definition.rate_burst != 1:
         raise TaskRegistrationError(f"rate_burst for {path!r} needs rate_limit (such as rate_limit='100/s')")
     limit = definition.concurrency
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _max_concurrency()):
         raise TaskRegistrationError(
-            f"concurrency for {path!r} must be a whole number from 1 to {MAX_CONCURRENCY} (messages run at once per key), got {limit!r}"
+            f"concurrency for {path!r} must be a whole number from 1 to {_max_concurrency()} (messages run at once per key), got {limit!r}"
         )
     for option, needs in (("rate_key", "rate_limit"), ("concurrency_key", "concurrency")):
         key = getattr(definition, option)
@@ -176,6 +182,13 @@ def _check_flow(definition: TaskDefinition) -> None:
             raise TaskRegistrationError(f"{option} for {path!r} needs {needs}: a key groups messages under a limit")
         if isinstance(key, str):
             _check_jmespath(key, option, path)
+
+
+def _max_concurrency() -> int:
+    """flow.limiter's MAX_CONCURRENCY, imported only for a task with a concurrency (kept off the cold start)."""
+    from worker_tier.flow.limiter import MAX_CONCURRENCY
+
+    return MAX_CONCURRENCY
 
 
 def _check_jmespath(expression: str, option: str, path: str) -> None:
