@@ -59,6 +59,20 @@ def hourly_report_after_its_first_run(aws, clock):
     return worker
 
 
+def released_unstarted_again_and_again(aws, consumer, times: int = 20) -> int:
+    """Receive the queue's message and have the container worker give it back unstarted, until it is gone or ``times``
+    over; how many times it was given back."""
+    given_back = 0
+    for _ in range(times):
+        got = aws.sqs.receive_message(QueueUrl=aws.queue_url, MessageSystemAttributeNames=["All"],
+                                      MessageAttributeNames=["All"]).get("Messages", [])
+        if not got:
+            break
+        consumer._release(got, "not started before the stop")
+        given_back += 1
+    return given_back
+
+
 def invocations(aws, worker, clock, count: int) -> None:
     """``count`` invocations on what is visible, each settled with its failed messages visible again, 10 ms apart."""
     for _ in range(count):
@@ -409,14 +423,7 @@ def test_a_message_the_container_worker_gives_back_unstarted_again_and_again_is_
     consumer = consumer_for(aws, tasks)
     send(aws, "/render", "{}")
     # WHEN that happens more times than the redrive policy allows receives (13: max_retries 10 + 3)
-    given_back = 0
-    for _ in range(20):
-        got = aws.sqs.receive_message(QueueUrl=aws.queue_url, MessageSystemAttributeNames=["All"],
-                                      MessageAttributeNames=["All"]).get("Messages", [])
-        if not got:
-            break
-        consumer._release(got, "not started before the stop")
-        given_back += 1
+    given_back = released_unstarted_again_and_again(aws, consumer)
     # THEN it is still there to run (today the redrive policy moved it to the DLQ, with no reason, on receive 14)
     assert aws.dead_letters() == [] and given_back == 20
 
@@ -584,12 +591,7 @@ def test_a_message_the_container_worker_gives_back_while_its_waits_cannot_be_rec
                         protection=TaskProtection(agent_uri=""))
     send(aws, "/render", "{}")
     # WHEN that happens more times than the redrive policy allows receives (13: max_retries 10 + 3)
-    for _ in range(20):
-        got = aws.sqs.receive_message(QueueUrl=aws.queue_url, MessageSystemAttributeNames=["All"],
-                                      MessageAttributeNames=["All"]).get("Messages", [])
-        if not got:
-            break
-        consumer._release(got, "not started before the stop")
+    released_unstarted_again_and_again(aws, consumer)
     # THEN whatever its fate, it is not silent: a message in the DLQ carries its reason
     dead = aws.dead_letters()
     assert all(contract.FAILURE_ATTRIBUTE in d.get("MessageAttributes", {}) for d in dead), dead

@@ -298,17 +298,21 @@ def _throttled_until_refreshed(world: PriorityWorld, handler: Worker, level: str
                                                     VisibilityTimeout=0)
 
 
-def test_a_high_messages_fresh_copy_goes_back_to_the_high_queue_after_a_normal_ones(world):
-    # GIVEN max_retries 3 and a task whose partner API always says wait (ThrottledError), one worker for every level
+def _always_waiting(world):
+    """A worker (max_retries 3) of a task that always raises ThrottledError, the SendMessageBatch calls it makes, and
+    a producer."""
     tasks = Registry()
 
     @tasks.task("/push")
     def push(task: Task) -> None:
         raise ThrottledError(30, "partner said 429")
 
-    handler = worker(world, tasks, max_retries=3)
-    sent = recorded(world, "SendMessageBatch")
-    producer = client(world)
+    return worker(world, tasks, max_retries=3), recorded(world, "SendMessageBatch"), client(world)
+
+
+def test_a_high_messages_fresh_copy_goes_back_to_the_high_queue_after_a_normal_ones(world):
+    # GIVEN max_retries 3 and a task whose partner API always says wait (ThrottledError), one worker for every level
+    handler, sent, producer = _always_waiting(world)
     producer.send("/push", "plain")
     producer.send("/push", "urgent", priority="high")
     # WHEN the normal message's waits bring SQS's count to max_retries (a fresh copy replaces it), then the high one's
@@ -321,15 +325,7 @@ def test_a_high_messages_fresh_copy_goes_back_to_the_high_queue_after_a_normal_o
 
 def test_a_normal_messages_fresh_copy_stays_on_the_normal_queue_after_a_high_ones(world):
     # GIVEN max_retries 3 and a task whose partner API always says wait (ThrottledError), one worker for every level
-    tasks = Registry()
-
-    @tasks.task("/push")
-    def push(task: Task) -> None:
-        raise ThrottledError(30, "partner said 429")
-
-    handler = worker(world, tasks, max_retries=3)
-    sent = recorded(world, "SendMessageBatch")
-    producer = client(world)
+    handler, sent, producer = _always_waiting(world)
     producer.send("/push", "urgent", priority="high")
     producer.send("/push", "plain")
     # WHEN the high message's waits bring SQS's count to max_retries (a fresh copy replaces it), then the normal one's
