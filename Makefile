@@ -9,7 +9,7 @@ CDK := npx --yes aws-cdk@2
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: venv run lint test test-fast synth deploy dist bench cron-next docs clean
+.PHONY: venv run lint test test-fast screenshots synth deploy dist bench cron-next docs clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ test: lint
 ## 7 min serially on a shared 2-core machine (4 min of CPU), so less with -n 2; make test runs them all for CI
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not slow" --durations=10 tests/unit tests/functional $(PYTEST_ARGS)
+
+## make screenshots: the dashboard's browser tests, writing each page's screenshot to docs/images/ (Debian's chromium)
+screenshots: $(STAMP)
+	DASHBOARD_SCREENSHOTS=$(CURDIR)/docs/images $(PY) -m pytest -n 2 $(wildcard tests/e2e/test_dashboard_*.py) $(PYTEST_ARGS)
 
 ## make synth: CloudFormation template in cdk.out/, offline, no Docker, no AWS calls
 synth: $(STAMP)

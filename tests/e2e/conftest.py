@@ -38,3 +38,37 @@ def iam_enforced(tmp_path: Path, monkeypatch):
     denials += Path(shared[iam.DENIALS_VARIABLE]).read_text().splitlines() if os.path.exists(shared[iam.DENIALS_VARIABLE]) else []
     if denials:
         pytest.fail("\n".join(dict.fromkeys(denials)), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's Chromium, headless, once per session (tests/support/dashboard.py); the tests skip without it."""
+    from tests.support import dashboard
+
+    if not dashboard.CHROMIUM.is_file():
+        pytest.skip(dashboard.MISSING_CHROMIUM)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = dashboard.launch_chromium(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium):
+    """A fresh browser context (no cookies) and its page, 1280x800, for one test."""
+    from tests.support import dashboard
+
+    context = chromium.new_context(viewport=dashboard.VIEWPORT)
+    context.set_default_timeout(15_000)
+    yield context.new_page()
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory):
+    """Where the browser tests' pictures go: a temporary directory, and $DASHBOARD_SCREENSHOTS when set."""
+    from tests.support import dashboard
+
+    return dashboard.Screenshots(tmp_path_factory.mktemp("screenshots"))
