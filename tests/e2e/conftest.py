@@ -72,3 +72,24 @@ def screenshots(tmp_path_factory):
     from tests.support import dashboard
 
     return dashboard.Screenshots(tmp_path_factory.mktemp("screenshots"))
+
+
+@pytest.fixture
+def dashboard_world(tmp_path):
+    """`make run` with its examples and tests/support/dashboard_tasks.py's tasks, and `worker-tier ui` on it (from a
+    shell with the banner's export line pasted): ``.run`` (a ``LocalRun``) and ``.dashboard`` (a ``Dashboard``)."""
+    from types import SimpleNamespace
+
+    from tests.support import dashboard, dashboard_tasks
+
+    run = dashboard.LocalRun(settings=dashboard_tasks.settings_file(tmp_path))
+    try:
+        ui = dashboard.Dashboard(run.shell())
+    except BaseException:
+        run.stop()
+        raise
+    try:
+        yield SimpleNamespace(run=run, dashboard=ui)
+    finally:
+        ui.stop()
+        run.stop()

@@ -116,6 +116,35 @@ class LocalRun:
         return boto3.client(service, endpoint_url=self.endpoint_url, region_name=self.exported["AWS_REGION"],
                             aws_access_key_id="local", aws_secret_access_key="local")
 
+    def resource(self, variable: str) -> str:
+        """A resource the export line names (``worker_tier.core.contract``'s ``*_VARIABLE``: the DLQ's URL, a table)."""
+        return self.exported[variable]
+
+    def producer(self) -> Any:
+        """``Client.from_env()`` as another shell with the export line gets it (the test's own calls, not a role's)."""
+        from worker_tier import Client
+
+        return Client.from_env(self.exported, sqs=self.client("sqs"), dynamodb=self.client("dynamodb"))
+
+    def depth(self, variable: str) -> int:
+        """Visible plus in flight plus delayed messages of the queue ``variable`` names (a dashboard's peek hides none)."""
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"]
+        attributes = self.client("sqs").get_queue_attributes(QueueUrl=self.resource(variable), AttributeNames=names)
+        return sum(int(attributes["Attributes"].get(name, 0)) for name in names)
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The DLQ's visible messages, read without deleting them (visible again at once): body and String attributes.
+
+        A message the dashboard holds while it reads the DLQ is not among them: ``eventually`` the expected ones.
+        """
+        from worker_tier.core import contract
+
+        received = self.client("sqs").receive_message(
+            QueueUrl=self.resource(contract.DLQ_URL_VARIABLE), MaxNumberOfMessages=10, VisibilityTimeout=0,
+            MessageAttributeNames=["All"]).get("Messages") or []
+        return [{"body": m["Body"], "attributes": {k: v.get("StringValue") for k, v in m.get("MessageAttributes", {}).items()}}
+                for m in received]
+
     def shell(self) -> dict[str, str]:
         """A fresh shell's environment with the banner's export line pasted (no AWS or Worker Tier variable of its own)."""
         from worker_tier.core import contract
@@ -204,3 +233,37 @@ def eventually(check: Callable[[], Any], seconds: float = 20.0, interval: float 
         assert time.monotonic() < deadline, f"{getattr(check, '__name__', check)} never held within {seconds} s"
         time.sleep(interval)
     return value
+
+
+class AttackerSite:
+    """Another origin on this machine (127.0.0.1, another port) serving one HTML page, as a malicious local page would."""
+
+    def __init__(self, html: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        body = html.encode()
+
+        class _Page(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: no access log on stderr."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        threading.Thread(target=self._server.serve_forever, name="attacker-site", daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def follow_nav(page: Any, label: str) -> None:
+    """Click the dashboard's navigation link ``label`` ("Dead letters", "Delayed", ...), as a person moves between pages."""
+    page.locator("nav").get_by_role("link", name=label, exact=True).click()
+    page.wait_for_load_state()

@@ -1,0 +1,72 @@
+"""The dashboard's dead letters in Chromium, against `make run`: why messages died, and sending one path's back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.dashboard import eventually, follow_nav
+from tests.support.dashboard_tasks import CHARGE_PATH
+from worker_tier.core import contract
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+POISON_REASON = "order 42 references a deleted customer"  # tasks/examples.py's /poison, which `make run` sends
+
+
+def test_a_poison_message_appears_in_the_dlq_page_with_its_reason(dashboard_world, page, screenshots):
+    # GIVEN `make run` with its examples, until /poison (a NonRetryableError) is dead-lettered
+    run, ui = dashboard_world.run, dashboard_world.dashboard
+    run.output.wait_for(r"DLQ +/poison ")
+    # WHEN the on-call person opens the URL `worker-tier ui` printed, then its dead letters
+    page.goto(ui.url)
+    assert page.locator("#dlq-summary").inner_text().startswith("DLQ: 1 dead letter"), page.content()
+    screenshots.take(page, "overview", full_page=True)
+    follow_nav(page, "Dead letters")
+    # THEN the /poison group shows the error type, the reason and the body
+    group = page.locator("section.group[data-path='/poison']")
+    assert "NonRetryableError" in group.locator("h2").inner_text()
+    letter = group.locator("tr.letter")
+    assert letter.count() == 1
+    assert letter.locator(".reason").inner_text().startswith(POISON_REASON)
+    assert json.loads(letter.locator("pre.body").inner_text()) == {"order_id": 42}
+    screenshots.take(page, "dlq", full_page=True)
+    # AND its own redrive step names that one message before anything moves
+    message_id = letter.get_attribute("data-message-id")
+    letter.get_by_role("link", name="Redrive…").click()
+    assert page.locator(".sample").inner_text() == f"{message_id} /poison · NonRetryableError"
+    screenshots.take(page, "dlq-message")
+    # AND reading did not consume it: it is still in the DLQ
+    assert run.depth(contract.DLQ_URL_VARIABLE) == 1
+
+
+def test_redrive_of_one_group_from_the_page_sends_only_its_messages_back_to_the_work_queue(
+        dashboard_world, page, screenshots, tmp_path):
+    # GIVEN a /charge message dead-lettered (its customer missing) beside make run's /poison
+    run, ui = dashboard_world.run, dashboard_world.dashboard
+    customer = tmp_path / "customer-7"
+    run.producer().send(CHARGE_PATH, {"customer": 7, "customer_file": str(customer)})
+    run.output.wait_for(r"DLQ +/charge ")
+    run.output.wait_for(r"DLQ +/poison ")
+    # AND the cause fixed
+    customer.write_text("restored")
+    # WHEN the on-call person redrives the /charge group from its page, confirming the step that names it
+    page.goto(ui.url)
+    page.goto(ui.at("/dlq"))
+    page.locator(f"section.group[data-path='{CHARGE_PATH}']").get_by_role("link", name="Redrive this group…").click()
+    what = page.locator("#what").inner_text()
+    assert "moves 1 dead letter(s) of path /charge failing with NonRetryableError" in what, what
+    screenshots.take(page, "confirm-redrive")
+    lines_before = len(run.output.lines)
+    page.locator("#confirm").click()
+    # THEN the run's page follows the move to its end (it refreshes itself), with the command line's counts
+    page.wait_for_selector("#state[data-done='yes']", timeout=30_000)
+    assert page.locator("#counts").inner_text() == "moved 1, skipped 1, failed 0"  # /poison, another group: skipped
+    screenshots.take(page, "redrive-run")
+    # AND the worker received it from the work queue and, its cause fixed, it succeeded
+    run.output.wait_for(r"ok +/charge ", after=lines_before)
+    # AND the DLQ holds only /poison, which was not part of the group; the work queue is empty
+    assert eventually(lambda: [json.loads(m["body"]) for m in run.dead_letters()] == [{"order_id": 42}])
+    assert run.depth(contract.DLQ_URL_VARIABLE) == 1
+    assert eventually(lambda: run.depth(contract.QUEUE_URL_VARIABLE) == 0)
