@@ -25,6 +25,7 @@ from worker_tier_cli.redrive import POINTER_NOTE
 from worker_tier_cli.output import emit_json, progress_bar, table
 from worker_tier_cli.session import Runtime, Session, parse_time
 from worker_tier_cli.tail import tail_command
+from worker_tier_cli.ui.command import ui_command
 from worker_tier_cli.target import OPTION_NAMES, STACK_OUTPUTS, STACK_VARIABLE, VARIABLES, WORKER_VARIABLE, TargetError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -498,6 +499,7 @@ def import_eb_command(path: Path, cdk_json: Path, dry_run: bool) -> None:
 
 cli.add_command(cron_group)
 cli.add_command(tail_command)
+cli.add_command(ui_command)
 # Commands that never reach a deployment: cron next reads cron.yaml, import-eb writes cdk.json.
 OFFLINE_COMMANDS = frozenset({"cron", "import-eb"})
 
