@@ -12,7 +12,7 @@ from worker_tier.delays import cancellation, dedupe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-REMINDER_KEY = "remind-ada-7d"
+REMINDER_KEY = "remind-ada"
 
 
 def test_a_cancellable_reminder_cancelled_from_the_delayed_page_is_never_delivered(dashboard_world, page, screenshots):
