@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.support.dashboard import AttackerSite
+from tests.support.dashboard import REBINDING_HOST, AttackerSite, Dashboard
 from worker_tier.core import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -69,3 +69,21 @@ def test_without_its_token_the_dashboard_shows_no_data(dashboard_world, page):
         text = page.locator("body").inner_text()
         assert "Token needed" in text, text
         assert "poison" not in text and "order" not in text and "worker-tier-local" not in text, text
+
+
+def test_a_page_under_another_name_that_resolves_here_reads_nothing_from_a_dashboard_without_a_token(dashboard_world, page):
+    # GIVEN a second dashboard started with --no-token (a single-user machine), with /poison in the DLQ
+    run = dashboard_world.run
+    run.output.wait_for(r"DLQ +/poison ")
+    tokenless = Dashboard(run.shell(), "--no-token")
+    try:
+        page.goto(tokenless.at("/dlq"))
+        assert "order 42" in page.locator("body").inner_text()  # its own address shows the data
+        # WHEN a site whose name resolves to 127.0.0.1 (DNS rebinding) loads it under its own name
+        response = page.goto(tokenless.at("/dlq").replace("127.0.0.1", REBINDING_HOST))
+        # THEN the Host check refuses it before anything is read
+        assert response.status == 403, response.status
+        text = page.locator("body").inner_text()
+        assert "is not this dashboard's address" in text and "order 42" not in text, text
+    finally:
+        tokenless.stop()

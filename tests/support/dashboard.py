@@ -26,8 +26,10 @@ from tests.support import stacks
 
 REPO = stacks.REPO
 CHROMIUM = Path("/usr/bin/chromium")
+# A name of another site that resolves to this machine, as a DNS-rebinding attacker's does (Chromium's own resolver).
+REBINDING_HOST = "rebinding.test"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+                 "--disable-sync", "--no-first-run", f"--host-resolver-rules=MAP {REBINDING_HOST} 127.0.0.1"]
 MISSING_CHROMIUM = (f"the dashboard's browser tests need Debian's Chromium at {CHROMIUM}, which is not installed: "
                     "`apt-get install chromium` (as root; .ci/run installs it)")
 SCREENSHOTS_VARIABLE = "DASHBOARD_SCREENSHOTS"  # `make screenshots`: DASHBOARD_SCREENSHOTS=docs/images
