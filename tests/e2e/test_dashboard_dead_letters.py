@@ -41,31 +41,39 @@ def test_a_poison_message_appears_in_the_dlq_page_with_its_reason(dashboard_worl
     assert run.depth(contract.DLQ_URL_VARIABLE) == 1
 
 
+CHARGES = 12  # more than one ReceiveMessage's 10: the page reads the DLQ in several batches
+
+
 def test_redrive_of_one_group_from_the_page_sends_only_its_messages_back_to_the_work_queue(
         dashboard_world, page, screenshots, tmp_path):
-    # GIVEN a /charge message dead-lettered (its customer missing) beside make run's /poison
+    # GIVEN 12 /charge messages dead-lettered (their customer missing) beside make run's /poison
     run, ui = dashboard_world.run, dashboard_world.dashboard
     customer = tmp_path / "customer-7"
-    run.producer().send(CHARGE_PATH, {"customer": 7, "customer_file": str(customer)})
-    run.output.wait_for(r"DLQ +/charge ")
+    producer = run.producer()
+    for order in range(CHARGES):
+        producer.send(CHARGE_PATH, {"customer": 7, "order": order, "customer_file": str(customer)})
     run.output.wait_for(r"DLQ +/poison ")
+    eventually(lambda: run.output.text().count(f"DLQ  {CHARGE_PATH} ") == CHARGES)
     # AND the cause fixed
     customer.write_text("restored")
-    # WHEN the on-call person redrives the /charge group from its page, confirming the step that names it
+    # WHEN the on-call person finds them grouped by path and error, and redrives that group, confirming
     page.goto(ui.url)
-    page.goto(ui.at("/dlq"))
-    page.locator(f"section.group[data-path='{CHARGE_PATH}']").get_by_role("link", name="Redrive this group…").click()
+    follow_nav(page, "Dead letters")
+    group = page.locator(f"section.group[data-path='{CHARGE_PATH}']")
+    assert group.locator("h2 .count").inner_text() == str(CHARGES)
+    assert group.locator("tr.letter .reason").first.inner_text().startswith("customer 7 not found")
+    group.get_by_role("link", name="Redrive this group…").click()
     what = page.locator("#what").inner_text()
-    assert "moves 1 dead letter(s) of path /charge failing with NonRetryableError" in what, what
+    assert f"moves {CHARGES} dead letter(s) of path /charge failing with NonRetryableError" in what, what
     screenshots.take(page, "confirm-redrive")
     lines_before = len(run.output.lines)
     page.locator("#confirm").click()
     # THEN the run's page follows the move to its end (it refreshes itself), with the command line's counts
     page.wait_for_selector("#state[data-done='yes']", timeout=30_000)
-    assert page.locator("#counts").inner_text() == "moved 1, skipped 1, failed 0"  # /poison, another group: skipped
+    assert page.locator("#counts").inner_text() == f"moved {CHARGES}, skipped 1, failed 0"  # /poison: another group
     screenshots.take(page, "redrive-run")
-    # AND the worker received it from the work queue and, its cause fixed, it succeeded
-    run.output.wait_for(r"ok +/charge ", after=lines_before)
+    # AND the worker received each from the work queue and, its cause fixed, each succeeded
+    eventually(lambda: "\n".join(run.output.lines[lines_before:]).count(f"ok   {CHARGE_PATH} ") == CHARGES)
     # AND the DLQ holds only /poison, which was not part of the group; the work queue is empty
     assert eventually(lambda: [json.loads(m["body"]) for m in run.dead_letters()] == [{"order_id": 42}])
     assert run.depth(contract.DLQ_URL_VARIABLE) == 1
