@@ -78,3 +78,23 @@ def test_redrive_of_one_group_from_the_page_sends_only_its_messages_back_to_the_
     assert eventually(lambda: [json.loads(m["body"]) for m in run.dead_letters()] == [{"order_id": 42}])
     assert run.depth(contract.DLQ_URL_VARIABLE) == 1
     assert eventually(lambda: run.depth(contract.QUEUE_URL_VARIABLE) == 0)
+
+
+def test_redrive_all_from_the_page_sends_the_poison_message_through_the_work_queue_again(dashboard_world, page):
+    # GIVEN make run's /poison dead-lettered once
+    run, ui = dashboard_world.run, dashboard_world.dashboard
+    run.output.wait_for(r"DLQ +/poison ")
+    # WHEN the on-call person redrives everything from the DLQ page, confirming
+    page.goto(ui.url)
+    follow_nav(page, "Dead letters")
+    page.get_by_role("link", name="Redrive all…").click()
+    assert "moves 1 dead letter(s)" in page.locator("#what").inner_text()
+    lines_before = len(run.output.lines)
+    page.locator("#confirm").click()
+    # THEN the run's page follows it to its end
+    page.wait_for_selector("#state[data-done='yes']", timeout=30_000)
+    # (a copy dead-lettered again while the run went on is named, and left for the next run, as the CLI does)
+    assert page.locator("#counts").inner_text().startswith("moved 1, skipped 0, failed 0"), page.content()
+    # AND the worker received it again from the work queue: still refused, it is dead-lettered again, once
+    run.output.wait_for(r"DLQ +/poison +\S+ +receive 1 +NonRetryableError", after=lines_before)
+    assert eventually(lambda: run.depth(contract.DLQ_URL_VARIABLE) == 1)
