@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import webbrowser
+from types import ModuleType
 
 import click
 
@@ -13,14 +14,14 @@ UI_EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "multipart", "python_multi
 UI_EXTRA_MISSING = "{missing} not installed; the dashboard needs the ui extra: pip install 'worker-tier[ui]'"
 
 
-def load_server() -> object:
+def load_server() -> ModuleType:
     """``worker_tier_cli.ui.serve``, or a one-line UsageError naming the missing package and the extra."""
     try:
         from worker_tier_cli.ui import serve
     except ImportError as error:
         if (error.name or "").split(".")[0] not in UI_EXTRA_MODULES:
             raise
-        raise click.UsageError(UI_EXTRA_MISSING.format(missing=error.name)) from None
+        raise click.UsageError(UI_EXTRA_MISSING.format(missing=(error.name or "").split(".")[0])) from None
     return serve
 
 
@@ -46,13 +47,13 @@ def ui_command(host: str, port: int, token: str | None, no_token: bool, open_bro
     session: Session = click.get_current_context().find_object(Session)  # type: ignore[assignment]
     session.target.required("queue_url")  # a deployment that cannot be found fails now, in one line, not on each page
     try:
-        served = serve.bind(session, host, port, None if no_token else token or new_token())  # type: ignore[attr-defined]
+        served = serve.bind(session, host, port, None if no_token else token or new_token())
     except GuardError as error:
         raise click.UsageError(str(error)) from None
     except OSError as error:
         raise click.UsageError(f"cannot listen on {host}:{port}: {error.strerror or error}; pass --port 0 for any "
                                "free port, or another --port") from None
-    click.echo(serve.URL_LINE.format(url=served.url))  # type: ignore[attr-defined]
+    click.echo(serve.URL_LINE.format(url=served.url))
     sys.stdout.flush()
     if open_browser:
         webbrowser.open(served.url)

@@ -52,7 +52,8 @@ def bind(session: Session, host: str, port: int, token: str | None, outcomes: Ou
         raise
     bound = sock.getsockname()[1]
     app = build_app(session, token=token, hosts=allowed_hosts(host, bound), port=bound, outcomes=outcomes)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
+    # log_config None: uvicorn leaves the process's logging as it is (make run keeps the worker's JSON logs quiet)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", server_header=False)
     name = f"[{host}]" if ":" in host else host
     url = f"http://{name}:{bound}/" + (f"?{TOKEN_PARAMETER}={token}" if token else "")
     return Served(url, sock, uvicorn.Server(config))

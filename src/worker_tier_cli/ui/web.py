@@ -38,7 +38,7 @@ class Dashboard:
     """The pages and actions over one session (its clients are made once and shared by every request)."""
 
     def __init__(self, session: Session, outcomes: OutcomeSource, csrf_token: str) -> None:
-        self.session, self.outcomes, self.csrf_token = session, outcomes, csrf_token
+        self.session, self.feed, self.csrf_token = session, outcomes, csrf_token
         self.runs = Runs(session)
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                                             undefined=jinja2.StrictUndefined)
@@ -67,11 +67,11 @@ class Dashboard:
         return self.page("periodic.html", request, shown=pages.periodic(self.session))
 
     def outcomes(self, request: Request) -> Response:
-        lines, cursor, note = self.outcomes.after(0)
+        lines, cursor, note = self.feed.after(0)
         return self.page("outcomes.html", request, lines=lines, cursor=cursor, note=note)
 
     def outcomes_json(self, request: Request) -> Response:
-        lines, cursor, note = self.outcomes.after(_int(request, "after", 0, 0, 2**63))
+        lines, cursor, note = self.feed.after(_int(request, "after", 0, 0, 2**63))
         return JSONResponse({"cursor": cursor, "note": note, "lines": [line["line"] for line in lines]})
 
     # -- redrive ------------------------------------------------------------------------------------------
