@@ -34,7 +34,8 @@ MISSING_CHROMIUM = (f"the dashboard's browser tests need Debian's Chromium at {C
                     "`apt-get install chromium` (as root; .ci/run installs it)")
 SCREENSHOTS_VARIABLE = "DASHBOARD_SCREENSHOTS"  # `make screenshots`: DASHBOARD_SCREENSHOTS=docs/images
 VIEWPORT = {"width": 1280, "height": 800}
-DASHBOARD_URL = re.compile(r"Worker Tier dashboard: (http://127\.0\.0\.1:\d+/\S*)")
+DASHBOARD_URL = re.compile(r"Worker Tier dashboard: (http://127\.0\.0\.1:\d+/\S*)")  # worker-tier ui's first line
+BANNER_DASHBOARD_URL = re.compile(r"  dashboard +(http://127\.0\.0\.1:\d+/\S*)")  # make run ARGS=--ui's banner
 STARTUP_SECONDS = 60.0
 
 
