@@ -65,7 +65,7 @@ def test_redrive_of_one_group_from_the_page_sends_only_its_messages_back_to_the_
     group.get_by_role("link", name="Redrive this group…").click()
     what = page.locator("#what").inner_text()
     assert f"moves {CHARGES} dead letter(s) of path /charge failing with NonRetryableError" in what, what
-    screenshots.take(page, "confirm-redrive")
+    screenshots.take(page, "redrive-confirm")
     lines_before = len(run.output.lines)
     page.locator("#confirm").click()
     # THEN the run's page follows the move to its end (it refreshes itself), with the command line's counts

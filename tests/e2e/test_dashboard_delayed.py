@@ -34,7 +34,7 @@ def test_a_cancellable_reminder_cancelled_from_the_delayed_page_is_never_deliver
     row.get_by_role("link", name="Cancel…").click()
     what = page.locator("#what").inner_text()
     assert f"dedupe key {REMINDER_KEY}, path /hello" in what and message_id in what, what
-    screenshots.take(page, "confirm-cancel")
+    screenshots.take(page, "cancel-confirm")
     page.locator("#confirm").click()
     # THEN the page says it is cancelled
     assert page.locator("#outcome").get_attribute("data-status") == cancellation.DONE, page.content()

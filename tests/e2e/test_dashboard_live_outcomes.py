@@ -46,6 +46,6 @@ def test_the_live_page_shows_each_outcome_as_make_run_prints_it_and_new_ones_as_
         run.producer().send(INVOICE_PATH, {"order_id": 7, "items_cents": [1000, 250]})
         run.output.wait_for(r"ok +/invoice ")
         eventually(lambda: _shown_outcomes(page, INVOICE_PATH) == _printed_outcomes(run, INVOICE_PATH), seconds=10)
-        screenshots.take(page, "live", full_page=True)
+        screenshots.take(page, "outcomes", full_page=True)
     finally:
         run.stop()
