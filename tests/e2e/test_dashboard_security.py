@@ -87,3 +87,27 @@ def test_a_page_under_another_name_that_resolves_here_reads_nothing_from_a_dashb
         assert "is not this dashboard's address" in text and "order 42" not in text, text
     finally:
         tokenless.stop()
+
+
+def test_a_page_of_another_origin_cannot_frame_the_redrive_confirmation_to_trick_a_click(dashboard_world, page):
+    # GIVEN the on-call person's browser, signed in, with /poison in the DLQ
+    run, ui = dashboard_world.run, dashboard_world.dashboard
+    run.output.wait_for(r"DLQ +/poison ")
+    page.goto(ui.url)
+    # AND a page of another origin that frames the "Redrive all" confirmation under a decoy (clickjacking)
+    framed = ui.at("/dlq/redrive?scope=all")
+    attacker = AttackerSite(f'<!doctype html><title>win a prize</title><button>Claim</button>'
+                            f'<iframe src="{html.escape(framed)}" style="opacity:0.01" width="800" height="600"></iframe>')
+    try:
+        # WHEN the person visits it
+        with page.expect_response(framed) as answered:
+            page.goto(attacker.url)
+        # THEN the browser refuses to render the dashboard in the frame: no confirm button to be clicked there
+        assert answered.value.status == 200  # the browser asked, with its cookie; its answer forbids framing
+        [frame] = [f for f in page.frames if f != page.main_frame]
+        page.wait_for_timeout(500)
+        assert frame.locator("#confirm").count() == 0
+        assert "Move 1 message" not in frame.content()
+    finally:
+        attacker.stop()
+    assert run.depth(contract.DLQ_URL_VARIABLE) == 1
