@@ -28,6 +28,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from worker_tier.core.errors import WorkerTierError
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -55,7 +57,7 @@ UNAUTHORIZED_PAGE = ("<!doctype html><title>Worker Tier dashboard: token needed<
                      "<p>Open the URL <code>worker-tier ui</code> printed (it carries the token once), in this browser.</p>")
 
 
-class GuardError(ValueError):
+class GuardError(WorkerTierError, ValueError):
     """A dashboard that cannot be served safely as asked (no token off loopback, a short token)."""
 
 
