@@ -142,7 +142,8 @@ class Guard:
         if not same(given, self.token or ""):
             return HTMLResponse(UNAUTHORIZED_PAGE, status_code=401)
         rest = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_PARAMETER]
-        response = RedirectResponse(request.url.path + (f"?{urlencode(rest)}" if rest else ""), status_code=303)
+        here = "/" + request.url.path.lstrip("/")  # never "//host/...": a redirect off this server
+        response = RedirectResponse(here + (f"?{urlencode(rest)}" if rest else ""), status_code=303)
         response.set_cookie(self.cookie, self.token or "", httponly=True, samesite="strict", path="/")
         return response
 
