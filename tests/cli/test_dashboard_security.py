@@ -30,6 +30,11 @@ def test_the_token_in_the_url_becomes_an_httponly_strict_cookie_and_leaves_the_a
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
 
 
+def test_the_token_redirect_stays_on_this_server_whatever_the_path(dashboard):
+    answer = dashboard.stranger().get(f"{ORIGIN}//evil.example/x?token={TOKEN}", follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/evil.example/x"
+
+
 def test_a_request_naming_another_host_is_refused_even_with_the_token(dashboard):
     # GIVEN a page of another site whose name resolves to 127.0.0.1 (DNS rebinding)  THEN it is refused
     answer = dashboard.browser.get("/", headers={"Host": f"evil.example:{PORT}"})

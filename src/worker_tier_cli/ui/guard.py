@@ -28,6 +28,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from worker_tier.core.errors import WorkerTierError
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -55,7 +57,7 @@ UNAUTHORIZED_PAGE = ("<!doctype html><title>Worker Tier dashboard: token needed<
                      "<p>Open the URL <code>worker-tier ui</code> printed (it carries the token once), in this browser.</p>")
 
 
-class GuardError(ValueError):
+class GuardError(WorkerTierError, ValueError):
     """A dashboard that cannot be served safely as asked (no token off loopback, a short token)."""
 
 
@@ -140,7 +142,8 @@ class Guard:
         if not same(given, self.token or ""):
             return HTMLResponse(UNAUTHORIZED_PAGE, status_code=401)
         rest = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_PARAMETER]
-        response = RedirectResponse(request.url.path + (f"?{urlencode(rest)}" if rest else ""), status_code=303)
+        here = "/" + request.url.path.lstrip("/")  # never "//host/...": a redirect off this server
+        response = RedirectResponse(here + (f"?{urlencode(rest)}" if rest else ""), status_code=303)
         response.set_cookie(self.cookie, self.token or "", httponly=True, samesite="strict", path="/")
         return response
 

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker_tier.core.errors import WorkerTierError
 from worker_tier_cli import redrive
 from worker_tier_cli.dead_letters import Filter
 from worker_tier_cli.session import Session
@@ -39,7 +40,7 @@ class RedriveRun:
         return redrive.report_notes(self.report)
 
 
-class RunningError(Exception):
+class RunningError(WorkerTierError):
     """A redrive is already running (its run is ``running``)."""
 
     def __init__(self, running: RedriveRun) -> None:
