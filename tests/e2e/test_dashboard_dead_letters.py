@@ -31,7 +31,6 @@ def test_a_poison_message_appears_in_the_dlq_page_with_its_reason(dashboard_worl
     assert letter.count() == 1
     assert letter.locator(".reason").inner_text().startswith(POISON_REASON)
     assert json.loads(letter.locator("pre.body").inner_text()) == {"order_id": 42}
-    screenshots.take(page, "dlq", full_page=True)
     # AND its own redrive step names that one message before anything moves
     message_id = letter.get_attribute("data-message-id")
     letter.get_by_role("link", name="Redrive…").click()
@@ -62,6 +61,7 @@ def test_redrive_of_one_group_from_the_page_sends_only_its_messages_back_to_the_
     group = page.locator(f"section.group[data-path='{CHARGE_PATH}']")
     assert group.locator("h2 .count").inner_text() == str(CHARGES)
     assert group.locator("tr.letter .reason").first.inner_text().startswith("customer 7 not found")
+    screenshots.take(page, "dlq", full_page=True)
     group.get_by_role("link", name="Redrive this group…").click()
     what = page.locator("#what").inner_text()
     assert f"moves {CHARGES} dead letter(s) of path /charge failing with NonRetryableError" in what, what
