@@ -32,9 +32,10 @@ def invoice(t: Task) -> dict:
 
 
 def settings_file(directory: Path) -> Path:
-    """A cdk.json for `make run --settings` whose task_modules are the example tasks and these."""
+    """A cdk.json for `make run --settings` whose task_modules are the example tasks and these; retries after 1 s."""
     import json
 
     path = directory / "cdk.json"
-    path.write_text(json.dumps({"context": {"worker_tier": {"task_modules": f"tasks,{__name__}"}}}))
+    settings = {"task_modules": f"tasks,{__name__}", "error_visibility_timeout": 1}
+    path.write_text(json.dumps({"context": {"worker_tier": settings}}))
     return path
