@@ -3,6 +3,10 @@
 The local environment's own setup (queues, tables) and the test's calls are not a role's and are not checked; the
 worker, dispatcher, periodic and container calls it runs are, including those of a ``python -m worker_tier worker``
 subprocess started with ``stacks.subprocess_pythonpath()``.
+
+The dashboard's browser tests (test_dashboard_*.py) add Debian's Chromium (``chromium``, once per session; they skip
+without it), a fresh ``page`` per test, and ``dashboard_world``: `make run` and `worker-tier ui` as subprocesses
+(tests/support/dashboard.py), the dashboard an operator's, not a role's.
 """
 
 from __future__ import annotations
