@@ -175,3 +175,15 @@ def test_the_overview_lists_every_alarm_of_the_named_stack_with_its_state(deploy
     assert '<tr class="state-alarm"><td>Jobs-DlqNotEmpty-1</td><td>ALARM</td>' in html
     assert '<tr class="state-ok"><td>Jobs-Lag-2</td><td>OK</td>' in html
     assert "Other-DlqNotEmpty-3" not in html
+
+
+def test_a_large_group_lists_its_first_twenty_and_says_how_many_more_its_redrive_moves(dashboard):
+    # GIVEN 25 dead letters of one path and error
+    for n in range(25):
+        dashboard.deployment.dead_letter("/bulk", ValueError(f"bad {n}"), str(n))
+    # WHEN the DLQ page is loaded
+    html = dashboard.browser.get("/dlq").text
+    # THEN the group counts all 25, lists 20, and says the other 5 are there too
+    assert '<span class="count">25</span>' in html
+    assert html.count('class="letter"') == 20
+    assert "… and 5 more in this group, not listed (its redrive moves them all)." in html

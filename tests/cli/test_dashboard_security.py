@@ -127,3 +127,13 @@ def test_the_command_refuses_no_token_off_loopback_and_a_short_token_in_one_line
     assert "Error: --host 0.0.0.0 without a token" in result.output
     short = deployment.run("ui", "--token", "short", "--port", "0")
     assert short.exit_code == 2 and "--token must be at least 16 characters, got 5" in short.output
+
+
+def test_open_hands_the_browser_a_private_page_not_the_url_with_the_token():
+    from worker_tier_cli.ui.command import _launch_page
+
+    # GIVEN the dashboard's URL WHEN --open makes its launch page
+    page = _launch_page(f"{ORIGIN}/?token={TOKEN}&x=<y>")
+    # THEN only this user can read it, and it sends the browser to the URL (escaped)
+    assert page.stat().st_mode & 0o077 == 0 and page.parent.stat().st_mode & 0o077 == 0
+    assert f'content="0;url={ORIGIN}/?token={TOKEN}&amp;x=&lt;y&gt;"' in page.read_text()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import sys
+import tempfile
 import webbrowser
+from pathlib import Path
 from types import ModuleType
 
 import click
@@ -56,5 +59,16 @@ def ui_command(host: str, port: int, token: str | None, no_token: bool, open_bro
     click.echo(serve.URL_LINE.format(url=served.url))
     sys.stdout.flush()
     if open_browser:
-        webbrowser.open(served.url)
+        webbrowser.open(_launch_page(served.url).as_uri())
     served.run()
+
+
+def _launch_page(url: str) -> Path:
+    """A page only this user can read that sends the browser to ``url``: opening it keeps the token out of the
+    browser's command line, which other users see in `ps` (Jupyter's way)."""
+    folder = Path(tempfile.mkdtemp(prefix="worker-tier-ui-"))  # mode 0700
+    page = folder / "open.html"
+    page.touch(mode=0o600)
+    page.write_text(f'<!doctype html><meta http-equiv="refresh" content="0;url={html.escape(url)}">'
+                    f'<a href="{html.escape(url)}">Worker Tier dashboard</a>\n', encoding="utf-8")
+    return page

@@ -13,8 +13,9 @@ from worker_tier_cli import dead_letters, delayed, report, status, ticks
 from worker_tier_cli.session import Session
 from worker_tier_cli.ui import metrics
 
-DEFAULT_DLQ_LIMIT = 200  # messages a DLQ page reads (``dlq list --limit``); ?limit= asks for up to MAX_DLQ_LIMIT
-MAX_DLQ_LIMIT = dead_letters.DEFAULT_PEEK_LIMIT
+DEFAULT_DLQ_LIMIT = dead_letters.DEFAULT_PEEK_LIMIT  # messages a DLQ page reads, as `dlq list`; ?limit= fewer or more
+MAX_DLQ_LIMIT = 10 * dead_letters.DEFAULT_PEEK_LIMIT
+SHOWN_PER_GROUP = 20  # messages listed under each group (its count and its redrive cover them all)
 NEXT_TICKS = 5
 
 
@@ -44,11 +45,11 @@ def dead_letter_groups(session: Session, limit: int) -> dict[str, Any]:
     by_id = {letter.message_id: letter for letter in dead}
     groups = dead_letters.group([letter for letter in dead if letter.points_to is None])
     return {"dlq_url": dlq_url, "read": len(dead), "limit": limit, "more": len(letters) >= limit,
-            "groups": [LetterGroup(g, [by_id[i] for i in g.message_ids]) for g in groups],
+            "groups": [LetterGroup(g, [by_id[i] for i in g.message_ids[:SHOWN_PER_GROUP]]) for g in groups],
             "pointers": [letter for letter in dead if letter.points_to is not None], "unjoined": unjoined}
 
 
-def matching(session: Session, which: dead_letters.Filter, limit: int = MAX_DLQ_LIMIT) -> dict[str, Any]:
+def matching(session: Session, which: dead_letters.Filter, limit: int = DEFAULT_DLQ_LIMIT) -> dict[str, Any]:
     """How many dead letters a redrive of ``which`` would move now, among up to ``limit`` read (a confirmation's count)."""
     dlq_url = session.target.required("dlq_url")
     with dead_letters.peek(session.client("sqs"), dlq_url, limit, session.runtime.wait_seconds) as letters:
