@@ -40,13 +40,16 @@ STARTUP_SECONDS = 60.0
 
 
 class OutputReader:
-    """A subprocess's stdout read line by line on a thread (so its pipe never fills), searchable while it runs."""
+    """A subprocess's stdout read line by line on a thread, searchable while it runs; its stderr kept by another
+    (so neither pipe ever fills and blocks it)."""
 
     def __init__(self, process: subprocess.Popen, name: str) -> None:
         self.process, self.name = process, name
         self.lines: list[str] = []
+        self.errors: list[str] = []
         self._changed = threading.Condition()
         threading.Thread(target=self._read, name=f"{name}-stdout", daemon=True).start()
+        threading.Thread(target=self._read_errors, name=f"{name}-stderr", daemon=True).start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -56,6 +59,11 @@ class OutputReader:
                 self._changed.notify_all()
         with self._changed:
             self._changed.notify_all()
+
+    def _read_errors(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.errors.append(line.rstrip("\n"))
 
     def wait_for(self, pattern: str | re.Pattern[str], seconds: float = 30.0, after: int = 0) -> re.Match[str]:
         """The first match of ``pattern`` in a line (from line ``after`` on); AssertionError with the output if none comes."""
@@ -68,8 +76,8 @@ class OutputReader:
                         return match
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.process.poll() is not None and not self._changed.wait(0.5)):
-                    raise AssertionError(f"{self.name}: {compiled.pattern!r} never appeared "
-                                         f"(exit {self.process.poll()}); its output:\n" + "\n".join(self.lines[-60:]))
+                    raise AssertionError(f"{self.name}: {compiled.pattern!r} never appeared (exit {self.process.poll()}); "
+                                         "its output:\n" + "\n".join(self.lines[-60:] + self.errors[-20:]))
                 self._changed.wait(min(left, 0.5))
 
     def text(self) -> str:
@@ -77,8 +85,8 @@ class OutputReader:
             return "\n".join(self.lines)
 
 
-def _stop(process: subprocess.Popen, seconds: float = 10.0) -> str:
-    """SIGTERM, then SIGKILL if it outlives ``seconds``; its stderr."""
+def _stop(process: subprocess.Popen, seconds: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it outlives ``seconds``."""
     if process.poll() is None:
         process.terminate()
         try:
@@ -86,7 +94,6 @@ def _stop(process: subprocess.Popen, seconds: float = 10.0) -> str:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    return process.stderr.read() if process.stderr is not None else ""
 
 
 class LocalRun:
@@ -104,9 +111,12 @@ class LocalRun:
         self.process = subprocess.Popen(command, env=environment, cwd=REPO, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
         self.output = OutputReader(self.process, "make run")
-        line = self.output.wait_for(r"^  export ", STARTUP_SECONDS).string
-        self.exported = _exported(line)
-        self.output.wait_for(r"next cron tick at |sent  ", STARTUP_SECONDS)  # past the banner: the run loop starts
+        try:
+            self.exported = _exported(self.output.wait_for(r"^  export ", STARTUP_SECONDS).string)
+            self.output.wait_for(r"next cron tick at |sent  ", STARTUP_SECONDS)  # past the banner: the run loop starts
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def endpoint_url(self) -> str:
@@ -155,8 +165,8 @@ class LocalRun:
         fresh = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", contract.ENVIRONMENT_PREFIX))}
         return {**fresh, **self.exported, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
 
-    def stop(self) -> str:
-        return _stop(self.process)
+    def stop(self) -> None:
+        _stop(self.process)
 
 
 def _exported(line: str) -> dict[str, str]:
@@ -173,13 +183,15 @@ class Dashboard:
         self.process = subprocess.Popen([sys.executable, "-m", "worker_tier", "ui", "--port", "0", *args], env=shell,
                                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.output = OutputReader(self.process, "worker-tier ui")
-        first = self.output.wait_for(r".", STARTUP_SECONDS)
-        assert first.string == self.output.lines[0], self.output.text()
-        found = DASHBOARD_URL.search(first.string)
-        assert found, f"the first line is not the dashboard's URL: {first.string!r}"
-        self.url = found.group(1)  # http://127.0.0.1:PORT/?token=...
-        self.origin = re.match(r"http://[^/]+", self.url).group(0)  # type: ignore[union-attr]
-        self._wait_listening()
+        try:
+            found = self.output.wait_for(DASHBOARD_URL, STARTUP_SECONDS)
+            assert found.string == self.output.lines[0], f"the URL is not the first line: {self.output.text()}"
+            self.url = found.group(1)  # http://127.0.0.1:PORT/?token=...
+            self.origin = re.match(r"http://[^/]+", self.url).group(0)  # type: ignore[union-attr]
+            self._wait_listening()
+        except BaseException:
+            self.stop()
+            raise
 
     def _wait_listening(self) -> None:
         """Until the server answers (it may print its URL before it accepts)."""
@@ -202,8 +214,8 @@ class Dashboard:
         """``path`` on the dashboard (the token is the session cookie's after the first visit to ``url``)."""
         return self.origin + path
 
-    def stop(self) -> str:
-        return _stop(self.process)
+    def stop(self) -> None:
+        _stop(self.process)
 
 
 def launch_chromium(playwright: Any) -> Any:
