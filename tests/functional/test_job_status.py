@@ -326,7 +326,7 @@ def test_a_tracked_message_needs_one_attribute_for_its_job_id(aws):
 def test_status_of_an_unknown_job_raises_not_found_and_wait_times_out_on_a_queued_one(aws):
     clock = Clock()
     client = producer(aws, clock)
-    with pytest.raises(JobNotFoundError, match="no job 0{32} in state table state"):
+    with pytest.raises(JobNotFoundError, match=r"no job 0{32} in state table state"):
         client.status("0" * 32)
     with pytest.raises(MessageError, match="a job id is 32 lower-case hex digits"):
         client.status("nope")

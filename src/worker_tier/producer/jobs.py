@@ -10,6 +10,7 @@ bucket), ``wait`` polls it with backoff until a final state.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import time
@@ -59,17 +60,15 @@ class JobRecords:
         plain = [i for i in items if i not in keyed]
         for chunk in chunks(plain, limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
             unwritten = self._batch_write({i: {"PutRequest": {"Item": items[i]}} for i in chunk})
-            failures.update({i: reason for i, reason in unwritten.items()})
+            failures.update(unwritten)
             created.update(i for i in chunk if i not in unwritten)
         return failures, created
 
     def forget(self, job_ids: list[str]) -> None:
         """Delete the records of messages that were not sent (best effort: a record left reads queued until its TTL)."""
         for chunk in chunks(job_ids, limits.DYNAMODB_MAX_BATCH_WRITE_ITEMS):
-            try:
+            with contextlib.suppress(Exception):  # the send's own failure is what the caller hears
                 self._batch_write({i: {"DeleteRequest": {"Key": jobs.job_key(job_id)}} for i, job_id in enumerate(chunk)})
-            except Exception:  # noqa: S110 - the send's own failure is what the caller hears
-                pass
 
     def _batch_write(self, requests: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
         """BatchWriteItem with its unprocessed items retried (``retry.STATE_CALLS``); those never written, with why."""
@@ -84,8 +83,8 @@ class JobRecords:
                     return {}
         except Exception as error:
             return {i: (error_code(error), f"the job record was not written: {error}") for i in pending}
-        return {i: ("ProvisionedThroughputExceededException", "the job record was not written: DynamoDB left it "
-                    "unprocessed after every retry") for i in pending}
+        return dict.fromkeys(pending, ("ProvisionedThroughputExceededException",
+                                       "the job record was not written: DynamoDB left it unprocessed after every retry"))
 
     def status(self, job_id: str) -> JobStatus:
         """The job's JobStatus; JobNotFoundError when there is no record (never tracked, or past its retention)."""

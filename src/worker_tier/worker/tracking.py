@@ -77,9 +77,10 @@ class JobTracker:
         job_id = job_of(task)
         if job_id is None or not task.__dict__.get(RAN_KEY):
             return
-        fields = {"result": None, "result_object": None, "result_dropped": None, "next_try_at": None}
+        fields: dict[str, Any] = {"result": None, "result_object": None, "result_dropped": None, "next_try_at": None}
         fields.update(self._kept_result(job_id, task.__dict__.get(RESULT_KEY)))
-        details = {"result_bytes": (fields.get("result_object") or fields.get("result_dropped") or {}).get("bytes")}
+        kept: dict[str, Any] = fields.get("result_object") or fields.get("result_dropped") or {}
+        details = {"result_bytes": kept.get("bytes")}
         self._write(jobs.Transition(job_id, contract.JOB_SUCCEEDED, self._now_ms(), self._retention(), fields=fields,
                                     details=details if details["result_bytes"] is not None else {}))
 
