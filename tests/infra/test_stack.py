@@ -355,13 +355,15 @@ def test_visibility_shorter_than_batching_window_plus_timeout_fails_synth():
     )
 
 
-def test_worker_role_reaches_only_idempotency_and_flow_records_of_the_state_table(template):
+def test_worker_role_reaches_only_idempotency_flow_and_job_records_of_the_state_table(template):
     # GIVEN the worker function's role
     [role] = [r for r in template.find_resources("AWS::IAM::Role") if r.startswith("WorkerRole")]
     # WHEN its state-table statements are read
     statements = [s for r, s in dynamodb_statements(template) if r == role and on_table(s, "StateTable")]
     # THEN it may only run Powertools' item calls, only on idempotency# items, read and update flow control's flow#
-    # items (never put or delete), and check (never write) the delay dispatcher's minute records, for cancellable messages
+    # items (never put or delete), write and read job# items (tracked jobs: each change, and its tasks' tracked sends;
+    # never delete one but in a batch of unsent messages' records), and check (never write) the delay dispatcher's
+    # minute records, for cancellable messages
     resource = {"Fn::GetAtt": [statements[0]["Resource"]["Fn::GetAtt"][0], "Arn"]}
     expected = [{
         "Action": list(IDEMPOTENCY_ACTIONS),
@@ -371,6 +373,11 @@ def test_worker_role_reaches_only_idempotency_and_flow_records_of_the_state_tabl
     }, {
         "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
         "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["flow#*"]}},
+        "Effect": "Allow",
+        "Resource": resource,
+    }, {
+        "Action": ["dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+        "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["job#*"]}},
         "Effect": "Allow",
         "Resource": resource,
     }, {
@@ -460,6 +467,27 @@ def test_delay_producers_that_cancel_read_and_delete_only_the_cancellable_shard_
     minute = 29_000_000
     assert pattern.fullmatch(delay.bucket_key(minute, delay.CANCELLABLE_SHARD))
     assert not any(pattern.fullmatch(delay.bucket_key(minute, shard)) for shard in range(delay.CANCELLABLE_SHARD))
+
+
+def test_a_producer_reaches_only_job_records_of_the_state_table_and_job_results_of_the_bucket():
+    # GIVEN the stack and a producer's role
+    app = cdk.App()
+    stack = WorkerTierStack(app, "Jobs", task_code=TASK_CODE, cron_entries=[])
+    role = iam.Role(stack, "WebApp", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    # WHEN it is granted production
+    stack.grant_produce(role)
+    # THEN on the state table it may write, read and update job# items only (and check the delay dispatcher's minutes, to
+    # cancel), and read results/ objects of the bucket
+    template = Template.from_stack(stack).to_json()
+    statements = [s for p in template["Resources"].values() if p["Type"] == "AWS::IAM::Policy"
+                  and any(r.get("Ref", "").startswith("WebApp") for r in p["Properties"]["Roles"])
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    state = [(s["Action"], s["Condition"]) for s in statements if on_table(s, "StateTable")]
+    assert state == [(["dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+                      {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["job#*"]}}),
+                     ("dynamodb:ConditionCheckItem", {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}})]
+    reads = [s for s in statements if s["Action"] == "s3:GetObject"]
+    assert len(reads) == 1 and reads[0]["Resource"]["Fn::Join"][1][-1] == "/results/*"
 
 
 def test_every_role_reaches_only_its_own_items_of_the_shared_tables(template):
