@@ -21,6 +21,7 @@ from worker_tier.core.aws import error_code, is_condition_failure
 from worker_tier.core.errors import JobCancelledError, JobFailedError, JobNotFoundError, JobWaitTimeout, MessageError
 from worker_tier.core.jobs import JobStatus
 from worker_tier.core.retry import STATE_CALLS, chunks
+from worker_tier.core.settings import DEFAULT_JOB_RETENTION_SECONDS
 
 # The job of the task running on this thread (set by the worker for a tracked message): a tracked send from it
 # records it as its parent.
@@ -35,8 +36,9 @@ DEFAULT_POLL_SECONDS = 2.0
 class JobRecords:
     """A Client's job records in the state table (``table``), its clock and, for results kept in S3, its bucket."""
 
-    def __init__(self, table: str, dynamodb: Any, clock: Callable[[], float], retention_seconds: int,
-                 s3: Callable[[], Any] | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, table: str, dynamodb: Any, clock: Callable[[], float],
+                 retention_seconds: int = DEFAULT_JOB_RETENTION_SECONDS, s3: Callable[[], Any] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.table = table
         self._dynamodb = dynamodb
         self._clock = clock
