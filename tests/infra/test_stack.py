@@ -469,27 +469,6 @@ def test_delay_producers_that_cancel_read_and_delete_only_the_cancellable_shard_
     assert not any(pattern.fullmatch(delay.bucket_key(minute, shard)) for shard in range(delay.CANCELLABLE_SHARD))
 
 
-def test_a_producer_reaches_only_job_records_of_the_state_table_and_job_results_of_the_bucket():
-    # GIVEN the stack and a producer's role
-    app = cdk.App()
-    stack = WorkerTierStack(app, "Jobs", task_code=TASK_CODE, cron_entries=[])
-    role = iam.Role(stack, "WebApp", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-    # WHEN it is granted production
-    stack.grant_produce(role)
-    # THEN on the state table it may write, read and update job# items only (and check the delay dispatcher's minutes, to
-    # cancel), and read results/ objects of the bucket
-    template = Template.from_stack(stack).to_json()
-    statements = [s for p in template["Resources"].values() if p["Type"] == "AWS::IAM::Policy"
-                  and any(r.get("Ref", "").startswith("WebApp") for r in p["Properties"]["Roles"])
-                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
-    state = [(s["Action"], s["Condition"]) for s in statements if on_table(s, "StateTable")]
-    assert state == [(["dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-                      {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["job#*"]}}),
-                     ("dynamodb:ConditionCheckItem", {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}})]
-    reads = [s for s in statements if s["Action"] == "s3:GetObject"]
-    assert len(reads) == 1 and reads[0]["Resource"]["Fn::Join"][1][-1] == "/results/*"
-
-
 def test_every_role_reaches_only_its_own_items_of_the_shared_tables(template):
     # GIVEN every DynamoDB statement on the state table, and every write to the delay table
     statements = [
