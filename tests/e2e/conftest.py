@@ -81,19 +81,23 @@ def screenshots(tmp_path_factory):
 @pytest.fixture
 def dashboard_world(tmp_path):
     """`make run` with its examples and tests/support/dashboard_tasks.py's tasks, and `worker-tier ui` on it (from a
-    shell with the banner's export line pasted): ``.run`` (a ``LocalRun``) and ``.dashboard`` (a ``Dashboard``)."""
+    shell with the banner's export line pasted): ``.run`` (a ``LocalRun``), ``.dashboard`` (a ``Dashboard``) and
+    ``.customers``, the directory of the customers /charge finds."""
     from types import SimpleNamespace
 
     from tests.support import dashboard, dashboard_tasks
 
-    run = dashboard.LocalRun(settings=dashboard_tasks.settings_file(tmp_path))
+    customers = tmp_path / "customers"
+    customers.mkdir()
+    run = dashboard.LocalRun(settings=dashboard_tasks.settings_file(tmp_path),
+                             variables={dashboard_tasks.CUSTOMERS_VARIABLE: str(customers)})
     try:
         ui = dashboard.Dashboard(run.shell())
     except BaseException:
         run.stop()
         raise
     try:
-        yield SimpleNamespace(run=run, dashboard=ui)
+        yield SimpleNamespace(run=run, dashboard=ui, customers=customers)
     finally:
         ui.stop()
         run.stop()

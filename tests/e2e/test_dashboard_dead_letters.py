@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.support.dashboard import eventually, follow_nav
-from tests.support.dashboard_tasks import CHARGE_PATH
+from tests.support.dashboard_tasks import CHARGE_PATH, customer_file
 from worker_tier.core import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -44,17 +44,16 @@ CHARGES = 12  # more than one ReceiveMessage's 10: the page reads the DLQ in sev
 
 
 def test_redrive_of_one_group_from_the_page_sends_only_its_messages_back_to_the_work_queue(
-        dashboard_world, page, screenshots, tmp_path):
+        dashboard_world, page, screenshots):
     # GIVEN 12 /charge messages dead-lettered (their customer missing) beside make run's /poison
     run, ui = dashboard_world.run, dashboard_world.dashboard
-    customer = tmp_path / "customer-7"
     producer = run.producer()
     for order in range(CHARGES):
-        producer.send(CHARGE_PATH, {"customer": 7, "order": order, "customer_file": str(customer)})
+        producer.send(CHARGE_PATH, {"customer": 7, "order": order})
     run.output.wait_for(r"DLQ +/poison ")
     eventually(lambda: run.output.text().count(f"DLQ  {CHARGE_PATH} ") == CHARGES)
     # AND the cause fixed
-    customer.write_text("restored")
+    customer_file(dashboard_world.customers, 7).write_text("restored")
     # WHEN the on-call person finds them grouped by path and error, and redrives that group, confirming
     page.goto(ui.url)
     follow_nav(page, "Dead letters")

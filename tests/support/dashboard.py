@@ -103,11 +103,11 @@ class LocalRun:
     the subprocess gets ``stacks.subprocess_pythonpath()``, so its worker, dispatcher and periodic calls are checked.
     """
 
-    def __init__(self, *args: str, settings: Path | None = None) -> None:
+    def __init__(self, *args: str, settings: Path | None = None, variables: dict[str, str] | None = None) -> None:
         command = [sys.executable, "-m", "worker_tier_local", "--port", "0", "--duration", "600", *args]
         if settings is not None:
             command += ["--settings", str(settings)]
-        environment = {**os.environ, "PYTHONPATH": stacks.subprocess_pythonpath()}
+        environment = {**os.environ, **(variables or {}), "PYTHONPATH": stacks.subprocess_pythonpath()}
         self.process = subprocess.Popen(command, env=environment, cwd=REPO, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
         self.output = OutputReader(self.process, "make run")

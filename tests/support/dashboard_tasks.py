@@ -1,27 +1,35 @@
 """Tasks the dashboard's browser tests add to `make run`'s examples (its cdk.json's task_modules: tasks and this module).
 
-- ``/charge`` dead-letters while the customer it names is missing (no file ``customer_file`` names), and succeeds
-  once that file exists: an on-call person fixes the cause, then redrives only that path's messages.
+- ``/charge`` dead-letters while the customer it names is missing (no file of its number in the directory
+  ``CUSTOMERS_VARIABLE`` names), and succeeds once that file exists: an on-call person fixes the cause, then
+  redrives only that path's messages.
 - ``/invoice`` returns a result, which a tracked job's page shows.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from worker_tier import NonRetryableError, Task, task
 
 CHARGE_PATH = "/charge"
 INVOICE_PATH = "/invoice"
+CUSTOMERS_VARIABLE = "DASHBOARD_TEST_CUSTOMERS"  # the directory of the customers that exist, one file each
 
 
 @task(CHARGE_PATH)
 def charge(t: Task) -> dict:
-    """NonRetryableError until the body's ``customer_file`` exists; then the charge's receipt."""
-    body = t.json()
-    if not Path(body["customer_file"]).exists():
-        raise NonRetryableError(f"customer {body['customer']} not found")
-    return {"charged": body["customer"]}
+    """NonRetryableError until the body's customer exists; then the charge's receipt."""
+    customer = t.json()["customer"]
+    if not customer_file(Path(os.environ[CUSTOMERS_VARIABLE]), customer).exists():
+        raise NonRetryableError(f"customer {customer} not found")
+    return {"charged": customer}
+
+
+def customer_file(directory: Path, customer: int) -> Path:
+    """The file whose existence says ``customer`` exists."""
+    return directory / f"customer-{customer}"
 
 
 @task(INVOICE_PATH)
