@@ -10,6 +10,7 @@ from bench import (
     flow_bench,
     forwarding_bench,
     heartbeat_bench,
+    jobs_bench,
     payloads_bench,
     peers_bench,
     redrive_bench,
@@ -19,7 +20,7 @@ from bench import (
 
 BENCHMARKS = {"worker": worker_bench.run, "scheduler": scheduler_bench.run, "heartbeat": heartbeat_bench.run, "peers": peers_bench.run,
               "app_adapter": app_adapter_bench.run, "redrive": redrive_bench.run, "payloads": payloads_bench.run,
-              "forwarding": forwarding_bench.run, "flow": flow_bench.run}
+              "forwarding": forwarding_bench.run, "flow": flow_bench.run, "jobs": jobs_bench.run}
 
 
 def main(argv: list[str]) -> int:

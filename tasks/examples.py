@@ -10,10 +10,11 @@ FLAKY_FAILURES = 2
 
 
 @task("/hello")
-def hello(t: Task) -> None:
-    """Succeeds at once."""
+def hello(t: Task) -> dict[str, str]:
+    """Succeeds at once; its greeting is the result a tracked job keeps (`worker-tier send /hello {} --track`)."""
     name = t.json().get("name", "world")
     print(f"hello, {name}")
+    return {"greeting": f"hello, {name}"}
 
 
 @task("/flaky")

@@ -19,6 +19,10 @@ from worker_tier.core.errors import (
     DeadLetterError,
     DispatchIncompleteError,
     DispatchRefusedError,
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+    JobWaitTimeout,
     LayoutLostError,
     LeaseLostError,
     MalformedBodyError,
@@ -49,6 +53,7 @@ from worker_tier.worker.registry import task
 from worker_tier.core.task import Task
 
 if TYPE_CHECKING:
+    from worker_tier.core.jobs import JobStatus
     from worker_tier.producer.client import Client, OutgoingMessage, SendResult
 
 _CLIENT_NAMES = ("Client", "OutgoingMessage", "SendResult")
@@ -60,6 +65,10 @@ def __getattr__(name: str) -> Any:
         from worker_tier.producer import client
 
         return getattr(client, name)
+    if name == "JobStatus":  # a tracked job's status (docs/jobs.md), imported with its first use
+        from worker_tier.core.jobs import JobStatus
+
+        return JobStatus
     raise AttributeError(f"module 'worker_tier' has no attribute {name!r}")
 
 
@@ -73,6 +82,11 @@ __all__ = [
     "DeadLetterError",
     "DispatchIncompleteError",
     "DispatchRefusedError",
+    "JobCancelledError",
+    "JobFailedError",
+    "JobNotFoundError",
+    "JobStatus",
+    "JobWaitTimeout",
     "LayoutLostError",
     "LeaseLostError",
     "MalformedBodyError",

@@ -44,9 +44,16 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.code import DOCKERFILE, TaskCode, stage
 from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.function import POWERTOOLS_ENVIRONMENT
-from worker_tier_cdk.grants import FLOW_ACTIONS, IDEMPOTENCY_ACTIONS, grant_items, grant_payload_consume, grant_signing_secret
+from worker_tier_cdk.grants import (
+    FLOW_ACTIONS,
+    IDEMPOTENCY_ACTIONS,
+    JOB_WORKER_ACTIONS,
+    grant_items,
+    grant_payload_consume,
+    grant_signing_secret,
+)
 from worker_tier_cdk.settings import Settings
-from worker_tier.core.contract import FLOW_KEY_PREFIX, IDEMPOTENCY_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
+from worker_tier.core.contract import FLOW_KEY_PREFIX, IDEMPOTENCY_KEY_PREFIX, JOB_KEY_PREFIX, SEND_QUEUE_URL_VARIABLE, Resources
 from worker_tier.core.limits import ECS_FARGATE_MAX_STOP_TIMEOUT_SECONDS
 from worker_tier.core.settings import CONTAINER_SUBNETS_PUBLIC
 from worker_tier.core.errors import ConfigurationError
@@ -141,6 +148,7 @@ class ContainerWorker(Construct):
         grant_items(props.state_table, task_definition.task_role, actions=IDEMPOTENCY_ACTIONS,
                     leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
         grant_items(props.state_table, task_definition.task_role, actions=FLOW_ACTIONS, leading_key_prefixes=[FLOW_KEY_PREFIX])
+        grant_items(props.state_table, task_definition.task_role, actions=JOB_WORKER_ACTIONS, leading_key_prefixes=[JOB_KEY_PREFIX])
         if props.work_queue is not None:
             props.work_queue.grant_send_messages(task_definition.task_role)  # tasks' follow-ups (Client.from_env)
         if props.work_queue is not None and not self.forwarding:  # forwarding: the queue it reads is the work queue

@@ -10,7 +10,9 @@ The state table's key prefixes, one per owner:
 - ``idempotency#``: Powertools idempotency records (the worker and the container worker);
 - ``scheduler#``: the delay dispatcher's lease and watermark (the prefix keeps its first name);
 - ``cron#``: cron tick claims;
-- ``flow#``: flow control's rates, concurrency slots and message waits (the worker and the container worker).
+- ``flow#``: flow control's rates, concurrency slots and message waits (the worker and the container worker);
+- ``job#``: tracked jobs (docs/jobs.md): a producer writes the first records and reads them; the workers update them,
+  and write first records too for the tracked sends of their tasks.
 
 The delay table's producers write ``b#`` (delayed messages) and ``dedupe#`` (dedupe-key markers); to cancel
 and reschedule, they read and delete only the cancellable shard's messages (``CANCELLABLE_MESSAGE_KEY_PATTERN``)
@@ -39,6 +41,7 @@ from worker_tier.core.contract import (
     DELAY_BUCKET_KEY_PREFIX,
     DELAY_DEDUPE_KEY_PREFIX,
     DISPATCHER_KEY_PREFIX,
+    JOB_RESULT_KEY_PREFIX,
     PAYLOAD_KEY_PREFIX,
 )
 from worker_tier.core.errors import ConfigurationError
@@ -55,6 +58,15 @@ CANCELLABLE_MESSAGE_KEY_PATTERN = delay.bucket_key(0, delay.CANCELLABLE_SHARD).r
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # Flow control (worker_tier.flow.limiter): rate and slot updates, wait counts added and read. No Put or Delete.
 FLOW_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
+# Tracked jobs (worker_tier.producer.jobs): the first records (BatchWriteItem, a keyed job's conditional PutItem; an
+# unsent message's record deleted by BatchWriteItem), status and wait (GetItem), a cancelled job marked (UpdateItem).
+JOB_PRODUCE_ACTIONS = ("dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+# The workers write each change (UpdateItem, worker_tier.worker.tracking) and, for their tasks' tracked sends, what a
+# producer writes: the same actions.
+JOB_WORKER_ACTIONS = JOB_PRODUCE_ACTIONS
+# A producer reads a job's result kept in the payload bucket (results/<job id>.json); the workers put it there with
+# their PutObject on the whole bucket (PAYLOAD_READ_DELETE_ACTIONS).
+JOB_RESULT_READ_ACTIONS = ("s3:GetObject",)
 # The delay dispatcher's lease, watermark and minute records (worker_tier/delays/dispatcher.py).
 DISPATCHER_STATE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # Tick claims of periodic tasks: claim, mark sent, give back (worker_tier/periodic/ticks.py).
@@ -229,6 +241,18 @@ def grant_payload_consume(bucket: s3.IBucket, grantee: iam.IGrantable) -> None:
                          "receives, whose key the producer chose (AWS's Extended Client writes keys at the bucket's "
                          "root), and puts its tasks' own large bodies: the grant is GetObject, PutObject and "
                          "DeleteObject on the objects of the one payload bucket, nothing else.")
+
+
+def grant_job_results_read(bucket: s3.IBucket, grantee: iam.IGrantable) -> iam.Grant:
+    """Allow reading tracked jobs' results kept in the payload bucket (``results/``), and their key's Decrypt."""
+    objects = bucket.arn_for_objects(f"{JOB_RESULT_KEY_PREFIX}*")
+    grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(JOB_RESULT_READ_ACTIONS), resource_arns=[objects])
+    if bucket.encryption_key is not None:
+        bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_READ_ACTIONS)
+    _acknowledge_objects(grantee, bucket, f"{JOB_RESULT_KEY_PREFIX}*",
+                         "A producer reads a tracked job's result kept under results/<job id>.json (docs/jobs.md): "
+                         "GetObject under the results/ prefix only.")
+    return grant
 
 
 def _acknowledge_objects(grantee: iam.IGrantable, bucket: s3.IBucket, pattern: str, reason: str) -> None:

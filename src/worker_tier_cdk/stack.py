@@ -19,7 +19,7 @@ from worker_tier_cdk.delay_dispatcher import DelayDispatcher, DelayDispatcherPro
 from worker_tier_cdk.periodic_tasks import PeriodicTasks, PeriodicTasksProps
 from worker_tier_cdk.settings import Settings, settings_from_context
 from worker_tier_cdk.worker_queue import WorkerQueue, WorkerQueueProps
-from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE, Resources, setting_variable
+from worker_tier.core.contract import CONTAINER_QUEUE_URL_VARIABLE, JOB_RETENTION_VARIABLE, Resources, setting_variable
 from worker_tier.delays.delay import MAX_DELAY_SECONDS
 
 
@@ -114,7 +114,7 @@ class WorkerTierStack(Stack):
 
     def producer_environment(self) -> dict[str, str]:
         """The variables ``Client.from_env()`` reads to send to this stack: the queue, the delay table, the state table,
-        the payload bucket."""
+        the payload bucket, the job_retention setting."""
         environment = Resources(
             queue_url=self.worker.queue.queue_url,
             state_table=self.state_table.table_name,
@@ -123,6 +123,8 @@ class WorkerTierStack(Stack):
         environment.update(self.worker.level_environment())
         if self.delay_dispatcher is not None:
             environment.update(self.delay_dispatcher.producer_environment(self.settings))
+        # Tracked jobs' first records are kept as long as the workers keep their changes (docs/jobs.md)
+        environment[JOB_RETENTION_VARIABLE] = str(self.settings.job_retention)
         if self.payload_bucket is not None:  # a producer offloads and refuses by the stack's own limits
             environment.update({name: value for name, value in self.settings.to_environment().items()
                                 if name in (setting_variable("payload_threshold"), setting_variable("payload_max_bytes"))})

@@ -14,13 +14,22 @@ from worker_tier_cdk import defaults
 from worker_tier_cdk.code import TaskCode
 from worker_tier_cdk.alarms import count_alarm, count_metric, queue_not_empty_alarm
 from worker_tier_cdk.function import ServiceFunction, ServiceFunctionProps
-from worker_tier_cdk.grants import FLOW_ACTIONS, IDEMPOTENCY_ACTIONS, grant_items, grant_payload_consume, grant_payload_put
+from worker_tier_cdk.grants import (
+    FLOW_ACTIONS,
+    IDEMPOTENCY_ACTIONS,
+    JOB_PRODUCE_ACTIONS,
+    JOB_WORKER_ACTIONS,
+    grant_items,
+    grant_job_results_read,
+    grant_payload_consume,
+    grant_payload_put,
+)
 from worker_tier_cdk.payload_bucket import PayloadBucket, PayloadBucketProps
 from worker_tier_cdk.outputs import publish
 from worker_tier_cdk.task_imports import check_imports
 from worker_tier_cdk.settings import Settings
 from worker_tier.core import contract, priority
-from worker_tier.core.contract import FLOW_KEY_PREFIX, IDEMPOTENCY_KEY_PREFIX, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL
+from worker_tier.core.contract import FLOW_KEY_PREFIX, IDEMPOTENCY_KEY_PREFIX, JOB_KEY_PREFIX, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL
 from worker_tier.core.errors import ConfigurationError
 
 WORKER_HANDLER = "worker_tier.handlers.worker.lambda_handler"
@@ -129,10 +138,12 @@ class WorkerQueue(Construct):
         self.queue.grant_send_messages(self.function)  # tasks send follow-ups (Client.from_env)
         for level_queue in self.level_queues.values():
             level_queue.grant_send_messages(self.function)
+        self._state_table = props.state_table  # tracked jobs' producers are granted its job# items (grant_produce)
         if props.state_table is not None:
             grant_items(props.state_table, self.function, actions=IDEMPOTENCY_ACTIONS,
                         leading_key_prefixes=[IDEMPOTENCY_KEY_PREFIX])
             grant_items(props.state_table, self.function, actions=FLOW_ACTIONS, leading_key_prefixes=[FLOW_KEY_PREFIX])
+            grant_items(props.state_table, self.function, actions=JOB_WORKER_ACTIONS, leading_key_prefixes=[JOB_KEY_PREFIX])
         if self.payload_bucket is not None:
             grant_payload_consume(self.payload_bucket, self.function)
         if not settings.app_port:  # HTTP forwarding: the container worker reads the queue; two readers would split it
@@ -163,7 +174,8 @@ class WorkerQueue(Construct):
 
         It gets what ``Client.send`` calls on the queue: SendMessage (batches too), GetQueueAttributes and
         GetQueueUrl; and PutObject under ``payloads/`` of the payload bucket, for bodies too large for the queue
-        (none when the ``large_payloads`` setting is off). Longer delays, dedupe keys and cancellable sends also
+        (none when the ``large_payloads`` setting is off). With the state table, what tracked jobs call
+        (docs/jobs.md): ``JOB_PRODUCE_ACTIONS`` on its ``job#`` items, and GetObject under ``results/`` of the bucket. Longer delays, dedupe keys and cancellable sends also
         write the delay table: ``WorkerTierStack.grant_produce`` grants both.
 
         Examples
@@ -175,6 +187,10 @@ class WorkerQueue(Construct):
             level_queue.grant_send_messages(grantee)
         if self.payload_bucket is not None:
             grant_payload_put(self.payload_bucket, grantee)
+        if self._state_table is not None:
+            grant_items(self._state_table, grantee, actions=JOB_PRODUCE_ACTIONS, leading_key_prefixes=[JOB_KEY_PREFIX])
+            if self.payload_bucket is not None:
+                grant_job_results_read(self.payload_bucket, grantee)
         return grant
 
     def level_environment(self) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""The ``worker-tier`` command line: ``status``, ``dlq list``, ``dlq show``, ``redrive``, ``send``, ``cron next``, ``tail``.
+"""The ``worker-tier`` command line: ``status``, ``dlq list``, ``dlq show``, ``redrive``, ``send``, ``job``, ``cron next``,
+``tail``.
 
 Every read command prints a table for people and, with ``--json``, one JSON document for scripts; a
 command that walks many messages shows a progress bar on a terminal (never with ``--json`` or piped).
@@ -389,9 +390,12 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
                    f"made up and printed; due more than {CANCELLABLE_MIN_DELAY_SECONDS} s ahead; needs the state table.")
 @click.option("--priority", type=click.Choice(contract.PRIORITY_LEVELS), default=contract.DEFAULT_PRIORITY,
               show_default=True, help="The level whose queue takes it (the priorities setting; docs/priorities.md).")
+@click.option("--track", is_flag=True, help="Track it as a job (docs/jobs.md): prints its job id, for `worker-tier job ID`; "
+                                            "needs the state table.")
 @json_option
 def send_command(path: str, body: str, delay: float | None, at_text: str | None, attrs: tuple[str, ...],
-                 dedupe_key: str | None, group_id: str | None, cancellable: bool, priority: str, as_json: bool) -> None:
+                 dedupe_key: str | None, group_id: str | None, cancellable: bool, priority: str, track: bool,
+                 as_json: bool) -> None:
     """Send BODY to the task at PATH through worker_tier.Client, with its checks.
 
     BODY is the text to send, - to read it from stdin, or @PATH to read a file (@@TEXT sends @TEXT). A body
@@ -400,8 +404,9 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
     stack's PayloadBucketName output), a body too large for the queue goes to S3 and the queue carries a
     pointer, up to payload_max_bytes.
     """
-    from worker_tier import Client
+    from worker_tier import Client, OutgoingMessage
     from worker_tier.core.errors import MessageError, MissingResourceError, SendError
+    from worker_tier.producer.client import MESSAGE_ERROR_CODE
 
     session = _session()
     try:
@@ -421,7 +426,7 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
         raise UsageFailure(str(error)) from error
     _check_send_options(queue_url, group_id, cancellable, delay, at, session.now())
     dedupe_key = dedupe_key or (uuid.uuid4().hex if cancellable else None)  # `delayed cancel` finds it by its key
-    state_table = target.required("state_table") if cancellable else None
+    state_table = target.required("state_table") if cancellable or track else None
     delay_table = target.required("delay_table") if cancellable else target.optional("delay_table")
     try:
         # A payload bucket, when one is known: the Client offloads a body too large for the queue there.
@@ -430,8 +435,13 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
                   if priority == level and (url := target.optional(field))}
         client = Client(queue_url, delay_table, sqs=sqs, dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
                         maximum_message_size=maximum, state_table=state_table, priority_queue_urls=levels, **offload)
-        message_id = client.send(path, text, delay=delay, at=at, attributes=attributes or None,
-                                 dedupe_key=dedupe_key, group_id=group_id, cancellable=cancellable, priority=priority)
+        [sent] = client.send_batch([OutgoingMessage(path, text, delay, at, attributes or None, dedupe_key, group_id,
+                                                    cancellable, priority, track)])
+        if sent.code == MESSAGE_ERROR_CODE:
+            raise MessageError(sent.error or "")
+        if sent.message_id is None:
+            raise SendError(f"the message for {path} was not sent ({sent.code}): {sent.error}", sent.code or "")
+        message_id = sent.message_id
     except MissingResourceError as error:  # say how the command line names it: option, variable or stack output
         target.required(error.resource)
         raise UsageFailure(str(error)) from error
@@ -441,9 +451,40 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
         raise click.ClickException(str(error)) from error
     if as_json:
         emit_json({"message_id": message_id, "path": path, "queue_url": client.queue_url, "dedupe_key": dedupe_key,
-                   "cancellable": cancellable})
+                   "cancellable": cancellable, "job_id": sent.job_id})
     else:
-        click.echo(f"sent {path} {message_id}" + (f" (cancel: worker-tier delayed cancel {dedupe_key})" if cancellable else ""))
+        click.echo(f"sent {path} {message_id}" + (f" (cancel: worker-tier delayed cancel {dedupe_key})" if cancellable else "")
+                   + (f" (job {sent.job_id}: worker-tier job {sent.job_id})" if sent.job_id else ""))
+
+
+# -- job --------------------------------------------------------------------------------------------
+
+
+@cli.command("job")
+@click.argument("job_id")
+@json_option
+def job_command(job_id: str, as_json: bool) -> None:
+    """A tracked job (send --track, Client.send(track=True)): its state, worker, result or reason, and history."""
+    from worker_tier.core.errors import JobNotFoundError, MessageError
+    from worker_tier.producer.jobs import JobRecords
+    from worker_tier_cli import job
+
+    session = _session()
+    target = session.target
+    bucket = target.optional("payload_bucket")
+    records = JobRecords(target.required("state_table"), session.client("dynamodb"), session.runtime.clock,
+                         s3=(lambda: session.client("s3")) if bucket else None)
+    try:
+        status = records.status(job_id)
+    except MessageError as error:
+        raise UsageFailure(str(error)) from error
+    except JobNotFoundError as error:
+        raise click.ClickException(str(error)) from error
+    if as_json:
+        emit_json(status.to_dict())
+    else:
+        click.echo(job.render(status, _progress_shown(as_json)))
+
 
 
 def _maximum_message_size(sqs: Any, queue_url: str) -> int | None:

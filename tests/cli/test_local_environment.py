@@ -182,3 +182,24 @@ def test_s3_reaches_the_local_environments_moto_through_its_endpoint_with_5_mb_b
     assert missing.value.response["Error"]["Code"] == "NoSuchKey"
     # AND botocore addresses the bucket in the path on the endpoint it was given (no virtual host to resolve)
     assert urls[0] == f"{env.endpoint_url}/{LOCAL_PAYLOAD_BUCKET}/payloads/big"
+
+
+def test_a_tracked_job_sent_from_the_command_line_succeeds_with_its_result_in_the_local_environment(tmp_path):
+    # GIVEN the local environment (make run) and the command line pointed at it
+    with LocalEnvironment(Settings()) as env:
+        given = ["--endpoint-url", env.endpoint_url, "--region", LOCAL_REGION, "--queue-url", env.queue_url,
+                 "--dlq-url", env.dead_letter_queue_url, "--state-table", env.state_table]
+        runtime = Runtime(interactive=lambda: False, wait_seconds=0, state_dir=tmp_path)
+
+        def run(*command: str):
+            result = CliRunner().invoke(cli, [*given, *command], obj=runtime)
+            assert result.exit_code == 0, result.output
+            return json.loads(result.stdout)
+
+        # WHEN /hello is sent with --track
+        job_id = run("send", "/hello", '{"name": "Ada"}', "--track", "--json")["job_id"]
+        # THEN its job succeeds, with the task's return value as its result, in Client.status and `worker-tier job`
+        assert env.poll_until(lambda: env.client.status(job_id).final, timeout_seconds=30)
+        shown = run("job", job_id, "--json")
+        assert (shown["state"], shown["result"]) == ("succeeded", {"greeting": "hello, Ada"})
+        assert [e["state"] for e in shown["history"]] == ["queued", "running", "succeeded"]

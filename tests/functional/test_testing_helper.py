@@ -65,6 +65,20 @@ def test_a_message_that_succeeds(world):
     assert world.pending() == 0
 
 
+def test_a_tracked_job_reads_retrying_then_succeeded_in_the_world(world):
+    # GIVEN a tracked message for a task that asks for a retry on its first receive
+    job_id = world.client.send("/later", {}, track=True)
+    # WHEN it runs, and runs again 30 s later
+    world.run()
+    retrying = world.client.status(job_id)
+    world.advance(seconds=30)
+    # THEN its job recorded the retry, then its success, on the world's clock
+    assert (retrying.state, retrying.next_try_at) == ("retrying", retrying.updated_at + 30_000)
+    status = world.client.status(job_id)
+    assert status.state == "succeeded" and [e["state"] for e in status.history] == [
+        "queued", "running", "retrying", "running", "succeeded"]
+
+
 def test_a_retried_message_waits_its_delay_then_succeeds(world):
     # GIVEN a task that asks for a retry in 30 s on its first receive
     message_id = world.client.send("/later", {})

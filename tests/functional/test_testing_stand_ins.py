@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from tests.functional.test_dynamodb_rules import _dynalite_cli, dynalite_endpoint  # noqa: F401  # the fixture
-from worker_tier.core import limits
+from worker_tier.core import contract, jobs, limits
 from worker_tier.core.errors import PayloadError
 from worker_tier.core.payloads import PayloadStore
 from worker_tier.testing.objects import MemoryObjects
@@ -1017,3 +1017,24 @@ def test_the_payload_store_puts_reads_and_deletes_alike_on_both(s3):
     # THEN the body comes back whole, the delete is confirmed, and the missing object is named
     assert body == "héllo " * 50_000 and read_pointer == pointer and deleted
     assert str(gone.value).startswith(f"the message's body is missing from S3: no object {pointer.uri}")
+
+
+def test_a_jobs_ordered_changes_and_its_full_history_are_answered_alike(dynamodb):
+    # GIVEN a tracked job's first record (worker_tier.core.jobs, as a producer writes it)
+    job_id = "a" * 32
+    dynamodb.client.put_item(TableName="state", Item=jobs.first_item(job_id, "/x", 1_000, None, None, 3600))
+    change = lambda state, at, **fields: jobs.apply(dynamodb.client, "state", jobs.Transition(job_id, state, at, 3600, fields=fields))  # noqa: E731
+    # WHEN it runs, an older change arrives late, it retries, then its history fills and it succeeds
+    written = [change(contract.JOB_RUNNING, 2_000, attempt=1, worker={"function": "fn", "log_stream": None}),
+               change(contract.JOB_RETRYING, 1_500, attempt=1),
+               change(contract.JOB_RETRYING, 3_000, attempt=1, next_try_at=9_000, worker=None)]
+    for n in range(jobs.HISTORY_MAX_EVENTS - 3):
+        change(contract.JOB_RUNNING, 4_000 + n)
+    written.append(change(contract.JOB_SUCCEEDED, 9_000, result='{"ok":true}', next_try_at=None))
+    written.append(change(contract.JOB_RETRYING, 9_500))
+    # THEN the late change and the one after the final state are refused, the rest written, the last one past the cap
+    item = dynamodb.client.get_item(TableName="state", Key=jobs.job_key(job_id))["Item"]
+    assert written == [True, False, True, True, False]
+    assert (item["state"], item["result"], item["events"], item["events_dropped"]) == (
+        {"S": "succeeded"}, {"S": '{"ok":true}'}, {"N": str(jobs.HISTORY_MAX_EVENTS)}, {"N": "1"})
+    assert len(item["history"]["L"]) == jobs.HISTORY_MAX_EVENTS and "worker" not in item and "next_try_at" not in item

@@ -185,20 +185,22 @@ def _subnet_types(template: Template, subnets: list[dict]) -> set[str]:
     return {t["aws-cdk:subnet-type"] for t in tags}
 
 
-def test_task_role_reaches_only_idempotency_and_flow_records_of_the_state_table(template):
+def test_task_role_reaches_only_idempotency_flow_and_job_records_of_the_state_table(template):
     # GIVEN the container task's role
     [role] = [r for r in template.find_resources("AWS::IAM::Role") if r.startswith("LongTasksTaskTaskRole")]
     # WHEN its state-table statements are read
     statements = [s for r, s in dynamodb_statements(template) if r == role and on_table(s, "StateTable")]
     # THEN it may only run Powertools' item calls, only on idempotency# items (no watermark, no cron claims), read and
-    # update flow control's flow# items (never put or delete), and check (never write) the delay dispatcher's minute
-    # records, for cancellable messages
+    # update flow control's flow# items (never put or delete), write and read job# items (tracked jobs), and check
+    # (never write) the delay dispatcher's minute records, for cancellable messages
     actions = [s["Action"] for s in statements]
     assert sorted((json.dumps(a), json.dumps(s["Condition"])) for a, s in zip(actions, statements, strict=True)) == sorted([
         (json.dumps(list(IDEMPOTENCY_ACTIONS)),
          json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{IDEMPOTENCY_KEY_PREFIX}*"]}})),
         (json.dumps(["dynamodb:GetItem", "dynamodb:UpdateItem"]),
          json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["flow#*"]}})),
+        (json.dumps(["dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]),
+         json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["job#*"]}})),
         (json.dumps("dynamodb:ConditionCheckItem"),
          json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["scheduler#*"]}})),
     ])

@@ -192,7 +192,7 @@ def test_under_payload_kms_the_container_task_role_and_worker_may_decrypt_and_ma
     assert _s3_and_kms_statements(template, stack, stack.periodic_tasks.function.role) == _producer_statements(bucket_id, key_id)
 
 
-def test_a_producer_granted_by_the_stack_puts_only_under_payloads():
+def test_a_producer_granted_by_the_stack_puts_only_under_payloads_and_reads_only_results():
     # GIVEN a stack with payload_kms and a web app's role  WHEN the stack grants it production
     app = cdk.App()
     producer_stack = WorkerTierStack(app, "Jobs", settings=HARDENED, task_code=TASK_CODE, cron_entries=[])
@@ -201,8 +201,10 @@ def test_a_producer_granted_by_the_stack_puts_only_under_payloads():
     produced = Template.from_stack(producer_stack)
     bucket_id = producer_stack.get_logical_id(producer_stack.payload_bucket.node.default_child)
     key_id = next(iter(produced.find_resources("AWS::KMS::Key")))
-    # THEN it may put under payloads/ with the key's data keys, and read nothing
-    assert _s3_and_kms_statements(produced, producer_stack, role) == _producer_statements(bucket_id, key_id)
+    # THEN it may put under payloads/ with the key's data keys, and read tracked jobs' results (results/) only
+    results = [{"Action": "s3:GetObject", "Effect": "Allow", "Resource": _objects(bucket_id, "results/*")},
+               {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": {"Fn::GetAtt": [key_id, "Arn"]}}]
+    assert _s3_and_kms_statements(produced, producer_stack, role) == _producer_statements(bucket_id, key_id) + results
     # AND Client.from_env finds the bucket in the producer environment
     assert contract.PAYLOAD_BUCKET_VARIABLE in producer_stack.producer_environment()
 

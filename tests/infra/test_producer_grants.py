@@ -28,7 +28,7 @@ def _statements_of(template: Template, stack: cdk.Stack, role: iam.Role) -> list
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
 
 
-def test_a_role_granted_production_sends_to_the_work_queue_offloads_bodies_and_writes_only_delayed_messages(granted):
+def test_a_role_granted_production_sends_to_the_work_queue_offloads_bodies_and_writes_only_delayed_messages_and_jobs(granted):
     # GIVEN a stack and a web app's role  WHEN the stack grants it production
     stack, role, template = granted
     statements = _statements_of(template, stack, role)
@@ -39,12 +39,16 @@ def test_a_role_granted_production_sends_to_the_work_queue_offloads_bodies_and_w
     assert sqs["Resource"] == {"Fn::GetAtt": [queue_id, "Arn"]}
     # AND put bodies too large for the queue under payloads/ of the payload bucket (and delete its orphans there), and
     # nothing else of S3
-    [s3] = [s for s in statements if "s3:" in str(s["Action"])]
+    # and read tracked jobs' results kept under results/; nothing else of S3
+    [s3, results] = [s for s in statements if "s3:" in str(s["Action"])]
     bucket_id = stack.get_logical_id(stack.payload_bucket.node.default_child)
     assert (s3["Action"], s3["Resource"]) == (["s3:PutObject", "s3:DeleteObject"], {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/payloads/*"]]})
-    # AND write delayed messages and dedupe markers, cancel and reschedule cancellable ones, and no other items
+    assert (results["Action"], results["Resource"]) == ("s3:GetObject", {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/results/*"]]})
+    # AND write, read and update tracked jobs' records (job#), write delayed messages and dedupe markers, cancel and
+    # reschedule cancellable ones, and no other items
     assert [(s["Action"], s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
-            for s in statements if s not in (sqs, s3)] == [
+            for s in statements if s not in (sqs, s3, results)] == [
+        (["dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"], ["job#*"]),
         (["dynamodb:BatchWriteItem", "dynamodb:PutItem"], ["b#*"]),
         (["dynamodb:PutItem", "dynamodb:DeleteItem"], ["dedupe#*"]),
         (["dynamodb:GetItem", "dynamodb:DeleteItem"], ["b#*#15", "dedupe#*"]),
@@ -61,6 +65,8 @@ def test_the_producer_environment_names_what_client_from_env_reads(granted):
     # send what the stack's workers would dead-letter (a payload_max_bytes lowered for a small worker)
     assert set(environment) == {contract.QUEUE_URL_VARIABLE, contract.DELAY_TABLE_VARIABLE, contract.DELAY_SHARDS_VARIABLE,
                                 contract.STATE_TABLE_VARIABLE, contract.PAYLOAD_BUCKET_VARIABLE,
-                                contract.setting_variable("payload_threshold"), contract.setting_variable("payload_max_bytes")}
+                                contract.setting_variable("payload_threshold"), contract.setting_variable("payload_max_bytes"),
+                                contract.JOB_RETENTION_VARIABLE}
+    assert environment[contract.JOB_RETENTION_VARIABLE] == str(stack.settings.job_retention)
     assert environment[contract.setting_variable("payload_max_bytes")] == str(stack.settings.payload_max_bytes)
     assert environment[contract.DELAY_SHARDS_VARIABLE] == str(stack.settings.delay_shards)

@@ -355,13 +355,15 @@ def test_visibility_shorter_than_batching_window_plus_timeout_fails_synth():
     )
 
 
-def test_worker_role_reaches_only_idempotency_and_flow_records_of_the_state_table(template):
+def test_worker_role_reaches_only_idempotency_flow_and_job_records_of_the_state_table(template):
     # GIVEN the worker function's role
     [role] = [r for r in template.find_resources("AWS::IAM::Role") if r.startswith("WorkerRole")]
     # WHEN its state-table statements are read
     statements = [s for r, s in dynamodb_statements(template) if r == role and on_table(s, "StateTable")]
     # THEN it may only run Powertools' item calls, only on idempotency# items, read and update flow control's flow#
-    # items (never put or delete), and check (never write) the delay dispatcher's minute records, for cancellable messages
+    # items (never put or delete), write and read job# items (tracked jobs: each change, and its tasks' tracked sends;
+    # never delete one but in a batch of unsent messages' records), and check (never write) the delay dispatcher's
+    # minute records, for cancellable messages
     resource = {"Fn::GetAtt": [statements[0]["Resource"]["Fn::GetAtt"][0], "Arn"]}
     expected = [{
         "Action": list(IDEMPOTENCY_ACTIONS),
@@ -371,6 +373,11 @@ def test_worker_role_reaches_only_idempotency_and_flow_records_of_the_state_tabl
     }, {
         "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
         "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["flow#*"]}},
+        "Effect": "Allow",
+        "Resource": resource,
+    }, {
+        "Action": ["dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+        "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["job#*"]}},
         "Effect": "Allow",
         "Resource": resource,
     }, {

@@ -52,6 +52,8 @@ NAMES = {
     "payload_access_log_bucket": "WORKER_TIER_PAYLOAD_ACCESS_LOG_BUCKET",
     "payload_kms": "WORKER_TIER_PAYLOAD_KMS",
     "payload_max_bytes": "WORKER_TIER_PAYLOAD_MAX_BYTES",
+    "job_retention": "WORKER_TIER_JOB_RETENTION",
+    "job_result_max_bytes": "WORKER_TIER_JOB_RESULT_MAX_BYTES",
     "payload_threshold": "WORKER_TIER_PAYLOAD_THRESHOLD",
     "retention_period": "WORKER_TIER_RETENTION_PERIOD",
     "target_latency_seconds": "WORKER_TIER_TARGET_LATENCY_SECONDS",

@@ -63,6 +63,8 @@ DELAY_HORIZON_VARIABLE = "WORKER_TIER_DELAY_HORIZON"
 DELAY_SHARDS_VARIABLE = setting_variable("delay_shards")
 # A setting, read alone by the delay dispatcher: how many shard groups run each minute (worker_tier.delays.dispatch_state).
 DISPATCH_GROUPS_VARIABLE = setting_variable("dispatch_groups")
+# The job_retention setting, for producers of tracked jobs (Client.from_env): their first records' TTL.
+JOB_RETENTION_VARIABLE = setting_variable("job_retention")
 # Read only by the command line, with the resource variables above: the worker's log group (`worker-tier tail`)
 # and the periodic tasks' schedule group (`worker-tier status`); the local environment exports the second.
 LOG_GROUP_VARIABLE = "WORKER_TIER_LOG_GROUP"
@@ -233,14 +235,30 @@ PRIORITY_LEVELS = (PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW)  # highest firs
 DEFAULT_PRIORITY = PRIORITY_NORMAL
 # The Resources field carrying each level's queue; the normal level's is the work queue itself.
 PRIORITY_QUEUE_FIELDS = {PRIORITY_HIGH: "high_queue_url", PRIORITY_LOW: "low_queue_url"}
+# A tracked message's job id (docs/jobs.md): one of SQS's 10 attributes, kept by every copy (retries, delays, fresh
+# copies, the DLQ copy and its redrive), so each worker that runs it updates the same job record (``job#<id>``).
+JOB_ATTRIBUTE = "worker_tier.job"
 # What a DLQ copy never sheds for room (worker_tier.core.envelope.dead_letter_attributes): the routing attributes, the
 # priority, and the Extended Client's size attribute, without which the copy's pointer body would read as an ordinary body.
-KEPT_ATTRIBUTES = (*ROUTING_ATTRIBUTES, PRIORITY_ATTRIBUTE, PAYLOAD_SIZE_ATTRIBUTE, LEGACY_PAYLOAD_SIZE_ATTRIBUTE)
+KEPT_ATTRIBUTES = (*ROUTING_ATTRIBUTES, PRIORITY_ATTRIBUTE, PAYLOAD_SIZE_ATTRIBUTE, LEGACY_PAYLOAD_SIZE_ATTRIBUTE,
+                   JOB_ATTRIBUTE)  # a redriven copy reopens its job
 # Worker Tier's own attributes: the producer refuses user attributes with this prefix.
 WORKER_TIER_ATTRIBUTE_PREFIX = "worker_tier."
 FAILURE_ATTRIBUTE = "worker_tier.failure"
 DUE_AT_ATTRIBUTE = "worker_tier.due_at"
 SOURCE_MESSAGE_ID_ATTRIBUTE = "worker_tier.source_message_id"  # a forward's source message: the default idempotency key
+# A job's states (worker_tier.core.jobs); the last three of JOB_STATES are final.
+JOB_QUEUED = "queued"
+JOB_DELAYED = "delayed"
+JOB_RUNNING = "running"
+JOB_RETRYING = "retrying"
+JOB_SUCCEEDED = "succeeded"
+JOB_DEAD_LETTERED = "dead_lettered"
+JOB_CANCELLED = "cancelled"
+JOB_STATES = (JOB_QUEUED, JOB_DELAYED, JOB_RUNNING, JOB_RETRYING, JOB_SUCCEEDED, JOB_DEAD_LETTERED, JOB_CANCELLED)
+JOB_FINAL_STATES = (JOB_SUCCEEDED, JOB_DEAD_LETTERED, JOB_CANCELLED)
+# A job's result too large for its record goes to the payload bucket under this prefix, as results/<job id>.json.
+JOB_RESULT_KEY_PREFIX = "results/"
 # Receives a message's earlier copies used (a retry re-sent through the delay table); Task.receive_count adds it.
 ATTEMPTS_ATTRIBUTE = "worker_tier.attempts"
 # When the original message was first received (epoch ms, SQS's ApproximateFirstReceiveTimestamp), carried on a
@@ -345,7 +363,8 @@ IDEMPOTENCY_KEY_PREFIX = "idempotency#"
 DISPATCHER_KEY_PREFIX = "scheduler#"  # the delay dispatcher's first name, kept so deployed state stays readable
 TICK_KEY_PREFIX = "cron#"
 FLOW_KEY_PREFIX = "flow#"  # flow control: rate limits, concurrency slots, and the waits of throttled messages
-STATE_KEY_PREFIXES = (IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX, TICK_KEY_PREFIX, FLOW_KEY_PREFIX)
+JOB_KEY_PREFIX = "job#"  # a tracked message's job record: its state, result and history (docs/jobs.md)
+STATE_KEY_PREFIXES = (IDEMPOTENCY_KEY_PREFIX, DISPATCHER_KEY_PREFIX, TICK_KEY_PREFIX, FLOW_KEY_PREFIX, JOB_KEY_PREFIX)
 
 # The delay table: pk "b#<minute>#<shard>", sk "<due ms>#<id>" (worker_tier.delays.delay); dedupe markers "dedupe#<key>".
 DELAY_PARTITION_KEY = "pk"

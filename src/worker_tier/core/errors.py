@@ -213,3 +213,32 @@ class TaskImportError(ConfigurationError):
     def __init__(self, message: str, file: str = "") -> None:
         super().__init__(message)
         self.file = file
+
+
+class JobNotFoundError(WorkerTierError, LookupError):
+    """No job record has this id: never tracked, or older than the ``job_retention`` setting (docs/jobs.md)."""
+
+
+class JobFailedError(WorkerTierError):
+    """``Client.wait``: the job was dead-lettered; ``reason`` is why, ``status`` its JobStatus."""
+
+    def __init__(self, message: str, reason: str | None = None, status: Any = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+class JobCancelledError(WorkerTierError):
+    """``Client.wait``: the job's delayed message was cancelled (``Client.cancel``); ``status`` its JobStatus."""
+
+    def __init__(self, message: str, status: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class JobWaitTimeout(WorkerTierError, TimeoutError):  # noqa: N818 - the public name docs/jobs.md promises
+    """``Client.wait``: the job reached no final state within the timeout; ``status`` is the last one read."""
+
+    def __init__(self, message: str, status: Any = None) -> None:
+        super().__init__(message)
+        self.status = status

@@ -19,6 +19,7 @@ from worker_tier.core.contract import (
     DUE_AT_ATTRIBUTE,
     FAILURE_ATTRIBUTE,
     FIRST_RECEIVED_ATTRIBUTE,
+    JOB_ATTRIBUTE,
     LEGACY_PAYLOAD_SIZE_ATTRIBUTE,
     PATH_ATTRIBUTE,
     PAYLOAD_SIZE_ATTRIBUTE,
@@ -102,7 +103,7 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     and a Number as a Decimal of its exact text, so the copy carries the same
     digits; custom type labels (``Number.int``) are not kept. The path is
     left out (the Client sets it from the path) and so are ``worker_tier.*``
-    attributes (the caller sets its own), but for the priority, kept as an internal attribute; ``beanstalk.sqsd.*`` ones, which the
+    attributes (the caller sets its own), but for the priority and the job id, kept as internal attributes; ``beanstalk.sqsd.*`` ones, which the
     Client refuses from users, come back as internal attributes, as strings, and so does an offloaded message's
     ``ExtendedPayloadSize`` (or the legacy ``SQSLargePayloadSize``): the copy carries the same pointer as its body.
     """
@@ -110,6 +111,10 @@ def copy_attributes(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     user: dict[str, Any] = {}
     internal: dict[str, Any] = {}
     for name, value in converted.items():
+        if name == JOB_ATTRIBUTE:  # a tracked message's copy updates the same job (worker_tier.core.jobs)
+            if isinstance(value.get("StringValue"), str):
+                internal[name] = value["StringValue"]
+            continue
         if name == PRIORITY_ATTRIBUTE:  # the copy goes back to its level's queue (worker_tier.core.priority)
             if isinstance(value.get("StringValue"), str):  # a Binary one is no level (priority.level_of reads it as normal)
                 internal[name] = value["StringValue"]

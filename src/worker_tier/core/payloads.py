@@ -185,6 +185,13 @@ class PayloadStore:
         self._call(lambda: self._s3.get().put_object(Bucket=self.bucket, Key=pointer.key, Body=data), "put", pointer)
         return pointer
 
+    def put_at(self, key: str, body: str) -> Pointer:
+        """Upload ``body`` under ``key`` (a tracked job's result: ``contract.JOB_RESULT_KEY_PREFIX``); its pointer."""
+        data = body.encode("utf-8")
+        pointer = Pointer(self.bucket, key, len(data))
+        self._call(lambda: self._s3.get().put_object(Bucket=self.bucket, Key=key, Body=data), "put", pointer)
+        return pointer
+
     def read(self, body: str, attributes: Mapping[str, Any]) -> tuple[str, Pointer]:
         """An offloaded message's real body and its pointer; PayloadError when it cannot be honoured (see the module)."""
         pointer = pointer_of(body, attributes)

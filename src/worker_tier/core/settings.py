@@ -81,6 +81,13 @@ DEFAULT_CONTAINER_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.14-slim"
 # Lambda's advice: a visibility timeout of at least six times the function timeout, so Lambda can retry a
 # throttled invocation before the message shows again. https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html
 ADVISED_VISIBILITY_TIMEOUT_FACTOR = 6
+# Tracked jobs (docs/jobs.md): kept a week; a result up to 16 KiB in the record (each write of a record costs a write
+# unit per KB of it); at most 256 KiB, which leaves the history its room under DynamoDB's 400 KB item limit.
+DEFAULT_JOB_RETENTION_SECONDS = 7 * 24 * 3600
+MIN_JOB_RETENTION_SECONDS = 3600
+MAX_JOB_RETENTION_SECONDS = 366 * 24 * 3600
+DEFAULT_JOB_RESULT_MAX_BYTES = 16 * 1024
+MAX_JOB_RESULT_BYTES = 256 * 1024
 
 _MIME_TYPE = r"^[\w.+-]+/[\w.+-]+$"
 _REQUEST_PATH = r"/[\x21-\x7e]*"  # an HTTP request target: visible ASCII, no spaces
@@ -139,6 +146,8 @@ _RANGES: dict[str, _Range] = {
     "app_port": _Range(0, 65535),
     "payload_threshold": _Range(0, limits.SQS_MAX_MESSAGE_BYTES),
     "payload_max_bytes": _Range(1024, limits.EXTENDED_CLIENT_MAX_PAYLOAD_BYTES),
+    "job_retention": _Range(MIN_JOB_RETENTION_SECONDS, MAX_JOB_RETENTION_SECONDS),
+    "job_result_max_bytes": _Range(0, MAX_JOB_RESULT_BYTES),
 }
 
 
@@ -232,6 +241,16 @@ class RuntimeSettings:
         "Bytes (body and attributes) above which a message's body goes to the payload bucket and the queue carries a "
         "pointer, in AWS's Extended Client format (docs/large-payloads.md); 0: only a message the queue's "
         "MaximumMessageSize cannot hold.",
+    )
+    job_retention: int = _setting(
+        DEFAULT_JOB_RETENTION_SECONDS,
+        "Seconds a tracked job's record (send(track=True), docs/jobs.md) is kept after its last change, through the "
+        "state table's TTL.",
+    )
+    job_result_max_bytes: int = _setting(
+        DEFAULT_JOB_RESULT_MAX_BYTES,
+        "The largest task result (JSON, bytes) kept in its job's record; a larger one goes to the payload bucket "
+        "(results/), or without one is recorded as dropped with its size. 0: results are never kept in the record.",
     )
     payload_max_bytes: int = _setting(
         DEFAULT_PAYLOAD_MAX_BYTES,

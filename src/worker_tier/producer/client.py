@@ -11,6 +11,7 @@ queues is in ``worker_tier.delays.dedupe``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -32,7 +33,10 @@ from worker_tier.delays.delay import DelayedMessage
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.limits import attribute_room
 from worker_tier.core.errors import MessageError, MissingResourceError, PayloadUnavailableError, SendError
-from worker_tier.core.settings import DEFAULT_PAYLOAD_MAX_BYTES
+from worker_tier.core import jobs
+from worker_tier.core.jobs import JobStatus
+from worker_tier.core.settings import DEFAULT_JOB_RETENTION_SECONDS, DEFAULT_PAYLOAD_MAX_BYTES, MAX_JOB_RETENTION_SECONDS
+from worker_tier.producer.jobs import DEFAULT_POLL_SECONDS, JobRecords
 from worker_tier.producer.outgoing import OutgoingMessage, due_in_seconds
 from worker_tier.core.retry import SEND_ENTRIES, batches
 
@@ -58,6 +62,7 @@ class SendResult:
     message_id: str | None = None
     error: str | None = None
     code: str | None = None
+    job_id: str | None = None  # a tracked message's job (docs/jobs.md): when sent, or when its send's outcome is unknown
 
     @property
     def ok(self) -> bool:
@@ -108,11 +113,18 @@ class Client:
         payload_threshold: int = 0,
         payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES,
         priority_queue_urls: Mapping[str, str] | None = None,
+        track: bool = False,
+        job_retention: int = DEFAULT_JOB_RETENTION_SECONDS,
     ) -> None:
         if not queue_url or not isinstance(queue_url, str):
             raise MessageError(f"Client needs a queue_url string (or use Client.from_env() with {contract.QUEUE_URL_VARIABLE} set), "
                                f"got {checks.shown(queue_url)}")
         checks.check_settings(delay_shards, maximum_message_size)
+        if not isinstance(track, bool):
+            raise MessageError(f"track must be True or False, got {checks.shown(track)}")
+        checks.check_job_retention(job_retention)
+        # send(track=None) follows this default: a Client made for one kind of work can track all of it (docs/jobs.md)
+        self.track, self.job_retention = track, job_retention
         self.queue_url = queue_url
         # Each priority level's queue (the priorities setting); queue_url is the normal level's.
         self.queues = priority.PriorityQueues(queue_url, **_level_urls(priority_queue_urls))
@@ -121,6 +133,7 @@ class Client:
         self.fifo = queue_url.endswith(".fifo")
         self._sqs = LazyClient("sqs", sqs)
         self._dynamodb = LazyClient("dynamodb", dynamodb)
+        self._s3 = LazyClient("s3", s3)  # a tracked job's result kept in the payload bucket is read with it
         self._clock = clock or wall_clock.now
         self._sleep = sleep
         self._delay_shards = delay_shards
@@ -153,6 +166,9 @@ class Client:
             kwargs.setdefault(name, value)
         resources = contract.PRODUCER_NEEDS.read(environ)
         kwargs.setdefault("state_table", environ.get(contract.STATE_TABLE_VARIABLE))
+        retention = environ.get(contract.JOB_RETENTION_VARIABLE)
+        if retention is not None:
+            kwargs.setdefault("job_retention", checks.whole_number(contract.JOB_RETENTION_VARIABLE, retention, MAX_JOB_RETENTION_SECONDS))
         kwargs.setdefault("payload_bucket", resources.payload_bucket)
         kwargs.setdefault("priority_queue_urls", {level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items()
                                                   if (url := getattr(resources, field)) is not None})
@@ -170,8 +186,9 @@ class Client:
         group_id: str | None = None,
         cancellable: bool = False,
         priority: str = contract.DEFAULT_PRIORITY,
+        track: bool | None = None,
     ) -> str:
-        """Send one message to the task at ``path``; return its message id.
+        """Send one message to the task at ``path``; return its message id, or its job id when tracked.
 
         Parameters
         ----------
@@ -209,6 +226,11 @@ class Client:
             ``priorities`` setting (docs/priorities.md). A high or low message carries
             ``worker_tier.priority``, one of SQS's 10 attributes, so it may carry one attribute fewer of its
             own; a delayed one keeps its level and is delivered to its level's queue.
+        track
+            Record the message's life as a job in the state table (docs/jobs.md) and return its job id (32 hex digits)
+            for ``status`` and ``wait``; None: the Client's ``track`` default. The id travels in
+            ``worker_tier.job``, one of SQS's 10 attributes, so the message may carry one attribute fewer of its own;
+            needs the state table. With a ``dedupe_key`` the job id comes from the key: a repeated send is the same job.
 
         Without a ``dedupe_key``, a FIFO message gets a random
         MessageDeduplicationId, kept across the Client's own retries, so two
@@ -219,13 +241,14 @@ class Client:
         rule, and SendError (with the code) when the message was not sent or
         stored: SQS or the delay table refused it, or a retryable condition held.
         """
-        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id, cancellable, priority)
+        outgoing = OutgoingMessage(path, body, delay, at, attributes, dedupe_key, group_id, cancellable, priority, track)
         result = self.send_batch([outgoing])[0]
         if result.code == MESSAGE_ERROR_CODE:
             raise MessageError(result.error or "")
         if result.message_id is None:  # not result.ok
-            raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}", result.code or "")
-        return result.message_id
+            also = f"; its job {result.job_id} may still run (the send's answer was lost)" if result.job_id else ""
+            raise SendError(f"the message for {path} was not sent ({result.code}): {result.error}{also}", result.code or "")
+        return result.job_id or result.message_id
 
     def send_batch(
         self,
@@ -262,11 +285,16 @@ class Client:
         """
         messages = checks.outgoing_messages(messages)
         internal = checks.internal_by_index(_internal_attributes or {}, len(messages))
+        tracked = self._job_ids(messages, internal)
         results: dict[int, SendResult] = {}
         uploads = self._payloads.uploads()  # bodies put in S3: each one whose message is not sent is deleted
+        created: set[int] = set()
         try:
-            routed = self._route(messages, self._clock(), internal, uploads)
+            now = self._clock()
+            routed = self._route(messages, now, internal, uploads)
             results.update({r.index: r for r in routed if isinstance(r, SendResult)})
+            if tracked:
+                routed, created = self._write_first_records(messages, routed, tracked, now, results, uploads)
             # Delayed ones first: each was routed as due more than 900 s after the clock read above, so it must be
             # written before the direct sends' retries and backoff can eat into that margin (delay.py's invariant).
             results.update(self._store_delayed([r for r in routed if isinstance(r, tuple)], uploads))
@@ -280,9 +308,103 @@ class Client:
             self._settle_dedupe_keys(direct, results)
         except Exception as error:
             uploads.settle(results, f"{type(error).__name__}: {error}")
+            if created:
+                self.jobs().forget([tracked[i] for i in created])
             raise
         uploads.settle(results)
+        if tracked:
+            self._settle_jobs(tracked, created, results)
         return [results[index] for index in range(len(messages))]
+
+    def _job_ids(self, messages: list[OutgoingMessage], internal: dict[int, Mapping[str, str]]) -> dict[int, str]:
+        """Each tracked message's job id (index → id), also put among its internal attributes; a copy the worker
+        re-sends keeps the id it carries. MissingResourceError without the state table."""
+        tracked: dict[int, str] = {}
+        for index, outgoing in enumerate(messages):
+            track = self.track if outgoing.track is None else outgoing.track
+            if not isinstance(track, bool):
+                raise MessageError(f"track must be True, False or None, got {checks.shown(track)}")
+            if track and contract.JOB_ATTRIBUTE not in internal.get(index, {}):
+                tracked[index] = jobs.new_job_id(outgoing.dedupe_key if isinstance(outgoing.dedupe_key, str) else None)
+                internal[index] = {**internal.get(index, {}), contract.JOB_ATTRIBUTE: tracked[index]}
+        if tracked and not self.state_table:
+            raise MissingResourceError("track=True records the job in the state table; pass state_table "
+                                       f"(or set {contract.STATE_TABLE_VARIABLE})", "state_table")
+        return tracked
+
+    def _write_first_records(
+        self, messages: list[OutgoingMessage], routed: list[Any], tracked: dict[int, str], now: float,
+        results: dict[int, SendResult], uploads: offload.Uploads,
+    ) -> tuple[list[Any], set[int]]:
+        """Write the tracked messages' first records before any is sent; a message whose record was not written is
+        not sent (its result says why). The routes left to send, and the indexes whose record this call created."""
+        from worker_tier.producer.jobs import current_job
+
+        parent = current_job.get()
+        items: dict[int, dict[str, Any]] = {}
+        for route in routed:
+            index = route.index if isinstance(route, SendResult) else route[0] if isinstance(route, tuple) else int(route["Id"])
+            if index not in tracked or isinstance(route, SendResult):
+                continue
+            outgoing = messages[index]
+            seconds = due_in_seconds(outgoing.delay, outgoing.at, now)
+            due_ms = math.ceil((now + seconds) * 1000) if seconds > 0 else None
+            items[index] = jobs.first_item(tracked[index], outgoing.path, int(now * 1000), due_ms, parent, self.job_retention)
+        keyed = {i for i in items if messages[i].dedupe_key is not None}
+        failures, created = self.jobs().write_first(items, keyed)
+        for index, (code, reason) in failures.items():
+            results[index] = SendResult(index, error=reason, code=code)
+            uploads.unsent(index)
+        left = [r for r in routed if not isinstance(r, SendResult) and
+                (r[0] if isinstance(r, tuple) else int(r["Id"])) not in failures]
+        return left, created
+
+    def _settle_jobs(self, tracked: dict[int, str], created: set[int], results: dict[int, SendResult]) -> None:
+        """Give each tracked result its job id (sent, or maybe sent); delete the records of messages surely not sent."""
+        unsent = []
+        for index, job_id in tracked.items():
+            result = results[index]
+            if result.ok or result.code == OUTCOME_UNKNOWN_CODE:
+                results[index] = dataclasses.replace(result, job_id=job_id)
+            elif index in created:
+                unsent.append(job_id)
+        if unsent:
+            self.jobs().forget(unsent)
+
+    def jobs(self) -> JobRecords:
+        """The job records (docs/jobs.md) in the state table; MissingResourceError without it."""
+        if not self.state_table:
+            raise MissingResourceError("job status needs the state table; pass state_table "
+                                       f"(or set {contract.STATE_TABLE_VARIABLE})", "state_table")
+        return JobRecords(self.state_table, self._dynamodb.get(), self._clock, self.job_retention, self._s3.get, self._sleep)
+
+    def status(self, job_id: str) -> JobStatus:
+        """The tracked job ``job_id`` (``send(track=True)``'s return): its state, result, reason and history.
+
+        Raises JobNotFoundError (a LookupError) when no record has that id: never tracked, or older than
+        ``job_retention``; MessageError when ``job_id`` is not a job id.
+
+        Examples
+        --------
+        >>> job_id = client.send("/report", {"month": "2026-01"}, track=True)  # doctest: +SKIP
+        >>> client.status(job_id).state  # doctest: +SKIP
+        'queued'
+        """
+        return self.jobs().status(job_id)
+
+    def wait(self, job_id: str, timeout: float = 60.0, poll_seconds: float = DEFAULT_POLL_SECONDS) -> Any:
+        """Block until the job ``job_id`` is final; return its result (decoded JSON) when it succeeded.
+
+        Polls ``status`` every 0.1 s at first, each pause 1.5 times the last, up to ``poll_seconds``. Raises
+        JobFailedError (dead-lettered: ``.reason``, ``.status``), JobCancelledError, or JobWaitTimeout (a
+        TimeoutError, with the last ``.status``) after ``timeout`` seconds.
+
+        Examples
+        --------
+        >>> client.wait(client.send("/add", [1, 2], track=True), timeout=30)  # doctest: +SKIP
+        3
+        """
+        return self.jobs().wait(job_id, timeout, poll_seconds)
 
     def _route(self, messages: list[OutgoingMessage], now: float, internal: Mapping[int, Mapping[str, str]],
                uploads: offload.Uploads) -> list[Any]:
@@ -442,6 +564,12 @@ class Client:
         outcome = self.cancellations().cancel(dedupe_key)
         if outcome.done and outcome.message is not None:
             self._payloads.delete_cancelled(outcome.message.body, outcome.message.attributes)
+            job = (outcome.message.attributes.get(contract.JOB_ATTRIBUTE) or {}).get("StringValue")
+            if isinstance(job, str):
+                try:
+                    self.jobs().cancelled(job)
+                except Exception as error:  # the message is cancelled all the same; its job reads delayed, then queued
+                    _log.warning("cancelled job %s could not be marked cancelled (%s: %s)", job, error_code(error), error)
         return outcome
 
     def reschedule(self, dedupe_key: str, *, at: datetime | None = None, delay: timedelta | float | None = None) -> bool:
@@ -462,8 +590,9 @@ class Client:
                 "cancel and reschedule need the delay table and the state table; pass delay_table and state_table "
                 f"(or set {contract.DELAY_TABLE_VARIABLE} and {contract.STATE_TABLE_VARIABLE})",
                 "state_table" if self.delay_table else "delay_table")
+        # The cancelled item is read first (one GetItem): its offloaded body's object and its job (docs/jobs.md) go with it.
         return cancellation.Cancellations(self.delay_table, self.state_table, self._dynamodb.get(), self._clock,
-                                          read_cancelled=self.payload_bucket is not None)
+                                          read_cancelled=True)
 
     def _queue_limit_reader(self) -> Callable[[], tuple[int | None, str]]:
         """The queue's MaximumMessageSize for one send_batch call: as given or read before, else read at most once now.

@@ -42,6 +42,7 @@ class OutgoingMessage:
     group_id: str | None = None
     cancellable: bool = False
     priority: str = contract.DEFAULT_PRIORITY
+    track: bool | None = None  # None: the Client's default (docs/jobs.md)
 
 
 
@@ -54,6 +55,15 @@ def check_settings(delay_shards: Any, maximum_message_size: Any) -> None:
         isinstance(maximum_message_size, bool) or not isinstance(maximum_message_size, int) or not low <= maximum_message_size <= high
     ):
         raise MessageError(f"maximum_message_size must be {low}..{high} bytes (SQS MaximumMessageSize), got {shown(maximum_message_size)}")
+
+
+def check_job_retention(seconds: Any) -> None:
+    """MessageError unless ``seconds`` is a whole number within the job_retention setting's range."""
+    from worker_tier.core.settings import MAX_JOB_RETENTION_SECONDS, MIN_JOB_RETENTION_SECONDS
+
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not MIN_JOB_RETENTION_SECONDS <= seconds <= MAX_JOB_RETENTION_SECONDS:
+        raise MessageError(f"job_retention must be a whole number of seconds {MIN_JOB_RETENTION_SECONDS}.."
+                           f"{MAX_JOB_RETENTION_SECONDS} (an hour to 366 days), got {shown(seconds)}; the default is a week")
 
 
 def whole_number(name: str, text: str, maximum: int) -> int:
@@ -163,9 +173,11 @@ def message_attributes(outgoing: OutgoingMessage, internal: Mapping[str, str]) -
     if not isinstance(user, Mapping):
         raise MessageError(f"attributes must be a mapping of name to value, got {type(user).__name__}")
     level = priority.check_level(outgoing.priority)
-    reserved = 1 + len(priority.attribute(level))
+    tracked = contract.JOB_ATTRIBUTE in internal
+    reserved = 1 + len(priority.attribute(level)) + tracked
     if attribute_room(len(user), reserved=reserved) < 0:
-        also = f" and one for the priority {level!r} ({contract.PRIORITY_ATTRIBUTE})" if reserved > 1 else ""
+        also = f" and one for the priority {level!r} ({contract.PRIORITY_ATTRIBUTE})" if priority.attribute(level) else ""
+        also += f" and one for the job id ({contract.JOB_ATTRIBUTE}: track=True)" if tracked else ""
         raise MessageError(
             f"{len(user)} attributes given; SQS allows {limits.SQS_MAX_MESSAGE_ATTRIBUTES} per message "
             f"and Worker Tier uses one for the path{also}, so at most {attribute_room(0, reserved=reserved)}"

@@ -37,7 +37,7 @@ from worker_tier.core.errors import WorkerTierError
 PAGE_ITEMS = 100
 # TransactWriteItems' limit: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
 MAX_TRANSACTION_ITEMS = 100
-_KEYWORDS = {"AND", "OR", "NOT", "ATTRIBUTE_EXISTS", "ATTRIBUTE_NOT_EXISTS"}
+_KEYWORDS = {"AND", "OR", "NOT", "ATTRIBUTE_EXISTS", "ATTRIBUTE_NOT_EXISTS", "SIZE"}
 _TOKEN = re.compile(r"\s*(<>|<=|>=|=|<|>|\(|\)|,|\+|-|[#:]?[A-Za-z_][\w.]*)")
 # UpdateItem's ReturnValues, in the order DynamoDB's refusal lists them.
 RETURN_VALUES = ("ALL_NEW", "UPDATED_OLD", "ALL_OLD", "NONE", "UPDATED_NEW")
@@ -46,7 +46,8 @@ RETURN_VALUES = ("ALL_NEW", "UPDATED_OLD", "ALL_OLD", "NONE", "UPDATED_NEW")
 NUMBER_DIGITS = 38
 MISSING_ATTRIBUTE_MESSAGE = "The provided expression refers to an attribute that does not exist in the item"
 WRONG_TYPE_MESSAGE = "An operand in the update expression has an incorrect data type"
-_UPDATE_TOKEN = re.compile(r"\s*([#:]?[A-Za-z_]\w*|[=+,-])")
+_UPDATE_TOKEN = re.compile(r"\s*([#:]?[A-Za-z_]\w*|[=+,()-])")
+LIST_APPEND = "list_append"  # SET #a = list_append(#a, :v): a tracked job's history (worker_tier.core.jobs)
 _ORDERED = ("N", "S", "B")  # the types <, <=, > and >= compare
 CONDITION_FAILED_MESSAGE = "The conditional request failed"
 
@@ -365,6 +366,17 @@ class _Update:
             return _Action(clause, path, (value,))
         if self._next() != "=":
             self._unsupported()
+        if (self._peek() or "").lower() == LIST_APPEND:
+            self._next()
+            if self._next() != "(":
+                self._unsupported()
+            left = self._operand()
+            if self._next() != ",":
+                self._unsupported()
+            right = self._operand()
+            if self._next() != ")":
+                self._unsupported()
+            return _Action(clause, path, (left, right), LIST_APPEND)
         first = self._operand()
         if self._peek() in ("+", "-"):
             operator = self._next()
@@ -390,8 +402,8 @@ class _Update:
         return self.tokens[self.position] if self.position < len(self.tokens) else None
 
     def _unsupported(self) -> NoReturn:
-        raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, #b = #b + :n', 'ADD #c :n' and 'REMOVE #d' clauses here, "
-                                   f"got {self.text!r}")
+        raise UnsupportedCallError(f"UpdateItem takes 'SET #a = :v, #b = #b + :n, #l = list_append(#l, :v)', 'ADD #c :n' "
+                                   f"and 'REMOVE #d' clauses here, got {self.text!r}")
 
 
 def _update_tokens(text: str) -> list[str]:
@@ -423,7 +435,7 @@ def _check_actions(actions: list[_Action], names: dict[str, str], values: dict[s
                 "Invalid UpdateExpression: Two document paths overlap with each other; must remove or rewrite one of "
                 f"these paths; path one: [{name}], path two: [{name}]"))
         seen.add(name)
-        for operand in action.operands if action.clause == "ADD" or action.operator else ():
+        for operand in action.operands if action.clause == "ADD" or action.operator in ("+", "-") else ():
             kind = next(iter(values[operand])) if operand.startswith(":") else "N"
             if kind in ("SS", "NS", "BS"):
                 raise UnsupportedCallError(f"ADD of a set ({operand} is {kind}) is not modelled by worker_tier.testing")
@@ -447,6 +459,11 @@ def _apply(action: _Action, names: dict[str, str], values: dict[str, Any], old: 
         item[name] = {"N": _arithmetic(old.get(name, {"N": "0"}), values[action.operands[0]], "+")}  # missing: from 0
         return name
     operands = [_operand(token, names, values, old) for token in action.operands]
+    if action.operator == LIST_APPEND:
+        if any("L" not in operand for operand in operands):
+            raise client_error("ValidationException", "UpdateItem", message=WRONG_TYPE_MESSAGE)
+        item[name] = {"L": [*operands[0]["L"], *operands[1]["L"]]}
+        return name
     if action.operator is None:  # a number is written as DynamoDB writes it: 1.50 as 1.5
         item[name] = {"N": _arithmetic(operands[0], {"N": "0"}, "+")} if "N" in operands[0] else operands[0]
     else:
@@ -551,10 +568,19 @@ class _Condition:
             name = self._name(self._next())
             self._expect(")")
             return (name in self.item) == (token == "ATTRIBUTE_EXISTS")
+        left: dict[str, Any] | None
+        if token == "SIZE":  # size(#a) of a string, list or map (a tracked job's history), None when it has none
+            self._expect("(")
+            value = self.item.get(self._name(self._next()))
+            self._expect(")")
+            inner = next(iter(value.values())) if value else None
+            left = {"N": str(len(inner))} if isinstance(inner, (str, list, dict)) else None
+        else:
+            left = None
         operator, other = self._next(), self._next()
         if operator not in ("=", "<>", "<", "<=", ">", ">="):
             raise UnsupportedCallError(f"condition operator {operator!r} is not modelled by worker_tier.testing")
-        return _compare(self._operand(token), self._operand(other), operator)
+        return _compare(left if token == "SIZE" else self._operand(token), self._operand(other), operator)
 
     def _operand(self, token: str) -> dict[str, Any] | None:
         """A value (``:v``) or an attribute's value in the item (None when it has none)."""

@@ -110,6 +110,7 @@ _LEGACY_PAYLOAD_SIZE = contract.LEGACY_PAYLOAD_SIZE_ATTRIBUTE
 _PATH = contract.PATH_ATTRIBUTE
 _FAILURE = contract.FAILURE_ATTRIBUTE
 _DUE_AT = contract.DUE_AT_ATTRIBUTE
+_JOB = contract.JOB_ATTRIBUTE
 _ThisProcess = fates.ThisProcess
 _running = running_record.running  # the thread-local that ``running_record.set`` writes
 
@@ -467,6 +468,8 @@ class Worker(Fates):
                 end_forked_child(None)
             if pointer is not None:
                 invocation.succeeded_payloads.append((record, pointer))
+            if _JOB in attributes:  # a tracked message: its result (worker_tier.worker.tracking)
+                self.job_tracker(invocation).succeeded(task)
             if hears or _listeners:
                 self._emit(invocation, OUTCOME_SUCCEEDED, task)
 
@@ -548,7 +551,7 @@ class Worker(Fates):
         """How a task's messages run (``definition`` None: the app's), worked out on its first message and kept:
         its hooks, whether it is forwarded to the container worker, its parser."""
         pipeline = self.pipeline.extended(definition.middleware) if definition is not None else self.pipeline
-        innermost = self._deliver if definition is None else innermost_call(definition, pipeline, self._idempotency)
+        innermost = self._deliver if definition is None else innermost_call(definition, pipeline, self._idempotency, self.job_tracker)
         if self._idempotency.wraps(definition):  # innermost of all, so a skipped duplicate meets every other middleware
             innermost = functools.partial(self._idempotency.around_task, call_next=innermost)
         call = pipeline.chain(definition, innermost)
@@ -563,6 +566,9 @@ class Worker(Fates):
         target = self.app_target
         if target is None:
             self._unknown_path(task)
+        attributes = task.record.get("messageAttributes")
+        if attributes and _JOB in attributes:  # a tracked message: running; an app's job has no result (docs/jobs.md)
+            self.job_tracker(invocation).running(invocation, task)
         now = self._clock()
         sqsd.check_retention(task, self.settings, now)
         request = dataclasses.replace(sqsd.request_for(task, self.settings), timeout_seconds=self._app_timeout(invocation))

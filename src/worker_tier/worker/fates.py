@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from worker_tier.core.aws import LazyClient
     from worker_tier.flow.limiter import Waits
     from worker_tier.worker.registry import Registry
+    from worker_tier.worker.tracking import JobTracker
     from worker_tier.core.payloads import Pointer
     from worker_tier.producer.client import Client
     from worker_tier.worker.heartbeat import Heartbeat
@@ -45,6 +46,8 @@ OUTCOME_RESCHEDULED = "rescheduled"
 OUTCOME_HELD_BACK = "held_back"
 OUTCOME_RELEASED = "released"
 OUTCOME_THROTTLED = "throttled"
+# The fates a tracked job records (retrying, rescheduled as retrying, dead-lettered); the others are no change of its state.
+_JOB_FATES = frozenset({OUTCOME_RETRYING, OUTCOME_RESCHEDULED, OUTCOME_DEAD_LETTERED})
 
 # A throttled message comes back after its wait plus up to this share of it (at most FLOW_JITTER_MAX_SECONDS), so
 # the messages one limit throttled together do not all come back in the same second.
@@ -171,6 +174,15 @@ class Fates:
     _producers: dict[str, Client]
     _resolve_queue_url: Callable[[list[Any]], str]
     registry: Registry
+
+    def job_tracker(self, invocation: _Invocation | None = None) -> JobTracker:
+        """The tracked jobs' writer (``worker_tier.worker.tracking``), imported and built with the first tracked message."""
+        tracker = self.__dict__.get("_job_tracker")
+        if tracker is None:
+            from worker_tier.worker.tracking import JobTracker
+
+            tracker = self.__dict__["_job_tracker"] = JobTracker(self)
+        return tracker
 
     def _lease_lost(self, task: Task, invocation: _Invocation) -> HeartbeatLeaseLostError:
         """A task whose message the heartbeat lost is not started: the error to report it failed with, its visibility left alone."""
@@ -535,6 +547,10 @@ class Fates:
         error: BaseException | None = None,
     ) -> None:
         """Tell the outcome listeners, then the middleware's ``after_task`` hooks (whose errors are only logged)."""
+        if status in _JOB_FATES:
+            attributes = task.record.get("messageAttributes")
+            if attributes and contract.JOB_ATTRIBUTE in attributes:  # a tracked message (worker_tier.worker.tracking)
+                self.job_tracker(invocation).fate(task, status, detail, visibility)
         outcome = Outcome(status, task.message_id, task.path, task.receive_count, detail, visibility, error)
         for listener in tuple(_listeners):
             listener(outcome)
