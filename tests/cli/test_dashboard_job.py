@@ -59,3 +59,11 @@ def test_an_unknown_job_is_404_and_a_malformed_id_400_each_saying_why(dashboard)
 def test_the_job_page_without_an_id_is_a_lookup_form(dashboard):
     html = dashboard.browser.get("/job").text
     assert '<form method="get" action="/job"' in html and 'id="job"' not in html
+
+
+def test_a_dead_letter_of_a_tracked_job_links_to_its_job_page(dashboard):
+    # GIVEN a dead letter that carries its job id, as the worker dead-letters a tracked message
+    job_id = "a" * 32
+    dashboard.deployment.dead_letter("/add", ValueError("bad"), "[1]", attributes={contract.JOB_ATTRIBUTE: job_id})
+    # THEN the DLQ page links it to its job
+    assert f'href="/job?id={job_id}">its job</a>' in dashboard.browser.get("/dlq").text

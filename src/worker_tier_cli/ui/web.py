@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from worker_tier.core import contract
 from worker_tier.core.errors import JobNotFoundError, MessageError, WorkerTierError
 from worker_tier.core.message import format_due_at
 from worker_tier_cli import job
@@ -56,7 +57,8 @@ class Dashboard:
 
     def dead_letters(self, request: Request) -> Response:
         limit = _int(request, "limit", pages.DEFAULT_DLQ_LIMIT, 1, pages.MAX_DLQ_LIMIT)
-        return self.page("dlq.html", request, shown=pages.dead_letter_groups(self.session, limit))
+        return self.page("dlq.html", request, shown=pages.dead_letter_groups(self.session, limit),
+                         job_attribute=contract.JOB_ATTRIBUTE)
 
     def delayed(self, request: Request) -> Response:
         within = _int(request, "within", DEFAULT_WITHIN_MINUTES, 1, MAX_WITHIN_MINUTES)
