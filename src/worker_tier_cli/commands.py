@@ -466,16 +466,10 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
 def job_command(job_id: str, as_json: bool) -> None:
     """A tracked job (send --track, Client.send(track=True)): its state, worker, result or reason, and history."""
     from worker_tier.core.errors import JobNotFoundError, MessageError
-    from worker_tier.producer.jobs import JobRecords
     from worker_tier_cli import job
 
-    session = _session()
-    target = session.target
-    bucket = target.optional("payload_bucket")
-    records = JobRecords(target.required("state_table"), session.client("dynamodb"), session.runtime.clock,
-                         s3=(lambda: session.client("s3")) if bucket else None)
     try:
-        status = records.status(job_id)
+        status = job.lookup(_session(), job_id)
     except MessageError as error:
         raise UsageFailure(str(error)) from error
     except JobNotFoundError as error:

@@ -19,8 +19,10 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from worker_tier.core.errors import MessageError, WorkerTierError
+from worker_tier.core import contract
+from worker_tier.core.errors import JobNotFoundError, MessageError, WorkerTierError
 from worker_tier.core.message import format_due_at
+from worker_tier_cli import job
 from worker_tier_cli.dead_letters import Filter
 from worker_tier_cli.delayed import DEFAULT_LIMIT, DEFAULT_WITHIN_MINUTES, MAX_WITHIN_MINUTES, cancelling_client
 from worker_tier_cli.session import Session, parse_time
@@ -55,7 +57,8 @@ class Dashboard:
 
     def dead_letters(self, request: Request) -> Response:
         limit = _int(request, "limit", pages.DEFAULT_DLQ_LIMIT, 1, pages.MAX_DLQ_LIMIT)
-        return self.page("dlq.html", request, shown=pages.dead_letter_groups(self.session, limit))
+        return self.page("dlq.html", request, shown=pages.dead_letter_groups(self.session, limit),
+                         job_attribute=contract.JOB_ATTRIBUTE)
 
     def delayed(self, request: Request) -> Response:
         within = _int(request, "within", DEFAULT_WITHIN_MINUTES, 1, MAX_WITHIN_MINUTES)
@@ -73,6 +76,18 @@ class Dashboard:
     def outcomes_json(self, request: Request) -> Response:
         lines, cursor, note = self.feed.after(_int(request, "after", 0, 0, 2**63))
         return JSONResponse({"cursor": cursor, "note": note, "lines": [line["line"] for line in lines]})
+
+    def job(self, request: Request) -> Response:
+        job_id = (request.query_params.get("id") or "").strip()
+        values: dict[str, Any] = {"job_id": job_id, "status": None, "problem": "", "fields": [], "history": []}
+        if job_id:
+            try:
+                status = job.lookup(self.session, job_id)
+            except (JobNotFoundError, MessageError) as error:
+                code = 404 if isinstance(error, JobNotFoundError) else 400
+                return self.page("job.html", request, code, **{**values, "problem": str(error)})
+            values.update(status=status, fields=job.fields(status), history=job.history(status))
+        return self.page("job.html", request, **values)
 
     # -- redrive ------------------------------------------------------------------------------------------
 
@@ -163,6 +178,7 @@ def build_app(session: Session, *, token: str | None, hosts: frozenset[str] | No
         Route("/delayed/reschedule", dashboard.confirm_reschedule, methods=["GET"]),
         Route("/delayed/reschedule", dashboard.reschedule, methods=["POST"]),
         Route("/periodic", dashboard.periodic),
+        Route("/job", dashboard.job),
         Route("/outcomes", dashboard.outcomes),
         Route("/outcomes.json", dashboard.outcomes_json),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
