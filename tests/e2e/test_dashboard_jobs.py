@@ -42,12 +42,13 @@ def test_a_dead_lettered_jobs_page_gives_its_reason_and_after_a_redrive_from_the
     run, ui = dashboard_world.run, dashboard_world.dashboard
     job_id = run.producer().send(CHARGE_PATH, {"customer": 9}, track=True)
     run.output.wait_for(r"DLQ +/charge ")
-    # WHEN its page is opened
+    # WHEN its page is opened from its dead letter's row
     page.goto(ui.url)
-    page.goto(ui.at(f"/job?id={job_id}"))
+    follow_nav(page, "Dead letters")
+    page.locator(f"section.group[data-path='{CHARGE_PATH}'] tr.letter").get_by_role("link", name="its job").click()
     # THEN it says dead-lettered, and why
     assert page.locator("#job").get_attribute("data-state") == contract.JOB_DEAD_LETTERED, page.content()
-    assert "customer 9 not found" in page.locator("#job").inner_text()
+    assert job_id in page.locator("#job").inner_text() and "customer 9 not found" in page.locator("#job").inner_text()
     # WHEN the cause is fixed and its DLQ group redriven from the dead letters page, confirming
     customer_file(dashboard_world.customers, 9).write_text("restored")
     follow_nav(page, "Dead letters")
