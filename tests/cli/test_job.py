@@ -81,3 +81,4 @@ def test_job_shows_a_reason_with_terminal_escapes_escaped(deployment):
     # THEN no escape character reaches the terminal
     assert text.exit_code == 0 and "bad row" in text.stdout
     assert "\x1b" not in text.stdout and "\x07" not in text.stdout
+

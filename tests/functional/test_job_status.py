@@ -598,3 +598,24 @@ def test_a_redriven_job_reads_queued_not_final_until_it_runs_again(aws):
     # THEN its job is not final: it is queued again, and a wait does not report it dead-lettered
     status = client.status(job_id)
     assert (status.state, status.final) == (contract.JOB_QUEUED, False)
+
+
+
+@pytest.mark.xfail(strict=True, reason="JobRecords.status reads a kept result from whatever bucket and key the record "
+                   "names, with the reader's credentials: a producer (which may write any job# record) points a job at "
+                   "another object, and an operator's reader (worker-tier job, the dashboard) fetches and shows it")
+def test_status_reads_a_kept_result_only_from_its_own_results_key(aws):
+    # GIVEN an object only the operator can read, and a job record naming it (any producer may write a job# record)
+    from worker_tier.producer.jobs import JobRecords
+
+    clock = Clock()
+    aws.s3.create_bucket(Bucket="private")
+    aws.s3.put_object(Bucket="private", Key="config/secrets.json", Body=b'{"token": "hunter2"}')
+    job_id = producer(aws, clock).send("/x", "{}", track=True)
+    forged = jobs.Transition(job_id, contract.JOB_SUCCEEDED, int(clock.now * 1000) + 1, 3600, fields={
+        "result_object": {"bucket": "private", "key": "config/secrets.json", "bytes": 20}})
+    assert jobs.apply(aws.dynamodb, aws.state_table, forged)
+    # WHEN the operator reads the job with their own credentials (as worker-tier job does)
+    status = JobRecords(aws.state_table, aws.dynamodb, clock, s3=lambda: aws.s3).status(job_id)
+    # THEN the object is not read: a kept result is only ever results/<job id>.json
+    assert status.result is None
