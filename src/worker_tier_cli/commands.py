@@ -507,7 +507,7 @@ def job_command(job_id: str, as_json: bool) -> None:
     target = session.target
     bucket = target.optional("payload_bucket")
     records = JobRecords(target.required("state_table"), session.client("dynamodb"), session.runtime.clock,
-                         s3=(lambda: session.client("s3")) if bucket else None)
+                         s3=(lambda: session.client("s3")) if bucket else None, bucket=bucket)
     try:
         status = records.status(job_id)
     except MessageError as error:

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from worker_tier.core.jobs import JobStatus
-from worker_tier_cli.output import table
+from worker_tier_cli.output import printable, table
 
 
 def when(epoch_ms: int | None) -> str | None:
@@ -25,7 +25,7 @@ def render(status: JobStatus, terminal: bool = False) -> str:
         ("attempt", status.attempt), ("next try", when(status.next_try_at)), ("worker", _worker(status.worker)),
         ("result", _result(status)), ("reason", status.reason), ("parent", status.parent),
     ]
-    lines = [f"{name:<9} {value}" for name, value in fields if value is not None]
+    lines = [f"{name:<9} {printable(str(value))}" for name, value in fields if value is not None]
     history = [(when(event.get("at")), event.get("state"), _details(event.get("details") or {})) for event in status.history]
     dropped = f"\n({status.events_dropped} later events not kept: the history holds the first ones)" if status.events_dropped else ""
     return "\n".join(lines) + "\n\n" + table(["at", "state", "details"], history, terminal) + dropped

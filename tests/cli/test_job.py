@@ -65,9 +65,6 @@ def test_send_track_without_the_state_table_names_its_option(deployment):
 
 
 
-@pytest.mark.xfail(strict=True, reason="worker-tier job prints a dead-lettered job's reason (and its history's details) "
-                   "as they are: a task's error text, often built from the message a stranger sent, reaches the "
-                   "operator's terminal with its escape sequences (title, screen clearing, hyperlinks) intact")
 def test_job_shows_a_reason_with_terminal_escapes_escaped(deployment):
     # GIVEN a job dead-lettered with an error text carrying terminal escape sequences
     job_id = parsed(deployment.run("send", "/parse", "{}", "--track", "--json"))["job_id"]

@@ -392,9 +392,6 @@ def _worker_with(aws, clock, dynamodb, tasks):
                   random=lambda: 0.999)
 
 
-@pytest.mark.xfail(strict=True, reason="each change is ordered by its writer's wall clock against the producer's queued "
-                   "updated_at: a producer whose clock is ahead of the worker's (a web server, a laptop) makes every "
-                   "change of the job refused as older, so a job that ran and succeeded reads queued until its retention")
 def test_a_job_sent_by_a_producer_whose_clock_is_ahead_of_the_workers_reads_succeeded_once_it_ran(aws):
     # GIVEN a producer whose clock is 2 s ahead of the worker's (NTP only bounds Lambda's own clock)
     worker_clock = Clock()
@@ -410,9 +407,6 @@ def test_a_job_sent_by_a_producer_whose_clock_is_ahead_of_the_workers_reads_succ
     assert (status.state, status.result) == (contract.JOB_SUCCEEDED, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="Client.reschedule moves the delayed message but not its job record: the record "
-                   "keeps the old due_at (and its TTL from it), so once the old due time passes the job reads queued "
-                   "while its message still waits in the delay table")
 def test_a_rescheduled_tracked_job_reads_delayed_until_its_new_due_time(aws):
     # GIVEN a tracked cancellable reminder due in 2 hours
     clock = Clock()
@@ -428,9 +422,6 @@ def test_a_rescheduled_tracked_job_reads_delayed_until_its_new_due_time(aws):
     assert (status.state, status.due_at) == (contract.JOB_DELAYED, new_due_ms)
 
 
-@pytest.mark.xfail(strict=True, reason="a retrying change sets the record's TTL from the change's time, not from its "
-                   "next try: a retry re-sent through the delay table further ahead than job_retention outlives its "
-                   "record, which expires, so the job reads not found and then runs untracked")
 def test_a_retry_due_after_the_retention_keeps_its_job_record_until_then(aws):
     # GIVEN a task that asks to be retried in 10 days, on a worker whose long retries go through the delay table
     from worker_tier.core.errors import RetryLater
@@ -449,9 +440,6 @@ def test_a_retry_due_after_the_retention_keeps_its_job_record_until_then(aws):
     assert int(item[contract.STATE_TTL_ATTRIBUTE]["N"]) >= status.next_try_at // 1000 + client.job_retention
 
 
-@pytest.mark.xfail(strict=True, reason="jobs.apply retries every refused UpdateItem without its event, so a change "
-                   "refused for its order (a late duplicate's running on a succeeded job) costs two conditional writes "
-                   "(each billed), where docs/jobs.md says the second write is taken only for a full history")
 def test_a_late_change_refused_for_its_order_costs_one_write(aws):
     # GIVEN a succeeded job
     clock = Clock()
@@ -502,9 +490,6 @@ def test_a_job_whose_every_attempt_timed_out_does_not_read_running_once_the_redr
 
 
 
-@pytest.mark.xfail(strict=True, reason="a delay-table write whose answer was lost (a read timeout after DynamoDB applied "
-                   "it) is reported as not stored, so the producer deletes the job record of a message the dispatcher "
-                   "will deliver: it then runs untracked, and the SendError names no job id")
 def test_a_delayed_send_whose_answer_was_lost_keeps_its_job_record(aws):
     # GIVEN a delay table that stores a tracked delayed message but whose answer is lost
     clock = Clock()
@@ -563,9 +548,6 @@ class _AnswerLost:
         return response
 
 
-@pytest.mark.xfail(strict=True, reason="Client.wait returns status.result at succeeded, which is None for a dropped "
-                   "result (over job_result_max_bytes without a bucket, not JSON, or its object unreadable): the caller "
-                   "cannot tell it from a task that returned None, and is told nothing of result_dropped")
 def test_wait_on_a_job_whose_result_was_dropped_says_so_rather_than_returning_none(aws):
     # GIVEN a job that succeeded with a result over the cap and no payload bucket to keep it
     clock = Clock()
@@ -601,9 +583,6 @@ def test_a_redriven_job_reads_queued_not_final_until_it_runs_again(aws):
 
 
 
-@pytest.mark.xfail(strict=True, reason="JobRecords.status reads a kept result from whatever bucket and key the record "
-                   "names, with the reader's credentials: a producer (which may write any job# record) points a job at "
-                   "another object, and an operator's reader (worker-tier job, the dashboard) fetches and shows it")
 def test_status_reads_a_kept_result_only_from_its_own_results_key(aws):
     # GIVEN an object only the operator can read, and a job record naming it (any producer may write a job# record)
     from worker_tier.producer.jobs import JobRecords
