@@ -18,7 +18,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $(STAMP)
 
-## make run ARGS="--duration 60": the local environment on embedded moto
+## make run ARGS="--duration 60": the local environment on embedded moto (ARGS=--ui: with the web dashboard beside it)
 run: $(STAMP)
 	$(PY) -m worker_tier_local $(ARGS)
 

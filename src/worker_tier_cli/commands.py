@@ -17,16 +17,17 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 from worker_tier.core import contract, limits
-from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.settings import DEFAULT_PAYLOAD_MAX_BYTES
 from worker_tier.delays.cancellation import CANCELLABLE_MIN_DELAY_SECONDS
 from worker_tier_cli import body as message_body
 from worker_tier_cli import dead_letters, delayed, offloaded, redrive, report, status
 from worker_tier_cli.cron import cron_group
+from worker_tier_cli.redrive import POINTER_NOTE
 from worker_tier_cli.output import emit_json, progress_bar, table
 from worker_tier_cli.session import Runtime, Session, parse_time
 from worker_tier_cli.tail import tail_command
-from worker_tier_cli.target import ENDPOINT_VARIABLE, OPTION_NAMES, STACK_OUTPUTS, STACK_VARIABLE, VARIABLES, WORKER_VARIABLE, Target, TargetError
+from worker_tier_cli.ui.command import ui_command
+from worker_tier_cli.target import OPTION_NAMES, STACK_OUTPUTS, STACK_VARIABLE, VARIABLES, WORKER_VARIABLE, TargetError
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cannot be found or a refused message
@@ -35,15 +36,9 @@ EXIT_CODE_USAGE = 2  # click's own for usage errors; ours for a target that cann
 MOVE_TASK_UNAVAILABLE_CODES = frozenset({"UnsupportedOperation", "InvalidAction", "NotImplemented", "500"})
 MOVE_TASK_FALLBACK_NOTE = "StartMessageMoveTask is not available at this endpoint; moving one batch at a time instead"
 INTERRUPT_NOTE = "stopping after the batch in hand (Ctrl-C again stops at once)"
-POINTER_NOTE = ("a pointer to a delayed message, not a task body: the message is in delay table {delay_table} "
-                "(pk {pk}, sk {sk}) until its TTL; send it from there, then delete the pointer")
 MOVE_TASK_LEFT_RUNNING = ("stopped following the move task; it keeps running on the SQS side (task handle {handle}): "
                           "aws sqs list-message-move-tasks to follow it, aws sqs cancel-message-move-task "
                           "--task-handle {handle} to stop it")
-FIFO_BLOCKED_NOTE = ("FIFO message groups held by messages this run left in the DLQ (skipped by the filter, failed "
-                     "or kept): {groups}; SQS hands out no later message of a group while one is in flight, so "
-                     "matching messages behind them were not reached: move or delete those first (a redrive "
-                     "without a filter moves them all), then run again")
 MOVE_TASK_ALREADY_RUNNING = ("a move task is already running on this DLQ (task handle {handle}), and SQS runs one at a "
                              "time: wait for it (aws sqs list-message-move-tasks), or stop it (aws sqs "
                              "cancel-message-move-task --task-handle {handle}), then run redrive again")
@@ -128,12 +123,7 @@ def cli(ctx: click.Context, /) -> None:
     """
     runtime = ctx.obj if isinstance(ctx.obj, Runtime) else Runtime()
     given = ctx.meta.pop("worker_tier.deployment", {})
-    session = Session(runtime, given.pop("endpoint_url", None), given.pop("region", None))
-    session.target = Target(lambda: session.client("cloudformation"), environ=runtime.environ,
-                            endpoint=lambda: session.endpoint_url or runtime.environ.get(ENDPOINT_VARIABLE))
-    for name, value in given.items():
-        session.target.give(name, value)
-    ctx.obj = session
+    ctx.obj = Session.open(runtime, given.pop("endpoint_url", None), given.pop("region", None), given)
 
 
 cli.add_command(delayed.delayed_group)  # ``delayed list`` and ``delayed cancel`` (worker_tier_cli.delayed)
@@ -313,8 +303,7 @@ def redrive_command(path: str | None, error_type: str | None, since: str | None,
     sqs = session.client("sqs")
     shown = _progress_shown(as_json)
     total = status.queue_counts(sqs, dlq_url)["visible"] if shown else None
-    levels = PriorityQueues(queue_url, **{level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items()
-                                          if (url := session.target.optional(field))})
+    levels = redrive.priority_levels(session.target, queue_url)
     if which.empty and not levels.enabled:  # SQS's move task sends everything to one queue: no level would be kept
         task = _move_task(sqs, dlq_url, queue_url, rate, shown, session.runtime.sleep)
         if task is not None:
@@ -373,8 +362,7 @@ def _print_move_task(task: dict[str, Any], as_json: bool) -> None:
 
 
 def _counts(report: redrive.MoveReport) -> str:
-    arrived = f" ({report.arrived} dead-lettered since it began: left for the next run)" if report.arrived else ""
-    return f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}{arrived}"
+    return redrive.counts_line(report)
 
 
 def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> None:
@@ -382,30 +370,8 @@ def _print_report(report: redrive.MoveReport, method: str, as_json: bool) -> Non
         emit_json({"method": method, **vars(report)})
         return
     click.echo(_counts(report))
-    if report.stopped:
-        click.echo(f"stopped before the end: {report.stopped}; what it had received is released, and a rerun "
-                   "moves the rest (nothing it sent is sent again)", err=True)
-    for error in report.errors[:10]:
-        click.echo(f"  {error}", err=True)
-    if report.not_deleted:
-        click.echo("sent but still in the DLQ (a rerun on this machine deletes them without sending them again): "
-                   f"{', '.join(report.not_deleted)}", err=True)
-    if report.already_sent:
-        click.echo(f"sent by an earlier run that stopped, deleted now: {', '.join(report.already_sent)}", err=True)
-    if report.possibly_sent:
-        click.echo("possibly sent (SQS's answer was lost; still in the DLQ, and a rerun leaves them there): check the "
-                   "work queue, then delete them or rerun with --resend-possibly-sent: "
-                   f"{', '.join(report.possibly_sent)}", err=True)
-    for pointer in report.delay_pointers_kept:
-        click.echo(f"{pointer['message_id']}: {POINTER_NOTE.format(**pointer)}; left in the DLQ, not sent", err=True)
-    if report.fifo_groups_blocked:
-        click.echo(FIFO_BLOCKED_NOTE.format(groups=", ".join(report.fifo_groups_blocked)), err=True)
-    if report.reason_records_kept:
-        click.echo(f"reason records left in the DLQ with their message (or without one read): "
-                   f"{', '.join(report.reason_records_kept)}", err=True)
-    for message_id, names in report.attributes_lost.items():
-        click.echo(f"{message_id}: moved without {', '.join(names)}: dropped when it was dead-lettered (SQS's "
-                   "10-attribute quota); the reason kept only their names, so they cannot be restored", err=True)
+    for line in redrive.report_notes(report):
+        click.echo(line, err=True)
 
 
 # -- send -------------------------------------------------------------------------------------------
@@ -500,16 +466,10 @@ def send_command(path: str, body: str, delay: float | None, at_text: str | None,
 def job_command(job_id: str, as_json: bool) -> None:
     """A tracked job (send --track, Client.send(track=True)): its state, worker, result or reason, and history."""
     from worker_tier.core.errors import JobNotFoundError, MessageError
-    from worker_tier.producer.jobs import JobRecords
     from worker_tier_cli import job
 
-    session = _session()
-    target = session.target
-    bucket = target.optional("payload_bucket")
-    records = JobRecords(target.required("state_table"), session.client("dynamodb"), session.runtime.clock,
-                         s3=(lambda: session.client("s3")) if bucket else None, bucket=bucket)
     try:
-        status = records.status(job_id)
+        status = job.lookup(_session(), job_id)
     except MessageError as error:
         raise UsageFailure(str(error)) from error
     except JobNotFoundError as error:
@@ -574,6 +534,7 @@ def import_eb_command(path: Path, cdk_json: Path, dry_run: bool) -> None:
 
 cli.add_command(cron_group)
 cli.add_command(tail_command)
+cli.add_command(ui_command)
 # Commands that never reach a deployment: cron next reads cron.yaml, import-eb writes cdk.json.
 OFFLINE_COMMANDS = frozenset({"cron", "import-eb"})
 

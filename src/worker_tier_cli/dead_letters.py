@@ -199,17 +199,20 @@ def _api_value(value: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Filter:
-    """Which dead letters a command acts on: by path, error type and failed_at (all optional)."""
+    """Which dead letters a command acts on: by path, error type, failed_at and message id (all optional)."""
 
     path: str | None = None
     error_type: str | None = None
     since: datetime | None = None
+    message_id: str | None = None  # one dead letter (the dashboard's "redrive this one")
 
     @property
     def empty(self) -> bool:
-        return self.path is None and self.error_type is None and self.since is None
+        return self.path is None and self.error_type is None and self.since is None and self.message_id is None
 
     def matches(self, letter: DeadLetter) -> bool:
+        if self.message_id is not None and letter.message_id != self.message_id:
+            return False
         if self.path is not None and letter.path != self.path:
             return False
         if self.error_type is not None and letter.error_type != self.error_type:

@@ -59,17 +59,7 @@ def delayed_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 def list_command(path: str | None, limit: int, within_minutes: int, as_json: bool) -> None:
     """The next messages due, in due order."""
-    session = _session()
-    target, dynamodb, now = session.target, session.client("dynamodb"), session.runtime.clock()
-    start, positions = _start(dynamodb, target.optional("state_table"), now)
-    last = math.floor(now / delay.BUCKET_SECONDS) + within_minutes
-    found = []
-    for message in _coming(dynamodb, target.required("delay_table"), start, last, positions):
-        if path is None or _path(message) == path:
-            found.append(_row(message, now))
-            if len(found) == limit:
-                break
-    window = {"from_minute": _minute(start), "to_minute": _minute(last)}  # the first and the last minute read
+    found, window = coming(_session(), path, limit, within_minutes)
     if as_json:
         emit_json({"messages": [vars(c) for c in found], **window})
         return
@@ -87,17 +77,8 @@ def cancel_command(key: str, as_json: bool) -> None:
     Exit 0: cancelled, never delivered. 3: too late, the delay dispatcher has started its minute and it is delivered
     as sent. 4: no such message. 5: it was not sent cancellable. 6: other reschedules kept moving it.
     """
-    from worker_tier import Client
-
-    session = _session()
-    target = session.target
     try:
-        bucket = target.optional("payload_bucket")  # a cancelled message's offloaded body is deleted with it
-        offload: dict[str, Any] = {"payload_bucket": bucket, "s3": session.client("s3")} if bucket else {}
-        client = Client(target.required("queue_url"), target.required("delay_table"), sqs=session.client("sqs"),
-                        dynamodb=session.client("dynamodb"), clock=session.runtime.clock, state_table=target.required("state_table"),
-                        **offload)
-        outcome = client.cancel_outcome(key)
+        outcome = cancelling_client(_session()).cancel_outcome(key)
     except MessageError as error:
         raise click.UsageError(str(error)) from error
     if as_json:
@@ -106,6 +87,35 @@ def cancel_command(key: str, as_json: bool) -> None:
         click.echo(f"{key}: {outcome.detail}", err=not outcome.done)
     if not outcome.done:
         click.get_current_context().exit(EXIT_CODES[outcome.status])
+
+
+def coming(session: Session, path: str | None = None, limit: int = DEFAULT_LIMIT,
+           within_minutes: int = DEFAULT_WITHIN_MINUTES) -> tuple[list[Coming], dict[str, str]]:
+    """Up to ``limit`` messages due within ``within_minutes`` (of ``path`` only, when given), in due order, and the
+    first and last minute read (``from_minute``, ``to_minute``)."""
+    target, dynamodb, now = session.target, session.client("dynamodb"), session.runtime.clock()
+    start, positions = _start(dynamodb, target.optional("state_table"), now)
+    last = math.floor(now / delay.BUCKET_SECONDS) + within_minutes
+    found: list[Coming] = []
+    for message in _coming(dynamodb, target.required("delay_table"), start, last, positions):
+        if path is None or _path(message) == path:
+            found.append(_row(message, now))
+            if len(found) == limit:
+                break
+    return found, {"from_minute": _minute(start), "to_minute": _minute(last)}
+
+
+def cancelling_client(session: Session) -> Any:
+    """A ``worker_tier.Client`` that can cancel and reschedule (the delay table, the state table, and the payload
+    bucket when known: a cancelled message's offloaded body is deleted with it)."""
+    from worker_tier import Client
+
+    target = session.target
+    bucket = target.optional("payload_bucket")
+    offload: dict[str, Any] = {"payload_bucket": bucket, "s3": session.client("s3")} if bucket else {}
+    return Client(target.required("queue_url"), target.required("delay_table"), sqs=session.client("sqs"),
+                  dynamodb=session.client("dynamodb"), clock=session.runtime.clock,
+                  state_table=target.required("state_table"), **offload)
 
 
 def _start(dynamodb: Any, state_table: str | None, now: float) -> tuple[int, dict[int, tuple[int, str]]]:

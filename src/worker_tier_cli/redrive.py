@@ -56,7 +56,7 @@ from typing import Any, Callable
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from worker_tier.core import limits
+from worker_tier.core import contract, limits
 from worker_tier.core.aws import outcome_unknown
 from worker_tier.core.priority import PriorityQueues
 from worker_tier.core.errors import WorkerTierError
@@ -74,6 +74,12 @@ DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM",
 # answer was lost (or failed 5xx after SQS acted): a silent duplicate, and no ``possibly_sent``.
 NO_RETRIES = Config(retries={"total_max_attempts": 1})
 JOURNAL_KEEP_SECONDS = 14 * 24 * 3600  # SQS's longest retention: a journaled message is gone from the DLQ by then
+POINTER_NOTE = ("a pointer to a delayed message, not a task body: the message is in delay table {delay_table} "
+                "(pk {pk}, sk {sk}) until its TTL; send it from there, then delete the pointer")
+FIFO_BLOCKED_NOTE = ("FIFO message groups held by messages this run left in the DLQ (skipped by the filter, failed "
+                     "or kept): {groups}; SQS hands out no later message of a group while one is in flight, so "
+                     "matching messages behind them were not reached: move or delete those first (a redrive "
+                     "without a filter moves them all), then run again")
 
 
 @dataclass
@@ -384,6 +390,13 @@ class _Move:
             self.report.not_deleted.extend(m.message_id for i, m in enumerate(batch) if i in refused and m.describes is None)
 
 
+def priority_levels(target: Any, queue_url: str) -> PriorityQueues:
+    """The work queue's priority levels as ``target`` (a ``worker_tier_cli.target.Target``) names them; not
+    ``enabled`` without the priorities setting's queues."""
+    return PriorityQueues(queue_url, **{level: url for level, field in contract.PRIORITY_QUEUE_FIELDS.items()
+                                        if (url := target.optional(field))})
+
+
 def arrived_since(letter: DeadLetter, started_ms: int) -> bool:
     """Whether ``letter`` reached the DLQ at or after ``started_ms`` (SQS's clock), so a run begun then leaves it.
 
@@ -484,3 +497,38 @@ def follow_move_task(sqs: Any, dlq_url: str, task_handle: str, sleep: Callable[[
         if task.get("Status") in MOVE_TASK_DONE or not task:
             return dict(task)
         sleep(MOVE_TASK_POLL_SECONDS)
+
+
+def counts_line(report: MoveReport) -> str:
+    """The report's counts as one line: moved, skipped, failed (and arrived)."""
+    arrived = f" ({report.arrived} dead-lettered since it began: left for the next run)" if report.arrived else ""
+    return f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}{arrived}"
+
+
+def report_notes(report: MoveReport) -> list[str]:
+    """Everything else a person must know of a run: why it stopped, errors, and each message left or at risk."""
+    notes = []
+    if report.stopped:
+        notes.append(f"stopped before the end: {report.stopped}; what it had received is released, and a rerun "
+                     "moves the rest (nothing it sent is sent again)")
+    notes += [f"  {error}" for error in report.errors[:10]]
+    if report.not_deleted:
+        notes.append("sent but still in the DLQ (a rerun on this machine deletes them without sending them again): "
+                     f"{', '.join(report.not_deleted)}")
+    if report.already_sent:
+        notes.append(f"sent by an earlier run that stopped, deleted now: {', '.join(report.already_sent)}")
+    if report.possibly_sent:
+        notes.append("possibly sent (SQS's answer was lost; still in the DLQ, and a rerun leaves them there): check the "
+                     "work queue, then delete them or rerun with --resend-possibly-sent: "
+                     f"{', '.join(report.possibly_sent)}")
+    notes += [f"{pointer['message_id']}: {POINTER_NOTE.format(**pointer)}; left in the DLQ, not sent"
+              for pointer in report.delay_pointers_kept]
+    if report.fifo_groups_blocked:
+        notes.append(FIFO_BLOCKED_NOTE.format(groups=", ".join(report.fifo_groups_blocked)))
+    if report.reason_records_kept:
+        notes.append(f"reason records left in the DLQ with their message (or without one read): "
+                     f"{', '.join(report.reason_records_kept)}")
+    notes += [f"{message_id}: moved without {', '.join(names)}: dropped when it was dead-lettered (SQS's "
+              "10-attribute quota); the reason kept only their names, so they cannot be restored"
+              for message_id, names in report.attributes_lost.items()]
+    return notes

@@ -21,7 +21,7 @@ def gather(session: Session) -> dict[str, Any]:
         "delay_dispatcher": dispatcher,
         "delay_backlog": status.delay_backlog(session.client("dynamodb"), delay_table, now,
                                               dispatcher["minute"] if dispatcher else None) if delay_table else None,
-        "periodic_tasks": _periodic(session),
+        "periodic_tasks": periodic(session),
         "flow_limits": status.flow_limits(session.client("dynamodb"), state_table, now) if state_table else None,
         "alarms_in_alarm": (status.alarms_in_alarm(session.client("cloudwatch"), target.stack_name)
                             if target.stack_name else None),
@@ -41,7 +41,9 @@ def _queues(session: Session, now: float) -> dict[str, dict[str, Any]]:
             for name, url in queues.items()}
 
 
-def _periodic(session: Session) -> dict[str, Any] | None:
+def periodic(session: Session) -> dict[str, Any] | None:
+    """The deployed periodic tasks' rows (``ticks.periodic_tasks``), with a note when they cannot be read; None
+    without a schedule group."""
     group = session.target.optional("schedule_group")
     if not group:
         return None

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 import boto3
 
 from worker_tier_cli.dead_letters import RECEIVE_WAIT_SECONDS
-from worker_tier_cli.target import Target
+from worker_tier_cli.target import ENDPOINT_VARIABLE, Target
 
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -50,6 +50,18 @@ class Session:
     region: str | None
     target: Target = field(init=False)
     _clients: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, runtime: Runtime, endpoint_url: str | None = None, region: str | None = None,
+             given: Mapping[str, str] | None = None) -> Session:
+        """A session whose target reads ``runtime``'s variables and the stack's outputs, with ``given`` resources first
+        (the deployment options by resource name: ``queue_url``, ``stack``...)."""
+        session = cls(runtime, endpoint_url, region)
+        session.target = Target(lambda: session.client("cloudformation"), environ=runtime.environ,
+                                endpoint=lambda: session.endpoint_url or runtime.environ.get(ENDPOINT_VARIABLE))
+        for name, value in (given or {}).items():
+            session.target.give(name, value)
+        return session
 
     def client(self, service: str, config: Any = None) -> Any:
         """The client of ``service``; with ``config`` (a botocore Config, e.g. no retries) a second one kept apart."""

@@ -115,14 +115,23 @@ def _undispatched_minutes(dynamodb: Any, delay_table: str, watermark_minute: int
 
 def alarms_in_alarm(cloudwatch: Any, stack_name: str) -> list[dict[str, Any]]:
     """The stack's alarms in ALARM (metric and composite): name, reason and since when."""
+    return [{key: alarm[key] for key in ("name", "reason", "since", "description")}
+            for alarm in stack_alarms(cloudwatch, stack_name, "ALARM")]
+
+
+def stack_alarms(cloudwatch: Any, stack_name: str, state: str | None = None) -> list[dict[str, Any]]:
+    """The stack's alarms (metric and composite), in ``state`` only when given: name, state, reason, since when."""
     found: list[dict[str, Any]] = []
-    for page in cloudwatch.get_paginator("describe_alarms").paginate(
-            StateValue="ALARM", AlarmNamePrefix=stack_name, AlarmTypes=["MetricAlarm", "CompositeAlarm"]):
+    request: dict[str, Any] = {"AlarmNamePrefix": stack_name, "AlarmTypes": ["MetricAlarm", "CompositeAlarm"]}
+    if state is not None:
+        request["StateValue"] = state
+    for page in cloudwatch.get_paginator("describe_alarms").paginate(**request):
         alarms = [*(page.get("MetricAlarms") or []), *(page.get("CompositeAlarms") or [])]
-        for alarm in (a for a in alarms if a.get("StateValue") == "ALARM"):  # moto ignores StateValue with a prefix
+        for alarm in (a for a in alarms if state is None or a.get("StateValue") == state):  # moto ignores StateValue with a prefix
             since = alarm.get("StateUpdatedTimestamp")
-            found.append({"name": alarm["AlarmName"], "reason": alarm.get("StateReason", ""),
-                          "since": since.isoformat() if since else None, "description": alarm.get("AlarmDescription", "")})
+            found.append({"name": alarm["AlarmName"], "state": alarm.get("StateValue", ""),
+                          "reason": alarm.get("StateReason", ""), "since": since.isoformat() if since else None,
+                          "description": alarm.get("AlarmDescription", "")})
     return found
 
 

@@ -22,16 +22,19 @@ from botocore.exceptions import ClientError
 
 from worker_tier.core.contract import OUTCOME_LOG_MESSAGES
 from worker_tier.worker.fates import (
-    OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RESCHEDULED, OUTCOME_RETRYING, OUTCOME_THROTTLED,
+    OUTCOME_DEAD_LETTERED, OUTCOME_HELD_BACK, OUTCOME_RELEASED, OUTCOME_RESCHEDULED, OUTCOME_RETRYING,
+    OUTCOME_SUCCEEDED, OUTCOME_THROTTLED, Outcome,
 )
 from worker_tier_cli.target import TargetError
 from worker_tier_cli.session import Session, parse_time
 
 FOLLOW_POLL_SECONDS = 2.0
 DEFAULT_SINCE = "5m"
-# The marks of worker_tier_local's outcome lines (`make run`), for the outcomes the worker logs.
+# The marks of worker_tier_local's outcome lines (`make run`): the outcomes the worker logs, and the two it does not
+# (successes and releases), which reach ``render`` only from a worker in the same process (``from_outcome``).
 OUTCOME_MARKS = {OUTCOME_RETRYING: "retry", OUTCOME_DEAD_LETTERED: "DLQ ", OUTCOME_HELD_BACK: "hold",
-                 OUTCOME_RESCHEDULED: "later", OUTCOME_THROTTLED: "wait"}
+                 OUTCOME_RESCHEDULED: "later", OUTCOME_THROTTLED: "wait", OUTCOME_SUCCEEDED: "ok  ",
+                 OUTCOME_RELEASED: "back"}
 LEVEL_MARKS = {"WARNING": "warn ", "ERROR": "error", "CRITICAL": "error"}
 NO_LOG_GROUP = ("no log group {group!r} at this endpoint; the local environment (make run) has none: it prints "
                 "every outcome in its own terminal. Against a stack, pass --stack (WorkerLogGroupName) or --log-group")
@@ -64,6 +67,17 @@ def _detail(status: str | None, line: dict[str, Any]) -> str:
     text = str(line.get("error") or line.get("message", "")) if status else str(line.get("message", ""))
     wait = line.get("retry_in_seconds")
     return f"{text} -> retry in {wait}s" if wait is not None and status else text
+
+
+def from_outcome(decided: Outcome, time_ms: int) -> dict[str, Any]:
+    """An outcome decided by a worker in this process (an outcome listener's), in ``outcome``'s shape."""
+    detail = decided.detail
+    if decided.status == OUTCOME_RETRYING:
+        detail = f"{detail} -> retry in {decided.visibility_seconds}s"
+    elif decided.status == OUTCOME_RESCHEDULED:
+        detail = f"{detail} -> again in {decided.visibility_seconds}s"
+    return {"time_ms": time_ms, "status": decided.status, "path": decided.path, "message_id": decided.message_id,
+            "receive_count": decided.receive_count, "detail": detail}
 
 
 def render(shown: dict[str, Any]) -> str:

@@ -55,11 +55,19 @@ def _row(described: re.Match[str], state: str, dynamodb: Any, state_table: str |
 
     local = now.astimezone(zoneinfo.ZoneInfo(described["zone"]))
     last = croniter(described["schedule"], local + timedelta(seconds=1)).get_prev(datetime)  # a tick at now is the last
-    upcoming = croniter(described["schedule"], local).get_next(datetime)
+    [upcoming] = next_ticks(described["schedule"], described["zone"], now, 1)
     fate = _fate(dynamodb, state_table, Tick(described["name"], described["url"], last)) if state_table else None
     return {"name": described["name"], "path": described["url"], "schedule": described["schedule"],
             "timezone": described["zone"], "state": state, "last_tick": last.isoformat(), "last_tick_fate": fate,
             "next_tick": upcoming.isoformat()}
+
+
+def next_ticks(schedule: str, zone: str, now: datetime, count: int) -> list[datetime]:
+    """The next ``count`` ticks after ``now`` of a standard cron ``schedule`` in time zone ``zone``, in that zone."""
+    from croniter import croniter
+
+    ticks = croniter(schedule, now.astimezone(zoneinfo.ZoneInfo(zone)))
+    return [ticks.get_next(datetime) for _ in range(count)]
 
 
 def _fate(dynamodb: Any, state_table: str, tick: Tick) -> str:

@@ -59,6 +59,7 @@ DEFAULT_CRON_YAML = Path(CRON_YAML)
 LOCAL_EXTRA_MODULES = ("moto", "yaml")
 LOCAL_EXTRA_INSTALL = "pip install 'worker-tier[local]'"
 MAX_PORT = 65535
+DASHBOARD_PORT = 8642  # worker-tier ui's default (worker_tier_cli.ui.serve.DEFAULT_PORT, which needs the ui extra)
 _MARKS = {
     OUTCOME_SUCCEEDED: "ok  ",
     OUTCOME_RETRYING: "retry",
@@ -111,7 +112,8 @@ def _run(args: argparse.Namespace) -> int:
         raise
     with contextlib.ExitStack() as cleanup:  # started once above; stopped however the run ends
         cleanup.callback(env.stop)
-        _print_banner(env)
+        dashboard = _start_dashboard(env, args.ui_port, cleanup) if args.ui else None
+        _print_banner(env, dashboard)
         _say(f"settings from {settings_source} (defaults where it sets none): max_retries={settings.max_retries}, "
              f"error_visibility_timeout={settings.error_visibility_timeout}s, task_modules={settings.task_modules}")
         if settings.app:
@@ -251,7 +253,30 @@ def _app_directories(app: str) -> list[Path]:
     return list(Path(spec.origin).parents[:package_levels])
 
 
-def _print_banner(env: LocalEnvironment) -> None:
+def _start_dashboard(env: LocalEnvironment, port: int, cleanup: contextlib.ExitStack) -> str:
+    """``worker-tier ui`` over this environment, in a thread, its outcomes this process's worker's; its URL.
+
+    The port asked for, else (in use) any free one. SystemExit naming the ui extra when it is not installed.
+    """
+    try:
+        from worker_tier_cli.ui import serve
+        from worker_tier_cli.ui.guard import new_token
+        from worker_tier_cli.ui.outcomes import OutcomeFeed
+    except ImportError as error:
+        raise SystemExit(f"worker-tier-local: --ui: {(error.name or '').split('.')[0]} not installed; the dashboard "
+                         "needs the ui extra: pip install 'worker-tier[ui]'") from None
+    feed = cleanup.enter_context(OutcomeFeed())
+    session = serve.local_session(env.shell_environment())
+    try:
+        served = serve.bind(session, serve.DEFAULT_HOST, port, new_token(), feed)
+    except OSError:
+        served = serve.bind(session, serve.DEFAULT_HOST, 0, new_token(), feed)
+    serve.start_in_background(served)
+    cleanup.callback(served.stop)
+    return served.url
+
+
+def _print_banner(env: LocalEnvironment, dashboard: str | None = None) -> None:
     """Where everything is, and two lines to paste into another shell (no timestamp, so they paste as they are)."""
     if env.unavailable_port is not None:
         _say(f"port {env.unavailable_port} is in use (another `make run`?); using a free one instead: "
@@ -265,6 +290,8 @@ def _print_banner(env: LocalEnvironment) -> None:
     _say(f"tables           {env.state_table} (state), {env.delay_table} (delays)")
     if env.payload_bucket is not None:
         _say(f"payload bucket   {env.payload_bucket}  (bodies too large for the queue go to S3 here: docs/large-payloads.md)")
+    if dashboard is not None:
+        _say(f"dashboard        {dashboard}  (open it in a browser: the token in it logs you in; docs/dashboard.md)")
     _say("from another shell, paste this line: then `worker-tier`, `Client.from_env()` and the AWS CLI reach this "
          "environment with no other flag")
     print(f"  {_export_line(env)}")
@@ -408,6 +435,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=_port, default=LOCAL_DEFAULT_PORT,
                         help=f"moto's port on 127.0.0.1 (default {LOCAL_DEFAULT_PORT}; a free one when it is taken; 0: any)")
     parser.add_argument("--container", action="store_true", help="also run the container worker for long tasks")
+    parser.add_argument("--ui", action="store_true",
+                        help="also serve the web dashboard (worker-tier ui; the ui extra) on 127.0.0.1, its URL in the banner")
+    parser.add_argument("--ui-port", type=_port, default=DASHBOARD_PORT,
+                        help=f"the dashboard's port with --ui (default {DASHBOARD_PORT}; a free one when it is taken; 0: any)")
     parser.add_argument("--no-examples", action="store_true", help="do not send the example tasks or messages")
     parser.add_argument("--verbose", action="store_true", help="show the worker's JSON logs and metrics")
     return parser.parse_args(argv)

@@ -11,13 +11,14 @@ import pytest
 from click.testing import CliRunner, Result
 from moto.server import ThreadedMotoServer
 
+from tests.cli.dashboard import dashboard
 from tests.cli.deployment import NOW, deployment
 from tests.cli.lossy_proxy import LossyProxy
 from worker_tier.core import contract, envelope, message
 from worker_tier_cli import cli
 from worker_tier_cli.session import Runtime
 
-__all__ = ["deployment", "lossy"]
+__all__ = ["dashboard", "deployment", "lossy"]
 
 
 @dataclass

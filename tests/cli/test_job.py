@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from tests.cli.deployment import NOW, parsed
 from worker_tier.core import contract, jobs

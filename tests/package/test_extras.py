@@ -48,3 +48,13 @@ def test_the_tracing_middleware_without_the_tracing_extra_says_to_install_it(tmp
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == ("ModuleNotFoundError: worker_tier.pipeline.tracing.TracingMiddleware needs opentelemetry, "
                                               "which is not installed; install the tracing extra: pip install 'worker-tier[tracing]'")
+
+
+def test_the_dashboard_without_the_ui_extra_says_to_install_it(tmp_path):
+    # GIVEN the command line without the ui extra (no starlette)  WHEN `worker-tier ui` runs
+    result = _without(("starlette",), "from worker_tier_cli import main; raise SystemExit(main(['--queue-url', 'q', 'ui']))",
+                      tmp_path)
+    # THEN it stops in one line naming what is missing and the install command
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == ("Error: starlette not installed; the dashboard needs the ui extra: "
+                                              "pip install 'worker-tier[ui]'")

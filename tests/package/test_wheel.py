@@ -260,3 +260,12 @@ def test_the_wheel_carries_the_apache_license_text(wheel):
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
     assert "License-Expression: Apache-2.0" in metadata
     assert "License-File: LICENSE" in metadata
+
+
+def test_the_wheel_carries_the_dashboards_templates_and_static_files(wheel):
+    # GIVEN the dashboard's templates, stylesheet and script in the source
+    ui = REPO / "src" / "worker_tier_cli" / "ui"
+    shipped = {str(path.relative_to(REPO / "src")) for folder in ("templates", "static") for path in (ui / folder).iterdir()}
+    # WHEN the wheel's files are listed THEN every one of them is there (package-data), or `worker-tier ui` could not render
+    with zipfile.ZipFile(wheel) as archive:
+        assert shipped and shipped <= set(archive.namelist())

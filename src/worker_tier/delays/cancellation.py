@@ -263,6 +263,17 @@ class Cancellations:
             raise MessageError(_started_reason(key, new))
         return None
 
+    def find(self, key: str) -> DelayedMessage | Outcome:
+        """The cancellable message ``key`` names, as it is now (read strongly consistent); else the Outcome a cancel
+        would have (NOT_FOUND, NOT_CANCELLABLE), changing nothing: what a confirmation names before a cancel."""
+        marker = self._marker(check_key(key))
+        unfit = _unfit(key, marker)
+        if unfit is not None:
+            return unfit
+        found = self._read(_place(marker))  # type: ignore[arg-type]
+        return found if found is not None else Outcome(key, NOT_FOUND, f"dedupe_key {key!r}: its marker names an item "
+                                                                     "that is gone (delivered and expired)")
+
     def _checks_of(self, place: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``not_started_checks`` of the minute and shard an item key names."""
         bucket, shard = delay.parse_bucket_key(place[PK]["S"]) or (0, 0)
