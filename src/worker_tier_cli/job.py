@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from worker_tier.core.jobs import JobStatus
-from worker_tier_cli.output import table
+from worker_tier_cli.output import printable, table
 from worker_tier_cli.session import Session
 
 
@@ -26,7 +26,7 @@ def lookup(session: Session, job_id: str) -> JobStatus:
     target = session.target
     bucket = target.optional("payload_bucket")
     records = JobRecords(target.required("state_table"), session.client("dynamodb"), session.runtime.clock,
-                         s3=(lambda: session.client("s3")) if bucket else None)
+                         s3=(lambda: session.client("s3")) if bucket else None, bucket=bucket)
     return records.status(job_id)
 
 
@@ -48,7 +48,7 @@ def history(status: JobStatus) -> list[tuple[str | None, Any, str]]:
 
 def render(status: JobStatus, terminal: bool = False) -> str:
     """The job as people read it: its fields (those it has), then its history, oldest first."""
-    lines = [f"{name:<9} {value}" for name, value in fields(status)]
+    lines = [f"{name:<9} {printable(str(value))}" for name, value in fields(status)]
     dropped = f"\n({status.events_dropped} later events not kept: the history holds the first ones)" if status.events_dropped else ""
     return "\n".join(lines) + "\n\n" + table(["at", "state", "details"], history(status), terminal) + dropped
 

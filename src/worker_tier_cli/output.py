@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,8 +37,18 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], terminal: bool 
     return "\n".join(line.rstrip() for line in captured.get().splitlines())
 
 
+# C0 and C1 control characters and DEL (ESC starts a terminal's escape sequences, BEL ends some): shown escaped.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (but newline and tab) shown as ``\\x1b``-style escapes: a message's
+    body, reason or error text is anyone's input, and must not drive the operator's terminal."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
 def _cell(value: Any) -> str:
-    text = "-" if value is None else " ".join(str(value).split())
+    text = "-" if value is None else printable(" ".join(str(value).split()))
     return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 3] + "..."
 
 

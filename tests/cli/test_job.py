@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 from tests.cli.deployment import NOW, parsed
 from worker_tier.core import contract, jobs
 
@@ -60,4 +61,20 @@ def test_send_track_without_the_state_table_names_its_option(deployment):
     result = deployment.run("send", "/x", "{}", "--track", state=False)
     assert result.exit_code == 2 and "--state-table" in result.stderr
 
+
+
+
+def test_job_shows_a_reason_with_terminal_escapes_escaped(deployment):
+    # GIVEN a job dead-lettered with an error text carrying terminal escape sequences
+    job_id = parsed(deployment.run("send", "/parse", "{}", "--track", "--json"))["job_id"]
+    at = int(NOW.timestamp() * 1000) + 1000
+    hostile = "ValueError: bad row \x1b]0;owned\x07\x1b[2J\x1b[1;31mdone\x1b[0m"
+    jobs.apply(deployment.dynamodb, deployment.state_table, jobs.Transition(job_id, contract.JOB_RUNNING, at, 3600))
+    jobs.apply(deployment.dynamodb, deployment.state_table, jobs.Transition(
+        job_id, contract.JOB_DEAD_LETTERED, at + 500, 3600, fields={"reason": hostile}, details={"reason": hostile}))
+    # WHEN it is shown as text
+    text = deployment.run("job", job_id)
+    # THEN no escape character reaches the terminal
+    assert text.exit_code == 0 and "bad row" in text.stdout
+    assert "\x1b" not in text.stdout and "\x07" not in text.stdout
 

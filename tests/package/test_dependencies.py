@@ -43,7 +43,12 @@ LAZY_IMPORTS = {
     ("worker_tier", "opentelemetry"): ("src/worker_tier/pipeline/tracing.py", "src/worker_tier/pipeline/trace_header.py"),
     # The testing helper's fixture: pytest loads it (the pytest11 entry point), so pytest is there whenever it runs.
     ("worker_tier", "pytest"): ("src/worker_tier/testing/pytest_plugin.py",),
+    # `make run ARGS=--ui`: the dashboard beside the local environment, imported only then (it says to install the ui extra).
+    ("worker_tier_local", "worker_tier_cli"): ("src/worker_tier_local/__main__.py",),
 }
+# Folders whose modules need an extra beyond their package's: the dashboard (worker_tier_cli.ui) needs the ui extra, and
+# is imported only by `worker-tier ui` (which names the extra when it is missing) and `make run ARGS=--ui`.
+FOLDER_EXTRAS = {"src/worker_tier_cli/ui/": ("ui",)}
 
 
 def _imported(package: str) -> dict[str, str]:
@@ -91,6 +96,8 @@ def test_every_third_party_import_is_declared_in_pyproject(package):
         if module in sys.stdlib_module_names or module in ours or where in LAZY_IMPORTS.get((package, module), ()):
             continue
         assert module not in PACKAGES, f"{where} imports {module}, which {package} may not import"
-        assert installed_by.get(module, set()) & declared, (
+        more = next((e for folder, e in FOLDER_EXTRAS.items() if where.startswith(folder)), ())
+        allowed = _with_their_requirements(_requirements((*extras, *more))) if more else declared
+        assert installed_by.get(module, set()) & allowed, (
             f"{where} imports {module} (from {sorted(installed_by.get(module, [])) or 'no installed distribution'}), "
             f"which pyproject does not declare for {package} (extras {list(extras)}); add it to its requirements")

@@ -102,6 +102,10 @@ def error_code(error: BaseException) -> str:
 OUTCOME_UNKNOWN_ERRORS = ("ReadTimeoutError", "ConnectionClosedError", "ResponseStreamingError", "IncompleteReadError")
 
 
+# A write whose answer was lost (read timeout, closed connection, 5xx): AWS may or may not have carried it out.
+OUTCOME_UNKNOWN_CODE = "SendOutcomeUnknown"
+
+
 def outcome_unknown(error: BaseException) -> bool:
     """True when a failed call may still have been carried out: its answer timed out or broke, or AWS said 5xx."""
     if type(error).__name__ in OUTCOME_UNKNOWN_ERRORS:

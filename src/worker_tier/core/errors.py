@@ -236,6 +236,16 @@ class JobCancelledError(WorkerTierError):
         self.status = status
 
 
+class JobResultUnavailableError(WorkerTierError):
+    """``Client.wait``: the job succeeded but its result was not kept or cannot be read (``reason``: its size over
+    ``job_result_max_bytes`` without a payload bucket, not JSON, or its kept object gone); ``status`` its JobStatus."""
+
+    def __init__(self, message: str, reason: str | None = None, status: Any = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
 class JobWaitTimeout(WorkerTierError, TimeoutError):  # noqa: N818 - the public name docs/jobs.md promises
     """``Client.wait``: the job reached no final state within the timeout; ``status`` is the last one read."""
 

@@ -7,11 +7,14 @@ worker that runs the message writes one change (``Transition``: running, retryin
 to the record's ``history``, under a condition that keeps the order:
 
 - the record exists (the producer wrote it; an expired record is not brought back by a late worker);
-- its last change is not newer than this one (``updated_at``, epoch ms of the writer's clock);
+- its last change is not newer than this one (``updated_at``, epoch ms of the writer's clock), unless the record
+  is still the producer's first one (queued or delayed): a producer's clock never orders a worker's change, and a
+  producer may be any host;
 - succeeded and cancelled are final for good; dead-lettered only gives way to running (a redrive runs it again).
 
 The history holds at most ``HISTORY_MAX_EVENTS`` events: a change past that sets the state without its event and
-counts it in ``events_dropped`` (a second write, only then). A delayed record whose due time has passed reads as
+counts it in ``events_dropped`` (a second write, only then: the refused write's old item, returned with the refusal,
+tells a full history from a change out of order). A delayed record whose due time has passed reads as
 queued (``JobStatus.from_item``), so the delay dispatcher needs no write of its own.
 """
 
@@ -124,7 +127,8 @@ class Transition:
     retention_seconds: int
     fields: Mapping[str, Any] = field(default_factory=dict)  # set with the state (None: removed)
     details: Mapping[str, Any] = field(default_factory=dict)  # the event's
-    only_from: str | None = None  # cancel: only from this state
+    only_from: str | None = None  # cancel and reschedule: only from this state, whatever its time
+    expires_from_ms: int | None = None  # a retry's next try: the record is kept for the retention after it
 
     def request(self, table: str) -> dict[str, Any]:
         """The UpdateItem: set the state and its fields, append the event, in order (see the module)."""
@@ -137,7 +141,8 @@ class Transition:
     def _request(self, table: str, *, with_event: bool) -> dict[str, Any]:
         names = {_STATE: "state"}
         values: dict[str, Any] = {":state": {"S": self.state}, ":at": {"N": str(self.at_ms)}, ":one": {"N": "1"},
-                                  ":expiration": _expiration(self.at_ms, self.retention_seconds)}
+                                  ":expiration": _expiration(max(self.at_ms, self.expires_from_ms or 0),
+                                                             self.retention_seconds)}
         sets = [f"{_STATE} = :state", f"{_UPDATED} = :at", f"{contract.STATE_TTL_ATTRIBUTE} = :expiration"]
         removes = []
         for index, (name, value) in enumerate(sorted(self.fields.items())):
@@ -147,12 +152,14 @@ class Transition:
             else:
                 sets.append(f"#f{index} = :f{index}")
                 values[f":f{index}"] = _value(value)
-        condition = f"attribute_exists({contract.STATE_PARTITION_KEY}) AND {_UPDATED} <= :at"
+        condition = f"attribute_exists({contract.STATE_PARTITION_KEY})"
         if self.only_from is not None:
             condition += f" AND {_STATE} = :from"
             values[":from"] = {"S": self.only_from}
         else:
-            condition += f" AND {_STATE} <> :succeeded AND {_STATE} <> :cancelled"
+            condition += (f" AND ({_UPDATED} <= :at OR {_STATE} = :queued OR {_STATE} = :delayed)"
+                          f" AND {_STATE} <> :succeeded AND {_STATE} <> :cancelled")
+            values.update({":queued": {"S": contract.JOB_QUEUED}, ":delayed": {"S": contract.JOB_DELAYED}})
             values.update({":succeeded": {"S": contract.JOB_SUCCEEDED}, ":cancelled": {"S": contract.JOB_CANCELLED}})
             if self.state != contract.JOB_RUNNING:  # only a redrive's run reopens a dead-lettered job
                 condition += f" AND {_STATE} <> :dead"
@@ -167,13 +174,15 @@ class Transition:
             adds = "events_dropped :one"
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "") + " ADD " + adds
         return {"TableName": table, "Key": job_key(self.job_id), "UpdateExpression": expression,
-                "ConditionExpression": condition, "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}
+                "ConditionExpression": condition, "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
 
 def apply(dynamodb: Any, table: str, transition: Transition) -> bool:
     """Write ``transition``; True when written, False when its condition refused it (out of order, final, or no
-    record). A full history takes a second write without the event (its condition keeps the order on its own)."""
-    from worker_tier.core.aws import is_condition_failure
+    record). A full history takes a second write without the event (its condition keeps the order on its own); a
+    change refused for its order costs no second write."""
+    from worker_tier.core.aws import error_response, is_condition_failure
 
     try:
         dynamodb.update_item(**transition.request(table))
@@ -181,7 +190,11 @@ def apply(dynamodb: Any, table: str, transition: Transition) -> bool:
     except Exception as error:
         if not is_condition_failure(error):
             raise
-    try:  # refused: out of order, or the history is full; the second write's condition tells them apart
+        old = error_response(error).get("Item")
+        history = (old or {}).get(_HISTORY, {}).get("L") if isinstance(old, Mapping) else None
+        if isinstance(old, Mapping) and (history is None or len(history) < HISTORY_MAX_EVENTS):
+            return False  # its old item came back: out of order or final, not a full history
+    try:  # refused, and the old item is full or was not returned: the second write's condition tells them apart
         dynamodb.update_item(**transition.request_without_event(table))
         return True
     except Exception as error:

@@ -76,7 +76,7 @@ class Outcome:
     key: str
     status: str
     detail: str
-    message: DelayedMessage | None = None  # a done cancel's message, when read (``Cancellations(read_cancelled=True)``)
+    message: DelayedMessage | None = None  # a done cancel's message when read (``read_cancelled=True``); a reschedule's
 
     @property
     def done(self) -> bool:
@@ -229,7 +229,7 @@ class Cancellations:
                 if outcome is not None:
                     return outcome
                 continue
-            return Outcome(key, DONE, f"rescheduled from {_due_text(moved.key)} to {_due_text(new.key)}")
+            return Outcome(key, DONE, f"rescheduled from {_due_text(moved.key)} to {_due_text(new.key)}", message=new)
         return Outcome(key, CONTENDED, f"dedupe_key {key!r} kept moving (rescheduled {MAX_MARKER_READS} times meanwhile): "
                                        "it is delivered as the last of those left it")
 

@@ -47,7 +47,7 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from worker_tier.core import limits
-from worker_tier.core.aws import error_code
+from worker_tier.core.aws import OUTCOME_UNKNOWN_CODE, error_code, outcome_unknown
 from worker_tier.core.contract import (
     DELAY_BUCKET_KEY_PREFIX,
     DELAY_DEDUPE_KEY_PREFIX,
@@ -416,6 +416,9 @@ class DelayStore:
             except Exception as error:  # botocore already retried; what was still pending is not stored
                 if error_code(error) == VALIDATION_ERROR_CODE and len(pending) > 1:
                     return self._each_alone(pending)
+                if outcome_unknown(error):  # DynamoDB may have stored them: a tracked job keeps its record
+                    return _unstored(pending, OUTCOME_UNKNOWN_CODE, f"delay table {self.table} may have stored it; "
+                                                                    f"its answer was lost ({error_code(error)}: {error})")
                 return _unstored(pending, error_code(error), f"delay table {self.table} did not store it: {error}")
             pending = (response.get("UnprocessedItems") or {}).get(self.table) or []
             if not pending:

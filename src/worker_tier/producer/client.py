@@ -28,7 +28,7 @@ from worker_tier.core import wall_clock
 from worker_tier.pipeline import middleware
 from worker_tier.producer import offload
 from worker_tier.producer import outgoing as checks
-from worker_tier.core.aws import LazyClient, error_code, outcome_unknown
+from worker_tier.core.aws import OUTCOME_UNKNOWN_CODE as _OUTCOME_UNKNOWN, LazyClient, error_code, outcome_unknown
 from worker_tier.delays.delay import DelayedMessage
 from worker_tier.core.envelope import Envelope
 from worker_tier.core.limits import attribute_room
@@ -47,8 +47,8 @@ _log = logging.getLogger(__name__)
 # The dispatcher adds worker_tier.due_at at dispatch: "YYYY-MM-DDTHH:MM:SS.mmmZ", 24 characters.
 DUE_AT_ATTRIBUTE_BYTES = len(contract.DUE_AT_ATTRIBUTE) + len("String") + len("2026-01-01T00:00:00.000Z")
 QUEUE_LIMIT_UNKNOWN_CODE = "QueueLimitUnknown"
-# A send whose answer was lost (read timeout, closed connection, 5xx): SQS may or may not have the message.
-OUTCOME_UNKNOWN_CODE = "SendOutcomeUnknown"
+# A send whose answer was lost (read timeout, closed connection, 5xx): SQS (or the delay table) may have the message.
+OUTCOME_UNKNOWN_CODE = _OUTCOME_UNKNOWN
 # A message of send_batch that failed a check before anything was sent (Client.send raises it as MessageError).
 MESSAGE_ERROR_CODE = "MessageError"
 
@@ -376,7 +376,8 @@ class Client:
         if not self.state_table:
             raise MissingResourceError("job status needs the state table; pass state_table "
                                        f"(or set {contract.STATE_TABLE_VARIABLE})", "state_table")
-        return JobRecords(self.state_table, self._dynamodb.get(), self._clock, self.job_retention, self._s3.get, self._sleep)
+        return JobRecords(self.state_table, self._dynamodb.get(), self._clock, self.job_retention, self._s3.get, self._sleep,
+                          bucket=self.payload_bucket)
 
     def status(self, job_id: str) -> JobStatus:
         """The tracked job ``job_id`` (``send(track=True)``'s return): its state, result, reason and history.
@@ -564,8 +565,8 @@ class Client:
         outcome = self.cancellations().cancel(dedupe_key)
         if outcome.done and outcome.message is not None:
             self._payloads.delete_cancelled(outcome.message.body, outcome.message.attributes)
-            job = (outcome.message.attributes.get(contract.JOB_ATTRIBUTE) or {}).get("StringValue")
-            if isinstance(job, str):
+            job = _job_of(outcome.message)
+            if job is not None:
                 try:
                     self.jobs().cancelled(job)
                 except Exception as error:  # the message is cancelled all the same; its job reads delayed, then queued
@@ -580,8 +581,22 @@ class Client:
         none. MessageError when the new time is within the cancel window's 840 s or beyond
         the 366-day maximum, or ``dedupe_key`` is not a str.
         """
+        return self.reschedule_outcome(dedupe_key, at=at, delay=delay).done
+
+    def reschedule_outcome(self, dedupe_key: str, *, at: datetime | None = None,
+                           delay: timedelta | float | None = None) -> cancellation.Outcome:
+        """``reschedule``, with its outcome and reason (the command line's and the dashboard's); a tracked message's
+        job reads delayed until its new due time (docs/jobs.md)."""
         seconds = due_in_seconds(delay, at, self._clock())
-        return self.cancellations().reschedule(dedupe_key, math.ceil((self._clock() + seconds) * 1000)).done
+        due_ms = math.ceil((self._clock() + seconds) * 1000)
+        outcome = self.cancellations().reschedule(dedupe_key, due_ms)
+        job = _job_of(outcome.message) if outcome.done else None
+        if job is not None:
+            try:
+                self.jobs().rescheduled(job, due_ms)
+            except Exception as error:  # the message is moved all the same; its job reads queued from the old due time
+                _log.warning("rescheduled job %s could not be moved (%s: %s)", job, error_code(error), error)
+        return outcome
 
     def cancellations(self) -> cancellation.Cancellations:
         """Cancel and reschedule with their outcome and reason (the command line's ``delayed cancel``)."""
@@ -793,3 +808,9 @@ def _by_queue(entries: list[dict[str, Any]], default: str) -> dict[str, list[dic
 def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict[str, Any]]]:
     """Split entries into SendMessageBatch calls: at most 10 entries and ``max_bytes`` each."""
     return batches(entries, lambda entry: int(entry["_size"]), max_count=limits.SQS_MAX_BATCH_ENTRIES, max_bytes=max_bytes)
+
+
+def _job_of(message: DelayedMessage | None) -> str | None:
+    """The job id a delayed message carries (docs/jobs.md), or None."""
+    job = ((message.attributes if message is not None else {}).get(contract.JOB_ATTRIBUTE) or {}).get("StringValue")
+    return job if isinstance(job, str) else None

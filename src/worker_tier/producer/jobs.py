@@ -18,7 +18,14 @@ from typing import Any, Callable, Mapping
 
 from worker_tier.core import contract, jobs, limits
 from worker_tier.core.aws import error_code, is_condition_failure
-from worker_tier.core.errors import JobCancelledError, JobFailedError, JobNotFoundError, JobWaitTimeout, MessageError
+from worker_tier.core.errors import (
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+    JobResultUnavailableError,
+    JobWaitTimeout,
+    MessageError,
+)
 from worker_tier.core.jobs import JobStatus
 from worker_tier.core.retry import STATE_CALLS, chunks
 from worker_tier.core.settings import DEFAULT_JOB_RETENTION_SECONDS
@@ -38,13 +45,14 @@ class JobRecords:
 
     def __init__(self, table: str, dynamodb: Any, clock: Callable[[], float],
                  retention_seconds: int = DEFAULT_JOB_RETENTION_SECONDS, s3: Callable[[], Any] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, bucket: str | None = None) -> None:
         self.table = table
         self._dynamodb = dynamodb
         self._clock = clock
         self._retention = retention_seconds
         self._s3 = s3
         self._sleep = sleep
+        self._bucket = bucket  # the payload bucket: the only one a kept result is read from
 
     def write_first(self, items: Mapping[int, dict[str, Any]], keyed: set[int]) -> tuple[dict[int, tuple[str, str]], set[int]]:
         """Write the first records (message index → item); the failures (index → (code, reason)) and the indexes
@@ -101,19 +109,29 @@ class JobRecords:
         return status
 
     def _with_kept_result(self, status: JobStatus) -> JobStatus:
-        """The status with its result read from the payload bucket; the object gone, its result_dropped says so."""
+        """The status with its result read from the payload bucket; the object gone, its result_dropped says so.
+
+        Only ``results/<job id>.json`` of this Client's payload bucket is read, whatever the record names: a record
+        any producer may write must not make an operator's credentials fetch another object.
+        """
         import dataclasses
 
         where = status.result_object or {}
+        key = f"{contract.JOB_RESULT_KEY_PREFIX}{status.job_id}.json"
+        if not self._bucket or where.get("bucket") != self._bucket or where.get("key") != key:
+            reason = (f"the record names s3://{where.get('bucket')}/{where.get('key')}, not {key} in the payload bucket "
+                      f"({self._bucket or 'none is configured'}): not read")
+            return dataclasses.replace(status, result_dropped={"bytes": where.get("bytes"), "reason": reason})
         try:
-            body = self._s3().get_object(Bucket=where["bucket"], Key=where["key"])["Body"].read()  # type: ignore[misc]
+            body = self._s3().get_object(Bucket=self._bucket, Key=key)["Body"].read()  # type: ignore[misc]
             return dataclasses.replace(status, result=json.loads(body))
         except Exception as error:
             reason = f"the result kept at s3://{where.get('bucket')}/{where.get('key')} could not be read ({error_code(error)})"
             return dataclasses.replace(status, result_dropped={"bytes": where.get("bytes"), "reason": reason})
 
     def wait(self, job_id: str, timeout: float, poll_seconds: float) -> Any:
-        """Poll until a final state: the result when succeeded; JobFailedError, JobCancelledError or JobWaitTimeout."""
+        """Poll until a final state: the result when succeeded; JobFailedError, JobCancelledError, JobWaitTimeout, or
+        JobResultUnavailableError for a success whose result was not kept."""
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
             raise MessageError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)) or not poll_seconds > 0:
@@ -123,6 +141,10 @@ class JobRecords:
         while True:
             status = self.status(job_id)
             if status.state == contract.JOB_SUCCEEDED:
+                if status.result_dropped:
+                    reason = status.result_dropped.get("reason")
+                    raise JobResultUnavailableError(f"job {job_id} ({status.path}) succeeded, but its result is not "
+                                                    f"available: {reason}", reason, status)
                 return status.result
             if status.state == contract.JOB_DEAD_LETTERED:
                 raise JobFailedError(f"job {job_id} ({status.path}) was dead-lettered: {status.reason}", status.reason, status)
@@ -138,4 +160,12 @@ class JobRecords:
         """Mark a delayed job cancelled (its message was cancelled); False when its record is not delayed."""
         now_ms = int(self._clock() * 1000)
         transition = jobs.Transition(job_id, contract.JOB_CANCELLED, now_ms, self._retention, only_from=contract.JOB_DELAYED)
+        return jobs.apply(self._dynamodb, self.table, transition)
+
+    def rescheduled(self, job_id: str, due_ms: int) -> bool:
+        """Move a delayed job's due time (its message was rescheduled), kept for the retention after it; False when
+        its record is not delayed."""
+        now_ms = int(self._clock() * 1000)
+        transition = jobs.Transition(job_id, contract.JOB_DELAYED, now_ms, self._retention, fields={"due_at": due_ms},
+                                     details={"due_at": due_ms}, only_from=contract.JOB_DELAYED, expires_from_ms=due_ms)
         return jobs.apply(self._dynamodb, self.table, transition)

@@ -98,7 +98,8 @@ class JobTracker:
             next_try = now_ms + (visibility or 0) * 1000
             fields = {"attempt": task.receive_count, "next_try_at": next_try}
             details = {"attempt": task.receive_count, "next_try_at": next_try, "error": detail}
-        self._write(jobs.Transition(job_id, state, now_ms, self._retention(), fields=fields, details=details))
+        self._write(jobs.Transition(job_id, state, now_ms, self._retention(), fields=fields, details=details,
+                                    expires_from_ms=fields.get("next_try_at")))
 
     def _kept_result(self, job_id: str, value: Any) -> dict[str, Any]:
         """The result's fields: in the record, in the payload bucket, or dropped with its size and why."""

@@ -134,9 +134,9 @@ class Dashboard:
     async def reschedule(self, request: Request) -> Response:
         form = await checked_form(request, self.csrf_token)
         key, at = _required(form, "key"), self._new_time(form)
-        cancellations = cancelling_client(self.session).cancellations()
+        client = cancelling_client(self.session)  # its reschedule moves a tracked message's job too (docs/jobs.md)
         try:
-            outcome = await run_in_threadpool(cancellations.reschedule, key, int(parse_time(at).timestamp() * 1000))
+            outcome = await run_in_threadpool(lambda: client.reschedule_outcome(key, at=parse_time(at)))
         except MessageError as error:
             raise HTTPException(400, str(error)) from None
         return self.page("delayed_outcome.html", request, action="reschedule", key=key, outcome=outcome)
