@@ -208,15 +208,10 @@ def grant_payload_put(bucket: s3.IBucket, grantee: iam.IGrantable) -> iam.Grant:
     --------
     >>> grant_payload_put(worker_queue.payload_bucket, web_app_role)  # doctest: +SKIP
     """
-    objects = bucket.arn_for_objects(f"{PAYLOAD_KEY_PREFIX}*")
-    grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(PAYLOAD_PUT_ACTIONS), resource_arns=[objects])
-    if bucket.encryption_key is not None:
-        bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_PUT_ACTIONS)
-    _acknowledge_objects(grantee, bucket, f"{PAYLOAD_KEY_PREFIX}*",
-                         "A producer offloads each large body under a fresh key (payloads/<uuid>) and deletes it when its "
-                         "send did not happen: the grant is PutObject and DeleteObject under the payloads/ prefix of "
-                         "the one payload bucket, nothing else.")
-    return grant
+    return _grant_prefix(bucket, grantee, PAYLOAD_KEY_PREFIX, PAYLOAD_PUT_ACTIONS, PAYLOAD_KEY_PUT_ACTIONS,
+                         "A producer offloads each large body under a fresh key (payloads/<uuid>) and deletes it when "
+                         "its send did not happen: the grant is PutObject and DeleteObject under the payloads/ prefix "
+                         "of the one payload bucket, nothing else.")
 
 
 def grant_payload_consume(bucket: s3.IBucket, grantee: iam.IGrantable) -> None:
@@ -245,13 +240,20 @@ def grant_payload_consume(bucket: s3.IBucket, grantee: iam.IGrantable) -> None:
 
 def grant_job_results_read(bucket: s3.IBucket, grantee: iam.IGrantable) -> iam.Grant:
     """Allow reading tracked jobs' results kept in the payload bucket (``results/``), and their key's Decrypt."""
-    objects = bucket.arn_for_objects(f"{JOB_RESULT_KEY_PREFIX}*")
-    grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(JOB_RESULT_READ_ACTIONS), resource_arns=[objects])
-    if bucket.encryption_key is not None:
-        bucket.encryption_key.grant(grantee, *PAYLOAD_KEY_READ_ACTIONS)
-    _acknowledge_objects(grantee, bucket, f"{JOB_RESULT_KEY_PREFIX}*",
+    return _grant_prefix(bucket, grantee, JOB_RESULT_KEY_PREFIX, JOB_RESULT_READ_ACTIONS, PAYLOAD_KEY_READ_ACTIONS,
                          "A producer reads a tracked job's result kept under results/<job id>.json (docs/jobs.md): "
                          "GetObject under the results/ prefix only.")
+
+
+def _grant_prefix(bucket: s3.IBucket, grantee: iam.IGrantable, prefix: str, actions: Sequence[str],
+                  key_actions: Sequence[str], reason: str) -> iam.Grant:
+    """Allow ``actions`` on the objects under ``prefix`` of ``bucket`` (under SSE-KMS, ``key_actions`` on its key),
+    the wildcard acknowledged to cdk-nag with ``reason``."""
+    grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(actions),
+                                       resource_arns=[bucket.arn_for_objects(f"{prefix}*")])
+    if bucket.encryption_key is not None:
+        bucket.encryption_key.grant(grantee, *key_actions)
+    _acknowledge_objects(grantee, bucket, f"{prefix}*", reason)
     return grant
 
 

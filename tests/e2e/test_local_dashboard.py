@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.local_processes import python_process, read_until
+
 DASHBOARD_LINE = re.compile(r"dashboard +(http://127\.0\.0\.1:\d+/\?token=\S+)")
 EXPORT_LINE = re.compile(r"^  export .*$", re.MULTILINE)
 
@@ -42,31 +37,10 @@ def _get(base: str, cookie: str, path: str) -> str:
         return answer.read().decode("utf-8")
 
 
-@contextmanager
-def _process(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    environment = {**os.environ, **(env or {}), "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
-    process = subprocess.Popen([sys.executable, *args], env=environment, cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
-
-
-def _read_until(process: subprocess.Popen, pattern: re.Pattern[str], seconds: float = 30) -> str:
-    read, deadline = "", time.monotonic() + seconds
-    while not pattern.search(read):
-        assert time.monotonic() < deadline and process.poll() is None, f"{pattern.pattern!r} never appeared: {read!r}"
-        read += process.stdout.readline()
-    return read
-
-
 def test_make_run_with_ui_prints_the_dashboard_in_its_banner_and_shows_the_workers_outcomes_live():
     # GIVEN `make run ARGS=--ui` with the example tasks (one of them poison)
-    with _process("-m", "worker_tier_local", "--ui", "--ui-port", "0", "--port", "0", "--duration", "40") as process:
-        base, cookie = _login(DASHBOARD_LINE.search(_read_until(process, DASHBOARD_LINE)).group(1))
+    with python_process("-m", "worker_tier_local", "--ui", "--ui-port", "0", "--port", "0", "--duration", "40") as process:
+        base, cookie = _login(DASHBOARD_LINE.search(read_until(process, DASHBOARD_LINE)).group(1))
         # WHEN its live outcomes are polled THEN they show the lines make run prints, the poison message's DLQ line too
         deadline, lines = time.monotonic() + 30, []
         while not any(" DLQ  /poison " in line for line in lines):
@@ -79,11 +53,11 @@ def test_make_run_with_ui_prints_the_dashboard_in_its_banner_and_shows_the_worke
 
 def test_worker_tier_ui_prints_its_url_first_and_serves_the_local_environment():
     # GIVEN a local environment, and a shell with its export line
-    with _process("-m", "worker_tier_local", "--port", "0", "--no-examples", "--duration", "40") as local:
-        line = EXPORT_LINE.search(_read_until(local, EXPORT_LINE)).group(0)
+    with python_process("-m", "worker_tier_local", "--port", "0", "--no-examples", "--duration", "40") as local:
+        line = EXPORT_LINE.search(read_until(local, EXPORT_LINE)).group(0)
         exported = dict(word.split("=", 1) for word in shlex.split(line)[1:] if not word.startswith("PATH="))
         # WHEN `worker-tier ui --port 0` runs there
-        with _process("-c", "import sys; from worker_tier.__main__ import main; sys.exit(main(['ui', '--port', '0']))",
+        with python_process("-c", "import sys; from worker_tier.__main__ import main; sys.exit(main(['ui', '--port', '0']))",
                       env=exported) as ui:
             first = ui.stdout.readline()
             # THEN its first line is the URL with the token, and the overview answers through it

@@ -11,12 +11,12 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Iterator
 
 import boto3
 
+from tests.support.local_processes import python_process, read_until
 from worker_tier import Client
 from worker_tier.core.settings import Settings
 from worker_tier_local import LocalEnvironment
@@ -134,17 +134,9 @@ def test_pending_counts_only_delayed_messages_the_dispatcher_has_not_sent():
     assert after.next_due_ms is not None and after.next_due_ms / 1000 > time.time() + 100
 
 
-@contextmanager
-def _make_run(*args: str) -> Iterator[subprocess.Popen]:
+def _make_run(*args: str) -> AbstractContextManager[subprocess.Popen]:
     """`make run`'s entry point with ``args``, from the repository; killed if the test leaves it running."""
-    process = subprocess.Popen([sys.executable, "-m", "worker_tier_local", *args], env=_environment(), cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    return python_process("-m", "worker_tier_local", *args)
 
 
 def _environment() -> dict[str, str]:
@@ -153,11 +145,7 @@ def _environment() -> dict[str, str]:
 
 def _read_until(process: subprocess.Popen, pattern: re.Pattern[str], seconds: float = 20) -> str:
     """The process's stdout up to and including the first line matching ``pattern``."""
-    read, deadline = "", time.monotonic() + seconds
-    while not pattern.search(read):
-        assert time.monotonic() < deadline and process.poll() is None, f"{pattern.pattern!r} never appeared: {read!r}"
-        read += process.stdout.readline()
-    return read
+    return read_until(process, pattern, seconds)
 
 
 def _exported(banner: str) -> dict[str, str]:

@@ -39,6 +39,16 @@ def run_once(aws, worker) -> dict:
     return response
 
 
+def dead_lettered_job(aws, path: str, reason: str) -> tuple[Client, str]:
+    """A tracked job whose task raised NonRetryableError(reason) once: its producer and job id."""
+    clock = Clock()
+    worker = worker_for(aws, one_task(path, raise_(NonRetryableError(reason))), clock)
+    client = producer(aws, clock)
+    job_id = client.send(path, "{}", track=True)
+    run_once(aws, worker)
+    return client, job_id
+
+
 def job_items(aws) -> list[dict]:
     return [i for i in aws.dynamodb.scan(TableName=aws.state_table)["Items"] if i["pk"]["S"].startswith("job#")]
 
@@ -97,13 +107,8 @@ def test_a_failed_attempt_reads_retrying_with_its_attempt_and_next_try_then_succ
 
 
 def test_a_dead_lettered_job_has_its_reason_and_wait_raises_job_failed(aws):
-    # GIVEN a task that gives up
-    clock = Clock()
-    worker = worker_for(aws, one_task("/poison", raise_(NonRetryableError("bad input"))), clock)
-    client = producer(aws, clock)
-    job_id = client.send("/poison", "{}", track=True)
-    # WHEN it runs
-    run_once(aws, worker)
+    # GIVEN a task that gives up, WHEN it runs
+    client, job_id = dead_lettered_job(aws, "/poison", "bad input")
     # THEN the job is dead-lettered with the reason, and wait raises it
     status = client.status(job_id)
     assert status.state == contract.JOB_DEAD_LETTERED and "NonRetryableError: bad input" in status.reason
@@ -566,11 +571,7 @@ def test_wait_on_a_job_whose_result_was_dropped_says_so_rather_than_returning_no
                    "after the redrive raises JobFailedError for a job that is about to run again")
 def test_a_redriven_job_reads_queued_not_final_until_it_runs_again(aws):
     # GIVEN a dead-lettered job
-    clock = Clock()
-    worker = worker_for(aws, one_task("/fixme", raise_(NonRetryableError("broken"))), clock)
-    client = producer(aws, clock)
-    job_id = client.send("/fixme", "{}", track=True)
-    run_once(aws, worker)
+    client, job_id = dead_lettered_job(aws, "/fixme", "broken")
     [dead] = aws.dead_letters()
     # WHEN its DLQ copy is sent back, as worker-tier redrive sends it (without its failure attribute), not run yet
     from worker_tier_cli.dead_letters import REDRIVE_DROPPED_ATTRIBUTES
