@@ -587,8 +587,10 @@ class Client:
                            delay: timedelta | float | None = None) -> cancellation.Outcome:
         """``reschedule``, with its outcome and reason (the command line's and the dashboard's); a tracked message's
         job reads delayed until its new due time (docs/jobs.md)."""
-        seconds = due_in_seconds(delay, at, self._clock())
-        due_ms = math.ceil((self._clock() + seconds) * 1000)
+        now = self._clock()  # read once: the due time is exactly the one named
+        seconds = due_in_seconds(delay, at, now)
+        due_ms = math.ceil((now + seconds) * 1000) if at is None else max(math.ceil(at.timestamp() * 1000),
+                                                                          math.ceil(now * 1000))
         outcome = self.cancellations().reschedule(dedupe_key, due_ms)
         job = _job_of(outcome.message) if outcome.done else None
         if job is not None:
