@@ -15,6 +15,7 @@ from tests.cli.deployment import NOW
 from worker_tier import Client
 from worker_tier.core import contract
 from worker_tier.periodic.ticks import STATUS_ATTRIBUTE, STATUS_SENT, Tick
+from worker_tier.worker.dead_letter import REASON_RECORD_NOTE
 from worker_tier.worker.fates import OUTCOME_RETRYING, OUTCOME_SUCCEEDED, Outcome
 from worker_tier_cli import dead_letters
 from worker_tier_cli.session import Session
@@ -236,3 +237,17 @@ def test_live_outcomes_say_when_outcomes_were_dropped_between_two_polls(deployme
         polled = browser.get(f"/outcomes.json?after={cursor}").json()
     # THEN the poll either has all 600 or says that some were not kept
     assert len(polled["lines"]) == 600 or polled["note"], (len(polled["lines"]), polled["note"])
+
+
+@pytest.mark.xfail(strict=True, reason="a record is told by its body's shape alone: a hostile task body shaped as a "
+                   "reason record, once dead-lettered, is hidden from its group (shown only as an unjoined record) "
+                   "and never moved by a redrive")
+def test_a_dead_task_whose_body_mimics_a_reason_record_is_listed_as_a_dead_letter(dashboard):
+    # GIVEN a dead task whose body (written by whoever sent it) has a reason record's shape
+    forged = json.dumps({"note": REASON_RECORD_NOTE, "source_message_id": "x", "body_md5": "0" * 32,
+                         "reason": {"path": "/decoy", "error_type": "Nothing", "error_message": "nothing to see"}})
+    dashboard.deployment.dead_letter("/poison", ValueError("hostile"), forged)
+    # WHEN the DLQ page is loaded
+    html = dashboard.browser.get("/dlq").text
+    # THEN it is counted and listed under its own path and error, like any dead letter
+    assert '<code>/poison</code> · ValueError · <span class="count">1</span>' in html, html
