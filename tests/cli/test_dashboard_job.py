@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tests.cli.deployment import NOW
 from worker_tier import Client
 from worker_tier.core import contract, jobs
@@ -66,4 +68,17 @@ def test_a_dead_letter_of_a_tracked_job_links_to_its_job_page(dashboard):
     job_id = "a" * 32
     dashboard.deployment.dead_letter("/add", ValueError("bad"), "[1]", attributes={contract.JOB_ATTRIBUTE: job_id})
     # THEN the DLQ page links it to its job
+    assert f'href="/job?id={job_id}">its job</a>' in dashboard.browser.get("/dlq").text
+
+
+@pytest.mark.xfail(strict=True, reason="a group lists its first 20 letters and no page shows the rest: a tracked job's "
+                   "dead letter past them has no link to its job, and its job page names only the work queue's message "
+                   "id, so it cannot be found or redriven alone")
+def test_a_tracked_jobs_dead_letter_past_the_first_twenty_of_its_group_can_still_be_reached(dashboard):
+    # GIVEN 20 dead letters of /add ValueError, then a 21st carrying its job id
+    for n in range(20):
+        dashboard.deployment.dead_letter("/add", ValueError("bad"), str(n))
+    job_id = "b" * 32
+    dashboard.deployment.dead_letter("/add", ValueError("bad"), "[1]", attributes={contract.JOB_ATTRIBUTE: job_id})
+    # WHEN the DLQ page is loaded THEN the job's dead letter is linked to its job all the same
     assert f'href="/job?id={job_id}">its job</a>' in dashboard.browser.get("/dlq").text
