@@ -107,6 +107,8 @@ class MoveReport:
     # On a FIFO DLQ, the message groups of the messages it held to the end (skipped, failed, kept): SQS hands out
     # no later message of a group while one is in flight, so matching messages behind them were not reached.
     fifo_groups_blocked: list[str] = field(default_factory=list)
+    # Dead letters in flight at the end, held by another reader (a DLQ page, dlq list): not reached by this run.
+    in_flight: int = 0
     errors: list[str] = field(default_factory=list)
     # Why the run ended before the DLQ was done ("interrupted (Ctrl-C)", or the error); "" when it went to the end.
     stopped: str = ""
@@ -236,6 +238,7 @@ def move_batches(sqs: Any, dlq_url: str, queue_url: str, which: Filter,
         while True:
             with interrupts_deferred(on_interrupt):
                 if not move.batch(receive(sqs, dlq_url, MOVE_VISIBILITY_SECONDS, wait_seconds), started_ms):
+                    move.report.in_flight = in_flight(sqs, dlq_url) - len(move.held)
                     return move.report
             progress(move.report)
     except KeyboardInterrupt:
@@ -505,9 +508,21 @@ def counts_line(report: MoveReport) -> str:
     return f"moved {report.moved}, skipped {report.skipped}, failed {report.failed}{arrived}"
 
 
+def in_flight(sqs: Any, dlq_url: str) -> int:
+    """The DLQ's messages in flight now (ApproximateNumberOfMessagesNotVisible); 0 when it cannot be read."""
+    try:
+        attributes = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+        return int(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"])
+    except Exception:  # the count is a note; the run's own report stands without it
+        return 0
+
+
 def report_notes(report: MoveReport) -> list[str]:
     """Everything else a person must know of a run: why it stopped, errors, and each message left or at risk."""
     notes = []
+    if report.in_flight > 0:
+        notes.append(f"about {report.in_flight} dead letters left in the DLQ unread: in flight when it ended, held by "
+                     "another reader (a DLQ page, dlq list); run it again once they are visible (up to 5 minutes)")
     if report.stopped:
         notes.append(f"stopped before the end: {report.stopped}; what it had received is released, and a rerun "
                      "moves the rest (nothing it sent is sent again)")

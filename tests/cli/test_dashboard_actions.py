@@ -7,7 +7,6 @@ import dataclasses
 import re
 import threading
 
-import pytest
 
 from tests.cli.dashboard import dashboard_over, delay_table
 from tests.cli.deployment import NOW
@@ -144,9 +143,6 @@ def test_the_cancel_confirmation_of_an_unknown_key_says_so_and_offers_no_form(de
     assert "no delayed message has dedupe_key &#39;nope&#39;" in page and "<form" not in page
 
 
-@pytest.mark.xfail(strict=True, reason="a DLQ page read (another tab's /dlq, or dlq list) holds the letters invisible "
-                   "while it reads; a redrive meanwhile ends at its first empty receive and says Done with most of "
-                   "its group still in the DLQ, unnamed in its report")
 def test_a_redrive_while_another_tab_reads_the_dlq_moves_its_whole_group_or_names_what_it_left(dashboard):
     # GIVEN six dead letters of /resize ValueError, and another tab's DLQ page reading them (its peek, not yet released)
     deployment = dashboard.deployment
@@ -161,8 +157,6 @@ def test_a_redrive_while_another_tab_reads_the_dlq_moves_its_whole_group_or_name
     assert moved == 6 or "left" in page.text.split('id="counts"')[1], page.text
 
 
-@pytest.mark.xfail(strict=True, reason="the reschedule confirmation offers its button for a time in the past (or "
-                   "within 840 s), naming a move that will not happen; the POST then refuses it saying 'got 1 s'")
 def test_the_reschedule_confirmation_of_a_time_in_the_past_names_the_rule_and_offers_no_form(deployment):
     # GIVEN a cancellable reminder due in an hour
     dashboard, client = _delayed(deployment)
@@ -173,8 +167,6 @@ def test_the_reschedule_confirmation_of_a_time_in_the_past_names_the_rule_and_of
     assert "840 s" in page and "<form" not in page.split("</nav>")[1], page
 
 
-@pytest.mark.xfail(strict=True, reason="Client.reschedule_outcome reads the clock twice (at - now, then now + that) "
-                   "and rounds up: the message lands a millisecond or more after the time the confirmation named")
 def test_a_reschedule_lands_at_exactly_the_time_its_confirmation_named(deployment):
     # GIVEN a cancellable reminder due in an hour, and a clock that moves on between two reads, as a real one does
     ticks = iter(range(10**6))

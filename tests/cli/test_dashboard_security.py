@@ -139,9 +139,6 @@ def test_open_hands_the_browser_a_private_page_not_the_url_with_the_token():
     assert f'content="0;url={ORIGIN}/?token={TOKEN}&amp;x=&lt;y&gt;"' in page.read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="a page on another port of 127.0.0.1 is same-site, so the SameSite=Strict "
-                   "cookie rides along: its iframe or img GET of /dlq?limit=10000 runs the DLQ read (every letter "
-                   "held invisible while it reads, receive counts bumped, a running redrive cut short)")
 def test_a_page_of_another_local_port_cannot_make_the_dashboard_read_the_dlq(dashboard):
     # GIVEN a dead letter
     deployment = dashboard.deployment

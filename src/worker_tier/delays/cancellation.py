@@ -130,7 +130,8 @@ def check_delay(seconds: float) -> None:
     """MessageError naming the delay when a cancellable message is due too soon for its cancel window."""
     if math.ceil(seconds) <= CANCELLABLE_MIN_DELAY_SECONDS:
         raise MessageError(
-            f"a cancellable message must be due more than {CANCELLABLE_MIN_DELAY_SECONDS} s ahead, got {math.ceil(seconds)} s: "
+            f"a cancellable message must be due more than {CANCELLABLE_MIN_DELAY_SECONDS} s ahead, got "
+            f"{f'{math.ceil(seconds)} s' if seconds > 0 else 'a time in the past'}: "
             f"the delay dispatcher sends each minute {delay.DISPATCH_HORIZON_SECONDS} s before it ends, and a message "
             "is cancellable only until then; send it later, or without cancellable=True"
         )

@@ -93,6 +93,12 @@ def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
     return frozenset(f"{name}:{port}".lower() for name in (f"[{n}]" if ":" in n else n for n in names))
 
 
+# Sec-Fetch-Site values of a request another page made (https://www.w3.org/TR/fetch-metadata/): refused, except the
+# token's own login (a pasted or --open link). "same-origin", "none" (typed, bookmarked) and no header (not a browser)
+# go on.
+OTHER_SITES = frozenset({"same-site", "cross-site"})
+
+
 def same(given: str | None, expected: str) -> bool:
     """``given == expected`` in constant time (no early exit an attacker could time)."""
     return given is not None and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
@@ -132,6 +138,11 @@ class Guard:
                 return self._login(request, given)
             if not same(request.cookies.get(self.cookie), self.token):
                 return HTMLResponse(UNAUTHORIZED_PAGE, status_code=401)
+        if request.headers.get("sec-fetch-site") in OTHER_SITES:
+            # A page of another port of this host is same-site (cookies are per host): its frame or image would
+            # carry the cookie, and a DLQ page's read is not free of effects (it holds the letters it reads).
+            return HTMLResponse("request from another site's page refused: open the dashboard's own address",
+                                status_code=403)
         if request.method not in ("GET", "HEAD") and not same_origin(request):
             return HTMLResponse("cross-origin request refused: actions come from this dashboard's own pages",
                                 status_code=403)

@@ -58,7 +58,12 @@ class OutcomeFeed:
 
     def after(self, cursor: int) -> tuple[list[dict[str, Any]], int, str]:
         with self._lock:
-            return [shown for number, shown in self._lines if number > cursor], self._count, ""
+            lines = [shown for number, shown in self._lines if number > cursor]
+            oldest = self._lines[0][0] if self._lines else self._count + 1
+            lost = oldest - cursor - 1 if oldest > cursor + 1 else 0
+            note = (f"{lost} outcomes before these are not kept here (the feed holds the latest "
+                    f"{self._lines.maxlen})") if lost > 0 else ""
+            return lines, self._count, note
 
 
 class LogOutcomes:

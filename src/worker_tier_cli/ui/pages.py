@@ -9,9 +9,9 @@ from typing import Any
 from worker_tier.core import contract
 from worker_tier.delays import cancellation
 from worker_tier.core.message import format_due_at
-from worker_tier_cli import dead_letters, delayed, report, status, ticks
+from worker_tier_cli import dead_letters, delayed, redrive, report, status, ticks
 from worker_tier_cli.session import Session
-from worker_tier_cli.ui import metrics
+from worker_tier_cli.ui import metrics, runs
 
 DEFAULT_DLQ_LIMIT = dead_letters.DEFAULT_PEEK_LIMIT  # messages a DLQ page reads, as `dlq list`; ?limit= fewer or more
 MAX_DLQ_LIMIT = 10 * dead_letters.DEFAULT_PEEK_LIMIT
@@ -40,19 +40,23 @@ class LetterGroup:
 def dead_letter_groups(session: Session, limit: int) -> dict[str, Any]:
     """Up to ``limit`` DLQ messages (read and released: ``dlq list``'s peek), grouped by path and error type."""
     dlq_url = session.target.required("dlq_url")
-    with dead_letters.peek(session.client("sqs"), dlq_url, limit, session.runtime.wait_seconds) as letters:
+    with runs.dlq_access("the DLQ page"), dead_letters.peek(session.client("sqs"), dlq_url, limit,
+                                                           session.runtime.wait_seconds) as letters:
         dead, unjoined = dead_letters.join(letters)
+    in_flight = redrive.in_flight(session.client("sqs"), dlq_url)
     by_id = {letter.message_id: letter for letter in dead}
     groups = dead_letters.group([letter for letter in dead if letter.points_to is None])
     return {"dlq_url": dlq_url, "read": len(dead), "limit": limit, "more": len(letters) >= limit,
             "groups": [LetterGroup(g, [by_id[i] for i in g.message_ids[:SHOWN_PER_GROUP]]) for g in groups],
-            "pointers": [letter for letter in dead if letter.points_to is not None], "unjoined": unjoined}
+            "pointers": [letter for letter in dead if letter.points_to is not None], "unjoined": unjoined,
+            "in_flight": in_flight}
 
 
 def matching(session: Session, which: dead_letters.Filter, limit: int = DEFAULT_DLQ_LIMIT) -> dict[str, Any]:
     """How many dead letters a redrive of ``which`` would move now, among up to ``limit`` read (a confirmation's count)."""
     dlq_url = session.target.required("dlq_url")
-    with dead_letters.peek(session.client("sqs"), dlq_url, limit, session.runtime.wait_seconds) as letters:
+    with runs.dlq_access("the redrive's confirmation"), dead_letters.peek(session.client("sqs"), dlq_url, limit,
+                                                                         session.runtime.wait_seconds) as letters:
         dead, _ = dead_letters.join(letters)
     moving = [letter for letter in dead if which.matches(letter) and letter.points_to is None]
     return {"count": len(moving), "read": len(dead), "more": len(letters) >= limit, "dlq_url": dlq_url,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,28 @@ class RedriveRun:
     @property
     def notes(self) -> list[str]:
         return redrive.report_notes(self.report)
+
+
+# One reader of the DLQ at a time in this process: a page's read holds every letter it reads (invisible) until it
+# ends, so a redrive beside it would end early, and two page reads would each show part of the DLQ.
+DLQ_ACCESS = threading.Lock()
+DLQ_WAIT_SECONDS = 20  # how long a page waits for another read or a redrive before it says so
+
+
+class DeadLettersBusyError(WorkerTierError):
+    """The DLQ is being read or redriven by this dashboard, longer than a page waits."""
+
+
+@contextmanager
+def dlq_access(what: str) -> Iterator[None]:
+    """Hold the DLQ for ``what`` (a page's read); DeadLettersBusyError when a redrive or another read keeps it."""
+    if not DLQ_ACCESS.acquire(timeout=DLQ_WAIT_SECONDS):
+        raise DeadLettersBusyError(f"{what} waited {DLQ_WAIT_SECONDS} s for this dashboard's other read or redrive "
+                                   "of the DLQ, which holds the letters it reads: try again when it ends")
+    try:
+        yield
+    finally:
+        DLQ_ACCESS.release()
 
 
 class RunningError(WorkerTierError):
@@ -81,10 +105,11 @@ class Runs:
         try:
             journal = redrive.Journal.for_queue(runtime.state_dir, run.dlq_url, runtime.clock)
             levels = redrive.priority_levels(session.target, run.queue_url)
-            run.report = redrive.move_batches(
-                session.client("sqs"), run.dlq_url, run.queue_url, run.which, runtime.wait_seconds,
-                lambda report: _follow(run, report), runtime.clock, runtime.sleep, journal, False, lambda: None,
-                session.client("sqs", redrive.NO_RETRIES), levels if levels.enabled else None)
+            with dlq_access("the redrive"):
+                run.report = redrive.move_batches(
+                    session.client("sqs"), run.dlq_url, run.queue_url, run.which, runtime.wait_seconds,
+                    lambda report: _follow(run, report), runtime.clock, runtime.sleep, journal, False, lambda: None,
+                    session.client("sqs", redrive.NO_RETRIES), levels if levels.enabled else None)
         except Exception as error:  # the journal unreadable, or the queues not found: said on the run's page
             run.problem = f"{type(error).__name__}: {error}"
         finally:

@@ -22,6 +22,7 @@ from starlette.staticfiles import StaticFiles
 from worker_tier.core import contract
 from worker_tier.core.errors import JobNotFoundError, MessageError, WorkerTierError
 from worker_tier.core.message import format_due_at
+from worker_tier.delays.cancellation import check_reschedule_delay
 from worker_tier_cli import job
 from worker_tier_cli.dead_letters import Filter
 from worker_tier_cli.delayed import DEFAULT_LIMIT, DEFAULT_WITHIN_MINUTES, MAX_WITHIN_MINUTES, cancelling_client
@@ -29,7 +30,7 @@ from worker_tier_cli.session import Session, parse_time
 from worker_tier_cli.ui import pages
 from worker_tier_cli.ui.guard import CSRF_FIELD, Guard, checked_form, new_token
 from worker_tier_cli.ui.outcomes import LogOutcomes, OutcomeSource
-from worker_tier_cli.ui.runs import Runs, RunningError
+from worker_tier_cli.ui.runs import DeadLettersBusyError, Runs, RunningError
 
 HERE = Path(__file__).parent
 SCOPES = ("all", "group", "one")  # what a redrive moves: every dead letter, one path and error's, one message
@@ -44,6 +45,7 @@ class Dashboard:
         self.runs = Runs(session)
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                                             undefined=jinja2.StrictUndefined)
+        self.templates.filters["truncate_body"] = truncate_body
 
     def page(self, name: str, request: Request, status_code: int = 200, **values: Any) -> HTMLResponse:
         html = self.templates.get_template(name).render(
@@ -128,6 +130,11 @@ class Dashboard:
     def confirm_reschedule(self, request: Request) -> Response:
         query = dict(request.query_params)
         key, at = _required(query, "key"), self._new_time(query)
+        try:  # a time the reschedule would refuse is said here, with no form to confirm
+            check_reschedule_delay(parse_time(at).timestamp() - self.session.runtime.clock())
+        except MessageError as error:
+            return self.page("refused.html", request, 400, title="This reschedule cannot be done", detail=str(error),
+                             link="/delayed")
         return self.page("confirm_delayed.html", request, action="reschedule", at=at,
                          shown=pages.cancellable(self.session, key))
 
@@ -158,8 +165,19 @@ class Dashboard:
 
     async def deployment_error(self, request: Request, error: Exception) -> Response:
         """A resource not named, or an AWS error: said on the page, in the command line's words."""
-        return self.page("refused.html", request, 502 if isinstance(error, (BotoCoreError, ClientError)) else 400,
-                         title=type(error).__name__, detail=str(error), link=None)
+        code = 502 if isinstance(error, (BotoCoreError, ClientError)) else 409 if isinstance(error, DeadLettersBusyError) else 400
+        return self.page("refused.html", request, code, title=type(error).__name__, detail=str(error), link=None)
+
+
+BODY_SHOWN_CHARS = 1024  # of each dead letter's body on the DLQ page: a page of 200 KB bodies would be megabytes
+
+
+def truncate_body(body: str) -> str:
+    """``body``, cut to ``BODY_SHOWN_CHARS`` with what is left and where to read it whole."""
+    if len(body) <= BODY_SHOWN_CHARS:
+        return body
+    rest = len(body.encode("utf-8", "replace")) - len(body[:BODY_SHOWN_CHARS].encode("utf-8", "replace"))
+    return f"{body[:BODY_SHOWN_CHARS]}… {rest} bytes more: worker-tier dlq show reads it whole"
 
 
 def build_app(session: Session, *, token: str | None, hosts: frozenset[str] | None, port: int,
