@@ -93,12 +93,7 @@ def test_the_delayed_page_lists_the_coming_messages_in_due_order_with_cancel_onl
 
 def test_the_periodic_page_shows_each_deployed_entrys_last_tick_its_fate_and_its_next_five(deployment):
     # GIVEN a deployed entry whose last tick (12:00, NOW) was sent
-    scheduler = boto3.client("scheduler", region_name="us-east-1")
-    scheduler.create_schedule_group(Name="ticks")
-    scheduler.create_schedule(
-        Name="backup", GroupName="ticks", ScheduleExpression="cron(0 */6 * * ? *)", ScheduleExpressionTimezone="UTC",
-        Description="cron.yaml backup: 0 */6 * * * (UTC) -> /backup", FlexibleTimeWindow={"Mode": "OFF"},
-        Target={"Arn": "arn:aws:lambda:us-east-1:123456789012:function:f", "RoleArn": "arn:aws:iam::123456789012:role/r"})
+    _deployed_schedule("backup", "cron(0 */6 * * ? *)", "0 */6 * * *", "/backup")
     deployment.dynamodb.put_item(TableName="state", Item={
         contract.STATE_PARTITION_KEY: {"S": Tick("backup", "/backup", NOW).key}, STATUS_ATTRIBUTE: {"S": STATUS_SENT}})
     # WHEN the periodic page is loaded
@@ -249,14 +244,19 @@ def test_a_dead_task_whose_body_mimics_a_reason_record_is_listed_as_a_dead_lette
                    "tick, sent 5 days ago, has no claim left and is shown as 'not enqueued', a false alarm")
 def test_a_weekly_tasks_last_tick_older_than_its_claims_life_is_not_called_not_enqueued(deployment):
     # GIVEN a weekly entry whose last tick (Monday 2026-11-16 09:00, six days before NOW) was sent, its claim since expired
-    scheduler = boto3.client("scheduler", region_name="us-east-1")
-    scheduler.create_schedule_group(Name="ticks")
-    scheduler.create_schedule(
-        Name="weekly", GroupName="ticks", ScheduleExpression="cron(0 9 ? * MON *)", ScheduleExpressionTimezone="UTC",
-        Description="cron.yaml weekly: 0 9 * * 1 (UTC) -> /weekly", FlexibleTimeWindow={"Mode": "OFF"},
-        Target={"Arn": "arn:aws:lambda:us-east-1:123456789012:function:f", "RoleArn": "arn:aws:iam::123456789012:role/r"})
+    _deployed_schedule("weekly", "cron(0 9 ? * MON *)", "0 9 * * 1", "/weekly")
     # WHEN the periodic page is loaded
     html = dashboard_over(deployment, schedule_group="ticks").browser.get("/periodic").text
     # THEN its last tick is named, and its fate is not claimed to be "not enqueued" (the claim is gone, not the tick)
     assert "<td>2026-11-16T09:00:00+00:00</td>" in html, html
     assert "<td>not enqueued</td>" not in html
+
+
+def _deployed_schedule(name: str, expression: str, cron_line: str, path: str) -> None:
+    """A cron.yaml entry as the stack deploys it: a schedule in the "ticks" group, its description naming the entry."""
+    scheduler = boto3.client("scheduler", region_name="us-east-1")
+    scheduler.create_schedule_group(Name="ticks")
+    scheduler.create_schedule(
+        Name=name, GroupName="ticks", ScheduleExpression=expression, ScheduleExpressionTimezone="UTC",
+        Description=f"cron.yaml {name}: {cron_line} (UTC) -> {path}", FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": "arn:aws:lambda:us-east-1:123456789012:function:f", "RoleArn": "arn:aws:iam::123456789012:role/r"})
