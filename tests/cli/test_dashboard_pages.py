@@ -137,12 +137,8 @@ def test_live_outcomes_without_a_log_group_say_where_they_are(dashboard):
 
 def test_live_outcomes_of_a_worker_in_this_process_include_successes_and_come_after_the_cursor(deployment):
     # GIVEN the dashboard fed by this process's outcome listener
-    session = Session.open(deployment.runtime, None, "us-east-1",
-                           {"queue_url": deployment.queue_url, "dlq_url": deployment.dlq_url})
     with OutcomeFeed(clock=NOW.timestamp) as feed:
-        app = build_app(session, token=TOKEN, hosts=allowed_hosts("127.0.0.1", PORT), port=PORT, outcomes=feed)
-        browser = TestClient(app, base_url=ORIGIN)
-        browser.get(f"/?token={TOKEN}")
+        browser = _fed_dashboard(deployment, feed)
         # WHEN a worker here decides two outcomes
         feed.add(Outcome(OUTCOME_SUCCEEDED, "aaaaaaaa-1", "/hello", 1))
         first = browser.get("/outcomes.json").json()
@@ -211,12 +207,8 @@ def test_large_bodies_on_many_paths_keep_the_dlq_page_small(dashboard):
 
 def test_live_outcomes_say_when_outcomes_were_dropped_between_two_polls(deployment):
     # GIVEN the dashboard fed by this process's outcome listener, polled once
-    session = Session.open(deployment.runtime, None, "us-east-1",
-                           {"queue_url": deployment.queue_url, "dlq_url": deployment.dlq_url})
     with OutcomeFeed(clock=NOW.timestamp) as feed:
-        app = build_app(session, token=TOKEN, hosts=allowed_hosts("127.0.0.1", PORT), port=PORT, outcomes=feed)
-        browser = TestClient(app, base_url=ORIGIN)
-        browser.get(f"/?token={TOKEN}")
+        browser = _fed_dashboard(deployment, feed)
         cursor = browser.get("/outcomes.json").json()["cursor"]
         # WHEN 600 outcomes are decided before the next poll
         for n in range(600):
@@ -260,3 +252,13 @@ def _deployed_schedule(name: str, expression: str, cron_line: str, path: str) ->
         Name=name, GroupName="ticks", ScheduleExpression=expression, ScheduleExpressionTimezone="UTC",
         Description=f"cron.yaml {name}: {cron_line} (UTC) -> {path}", FlexibleTimeWindow={"Mode": "OFF"},
         Target={"Arn": "arn:aws:lambda:us-east-1:123456789012:function:f", "RoleArn": "arn:aws:iam::123456789012:role/r"})
+
+
+def _fed_dashboard(deployment, feed: OutcomeFeed) -> TestClient:
+    """A logged-in dashboard whose live outcomes are ``feed``'s (a worker in this process)."""
+    session = Session.open(deployment.runtime, None, "us-east-1",
+                           {"queue_url": deployment.queue_url, "dlq_url": deployment.dlq_url})
+    app = build_app(session, token=TOKEN, hosts=allowed_hosts("127.0.0.1", PORT), port=PORT, outcomes=feed)
+    browser = TestClient(app, base_url=ORIGIN)
+    browser.get(f"/?token={TOKEN}")
+    return browser
